@@ -1,0 +1,52 @@
+// An inference session over a loaded model: the KV cache, scratch buffers and the forward pass.
+// A prompt is processed layer by layer over all its tokens (in chunks of n_batch tokens), so that
+// per-layer KV decisions can be taken once a layer has seen the whole prompt; a single token is
+// the same path with one token.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "slake/kv_cache.h"
+#include "slake/model.h"
+#include "slake/rope.h"
+#include "slake/thread_pool.h"
+
+namespace slake {
+
+struct ContextParams {
+  int n_ctx = 0;      // tokens the context can hold; 0: the model's training context
+  int n_threads = 0;  // 0: all hardware threads
+  int n_batch = 256;  // tokens per chunk inside a layer
+};
+
+class Context {
+ public:
+  Context(const Model& model, const ContextParams& params);
+
+  // Runs `tokens` at positions n_past() .. n_past()+n-1. Writes the logits of every token
+  // ([n][n_vocab]) when all_logits, else of the last one only ([n_vocab]); logits may be null.
+  void eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits = false);
+
+  int n_past() const { return n_past_; }
+  int n_ctx() const { return n_ctx_; }
+  const Model& model() const { return model_; }
+  const KvCache& kv_cache() const { return kv_; }
+  ThreadPool& pool() { return pool_; }
+  void reset();
+
+ private:
+  void run_layer(int layer, float* x, int n_tokens, const int32_t* pos);
+
+  const Model& model_;
+  ContextParams params_;
+  int n_ctx_;
+  int n_past_ = 0;
+  ThreadPool pool_;
+  Rope rope_;
+  KvCache kv_;
+  // Per-chunk scratch.
+  std::vector<float> xb_, q_, k_, v_, att_, gate_, up_;
+};
+
+}  // namespace slake

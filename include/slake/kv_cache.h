@@ -1,0 +1,48 @@
+// The exact KV cache: per layer and per KV head (never repeated per query head), the retained
+// tokens' keys (after RoPE), values and positions, kept in position order. Heads of one layer may
+// hold different numbers of tokens, which is what per-head eviction policies need.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace slake {
+
+struct KvHead {
+  std::vector<float> k;      // [capacity][head_dim]
+  std::vector<float> v;      // [capacity][head_dim]
+  std::vector<int32_t> pos;  // [capacity]
+  int n = 0;                 // tokens held
+
+  const float* key(int i, int d) const { return k.data() + static_cast<size_t>(i) * d; }
+  const float* value(int i, int d) const { return v.data() + static_cast<size_t>(i) * d; }
+};
+
+class KvCache {
+ public:
+  KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity);
+
+  int n_layers() const { return n_layers_; }
+  int n_kv_heads() const { return n_kv_heads_; }
+  int head_dim() const { return head_dim_; }
+  int capacity() const { return capacity_; }
+
+  KvHead& head(int layer, int h) { return heads_[static_cast<size_t>(layer * n_kv_heads_ + h)]; }
+  const KvHead& head(int layer, int h) const { return heads_[static_cast<size_t>(layer * n_kv_heads_ + h)]; }
+
+  // Appends one token's k and v (kv_dim = n_kv_heads * head_dim values each) to every head of a layer.
+  void append(int layer, const float* k, const float* v, int32_t pos);
+  void clear();
+
+  // Tokens held, summed over layers and heads.
+  int64_t tokens_held() const;
+  // Bytes of key/value/position storage in use (held tokens only) and allocated.
+  size_t bytes_used() const;
+  size_t bytes_allocated() const;
+
+ private:
+  int n_layers_, n_kv_heads_, head_dim_, capacity_;
+  std::vector<KvHead> heads_;
+};
+
+}  // namespace slake

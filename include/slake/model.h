@@ -1,0 +1,81 @@
+// One description of a Llama-family model, whichever file format it came from: hyperparameters,
+// the vocabulary as stored, and zero-copy views of every weight.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "slake/tensor.h"
+
+namespace slake {
+
+// How RoPE pairs the dimensions of a head. llama.cpp's converter permutes the Q/K rows so GGUF
+// files rotate adjacent pairs (2i, 2i+1); Hugging Face checkpoints rotate (i, i + d/2). Both give
+// the same attention scores; the engine applies the layout of the file it loaded.
+enum class RopeLayout { Adjacent, Half };
+
+struct ModelConfig {
+  std::string arch;  // "llama" or "mistral"
+  std::string name;
+  int n_vocab = 0;
+  int dim = 0;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int ffn_dim = 0;
+  int n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  RopeLayout rope_layout = RopeLayout::Adjacent;
+  // Frequency i of a head (i < head_dim/2) is theta^(-2i/head_dim) / rope_freq_factors[i];
+  // empty means all ones. Llama 3.1 scaling and linear scaling are both expressed this way.
+  std::vector<float> rope_freq_factors;
+  int sliding_window = 0;  // 0: none; otherwise key j is visible to query i iff i - window < j <= i
+  bool tied_output = false;
+
+  int q_dim() const { return n_heads * head_dim; }
+  int kv_dim() const { return n_kv_heads * head_dim; }
+  int group_size() const { return n_heads / n_kv_heads; }
+};
+
+// The vocabulary as the file stores it; the tokenizers are built from this.
+struct Vocab {
+  std::string model;  // "llama" (SentencePiece-style), "gpt2" (byte-level BPE), "" when absent
+  std::string pre;    // pre-tokenizer name (tokenizer.ggml.pre)
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;  // llama.cpp token types: 1 normal, 2 unknown, 3 control, 4 user, 5 unused, 6 byte
+  std::vector<std::string> merges;
+  int bos = -1, eos = -1, unk = -1, eot = -1;
+  bool add_bos = true;
+  std::string chat_template;
+};
+
+struct LayerWeights {
+  TensorView attn_norm, wq, wk, wv, wo;
+  TensorView ffn_norm, w_gate, w_up, w_down;
+};
+
+struct Model {
+  ModelConfig cfg;
+  Vocab vocab;
+  TensorView tok_embd, output_norm, output;  // output aliases tok_embd when tied
+  std::vector<LayerWeights> layers;
+  std::string path;
+  std::string format;  // "gguf" or "hf"
+  std::shared_ptr<const void> storage;  // keeps the mapped files alive
+
+  size_t weight_bytes() const;
+};
+
+// Loads a GGUF file or a Hugging Face directory (config.json + safetensors [+ tokenizer.json]).
+// Throws slake::Error with a one-line message naming the file and the problem.
+std::unique_ptr<Model> load_model(const std::string& path);
+
+// Exposed for tests: the Llama 3 ("llama3" rope type) frequency divisors.
+std::vector<float> llama3_rope_factors(int head_dim, float theta, float factor, float low_freq_factor,
+                                       float high_freq_factor, float original_max_pos);
+
+}  // namespace slake

@@ -1,0 +1,28 @@
+// CPU kernels of the forward pass (fp32 math). Weights of any supported type are read row by row
+// and dequantised on the fly, so no tensor is ever expanded whole.
+#pragma once
+#include <cstdint>
+
+#include "slake/model.h"
+#include "slake/thread_pool.h"
+
+namespace slake {
+
+float dot_f32(const float* a, const float* b, int64_t n);
+// y += a * x
+void axpy_f32(float a, const float* x, float* y, int64_t n);
+
+// out[i] = x[i] / rms(x) * w[i]; w is a 1-D weight of any type.
+void rmsnorm(float* out, const float* x, const TensorView& w, int64_t n, float eps);
+void rmsnorm_rows(float* out, const float* x, const TensorView& w, int64_t rows, int64_t n, float eps, ThreadPool& pool);
+
+// out[t][r] = W[r] . x[t] for t < n_tokens, r < W.n_rows(); x rows are W.row_len() long.
+void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, ThreadPool& pool);
+
+// out[t] = silu(gate[t]) * up[t], elementwise over n values.
+void swiglu(float* out, const float* gate, const float* up, int64_t n);
+
+// Row `token` of an embedding table, dequantised.
+void embedding_row(float* out, const TensorView& emb, int64_t token);
+
+}  // namespace slake

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what building and testing slake needs, from Debian packages. Safe to re-run: it only
+# calls apt-get when something is missing.
+set -euo pipefail
+
+packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
+          libbenchmark-dev clang libclang-rt-14-dev python3 python3-venv)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,104 @@
+#include "slake/context.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "slake/attention.h"
+#include "slake/error.h"
+#include "slake/ops.h"
+
+namespace slake {
+
+namespace {
+int resolve_ctx(const Model& m, int n_ctx) {
+  if (n_ctx < 0) fail("context size must not be negative, got " + std::to_string(n_ctx));
+  return n_ctx == 0 ? m.cfg.n_ctx_train : n_ctx;
+}
+}  // namespace
+
+Context::Context(const Model& model, const ContextParams& params)
+    : model_(model),
+      params_(params),
+      n_ctx_(resolve_ctx(model, params.n_ctx)),
+      pool_(params.n_threads > 0 ? params.n_threads : default_thread_count()),
+      rope_(model.cfg),
+      kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_) {
+  if (params_.n_batch < 1) fail("batch size must be positive, got " + std::to_string(params_.n_batch));
+  const ModelConfig& c = model.cfg;
+  const size_t B = static_cast<size_t>(params_.n_batch);
+  xb_.resize(B * c.dim);
+  q_.resize(B * c.q_dim());
+  k_.resize(B * c.kv_dim());
+  v_.resize(B * c.kv_dim());
+  att_.resize(B * c.q_dim());
+  gate_.resize(B * c.ffn_dim);
+  up_.resize(B * c.ffn_dim);
+}
+
+void Context::reset() {
+  kv_.clear();
+  n_past_ = 0;
+}
+
+void Context::run_layer(int l, float* x, int n, const int32_t* pos) {
+  const ModelConfig& c = model_.cfg;
+  const LayerWeights& L = model_.layers[static_cast<size_t>(l)];
+  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
+  const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.ffn_dim;
+  for (int t0 = 0; t0 < n; t0 += params_.n_batch) {
+    const int nb = std::min(params_.n_batch, n - t0);
+    float* xc = x + static_cast<int64_t>(t0) * dim;
+    rmsnorm_rows(xb_.data(), xc, L.attn_norm, nb, dim, c.rms_eps, pool_);
+    matmul(q_.data(), xb_.data(), nb, L.wq, pool_);
+    matmul(k_.data(), xb_.data(), nb, L.wk, pool_);
+    matmul(v_.data(), xb_.data(), nb, L.wv, pool_);
+    for (int t = 0; t < nb; ++t) {
+      rope_.apply(q_.data() + t * qd, c.n_heads, pos[t0 + t]);
+      rope_.apply(k_.data() + t * kvd, c.n_kv_heads, pos[t0 + t]);
+      kv_.append(l, k_.data() + t * kvd, v_.data() + t * kvd, pos[t0 + t]);
+    }
+    attention_prefill(att_.data(), q_.data(), pos + t0, nb, kv_, l, shape, pool_);
+    matmul(xb_.data(), att_.data(), nb, L.wo, pool_);
+    for (int64_t i = 0; i < nb * dim; ++i) xc[i] += xb_[static_cast<size_t>(i)];
+
+    rmsnorm_rows(xb_.data(), xc, L.ffn_norm, nb, dim, c.rms_eps, pool_);
+    matmul(gate_.data(), xb_.data(), nb, L.w_gate, pool_);
+    matmul(up_.data(), xb_.data(), nb, L.w_up, pool_);
+    pool_.parallel_for(nb, 1, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) swiglu(gate_.data() + t * ff, gate_.data() + t * ff, up_.data() + t * ff, ff);
+    });
+    matmul(xb_.data(), gate_.data(), nb, L.w_down, pool_);
+    for (int64_t i = 0; i < nb * dim; ++i) xc[i] += xb_[static_cast<size_t>(i)];
+  }
+}
+
+void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits) {
+  const ModelConfig& c = model_.cfg;
+  const int n = static_cast<int>(tokens.size());
+  if (n == 0) fail("eval: no tokens");
+  if (n_past_ + n > n_ctx_)
+    fail("context full: " + std::to_string(n_past_) + " + " + std::to_string(n) + " tokens exceed the context size " +
+         std::to_string(n_ctx_));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= c.n_vocab) fail("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.n_vocab));
+
+  const int64_t dim = c.dim;
+  std::vector<float> x(static_cast<size_t>(n) * dim);
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int t = 0; t < n; ++t) {
+    embedding_row(x.data() + t * dim, model_.tok_embd, tokens[static_cast<size_t>(t)]);
+    pos[static_cast<size_t>(t)] = n_past_ + t;
+  }
+  for (int l = 0; l < c.n_layers; ++l) run_layer(l, x.data(), n, pos.data());
+  n_past_ += n;
+
+  if (!logits) return;
+  const int first = all_logits ? 0 : n - 1;
+  const int rows = n - first;
+  std::vector<float> normed(static_cast<size_t>(rows) * dim);
+  rmsnorm_rows(normed.data(), x.data() + first * dim, model_.output_norm, rows, dim, c.rms_eps, pool_);
+  logits->resize(static_cast<size_t>(rows) * c.n_vocab);
+  matmul(logits->data(), normed.data(), rows, model_.output, pool_);
+}
+
+}  // namespace slake

@@ -1,0 +1,211 @@
+#include "slake/dtype.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "slake/error.h"
+
+// This file is compiled with -ffp-contract=off: dequantisation must round like the reference.
+
+namespace slake {
+
+namespace {
+constexpr DTypeInfo kF32{"F32", 1, 4};
+constexpr DTypeInfo kF16{"F16", 1, 2};
+constexpr DTypeInfo kBF16{"BF16", 1, 2};
+constexpr DTypeInfo kQ4_0{"Q4_0", 32, 18};
+constexpr DTypeInfo kQ8_0{"Q8_0", 32, 34};
+constexpr DTypeInfo kQ4_K{"Q4_K", 256, 144};
+constexpr DTypeInfo kQ6_K{"Q6_K", 256, 210};
+
+constexpr int kQK = 256;
+
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+void dequant_q4_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
+    const float d = fp16_to_fp32(load_u16(b));
+    const uint8_t* qs = b + 2;
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * static_cast<float>(static_cast<int>(qs[j] & 0x0F) - 8);
+      y[j + 16] = d * static_cast<float>(static_cast<int>(qs[j] >> 4) - 8);
+    }
+  }
+}
+
+void dequant_q8_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 34, y += 32) {
+    const float d = fp16_to_fp32(load_u16(b));
+    const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(qs[j]) * d;
+  }
+}
+
+// 6-bit scale and min of sub-block j of a Q4_K block (ggml's get_scale_min_k4).
+inline void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+void dequant_q4_k(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 144) {
+    const float d = fp16_to_fp32(load_u16(b));
+    const float dmin = fp16_to_fp32(load_u16(b + 2));
+    const uint8_t* scales = b + 4;
+    const uint8_t* qs = b + 16;
+    for (int g = 0; g < 4; ++g, qs += 32) {
+      for (int half = 0; half < 2; ++half) {
+        uint8_t sc, m;
+        q4k_scale_min(2 * g + half, scales, &sc, &m);
+        const float d1 = d * static_cast<float>(sc);
+        const float m1 = dmin * static_cast<float>(m);
+        const int shift = 4 * half;
+        for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((qs[l] >> shift) & 0xF) - m1;
+      }
+    }
+  }
+}
+
+void dequant_q6_k(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 210, y += kQK) {
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = fp16_to_fp32(load_u16(b + 208));
+    for (int e = 0; e < kQK; ++e) {
+      const int h = e / 128, r = e % 128;
+      const int lo = (ql[h * 64 + r % 64] >> (4 * (r / 64))) & 0xF;
+      const int hi = (qh[h * 32 + r % 32] >> (2 * (r / 32))) & 0x3;
+      const int q = (lo | (hi << 4)) - 32;
+      const float ds = d * static_cast<float>(sc[e / 16]);
+      y[e] = ds * static_cast<float>(q);
+    }
+  }
+}
+}  // namespace
+
+bool dtype_supported(uint32_t id) {
+  switch (static_cast<DType>(id)) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q4_0:
+    case DType::Q8_0:
+    case DType::Q4_K:
+    case DType::Q6_K:
+      return true;
+  }
+  return false;
+}
+
+std::string ggml_type_name(uint32_t id) {
+  static const char* const names[] = {
+      "F32",  "F16",  "Q4_0", "Q4_1", "Q4_2", "Q4_3",  "Q5_0",   "Q5_1",  "Q8_0",   "Q8_1", "Q2_K",
+      "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S",
+      "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16", "Q4_0_4_4", "Q4_0_4_8",
+      "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
+  if (id < sizeof(names) / sizeof(names[0])) return names[id];
+  return "type " + std::to_string(id);
+}
+
+const DTypeInfo& dtype_info(DType t) {
+  switch (t) {
+    case DType::F32: return kF32;
+    case DType::F16: return kF16;
+    case DType::BF16: return kBF16;
+    case DType::Q4_0: return kQ4_0;
+    case DType::Q8_0: return kQ8_0;
+    case DType::Q4_K: return kQ4_K;
+    case DType::Q6_K: return kQ6_K;
+  }
+  fail("internal: unsupported dtype " + std::to_string(static_cast<uint32_t>(t)));
+}
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t mant = h & 0x3FF;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400) == 0);
+      u = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3FF) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7F800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t fp32_to_fp16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);
+  const uint32_t abs = u & 0x7FFFFFFF;
+  if (abs >= 0x7F800000) return sign | (abs > 0x7F800000 ? 0x7E00 : 0x7C00);  // NaN / inf
+  if (abs >= 0x477FF000) return sign | 0x7C00;                                // overflow to inf
+  if (abs < 0x38800000) {                                                      // subnormal or zero
+    if (abs < 0x33000000) return sign;
+    const uint32_t e = abs >> 23;
+    const uint32_t m = (abs & 0x7FFFFF) | 0x800000;
+    const uint32_t shift = 126 - e;  // 14..24
+    uint32_t half = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return sign | static_cast<uint16_t>(half);
+  }
+  uint32_t half = ((abs - 0x38000000) >> 13);
+  const uint32_t rem = abs & 0x1FFF;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
+  return sign | static_cast<uint16_t>(half);
+}
+
+uint16_t fp32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  const auto* p = static_cast<const uint8_t*>(src);
+  const int64_t nb = n / dtype_info(t).block_elems;
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, p, static_cast<size_t>(n) * 4);
+      return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(load_u16(p + 2 * i));
+      return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(load_u16(p + 2 * i));
+      return;
+    case DType::Q4_0: return dequant_q4_0(p, dst, nb);
+    case DType::Q8_0: return dequant_q8_0(p, dst, nb);
+    case DType::Q4_K: return dequant_q4_k(p, dst, nb);
+    case DType::Q6_K: return dequant_q6_k(p, dst, nb);
+  }
+  fail("internal: dequantize_row: unsupported dtype");
+}
+
+}  // namespace slake

@@ -1,0 +1,109 @@
+// Parts of model loading shared by both formats: Llama 3 RoPE factors, shape validation, sizes.
+#include "slake/model.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+
+#include "model_internal.h"
+#include "slake/error.h"
+
+namespace slake {
+
+std::vector<float> llama3_rope_factors(int head_dim, float theta, float factor, float low_freq_factor,
+                                       float high_freq_factor, float original_max_pos) {
+  std::vector<float> out(static_cast<size_t>(head_dim / 2));
+  const double low_wavelen = original_max_pos / low_freq_factor;
+  const double high_wavelen = original_max_pos / high_freq_factor;
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const double freq = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+    const double wavelen = 2.0 * M_PI / freq;
+    double f;
+    if (wavelen < high_wavelen) {
+      f = 1.0;
+    } else if (wavelen > low_wavelen) {
+      f = factor;
+    } else {
+      const double smooth = (original_max_pos / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      f = 1.0 / ((1.0 - smooth) / factor + smooth);
+    }
+    out[static_cast<size_t>(i)] = static_cast<float>(f);
+  }
+  return out;
+}
+
+size_t Model::weight_bytes() const {
+  size_t n = tok_embd.nbytes + output_norm.nbytes + (cfg.tied_output ? 0 : output.nbytes);
+  for (const LayerWeights& l : layers)
+    n += l.attn_norm.nbytes + l.wq.nbytes + l.wk.nbytes + l.wv.nbytes + l.wo.nbytes + l.ffn_norm.nbytes +
+         l.w_gate.nbytes + l.w_up.nbytes + l.w_down.nbytes;
+  return n;
+}
+
+namespace detail {
+
+void validate_config(const ModelConfig& c, const std::string& file) {
+  auto need = [&](bool ok, const std::string& what) {
+    if (!ok) fail(file + ": " + what);
+  };
+  need(c.n_vocab > 0, "vocabulary size must be positive");
+  need(c.dim > 0 && c.n_layers > 0 && c.n_heads > 0 && c.n_kv_heads > 0 && c.ffn_dim > 0 && c.head_dim > 0,
+       "model dimensions must be positive");
+  need(c.n_layers <= 4096 && c.n_heads <= 4096 && c.head_dim <= 4096 && c.dim <= (1 << 20) && c.ffn_dim <= (1 << 22),
+       "model dimensions are absurd");
+  need(c.n_heads % c.n_kv_heads == 0, "head count " + std::to_string(c.n_heads) + " is not a multiple of the KV head count " +
+                                          std::to_string(c.n_kv_heads));
+  need(c.head_dim % 2 == 0, "head dimension " + std::to_string(c.head_dim) + " is odd");
+  need(c.rms_eps > 0 && std::isfinite(c.rms_eps), "RMS norm epsilon must be positive");
+  need(c.rope_theta > 0 && std::isfinite(c.rope_theta), "RoPE theta must be positive");
+  need(c.sliding_window >= 0, "sliding window must not be negative");
+  need(c.rope_freq_factors.empty() || c.rope_freq_factors.size() == static_cast<size_t>(c.head_dim / 2),
+       "RoPE frequency factors must have head_dim/2 entries");
+  for (float f : c.rope_freq_factors) need(f > 0 && std::isfinite(f), "RoPE frequency factors must be positive");
+}
+
+const TensorView& check_tensor(const TensorView* t, const std::string& name, std::vector<int64_t> ne, const std::string& file) {
+  if (!t) fail(file + ": missing tensor " + name);
+  if (t->ne != ne)
+    fail(file + ": tensor " + name + " has shape " + shape_string(t->ne) + ", expected " + shape_string(ne));
+  return *t;
+}
+
+void bind_weights(Model& m, const std::function<const TensorView*(const std::string&)>& find, const TensorNames& names,
+                  const std::string& file) {
+  const ModelConfig& c = m.cfg;
+  const int64_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), ff = c.ffn_dim, V = c.n_vocab;
+  m.tok_embd = check_tensor(find(names.tok_embd), names.tok_embd, {dim, V}, file);
+  m.output_norm = check_tensor(find(names.output_norm), names.output_norm, {dim}, file);
+  m.output = m.cfg.tied_output ? m.tok_embd : check_tensor(find(names.output), names.output, {dim, V}, file);
+  m.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    auto get = [&](const std::string& pattern, std::vector<int64_t> ne) {
+      std::string n = pattern;
+      n.replace(n.find("{}"), 2, std::to_string(l));
+      return check_tensor(find(n), n, std::move(ne), file);
+    };
+    LayerWeights& L = m.layers[static_cast<size_t>(l)];
+    L.attn_norm = get(names.attn_norm, {dim});
+    L.wq = get(names.wq, {dim, q});
+    L.wk = get(names.wk, {dim, kv});
+    L.wv = get(names.wv, {dim, kv});
+    L.wo = get(names.wo, {q, dim});
+    L.ffn_norm = get(names.ffn_norm, {dim});
+    L.w_gate = get(names.w_gate, {dim, ff});
+    L.w_up = get(names.w_up, {dim, ff});
+    L.w_down = get(names.w_down, {ff, dim});
+  }
+}
+
+}  // namespace detail
+
+std::unique_ptr<Model> load_model(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail(path + ": no such file or directory");
+  std::unique_ptr<Model> m = S_ISDIR(st.st_mode) ? detail::load_hf_dir(path) : detail::load_gguf(path);
+  m->path = path;
+  return m;
+}
+
+}  // namespace slake

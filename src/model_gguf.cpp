@@ -1,0 +1,128 @@
+// Model loading from a GGUF file written by llama.cpp's converters (architecture "llama").
+#include <cmath>
+#include <limits>
+
+#include "model_internal.h"
+#include "slake/error.h"
+#include "slake/gguf.h"
+
+namespace slake::detail {
+
+namespace {
+
+int to_int(uint64_t v, const std::string& file, const std::string& key) {
+  if (v > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+    fail(file + ": key " + key + " value " + std::to_string(v) + " is too large");
+  return static_cast<int>(v);
+}
+
+int token_id(const GgufFile& g, const std::string& key, size_t n_tokens) {
+  if (!g.has(key)) return -1;
+  const uint64_t v = g.get_uint(key);
+  if (v == 0xFFFFFFFFull || v == std::numeric_limits<uint64_t>::max()) return -1;  // "none"
+  if (v >= n_tokens) fail(g.name() + ": " + key + " = " + std::to_string(v) + " is outside the vocabulary");
+  return static_cast<int>(v);
+}
+
+Vocab read_vocab(const GgufFile& g) {
+  Vocab v;
+  if (!g.has("tokenizer.ggml.tokens")) return v;
+  v.model = g.get_string("tokenizer.ggml.model", "");
+  v.pre = g.get_string("tokenizer.ggml.pre", "");
+  const GgufValue& toks = g.get_array("tokenizer.ggml.tokens", GgufType::STRING);
+  for (const GgufValue& t : toks.arr) v.tokens.push_back(t.str);
+  const size_t n = v.tokens.size();
+  if (g.has("tokenizer.ggml.scores")) {
+    const GgufValue& s = g.get_array("tokenizer.ggml.scores", GgufType::FLOAT32);
+    if (s.arr.size() != n) fail(g.name() + ": tokenizer.ggml.scores has " + std::to_string(s.arr.size()) + " entries for " + std::to_string(n) + " tokens");
+    for (const GgufValue& x : s.arr) v.scores.push_back(static_cast<float>(x.f));
+  }
+  if (g.has("tokenizer.ggml.token_type")) {
+    const GgufValue& s = g.get_array("tokenizer.ggml.token_type", GgufType::INT32);
+    if (s.arr.size() != n) fail(g.name() + ": tokenizer.ggml.token_type has " + std::to_string(s.arr.size()) + " entries for " + std::to_string(n) + " tokens");
+    for (const GgufValue& x : s.arr) v.types.push_back(static_cast<int32_t>(x.i));
+  }
+  if (g.has("tokenizer.ggml.merges")) {
+    for (const GgufValue& x : g.get_array("tokenizer.ggml.merges", GgufType::STRING).arr) v.merges.push_back(x.str);
+  }
+  v.bos = token_id(g, "tokenizer.ggml.bos_token_id", n);
+  v.eos = token_id(g, "tokenizer.ggml.eos_token_id", n);
+  v.unk = token_id(g, "tokenizer.ggml.unknown_token_id", n);
+  v.eot = token_id(g, "tokenizer.ggml.eot_token_id", n);
+  v.add_bos = g.get_bool("tokenizer.ggml.add_bos_token", v.model == "llama");
+  v.chat_template = g.get_string("tokenizer.chat_template", "");
+  return v;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_gguf(const std::string& path) {
+  auto g = std::make_shared<GgufFile>(GgufFile::open(path));
+  const std::string& f = g->name();
+  auto m = std::make_unique<Model>();
+  m->format = "gguf";
+  m->storage = g;
+  ModelConfig& c = m->cfg;
+  c.arch = g->get_string("general.architecture");
+  if (c.arch != "llama") fail(f + ": architecture '" + c.arch + "' is not supported (llama is)");
+  const std::string a = c.arch + ".";
+  c.name = g->get_string("general.name", "");
+  auto geti = [&](const std::string& k) { return to_int(g->get_uint(a + k), f, a + k); };
+  c.dim = geti("embedding_length");
+  c.n_layers = geti("block_count");
+  c.ffn_dim = geti("feed_forward_length");
+  c.n_heads = geti("attention.head_count");
+  c.n_kv_heads = to_int(g->get_uint(a + "attention.head_count_kv", static_cast<uint64_t>(c.n_heads)), f, a + "attention.head_count_kv");
+  c.n_ctx_train = geti("context_length");
+  c.rms_eps = static_cast<float>(g->get_float(a + "attention.layer_norm_rms_epsilon"));
+  c.rope_theta = static_cast<float>(g->get_float(a + "rope.freq_base", 10000.0));
+  if (c.n_heads <= 0) fail(f + ": head count must be positive");
+  c.head_dim = to_int(g->get_uint(a + "attention.key_length", static_cast<uint64_t>(c.dim / c.n_heads)), f, a + "attention.key_length");
+  const int v_len = to_int(g->get_uint(a + "attention.value_length", static_cast<uint64_t>(c.head_dim)), f, a + "attention.value_length");
+  if (v_len != c.head_dim) fail(f + ": key and value head sizes differ (" + std::to_string(c.head_dim) + " vs " + std::to_string(v_len) + ")");
+  const int rope_dims = to_int(g->get_uint(a + "rope.dimension_count", static_cast<uint64_t>(c.head_dim)), f, a + "rope.dimension_count");
+  if (rope_dims != c.head_dim)
+    fail(f + ": partial RoPE (" + std::to_string(rope_dims) + " of " + std::to_string(c.head_dim) + " dimensions) is not supported");
+  c.sliding_window = to_int(g->get_uint(a + "attention.sliding_window", 0), f, a + "attention.sliding_window");
+  c.rope_layout = RopeLayout::Adjacent;
+
+  const std::string scaling = g->get_string(a + "rope.scaling.type", "none");
+  if (scaling == "linear") {
+    const double factor = g->get_float(a + "rope.scaling.factor");
+    if (!(factor > 0)) fail(f + ": rope.scaling.factor must be positive");
+    c.rope_freq_factors.assign(static_cast<size_t>(c.head_dim / 2), static_cast<float>(factor));
+  } else if (scaling != "none") {
+    fail(f + ": RoPE scaling type '" + scaling + "' is not supported");
+  }
+  if (const TensorView* rf = g->find_tensor("rope_freqs.weight")) {
+    if (rf->type != DType::F32 || rf->ne != std::vector<int64_t>{c.head_dim / 2})
+      fail(f + ": rope_freqs.weight must be F32 of shape [" + std::to_string(c.head_dim / 2) + "]");
+    std::vector<float> ff(static_cast<size_t>(c.head_dim / 2));
+    dequantize_row(DType::F32, rf->data, ff.data(), c.head_dim / 2);
+    if (c.rope_freq_factors.empty()) c.rope_freq_factors = ff;
+    else for (size_t i = 0; i < ff.size(); ++i) c.rope_freq_factors[i] *= ff[i];
+  }
+
+  const TensorView* emb = g->find_tensor("token_embd.weight");
+  if (!emb) fail(f + ": missing tensor token_embd.weight");
+  if (emb->ne.size() != 2) fail(f + ": token_embd.weight must be 2-D, has shape " + shape_string(emb->ne));
+  if (emb->ne[1] > std::numeric_limits<int32_t>::max()) fail(f + ": vocabulary too large");
+  c.n_vocab = static_cast<int>(emb->ne[1]);
+  if (g->has(a + "vocab_size") && static_cast<int64_t>(g->get_uint(a + "vocab_size")) != c.n_vocab)
+    fail(f + ": " + a + "vocab_size disagrees with token_embd.weight");
+  c.tied_output = g->find_tensor("output.weight") == nullptr;
+  validate_config(c, f);
+
+  m->vocab = read_vocab(*g);
+  if (!m->vocab.tokens.empty() && m->vocab.tokens.size() > static_cast<size_t>(c.n_vocab))
+    fail(f + ": the vocabulary has " + std::to_string(m->vocab.tokens.size()) + " tokens but the model only " + std::to_string(c.n_vocab));
+
+  TensorNames names{"token_embd.weight", "output_norm.weight", "output.weight",
+                    "blk.{}.attn_norm.weight", "blk.{}.attn_q.weight", "blk.{}.attn_k.weight", "blk.{}.attn_v.weight",
+                    "blk.{}.attn_output.weight", "blk.{}.ffn_norm.weight", "blk.{}.ffn_gate.weight", "blk.{}.ffn_up.weight",
+                    "blk.{}.ffn_down.weight"};
+  bind_weights(*m, [&](const std::string& n) { return g->find_tensor(n); }, names, f);
+  return m;
+}
+
+}  // namespace slake::detail

@@ -1,0 +1,208 @@
+// Model loading from a Hugging Face checkpoint directory: config.json, safetensors (single file or
+// sharded), and, when present, tokenizer.json for the vocabulary.
+#include <sys/stat.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "model_internal.h"
+#include "slake/error.h"
+#include "slake/safetensors.h"
+
+namespace slake::detail {
+
+namespace {
+
+using nlohmann::json;
+
+json parse_json_file(const std::string& path) {
+  try {
+    return json::parse(read_text_file(path));
+  } catch (const json::exception& e) {
+    fail(path + ": malformed JSON: " + e.what());
+  }
+}
+
+class ConfigReader {
+ public:
+  ConfigReader(const json& j, const std::string& file) : j_(j), file_(file) {}
+  bool has(const std::string& k) const { return j_.contains(k) && !j_[k].is_null(); }
+  int get_int(const std::string& k) const {
+    if (!has(k)) fail(file_ + ": missing " + k);
+    return to_int(j_[k], k);
+  }
+  int get_int(const std::string& k, int fallback) const { return has(k) ? get_int(k) : fallback; }
+  double get_num(const json& v, const std::string& k) const {
+    if (!v.is_number()) fail(file_ + ": " + k + " is not a number");
+    return v.get<double>();
+  }
+  double get_num(const std::string& k, double fallback) const { return has(k) ? get_num(j_[k], k) : fallback; }
+  int to_int(const json& v, const std::string& k) const {
+    if (!v.is_number_integer()) fail(file_ + ": " + k + " is not an integer");
+    const int64_t x = v.get<int64_t>();
+    if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max())
+      fail(file_ + ": " + k + " = " + std::to_string(x) + " is out of range");
+    return static_cast<int>(x);
+  }
+  const json& raw() const { return j_; }
+
+ private:
+  const json& j_;
+  const std::string& file_;
+};
+
+// RoPE parameters: transformers 4.x writes rope_theta + rope_scaling, 5.x writes rope_parameters.
+void read_rope(const ConfigReader& r, ModelConfig& c, const std::string& file) {
+  const json& j = r.raw();
+  json params = json::object();
+  if (r.has("rope_parameters")) params = j["rope_parameters"];
+  else if (r.has("rope_scaling")) params = j["rope_scaling"];
+  if (!params.is_object()) fail(file + ": rope parameters are not an object");
+  c.rope_theta = static_cast<float>(r.get_num("rope_theta", 10000.0));
+  if (params.contains("rope_theta")) c.rope_theta = static_cast<float>(r.get_num(params["rope_theta"], "rope_theta"));
+  std::string type = "default";
+  if (params.contains("rope_type") && params["rope_type"].is_string()) type = params["rope_type"].get<std::string>();
+  else if (params.contains("type") && params["type"].is_string()) type = params["type"].get<std::string>();
+  auto num = [&](const char* k) {
+    if (!params.contains(k)) fail(file + ": rope scaling '" + type + "' needs " + k);
+    return r.get_num(params[k], k);
+  };
+  if (type == "default") return;
+  if (type == "linear") {
+    c.rope_freq_factors.assign(static_cast<size_t>(c.head_dim / 2), static_cast<float>(num("factor")));
+  } else if (type == "llama3") {
+    c.rope_freq_factors = llama3_rope_factors(c.head_dim, c.rope_theta, static_cast<float>(num("factor")),
+                                              static_cast<float>(num("low_freq_factor")),
+                                              static_cast<float>(num("high_freq_factor")),
+                                              static_cast<float>(num("original_max_position_embeddings")));
+  } else {
+    fail(file + ": RoPE scaling type '" + type + "' is not supported");
+  }
+}
+
+int first_id(const json& v) {
+  if (v.is_number_integer()) return v.get<int>();
+  if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int>();
+  return -1;
+}
+
+// The vocabulary of tokenizer.json (BPE models: Llama 2/Mistral with byte fallback, Llama 3 byte-level).
+Vocab read_tokenizer_json(const std::string& path, const json& cfg) {
+  Vocab v;
+  const json t = parse_json_file(path);
+  if (!t.is_object() || !t.contains("model") || !t["model"].is_object()) fail(path + ": no model object");
+  const json& model = t["model"];
+  if (!model.contains("vocab") || !model["vocab"].is_object()) fail(path + ": model.vocab is not an object");
+  const bool byte_fallback = model.value("byte_fallback", false);
+  v.model = byte_fallback ? "llama" : "gpt2";
+  size_t n = model["vocab"].size();
+  auto place = [&](const std::string& piece, const json& idj) {
+    if (!idj.is_number_integer() || idj.get<int64_t>() < 0 || idj.get<int64_t>() > 10000000)
+      fail(path + ": token id of '" + piece + "' is not a valid id");
+    const size_t id = idj.get<size_t>();
+    if (id >= v.tokens.size()) {
+      v.tokens.resize(id + 1);
+      v.types.resize(id + 1, 5);  // unused until seen
+    }
+    v.tokens[id] = piece;
+    return id;
+  };
+  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
+    const size_t id = place(it.key(), it.value());
+    const std::string& p = it.key();
+    v.types[id] = (byte_fallback && p.size() == 6 && p.rfind("<0x", 0) == 0 && p.back() == '>') ? 6 : 1;
+  }
+  if (t.contains("added_tokens") && t["added_tokens"].is_array()) {
+    for (const json& a : t["added_tokens"]) {
+      if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || !a.contains("id")) fail(path + ": malformed added_tokens entry");
+      const size_t id = place(a["content"].get<std::string>(), a["id"]);
+      v.types[id] = a.value("special", false) ? 3 : 4;
+    }
+  }
+  if (model.contains("merges") && model["merges"].is_array()) {
+    for (const json& m : model["merges"]) {
+      if (m.is_string()) v.merges.push_back(m.get<std::string>());
+      else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+        v.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+      else fail(path + ": malformed merges entry");
+    }
+  }
+  (void)n;
+  const int nt = static_cast<int>(v.tokens.size());
+  auto id_or_none = [&](int id) { return id >= 0 && id < nt ? id : -1; };
+  v.bos = id_or_none(cfg.contains("bos_token_id") ? first_id(cfg["bos_token_id"]) : -1);
+  v.eos = id_or_none(cfg.contains("eos_token_id") ? first_id(cfg["eos_token_id"]) : -1);
+  if (byte_fallback) {
+    for (int i = 0; i < nt; ++i)
+      if (v.tokens[static_cast<size_t>(i)] == "<unk>") v.unk = i;
+    if (v.unk >= 0) v.types[static_cast<size_t>(v.unk)] = 2;
+  }
+  if (v.bos >= 0) v.types[static_cast<size_t>(v.bos)] = 3;
+  if (v.eos >= 0) v.types[static_cast<size_t>(v.eos)] = 3;
+  return v;
+}
+
+bool file_exists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
+  const std::string cfg_path = dir + "/config.json";
+  if (!file_exists(cfg_path)) fail(dir + ": not a model directory (no config.json)");
+  const json j = parse_json_file(cfg_path);
+  if (!j.is_object()) fail(cfg_path + ": not a JSON object");
+  ConfigReader r(j, cfg_path);
+  auto m = std::make_unique<Model>();
+  m->format = "hf";
+  ModelConfig& c = m->cfg;
+  c.arch = j.value("model_type", std::string());
+  if (c.arch != "llama" && c.arch != "mistral") fail(cfg_path + ": model_type '" + c.arch + "' is not supported (llama, mistral are)");
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu") fail(cfg_path + ": hidden_act must be silu");
+  if (j.value("attention_bias", false) || j.value("mlp_bias", false)) fail(cfg_path + ": attention or MLP biases are not supported");
+  c.name = dir;
+  c.n_vocab = r.get_int("vocab_size");
+  c.dim = r.get_int("hidden_size");
+  c.n_layers = r.get_int("num_hidden_layers");
+  c.n_heads = r.get_int("num_attention_heads");
+  c.n_kv_heads = r.get_int("num_key_value_heads", c.n_heads);
+  c.ffn_dim = r.get_int("intermediate_size");
+  if (c.n_heads <= 0) fail(cfg_path + ": num_attention_heads must be positive");
+  c.head_dim = r.get_int("head_dim", c.dim / c.n_heads);
+  c.n_ctx_train = r.get_int("max_position_embeddings", 4096);
+  c.rms_eps = static_cast<float>(r.get_num("rms_norm_eps", 1e-6));
+  c.tied_output = j.value("tie_word_embeddings", false);
+  c.sliding_window = c.arch == "mistral" ? r.get_int("sliding_window", 0) : 0;
+  c.rope_layout = RopeLayout::Half;
+  read_rope(r, c, cfg_path);
+  validate_config(c, cfg_path);
+
+  auto set = std::make_shared<SafetensorsSet>(SafetensorsSet::open_dir(dir));
+  m->storage = set;
+  if (!c.tied_output && !set->find_tensor("lm_head.weight")) c.tied_output = true;  // some checkpoints omit it
+  TensorNames names{"model.embed_tokens.weight",
+                    "model.norm.weight",
+                    "lm_head.weight",
+                    "model.layers.{}.input_layernorm.weight",
+                    "model.layers.{}.self_attn.q_proj.weight",
+                    "model.layers.{}.self_attn.k_proj.weight",
+                    "model.layers.{}.self_attn.v_proj.weight",
+                    "model.layers.{}.self_attn.o_proj.weight",
+                    "model.layers.{}.post_attention_layernorm.weight",
+                    "model.layers.{}.mlp.gate_proj.weight",
+                    "model.layers.{}.mlp.up_proj.weight",
+                    "model.layers.{}.mlp.down_proj.weight"};
+  bind_weights(*m, [&](const std::string& n) { return set->find_tensor(n); }, names, dir);
+
+  if (file_exists(dir + "/tokenizer.json")) {
+    m->vocab = read_tokenizer_json(dir + "/tokenizer.json", j);
+    if (m->vocab.tokens.size() > static_cast<size_t>(c.n_vocab))
+      fail(dir + "/tokenizer.json: " + std::to_string(m->vocab.tokens.size()) + " tokens but the model has " + std::to_string(c.n_vocab));
+  }
+  return m;
+}
+
+}  // namespace slake::detail

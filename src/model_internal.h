@@ -1,0 +1,27 @@
+// Internal to model loading: the pieces the GGUF and Hugging Face loaders share.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "slake/model.h"
+
+namespace slake::detail {
+
+// Tensor names of one format; "{}" stands for the layer index.
+struct TensorNames {
+  std::string tok_embd, output_norm, output;
+  std::string attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+};
+
+void validate_config(const ModelConfig& c, const std::string& file);
+const TensorView& check_tensor(const TensorView* t, const std::string& name, std::vector<int64_t> ne, const std::string& file);
+// Finds every weight by name and checks its shape against the config.
+void bind_weights(Model& m, const std::function<const TensorView*(const std::string&)>& find, const TensorNames& names,
+                  const std::string& file);
+
+std::unique_ptr<Model> load_gguf(const std::string& path);
+std::unique_ptr<Model> load_hf_dir(const std::string& dir);
+
+}  // namespace slake::detail

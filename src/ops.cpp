@@ -1,0 +1,98 @@
+#include "slake/ops.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace slake {
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  float sum = _mm_cvtss_f32(h);
+#else
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+#endif
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+namespace {
+// Dequantises a 1-D weight into a thread-local buffer and returns it.
+const float* weight_vector(const TensorView& w, int64_t n) {
+  if (w.type == DType::F32) return reinterpret_cast<const float*>(w.data);
+  thread_local std::vector<float> buf;
+  buf.resize(static_cast<size_t>(n));
+  dequantize_row(w.type, w.data, buf.data(), n);
+  return buf.data();
+}
+}  // namespace
+
+void rmsnorm(float* out, const float* x, const TensorView& w, int64_t n, float eps) {
+  const float* wv = weight_vector(w, n);
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = wv[i] * (x[i] * scale);
+}
+
+void rmsnorm_rows(float* out, const float* x, const TensorView& w, int64_t rows, int64_t n, float eps, ThreadPool& pool) {
+  pool.parallel_for(rows, 16, [&](int64_t b, int64_t e, int) {
+    for (int64_t r = b; r < e; ++r) rmsnorm(out + r * n, x + r * n, w, n, eps);
+  });
+}
+
+void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, ThreadPool& pool) {
+  const int64_t K = W.row_len(), N = W.n_rows();
+  const size_t rb = row_bytes(W.type, K);
+  // Rows are handed out in chunks; a chunk dequantises each row once and reuses it for every token.
+  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(64, N / (8 * pool.size()) + 1));
+  pool.parallel_for(N, grain, [&](int64_t b, int64_t e, int) {
+    thread_local std::vector<float> row;
+    if (W.type != DType::F32) row.resize(static_cast<size_t>(K));
+    for (int64_t r = b; r < e; ++r) {
+      const float* w;
+      if (W.type == DType::F32) {
+        w = reinterpret_cast<const float*>(W.data + static_cast<size_t>(r) * rb);
+      } else {
+        dequantize_row(W.type, W.data + static_cast<size_t>(r) * rb, row.data(), K);
+        w = row.data();
+      }
+      for (int64_t t = 0; t < n_tokens; ++t) out[t * N + r] = dot_f32(w, x + t * K, K);
+    }
+  });
+}
+
+void swiglu(float* out, const float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void embedding_row(float* out, const TensorView& emb, int64_t token) {
+  dequantize_row(emb.type, emb.row(token), out, emb.row_len());
+}
+
+}  // namespace slake
