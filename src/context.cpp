@@ -1,6 +1,8 @@
 #include "slake/context.h"
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "slake/attention.h"
@@ -12,7 +14,14 @@ namespace slake {
 namespace {
 int resolve_ctx(const Model& m, int n_ctx) {
   if (n_ctx < 0) fail("context size must not be negative, got " + std::to_string(n_ctx));
-  return n_ctx == 0 ? m.cfg.n_ctx_train : n_ctx;
+  if (n_ctx == 0) n_ctx = m.cfg.n_ctx_train;
+  const ModelConfig& c = m.cfg;
+  const size_t need = KvCache::planned_bytes(c.n_layers, c.n_kv_heads, c.head_dim, n_ctx);
+  const size_t have = static_cast<size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(::sysconf(_SC_PAGE_SIZE));
+  if (need > have)
+    fail("a context of " + std::to_string(n_ctx) + " tokens needs " + std::to_string(need >> 20) +
+         " MiB of KV cache, more than this machine's " + std::to_string(have >> 20) + " MiB of memory; lower the context size");
+  return n_ctx;
 }
 }  // namespace
 

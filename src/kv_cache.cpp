@@ -9,28 +9,47 @@ namespace slake {
 KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity)
     : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity) {
   heads_.resize(static_cast<size_t>(n_layers) * n_kv_heads);
+  // Reserved, not touched: pages are committed as tokens arrive, so resident memory follows use.
   const size_t per = static_cast<size_t>(capacity) * head_dim;
-  for (KvHead& h : heads_) {
-    h.k.resize(per);
-    h.v.resize(per);
-    h.pos.resize(static_cast<size_t>(capacity));
+  try {
+    for (KvHead& h : heads_) {
+      h.k.reserve(per);
+      h.v.reserve(per);
+      h.pos.reserve(static_cast<size_t>(capacity));
+    }
+  } catch (const std::bad_alloc&) {
+    fail("cannot reserve a KV cache of " + std::to_string(capacity) + " tokens (" +
+         std::to_string(planned_bytes(n_layers, n_kv_heads, head_dim, capacity) >> 20) + " MiB)");
   }
+}
+
+size_t KvCache::planned_bytes(int n_layers, int n_kv_heads, int head_dim, int capacity) {
+  return static_cast<size_t>(n_layers) * n_kv_heads * capacity * (2 * sizeof(float) * head_dim + sizeof(int32_t));
 }
 
 void KvCache::append(int layer, const float* k, const float* v, int32_t pos) {
   for (int h = 0; h < n_kv_heads_; ++h) {
     KvHead& kh = head(layer, h);
     if (kh.n >= capacity_) fail("KV cache full: " + std::to_string(capacity_) + " tokens per head");
-    const size_t off = static_cast<size_t>(kh.n) * head_dim_;
-    std::memcpy(kh.k.data() + off, k + static_cast<size_t>(h) * head_dim_, sizeof(float) * head_dim_);
-    std::memcpy(kh.v.data() + off, v + static_cast<size_t>(h) * head_dim_, sizeof(float) * head_dim_);
-    kh.pos[static_cast<size_t>(kh.n)] = pos;
+    const float* kp = k + static_cast<size_t>(h) * head_dim_;
+    const float* vp = v + static_cast<size_t>(h) * head_dim_;
+    kh.k.resize(static_cast<size_t>(kh.n) * head_dim_);
+    kh.v.resize(static_cast<size_t>(kh.n) * head_dim_);
+    kh.pos.resize(static_cast<size_t>(kh.n));
+    kh.k.insert(kh.k.end(), kp, kp + head_dim_);
+    kh.v.insert(kh.v.end(), vp, vp + head_dim_);
+    kh.pos.push_back(pos);
     ++kh.n;
   }
 }
 
 void KvCache::clear() {
-  for (KvHead& h : heads_) h.n = 0;
+  for (KvHead& h : heads_) {
+    h.k.clear();
+    h.v.clear();
+    h.pos.clear();
+    h.n = 0;
+  }
 }
 
 int64_t KvCache::tokens_held() const {

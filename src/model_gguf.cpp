@@ -6,7 +6,8 @@
 #include "slake/error.h"
 #include "slake/gguf.h"
 
-namespace slake::detail {
+namespace slake {
+namespace detail {
 
 namespace {
 
@@ -57,7 +58,13 @@ Vocab read_vocab(const GgufFile& g) {
 }  // namespace
 
 std::unique_ptr<Model> load_gguf(const std::string& path) {
-  auto g = std::make_shared<GgufFile>(GgufFile::open(path));
+  return model_from_gguf(std::make_shared<GgufFile>(GgufFile::open(path)));
+}
+
+}  // namespace detail
+
+std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
+  using namespace detail;
   const std::string& f = g->name();
   auto m = std::make_unique<Model>();
   m->format = "gguf";
@@ -125,4 +132,4 @@ std::unique_ptr<Model> load_gguf(const std::string& path) {
   return m;
 }
 
-}  // namespace slake::detail
+}  // namespace slake

@@ -51,7 +51,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   if (n_threads_ == 1 || n <= grain) {
-    fn(0, n, 0);
+    for (int64_t b = 0; b < n; b += grain) fn(b, std::min(n, b + grain), 0);
     return;
   }
   {

@@ -9,9 +9,9 @@
 namespace slake {
 
 struct KvHead {
-  std::vector<float> k;      // [capacity][head_dim]
-  std::vector<float> v;      // [capacity][head_dim]
-  std::vector<int32_t> pos;  // [capacity]
+  std::vector<float> k;      // [n][head_dim], capacity reserved up front
+  std::vector<float> v;      // [n][head_dim]
+  std::vector<int32_t> pos;  // [n]
   int n = 0;                 // tokens held
 
   const float* key(int i, int d) const { return k.data() + static_cast<size_t>(i) * d; }
@@ -33,6 +33,9 @@ class KvCache {
   // Appends one token's k and v (kv_dim = n_kv_heads * head_dim values each) to every head of a layer.
   void append(int layer, const float* k, const float* v, int32_t pos);
   void clear();
+
+  // Bytes a cache of `capacity` tokens per head takes when full.
+  static size_t planned_bytes(int n_layers, int n_kv_heads, int head_dim, int capacity);
 
   // Tokens held, summed over layers and heads.
   int64_t tokens_held() const;

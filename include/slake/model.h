@@ -74,6 +74,10 @@ struct Model {
 // Throws slake::Error with a one-line message naming the file and the problem.
 std::unique_ptr<Model> load_model(const std::string& path);
 
+class GgufFile;
+// Builds a model from an already parsed GGUF file (the loader's second half; fuzzed on its own).
+std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> file);
+
 // Exposed for tests: the Llama 3 ("llama3" rope type) frequency divisors.
 std::vector<float> llama3_rope_factors(int head_dim, float theta, float factor, float low_freq_factor,
                                        float high_freq_factor, float original_max_pos);

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang + ASan/UBSan into build-fuzz/ and runs each for
+# SECONDS (default 300), seeded with the committed GGUF and safetensors fixtures.
+# Usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-300}
+shift || true
+targets=("${@:-gguf safetensors}")
+[ $# -eq 0 ] && targets=(gguf safetensors)
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLAKE_FUZZ=ON \
+  -DSLAKE_CUDA=OFF -DSLAKE_BUILD_TESTS=OFF -DSLAKE_BUILD_TOOLS=OFF >/dev/null
+cmake --build build-fuzz -j "$(nproc)"
+for t in "${targets[@]}"; do
+  corpus=build-fuzz/corpus-$t
+  mkdir -p "$corpus"
+  case $t in
+    gguf) find tests/fixtures -name '*.gguf' -size -600k -exec cp {} "$corpus/" \; ;;
+    safetensors) find tests/fixtures -name '*.safetensors' -size -600k -exec cp {} "$corpus/" \; ;;
+  esac
+  echo "fuzz-$t: ${seconds}s" >&2
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+    "build-fuzz/bin/fuzz-$t" "$corpus" -max_total_time="$seconds" -max_len=1048576 -rss_limit_mb=4096 \
+    -timeout=10 -print_final_stats=1 -artifact_prefix=build-fuzz/crash-$t- 2>&1 | tail -n 20
+done

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Bad input to the command-line tools: a non-zero exit and one line on stderr starting "error:"
+# (or CLI11's own message for bad flags), never a crash.
+set -u
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+
+expect_error() {  # expect_error PATTERN CMD...
+  local pattern=$1; shift
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -eq 0 ] || [ "$rc" -ge 128 ] || ! grep -q -- "$pattern" "$tmp/err"; then
+    echo "FAIL: $* -> exit $rc, stderr:"; cat "$tmp/err"; fails=$((fails + 1))
+  else
+    echo "ok: $* -> exit $rc: $(head -c 200 "$tmp/err" | head -n 1)"
+  fi
+}
+
+printf 'GGUF\x03\x00\x00\x00' >"$tmp/truncated.gguf"
+head -c 100 /dev/urandom >"$tmp/random.gguf"
+mkdir -p "$tmp/hf" && echo '{"model_type": "llama",' >"$tmp/hf/config.json"
+
+expect_error "error: /nonexistent.gguf: no such file" "$bin/slake-cli" -m /nonexistent.gguf
+expect_error "error: .*truncated.gguf: truncated file" "$bin/slake-cli" -m "$tmp/truncated.gguf"
+expect_error "error: .*random.gguf: not a GGUF file" "$bin/slake-cli" -m "$tmp/random.gguf"
+expect_error "error: .*config.json: malformed JSON" "$bin/slake-cli" -m "$tmp/hf"
+expect_error "-n" "$bin/slake-cli" -m x -n -5
+expect_error "required" "$bin/slake-cli"
+expect_error "--tokenizer" "$bin/slake-convert-llama2c" "$tmp/truncated.gguf"
+expect_error "error: .*implausible header" "$bin/slake-convert-llama2c" "$tmp/random.gguf" --tokenizer "$tmp/random.gguf" --gguf "$tmp/o.gguf"
+
+echo "$(( 8 - fails )) passed, $fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,143 @@
+// End-to-end logits against Hugging Face transformers. models/make_test_models.py wrote each tiny
+// random model as safetensors (save_pretrained) and as GGUF (the gguf package, llama.cpp's names
+// and Q/K permutation), with transformers' fp32 logits for a 64-token prompt at every position.
+#include <gmock/gmock.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "slake/context.h"
+#include "slake/mapped_file.h"
+#include "slake/model.h"
+#include "test_util.h"
+
+namespace slake {
+namespace {
+
+struct Reference {
+  std::vector<int32_t> tokens;
+  int n_vocab = 0;
+  std::vector<float> logits;  // [tokens][n_vocab]
+};
+
+Reference load_reference(const std::string& dir) {
+  Reference r;
+  const nlohmann::json j = nlohmann::json::parse(read_text_file(dir + "/reference.json"));
+  r.tokens = j["tokens"].get<std::vector<int32_t>>();
+  r.n_vocab = j["n_vocab"].get<int>();
+  r.logits = test::read_f32(dir + "/logits.f32");
+  return r;
+}
+
+// max |a - b| over the rows [row0, row0 + rows) of the reference, relative to max |reference|.
+double relative_error(const std::vector<float>& got, const Reference& ref, int row0, int rows) {
+  double max_diff = 0, max_ref = 0;
+  for (int t = 0; t < rows; ++t)
+    for (int v = 0; v < ref.n_vocab; ++v) {
+      const double want = ref.logits[static_cast<size_t>((row0 + t) * ref.n_vocab + v)];
+      const double g = got[static_cast<size_t>(t * ref.n_vocab + v)];
+      max_diff = std::max(max_diff, std::abs(g - want));
+      max_ref = std::max(max_ref, std::abs(want));
+    }
+  return max_diff / max_ref;
+}
+
+struct Case {
+  std::string model;
+  std::string format;  // "gguf" or "hf"
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string n = info.param.model + "_" + info.param.format;
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+}
+
+class ForwardReference : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    dir_ = test::fixtures_dir() + "/models/" + GetParam().model;
+    ref_ = load_reference(dir_);
+    model_ = load_model(GetParam().format == "gguf" ? dir_ + "/model.gguf" : dir_ + "/hf");
+    ASSERT_EQ(model_->cfg.n_vocab, ref_.n_vocab);
+  }
+  std::string dir_;
+  Reference ref_;
+  std::unique_ptr<Model> model_;
+};
+
+constexpr double kTolerance = 1e-4;
+
+TEST_P(ForwardReference, PrefillLogitsMatchTransformers) {
+  for (int n_batch : {64, 7}) {
+    for (int threads : {1, 2}) {
+      Context ctx(*model_, {/*n_ctx=*/64, threads, n_batch});
+      std::vector<float> logits;
+      ctx.eval(ref_.tokens, &logits, /*all_logits=*/true);
+      const double err = relative_error(logits, ref_, 0, static_cast<int>(ref_.tokens.size()));
+      EXPECT_LE(err, kTolerance) << "n_batch " << n_batch << ", threads " << threads;
+    }
+  }
+}
+
+TEST_P(ForwardReference, DecodeLogitsMatchTransformers) {
+  Context ctx(*model_, {64, 2, 16});
+  const int n_prompt = 40, n = static_cast<int>(ref_.tokens.size());
+  std::vector<float> logits;
+  ctx.eval(std::vector<int32_t>(ref_.tokens.begin(), ref_.tokens.begin() + n_prompt), &logits, false);
+  EXPECT_LE(relative_error(logits, ref_, n_prompt - 1, 1), kTolerance);
+  for (int t = n_prompt; t < n; ++t) {
+    ctx.eval({ref_.tokens[static_cast<size_t>(t)]}, &logits);
+    ASSERT_LE(relative_error(logits, ref_, t, 1), kTolerance) << "decode position " << t;
+  }
+  EXPECT_EQ(ctx.n_past(), n);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, ForwardReference,
+    ::testing::Values(Case{"llama2-mha", "gguf"}, Case{"llama2-mha", "hf"}, Case{"llama-gqa-tied", "gguf"},
+                      Case{"llama-gqa-tied", "hf"}, Case{"llama31-rope-scaling", "gguf"}, Case{"llama31-rope-scaling", "hf"},
+                      Case{"mistral-swa", "gguf"}, Case{"mistral-swa", "hf"}, Case{"llama2-mha-f16", "gguf"},
+                      Case{"llama2-mha-f16", "hf"}, Case{"llama2-mha-bf16", "gguf"}, Case{"llama2-mha-bf16", "hf"},
+                      Case{"llama2-mha-q8_0", "gguf"}, Case{"llama2-mha-q4_0", "gguf"}),
+    case_name);
+
+// The fixtures really cover what they claim: the loader sees the features under test.
+TEST(ForwardReferenceFixtures, CoverTheFeatures) {
+  const std::string d = test::fixtures_dir() + "/models/";
+  auto gqa = load_model(d + "llama-gqa-tied/hf");
+  EXPECT_TRUE(gqa->cfg.tied_output);
+  EXPECT_EQ(gqa->cfg.group_size(), 4);
+  EXPECT_TRUE(test::exists(d + "llama-gqa-tied/hf/model.safetensors.index.json"));
+  EXPECT_FALSE(load_model(d + "llama2-mha/model.gguf")->cfg.tied_output);
+  for (const char* f : {"llama31-rope-scaling/hf", "llama31-rope-scaling/model.gguf"}) {
+    auto m = load_model(d + f);
+    ASSERT_EQ(m->cfg.rope_freq_factors.size(), 8u) << f;
+    EXPECT_FLOAT_EQ(m->cfg.rope_freq_factors.front(), 1.0f) << f;
+    EXPECT_FLOAT_EQ(m->cfg.rope_freq_factors.back(), 8.0f) << f;
+  }
+  EXPECT_EQ(load_model(d + "mistral-swa/hf")->cfg.sliding_window, 16);
+  EXPECT_EQ(load_model(d + "mistral-swa/model.gguf")->cfg.sliding_window, 16);
+  EXPECT_EQ(load_model(d + "llama2-mha-q4_0/model.gguf")->layers[0].wq.type, DType::Q4_0);
+  EXPECT_EQ(load_model(d + "llama2-mha-bf16/hf")->layers[0].wq.type, DType::BF16);
+}
+
+// Both RoPE layouts give the same logits (the GGUF and HF copies of one model).
+TEST(ForwardReferenceFixtures, RopeLayoutsAgree) {
+  const std::string d = test::fixtures_dir() + "/models/llama2-mha";
+  const Reference ref = load_reference(d);
+  auto g = load_model(d + "/model.gguf");
+  auto h = load_model(d + "/hf");
+  EXPECT_EQ(g->cfg.rope_layout, RopeLayout::Adjacent);
+  EXPECT_EQ(h->cfg.rope_layout, RopeLayout::Half);
+  std::vector<float> lg, lh;
+  Context(*g, {64, 1, 64}).eval(ref.tokens, &lg, true);
+  Context(*h, {64, 1, 64}).eval(ref.tokens, &lh, true);
+  double max_diff = 0;
+  for (size_t i = 0; i < lg.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::abs(lg[i] - lh[i])));
+  EXPECT_LE(max_diff, 1e-5);
+}
+
+}  // namespace
+}  // namespace slake

@@ -1,0 +1,188 @@
+// Model loading refuses inconsistent files with a one-line message naming the file and the problem.
+#include <gmock/gmock.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "slake/context.h"
+#include "slake/error.h"
+#include "slake/model.h"
+#include "slake/writers.h"
+#include "test_util.h"
+
+namespace slake {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct TinySpec {
+  int dim = 8, n_heads = 2, n_kv = 1, ffn = 16, n_layers = 1, vocab = 8;
+};
+
+// A well-formed tiny GGUF model; `edit` may change the writer before tensors are added.
+GgufWriter tiny_gguf(const TinySpec& s, const std::function<void(GgufWriter&)>& edit = {},
+                     const std::string& skip_tensor = "", const std::string& reshape_tensor = "") {
+  GgufWriter w;
+  w.set_str("general.architecture", "llama");
+  w.set_u32("llama.context_length", 64);
+  w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.dim));
+  w.set_u32("llama.feed_forward_length", static_cast<uint32_t>(s.ffn));
+  w.set_u32("llama.block_count", static_cast<uint32_t>(s.n_layers));
+  w.set_u32("llama.attention.head_count", static_cast<uint32_t>(s.n_heads));
+  w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv));
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  if (edit) edit(w);
+  const int64_t d = s.dim, hd = s.dim / s.n_heads, kv = hd * s.n_kv, f = s.ffn, v = s.vocab;
+  auto add = [&](const std::string& name, std::vector<int64_t> ne) {
+    if (name == skip_tensor) return;
+    if (name == reshape_tensor) ne[0] += 1;
+    int64_t n = 1;
+    for (int64_t x : ne) n *= x;
+    std::vector<float> data(static_cast<size_t>(n), 0.01f);
+    w.add_f32_tensor(name, ne, data.data());
+  };
+  add("token_embd.weight", {d, v});
+  add("output_norm.weight", {d});
+  for (int l = 0; l < s.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    add(b + "attn_norm.weight", {d});
+    add(b + "attn_q.weight", {d, d});
+    add(b + "attn_k.weight", {d, kv});
+    add(b + "attn_v.weight", {d, kv});
+    add(b + "attn_output.weight", {d, d});
+    add(b + "ffn_norm.weight", {d});
+    add(b + "ffn_gate.weight", {d, f});
+    add(b + "ffn_up.weight", {d, f});
+    add(b + "ffn_down.weight", {f, d});
+  }
+  return w;
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_model(path);
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "error spans several lines: " << msg;
+    return msg;
+  }
+  return "";
+}
+
+std::string gguf_error(const GgufWriter& w) {
+  test::TempDir dir;
+  write_file(dir.file("m.gguf"), w.to_bytes());
+  const std::string err = load_error(dir.file("m.gguf"));
+  EXPECT_THAT(err, HasSubstr(dir.file("m.gguf"))) << "the message should name the file";
+  return err;
+}
+
+TEST(ModelErrors, TinyGgufLoads) {
+  test::TempDir dir;
+  write_file(dir.file("m.gguf"), tiny_gguf({}).to_bytes());
+  auto m = load_model(dir.file("m.gguf"));
+  EXPECT_EQ(m->cfg.head_dim, 4);
+  EXPECT_TRUE(m->cfg.tied_output);
+  EXPECT_EQ(m->cfg.rope_layout, RopeLayout::Adjacent);
+}
+
+TEST(ModelErrors, GgufInconsistencies) {
+  EXPECT_THAT(gguf_error(tiny_gguf({}, {}, "blk.0.ffn_up.weight")), HasSubstr("missing tensor blk.0.ffn_up.weight"));
+  EXPECT_THAT(gguf_error(tiny_gguf({}, {}, "", "blk.0.attn_k.weight")),
+              HasSubstr("tensor blk.0.attn_k.weight has shape [9, 4], expected [8, 4]"));
+  EXPECT_THAT(gguf_error(tiny_gguf({}, {}, "token_embd.weight")), HasSubstr("missing tensor token_embd.weight"));
+  TinySpec odd;
+  odd.n_kv = 3;
+  EXPECT_THAT(gguf_error(tiny_gguf(odd)), HasSubstr("not a multiple of the KV head count"));
+  EXPECT_THAT(gguf_error(tiny_gguf({}, [](GgufWriter& w) { w.set_str("general.architecture", "gpt2"); })),
+              HasSubstr("duplicate metadata key general.architecture"));
+  GgufWriter no_arch;
+  EXPECT_THAT(gguf_error(no_arch), HasSubstr("missing metadata key general.architecture"));
+  GgufWriter other;
+  other.set_str("general.architecture", "falcon");
+  EXPECT_THAT(gguf_error(other), HasSubstr("architecture 'falcon' is not supported"));
+  EXPECT_THAT(gguf_error(tiny_gguf({}, [](GgufWriter& w) { w.set_str("llama.rope.scaling.type", "yarn"); })),
+              HasSubstr("RoPE scaling type 'yarn' is not supported"));
+  EXPECT_THAT(gguf_error(tiny_gguf({}, [](GgufWriter& w) { w.set_u32("llama.rope.dimension_count", 2); })),
+              HasSubstr("partial RoPE"));
+  EXPECT_THAT(gguf_error(tiny_gguf({}, [](GgufWriter& w) { w.set_u32("llama.vocab_size", 9); })),
+              HasSubstr("vocab_size disagrees"));
+  EXPECT_THAT(gguf_error(tiny_gguf({}, [](GgufWriter& w) { w.set_str("llama.attention.key_length", "four"); })),
+              HasSubstr("expected an integer"));
+}
+
+TEST(ModelErrors, GgufVocabularyChecks) {
+  auto with_vocab = [](size_t n_tokens, size_t n_scores, uint32_t bos) {
+    return tiny_gguf({}, [=](GgufWriter& w) {
+      w.set_str_array("tokenizer.ggml.tokens", std::vector<std::string>(n_tokens, "x"));
+      w.set_f32_array("tokenizer.ggml.scores", std::vector<float>(n_scores, 0.0f));
+      w.set_u32("tokenizer.ggml.bos_token_id", bos);
+    });
+  };
+  EXPECT_THAT(gguf_error(with_vocab(8, 7, 1)), HasSubstr("tokenizer.ggml.scores has 7 entries for 8 tokens"));
+  EXPECT_THAT(gguf_error(with_vocab(8, 8, 8)), HasSubstr("tokenizer.ggml.bos_token_id = 8 is outside the vocabulary"));
+  EXPECT_THAT(gguf_error(with_vocab(9, 9, 1)), HasSubstr("the vocabulary has 9 tokens but the model only 8"));
+}
+
+// A copy of the llama2-mha fixture's HF directory, with config.json replaced by `cfg`.
+std::string hf_error(const test::TempDir& dir, const std::function<void(nlohmann::json&)>& edit_cfg) {
+  const std::string src = test::fixtures_dir() + "/models/llama2-mha/hf";
+  std::system(("cp " + src + "/model.safetensors " + dir.path() + "/").c_str());
+  nlohmann::json cfg = nlohmann::json::parse(read_text_file(src + "/config.json"));
+  edit_cfg(cfg);
+  write_file(dir.file("config.json"), cfg.dump());
+  return load_error(dir.path());
+}
+
+TEST(ModelErrors, HfInconsistencies) {
+  test::TempDir dir;
+  EXPECT_EQ(hf_error(dir, [](nlohmann::json&) {}), "");
+  EXPECT_THAT(hf_error(dir, [](nlohmann::json& c) { c["model_type"] = "gpt_neox"; }), HasSubstr("model_type 'gpt_neox' is not supported"));
+  EXPECT_THAT(hf_error(dir, [](nlohmann::json& c) { c.erase("hidden_size"); }), HasSubstr("config.json: missing hidden_size"));
+  EXPECT_THAT(hf_error(dir, [](nlohmann::json& c) { c["hidden_size"] = "64"; }), HasSubstr("hidden_size is not an integer"));
+  EXPECT_THAT(hf_error(dir, [](nlohmann::json& c) { c["intermediate_size"] = 100; }),
+              HasSubstr("tensor model.layers.0.mlp.gate_proj.weight has shape [64, 128], expected [64, 100]"));
+  EXPECT_THAT(hf_error(dir, [](nlohmann::json& c) { c["num_hidden_layers"] = 3; }), HasSubstr("missing tensor model.layers.2."));
+  EXPECT_THAT(hf_error(dir, [](nlohmann::json& c) { c["num_key_value_heads"] = 3; }), HasSubstr("not a multiple"));
+  EXPECT_THAT(hf_error(dir, [](nlohmann::json& c) { c["attention_bias"] = true; }), HasSubstr("biases are not supported"));
+  EXPECT_THAT(hf_error(dir, [](nlohmann::json& c) { c["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e4}}; }),
+              HasSubstr("RoPE scaling type 'yarn'"));
+  EXPECT_THAT(hf_error(dir, [](nlohmann::json& c) { c["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 1e4}}; }),
+              HasSubstr("rope scaling 'llama3' needs"));
+
+  write_file(dir.file("config.json"), std::string("{\"model_type\": \"llama\", "));
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("config.json: malformed JSON"));
+  std::system(("rm " + dir.file("config.json")).c_str());
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("no config.json"));
+  EXPECT_THAT(load_error("/nonexistent/dir"), HasSubstr("/nonexistent/dir: no such file or directory"));
+}
+
+}  // namespace
+}  // namespace slake
+
+namespace slake {
+namespace {
+
+TEST(ContextErrors, RefusesImpossibleRequests) {
+  auto m = load_model(test::fixtures_dir() + "/models/llama2-mha/model.gguf");
+  try {
+    Context ctx(*m, {1 << 30, 1, 16});
+    FAIL() << "a terabyte-sized context was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("MiB of KV cache, more than this machine's"));
+  }
+  EXPECT_THROW(Context(*m, {-1, 1, 16}), Error);
+  EXPECT_THROW(Context(*m, {16, 1, 0}), Error);
+  EXPECT_THROW(Context(*m, {16, 0, 16}).eval({}, nullptr), Error);
+  Context ctx(*m, {4, 1, 16});
+  EXPECT_THAT([&] { ctx.eval({1, 2, 300}, nullptr); }, ::testing::ThrowsMessage<Error>(HasSubstr("token id 300 is outside")));
+  ctx.eval({1, 2, 3}, nullptr);
+  EXPECT_THAT([&] { ctx.eval({1, 2}, nullptr); }, ::testing::ThrowsMessage<Error>(HasSubstr("context full: 3 + 2 tokens")));
+  EXPECT_EQ(ctx.n_past(), 3);
+  ctx.eval({4}, nullptr);
+  ctx.reset();
+  EXPECT_EQ(ctx.kv_cache().tokens_held(), 0);
+}
+
+}  // namespace
+}  // namespace slake

@@ -1,0 +1,55 @@
+// Shared helpers of the unit tests: paths of fixtures and shared material, small file utilities.
+#pragma once
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace slake::test {
+
+inline std::string fixtures_dir() { return SLAKE_FIXTURES_DIR; }
+inline std::string shared_dir() {
+  const char* env = std::getenv("SLAKE_SHARED_DIR");
+  return env && *env ? env : SLAKE_SHARED_DIR;
+}
+inline bool exists(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0;
+}
+// Path of a file under ../shared; skips the calling test (with the reason) when it is missing.
+#define SLAKE_SHARED_OR_SKIP(var, rel)                                                       \
+  const std::string var = ::slake::test::shared_dir() + "/" + (rel);                         \
+  if (!::slake::test::exists(var)) GTEST_SKIP() << "shared material missing: " << var
+
+inline std::vector<uint8_t> read_bytes(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+inline std::vector<float> read_f32(const std::string& p) {
+  const std::vector<uint8_t> b = read_bytes(p);
+  std::vector<float> v(b.size() / 4);
+  std::memcpy(v.data(), b.data(), v.size() * 4);
+  return v;
+}
+
+// A fresh temporary directory, removed (with its files) at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/slake-test-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace slake::test
