@@ -4,32 +4,11 @@
 #include <random>
 
 #include "slake/attention.h"
+#include "reference_math.h"
 #include "test_util.h"
 
 namespace slake {
 namespace {
-
-// softmax(q.k_j / sqrt(d)) v_j over the visible keys, in double.
-std::vector<double> brute_force(const float* q, int32_t qpos, const KvHead& kv, int d, int window) {
-  std::vector<double> x;
-  std::vector<int> idx;
-  for (int j = 0; j < kv.n; ++j) {
-    const int32_t p = kv.pos[static_cast<size_t>(j)];
-    if (p > qpos || (window > 0 && p <= qpos - window)) continue;
-    double s = 0;
-    for (int i = 0; i < d; ++i) s += static_cast<double>(q[i]) * kv.key(j, d)[i];
-    x.push_back(s / std::sqrt(static_cast<double>(d)));
-    idx.push_back(j);
-  }
-  std::vector<double> out(static_cast<size_t>(d), 0.0);
-  if (x.empty()) return out;
-  const double m = *std::max_element(x.begin(), x.end());
-  double z = 0;
-  for (double& v : x) z += (v = std::exp(v - m));
-  for (size_t c = 0; c < x.size(); ++c)
-    for (int i = 0; i < d; ++i) out[static_cast<size_t>(i)] += x[c] / z * kv.value(idx[c], d)[i];
-  return out;
-}
 
 struct Shape {
   int n_heads, n_kv_heads, head_dim, n_keys, window, stride;  // stride: positions of kept keys (gaps > 1)
@@ -62,7 +41,7 @@ TEST_P(AttentionVsBruteForce, Matches) {
   for (int t = 0; t < n_q; ++t)
     for (int h = 0; h < s.n_heads; ++h) {
       const size_t off = static_cast<size_t>(t * qd + h * s.head_dim);
-      const std::vector<double> want = brute_force(q.data() + off, qpos[static_cast<size_t>(t)], cache.head(0, h / group), s.head_dim, s.window);
+      const std::vector<double> want = test::softmax_attention(q.data() + off, qpos[static_cast<size_t>(t)], cache.head(0, h / group), s.head_dim, s.window);
       for (int i = 0; i < s.head_dim; ++i)
         ASSERT_NEAR(out[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], 2e-5 * (1 + std::abs(want[static_cast<size_t>(i)])))
             << "token " << t << " head " << h << " dim " << i;

@@ -1,0 +1,16 @@
+// Per-layer cache budgets from layer preference scores (spec section 2.5, CAKE eq. 7 with the
+// reference code's integerisation).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace slake {
+
+// Splits `total` tokens over the layers in proportion to `scores` (finite, >= 0; all zero means
+// uniform): truncate to integers; clamp each to `cap` and spread the clamped excess evenly over
+// the layers still below `cap` (remainder +1 to the lowest indices); then make the sum exactly
+// `total`, adding to layers below `cap` or taking from layers above 1, evenly with the remainder
+// at the lowest indices. Requires 0 <= total <= cap * scores.size().
+std::vector<int64_t> allocate_budgets(const std::vector<double>& scores, int64_t total, int64_t cap);
+
+}  // namespace slake

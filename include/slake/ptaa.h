@@ -1,0 +1,19 @@
+// PTAA (spec section 4): attention of one query over the retained exact cache R plus the linear
+// state of the evicted tokens, exp(x_j) ~ exp(mu) (1 + x_j - mu) around their mean score mu.
+// The running maximum includes mu, so lambda = exp(mu - m*) <= 1 and nothing overflows when the
+// evicted keys score higher than the retained ones.
+#pragma once
+#include <cstdint>
+
+#include "slake/kv_cache.h"
+#include "slake/linear_cache.h"
+
+namespace slake {
+
+// out (head_dim) for query q (head_dim, after RoPE) at position qpos over the keys of `kv` visible
+// from qpos (causal; sliding window if > 0) and the evicted tokens summarised by `lin`.
+// With lin.n == 0 this is exact softmax attention.
+void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const LinearState& lin, int head_dim,
+              int sliding_window);
+
+}  // namespace slake

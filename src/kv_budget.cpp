@@ -1,0 +1,60 @@
+#include "slake/kv_budget.h"
+
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "slake/error.h"
+
+namespace slake {
+
+namespace {
+
+// Moves `amount` (> 0 to add, < 0 to take) over the layers that can move, evenly, the remainder
+// going to the lowest indices; layers stay within [floor_v, cap]. Repeats until all is placed.
+void spread(std::vector<int64_t>& b, int64_t amount, int64_t floor_v, int64_t cap) {
+  const bool adding = amount > 0;
+  int64_t left = adding ? amount : -amount;
+  while (left > 0) {
+    std::vector<size_t> open;
+    for (size_t l = 0; l < b.size(); ++l)
+      if (adding ? b[l] < cap : b[l] > floor_v) open.push_back(l);
+    if (open.empty()) fail("internal: budgets cannot absorb " + std::to_string(adding ? left : -left) + " tokens");
+    const int64_t k = static_cast<int64_t>(open.size()), share = left / k, rem = left % k;
+    for (int64_t i = 0; i < k; ++i) {
+      int64_t& x = b[open[static_cast<size_t>(i)]];
+      const int64_t want = share + (i < rem ? 1 : 0);
+      const int64_t room = adding ? cap - x : x - floor_v;
+      const int64_t moved = want < room ? want : room;
+      x += adding ? moved : -moved;
+      left -= moved;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> allocate_budgets(const std::vector<double>& scores, int64_t total, int64_t cap) {
+  const size_t L = scores.size();
+  if (L == 0) fail("allocate_budgets: no layers");
+  if (total < 0 || cap < 0 || total > cap * static_cast<int64_t>(L))
+    fail("allocate_budgets: " + std::to_string(total) + " tokens cannot be split over " + std::to_string(L) +
+         " layers of at most " + std::to_string(cap));
+  double sum = 0;
+  for (double s : scores) {
+    if (!(s >= 0) || !std::isfinite(s)) fail("allocate_budgets: layer score " + std::to_string(s) + " is not a finite non-negative number");
+    sum += s;
+  }
+  std::vector<int64_t> b(L);
+  for (size_t l = 0; l < L; ++l)
+    b[l] = sum > 0 ? static_cast<int64_t>(scores[l] / sum * static_cast<double>(total)) : total / static_cast<int64_t>(L);
+  int64_t excess = 0;
+  for (int64_t& x : b)
+    if (x > cap) excess += x - cap, x = cap;
+  spread(b, excess, 1, cap);
+  const int64_t diff = total - std::accumulate(b.begin(), b.end(), int64_t{0});
+  spread(b, diff, diff < 0 ? 1 : 0, cap);
+  return b;
+}
+
+}  // namespace slake

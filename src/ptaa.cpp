@@ -1,0 +1,51 @@
+#include "slake/ptaa.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "slake/ops.h"
+
+namespace slake {
+
+void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const LinearState& lin, int d, int window) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  thread_local std::vector<float> x;
+  x.resize(static_cast<size_t>(kv.n));
+  float m = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j < kv.n; ++j) {
+    const int32_t p = kv.pos[static_cast<size_t>(j)];
+    const bool visible = p <= qpos && (window <= 0 || p > qpos - window);
+    x[static_cast<size_t>(j)] = visible ? dot_f32(q, kv.key(j, d), d) * scale : -std::numeric_limits<float>::infinity();
+    m = std::max(m, x[static_cast<size_t>(j)]);
+  }
+  float mu = 0.0f;
+  const bool taylor = lin.n > 0.0f;
+  if (taylor) {
+    mu = dot_f32(q, lin.ksum.data(), d) * scale / lin.n;
+    m = std::max(m, mu);
+  }
+  std::fill(out, out + d, 0.0f);
+  float den = 0.0f;
+  if (m == -std::numeric_limits<float>::infinity()) return;  // nothing visible, nothing evicted
+  for (int j = 0; j < kv.n; ++j) {
+    const float xj = x[static_cast<size_t>(j)];
+    if (xj == -std::numeric_limits<float>::infinity()) continue;
+    const float p = std::exp(xj - m);
+    den += p;
+    axpy_f32(p, kv.value(j, d), out, d);
+  }
+  if (taylor) {
+    // num += lam * ((1 - mu) vsum + q^T M / sqrt(d));  den += lam * n.
+    const float lam = std::exp(mu - m);
+    const float a = lam * (1.0f - mu);
+    for (int i = 0; i < d; ++i) out[i] += a * lin.vsum[static_cast<size_t>(i)];
+    for (int i = 0; i < d; ++i) axpy_f32(lam * q[i] * scale, lin.M.data() + static_cast<size_t>(i) * d, out, d);
+    den += lam * lin.n;
+  }
+  const float inv = 1.0f / den;
+  for (int i = 0; i < d; ++i) out[i] *= inv;
+}
+
+}  // namespace slake

@@ -1,0 +1,132 @@
+// PTAA and the linear cache against float64 brute force (spec sections 3, 4 and 7).
+#include <random>
+
+#include "reference_math.h"
+#include "slake/ptaa.h"
+#include "test_util.h"
+
+namespace slake {
+namespace {
+
+struct Tokens {
+  std::vector<std::vector<float>> k, v;
+};
+
+Tokens random_tokens(int n, int d, float key_scale, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Tokens t;
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
+    for (auto& x : k) x = key_scale * nd(rng);
+    for (auto& x : v) x = nd(rng);
+    t.k.push_back(k);
+    t.v.push_back(v);
+  }
+  return t;
+}
+
+// A one-head cache holding `kept` at positions given by `pos`.
+KvCache one_head_cache(const Tokens& kept, const std::vector<int32_t>& pos, int d) {
+  KvCache c(1, 1, d, static_cast<int>(kept.k.size()) + 1);
+  for (size_t i = 0; i < kept.k.size(); ++i) c.append(0, kept.k[i].data(), kept.v[i].data(), pos[i]);
+  return c;
+}
+
+void expect_close(const float* got, const std::vector<double>& want, double tol) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << i;
+    ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::abs(want[i]))) << "dim " << i;
+  }
+}
+
+TEST(Ptaa, EqualsSoftmaxWhenNothingIsEvicted) {
+  std::mt19937 rng(1);
+  for (int d : {8, 64}) {
+    const Tokens kept = random_tokens(37, d, 1.0f, rng);
+    std::vector<int32_t> pos(37);
+    for (int i = 0; i < 37; ++i) pos[static_cast<size_t>(i)] = 2 * i;
+    const KvCache c = one_head_cache(kept, pos, d);
+    const Tokens q = random_tokens(1, d, 1.0f, rng);
+    std::vector<float> out(static_cast<size_t>(d));
+    for (int window : {0, 10}) {
+      for (int32_t qpos : {72, 40}) {
+        ptaa_one(out.data(), q.k[0].data(), qpos, c.head(0, 0), LinearState(d), d, window);
+        expect_close(out.data(), test::softmax_attention(q.k[0].data(), qpos, c.head(0, 0), d, window), 1e-5);
+      }
+    }
+  }
+}
+
+TEST(Ptaa, EqualsTheTaylorFormulaWithEvictedTokens) {
+  std::mt19937 rng(2);
+  const int d = 16;
+  for (int n_kept : {0, 1, 20}) {
+    const Tokens kept = random_tokens(n_kept, d, 0.7f, rng);
+    const Tokens evicted = random_tokens(50, d, 0.3f, rng);
+    std::vector<int32_t> pos(static_cast<size_t>(n_kept));
+    for (int i = 0; i < n_kept; ++i) pos[static_cast<size_t>(i)] = 100 + i;
+    const KvCache c = one_head_cache(kept, pos, d);
+    LinearState lin(d);
+    for (size_t i = 0; i < evicted.k.size(); ++i) lin.absorb(evicted.k[i].data(), evicted.v[i].data());
+    const Tokens q = random_tokens(1, d, 1.0f, rng);
+    std::vector<float> out(static_cast<size_t>(d));
+    ptaa_one(out.data(), q.k[0].data(), 200, c.head(0, 0), lin, d, 0);
+    expect_close(out.data(), test::taylor_attention(q.k[0].data(), 200, c.head(0, 0), evicted.k, evicted.v, d), 1e-4);
+  }
+}
+
+TEST(Ptaa, StableWhenEvictedKeysScoreFarHigher) {
+  std::mt19937 rng(3);
+  const int d = 32;
+  const Tokens kept = random_tokens(10, d, 0.1f, rng);
+  Tokens evicted = random_tokens(40, d, 0.0f, rng);
+  const Tokens q = random_tokens(1, d, 1.0f, rng);
+  // Evicted keys aligned with the query: scores around 90 (exp(90) overflows fp32).
+  std::normal_distribution<float> jitter(0.0f, 0.02f);
+  double qq = 0;
+  for (float x : q.k[0]) qq += x * x;
+  for (auto& k : evicted.k)
+    for (int i = 0; i < d; ++i) k[static_cast<size_t>(i)] = static_cast<float>(q.k[0][static_cast<size_t>(i)] * 90.0 * std::sqrt(d) / qq) + jitter(rng);
+  std::vector<int32_t> pos(10);
+  for (int i = 0; i < 10; ++i) pos[static_cast<size_t>(i)] = i;
+  const KvCache c = one_head_cache(kept, pos, d);
+  LinearState lin(d);
+  for (size_t i = 0; i < evicted.k.size(); ++i) lin.absorb(evicted.k[i].data(), evicted.v[i].data());
+  std::vector<float> out(static_cast<size_t>(d));
+  ptaa_one(out.data(), q.k[0].data(), 50, c.head(0, 0), lin, d, 0);
+  expect_close(out.data(), test::taylor_attention(q.k[0].data(), 50, c.head(0, 0), evicted.k, evicted.v, d), 1e-3);
+}
+
+TEST(LinearState, IncrementalEqualsBatchAbsorption) {
+  std::mt19937 rng(4);
+  const int d = 24, n = 300;
+  const Tokens t = random_tokens(n, d, 1.0f, rng);
+  std::vector<float> kk, vv;
+  for (int i = 0; i < n; ++i) {
+    kk.insert(kk.end(), t.k[static_cast<size_t>(i)].begin(), t.k[static_cast<size_t>(i)].end());
+    vv.insert(vv.end(), t.v[static_cast<size_t>(i)].begin(), t.v[static_cast<size_t>(i)].end());
+  }
+  LinearState one(d), batch(d), mixed(d);
+  for (int i = 0; i < n; ++i) one.absorb(t.k[static_cast<size_t>(i)].data(), t.v[static_cast<size_t>(i)].data());
+  batch.absorb_batch(kk.data(), vv.data(), n, d);
+  mixed.absorb_batch(kk.data(), vv.data(), 100, d);
+  for (int i = 100; i < n; ++i) mixed.absorb(t.k[static_cast<size_t>(i)].data(), t.v[static_cast<size_t>(i)].data());
+  // Float64 truth for M.
+  for (const LinearState* s : {&one, &batch, &mixed}) {
+    EXPECT_EQ(s->n, static_cast<float>(n));
+    for (int i = 0; i < d; ++i) {
+      double ks = 0;
+      for (int j = 0; j < n; ++j) ks += t.k[static_cast<size_t>(j)][static_cast<size_t>(i)];
+      ASSERT_NEAR(s->ksum[static_cast<size_t>(i)], ks, 1e-3);
+      for (int jj = 0; jj < d; ++jj) {
+        double m = 0;
+        for (int j = 0; j < n; ++j) m += static_cast<double>(t.k[static_cast<size_t>(j)][static_cast<size_t>(i)]) * t.v[static_cast<size_t>(j)][static_cast<size_t>(jj)];
+        ASSERT_NEAR(s->M[static_cast<size_t>(i * d + jj)], m, 1e-3);
+      }
+    }
+  }
+  EXPECT_EQ(one.bytes(), (d * d + 2 * d + 1) * sizeof(float));
+}
+
+}  // namespace
+}  // namespace slake
