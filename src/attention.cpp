@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "slake/ops.h"
+#include "slake/ptaa.h"
 
 namespace slake {
 
@@ -57,8 +58,11 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
     for (int64_t w = b; w < e; ++w) {
       const int64_t t = w / s.n_heads;
       const int h = static_cast<int>(w % s.n_heads);
-      attention_one(out + t * qdim + static_cast<int64_t>(h) * s.head_dim, q + t * qdim + static_cast<int64_t>(h) * s.head_dim,
-                    qpos[t], cache.head(layer, h / group), s.head_dim, s.sliding_window);
+      const KvHead& kv = cache.head(layer, h / group);
+      float* o = out + t * qdim + static_cast<int64_t>(h) * s.head_dim;
+      const float* qh = q + t * qdim + static_cast<int64_t>(h) * s.head_dim;
+      if (kv.lin.n > 0) ptaa_one(o, qh, qpos[t], kv, kv.lin, s.head_dim, s.sliding_window);
+      else attention_one(o, qh, qpos[t], kv, s.head_dim, s.sliding_window);
     }
   });
 }

@@ -31,7 +31,8 @@ Context::Context(const Model& model, const ContextParams& params)
       n_ctx_(resolve_ctx(model, params.n_ctx)),
       pool_(params.n_threads > 0 ? params.n_threads : default_thread_count()),
       rope_(model.cfg),
-      kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_) {
+      kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_),
+      evictor_(params.kv, model.cfg.n_layers) {
   if (params_.n_batch < 1) fail("batch size must be positive, got " + std::to_string(params_.n_batch));
   const ModelConfig& c = model.cfg;
   const size_t B = static_cast<size_t>(params_.n_batch);
@@ -49,7 +50,7 @@ void Context::reset() {
   n_past_ = 0;
 }
 
-void Context::run_layer(int l, float* x, int n, const int32_t* pos) {
+void Context::run_layer(int l, float* x, int n, const int32_t* pos, int window_start) {
   const ModelConfig& c = model_.cfg;
   const LayerWeights& L = model_.layers[static_cast<size_t>(l)];
   const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
@@ -65,6 +66,8 @@ void Context::run_layer(int l, float* x, int n, const int32_t* pos) {
       rope_.apply(q_.data() + t * qd, c.n_heads, pos[t0 + t]);
       rope_.apply(k_.data() + t * kvd, c.n_kv_heads, pos[t0 + t]);
       kv_.append(l, k_.data() + t * kvd, v_.data() + t * kvd, pos[t0 + t]);
+      if (window_start >= 0 && t0 + t >= window_start)
+        std::copy(q_.data() + t * qd, q_.data() + (t + 1) * qd, q_window_.data() + (t0 + t - window_start) * qd);
     }
     attention_prefill(att_.data(), q_.data(), pos + t0, nb, kv_, l, shape, pool_);
     matmul(xb_.data(), att_.data(), nb, L.wo, pool_);
@@ -98,7 +101,16 @@ void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logit
     embedding_row(x.data() + t * dim, model_.tok_embd, tokens[static_cast<size_t>(t)]);
     pos[static_cast<size_t>(t)] = n_past_ + t;
   }
-  for (int l = 0; l < c.n_layers; ++l) run_layer(l, x.data(), n, pos.data());
+  // Prefill eviction applies to a prompt evaluated from an empty cache.
+  const bool evict = n_past_ == 0 && evictor_.active(n);
+  const int window = params_.kv.window;
+  if (evict) q_window_.resize(static_cast<size_t>(window) * c.q_dim());
+  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
+  for (int l = 0; l < c.n_layers; ++l) {
+    run_layer(l, x.data(), n, pos.data(), evict ? n - window : -1);
+    if (evict) evictor_.on_layer_done(l, q_window_.data(), n, kv_, shape, pool_);
+  }
+  if (evict) evictor_.finish(n, kv_);
   n_past_ += n;
 
   if (!logits) return;

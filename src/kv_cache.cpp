@@ -13,6 +13,7 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity)
   const size_t per = static_cast<size_t>(capacity) * head_dim;
   try {
     for (KvHead& h : heads_) {
+      h.lin = LinearState(head_dim);
       h.k.reserve(per);
       h.v.reserve(per);
       h.pos.reserve(static_cast<size_t>(capacity));
@@ -49,7 +50,30 @@ void KvCache::clear() {
     h.v.clear();
     h.pos.clear();
     h.n = 0;
+    h.lin.clear();
   }
+}
+
+void KvCache::compact(int layer, int h, const std::vector<char>& keep, bool absorb) {
+  KvHead& kh = head(layer, h);
+  const size_t d = static_cast<size_t>(head_dim_);
+  int w = 0;
+  for (int r = 0; r < kh.n; ++r) {
+    if (!keep[static_cast<size_t>(r)]) {
+      if (absorb) kh.lin.absorb(kh.key(r, head_dim_), kh.value(r, head_dim_));
+      continue;
+    }
+    if (w != r) {
+      std::memmove(kh.k.data() + w * d, kh.k.data() + r * d, d * sizeof(float));
+      std::memmove(kh.v.data() + w * d, kh.v.data() + r * d, d * sizeof(float));
+      kh.pos[static_cast<size_t>(w)] = kh.pos[static_cast<size_t>(r)];
+    }
+    ++w;
+  }
+  kh.n = w;
+  kh.k.resize(static_cast<size_t>(w) * d);
+  kh.v.resize(static_cast<size_t>(w) * d);
+  kh.pos.resize(static_cast<size_t>(w));
 }
 
 int64_t KvCache::tokens_held() const {
@@ -59,7 +83,10 @@ int64_t KvCache::tokens_held() const {
 }
 
 size_t KvCache::bytes_used() const {
-  return static_cast<size_t>(tokens_held()) * (2 * sizeof(float) * head_dim_ + sizeof(int32_t));
+  size_t lin = 0;
+  for (const KvHead& h : heads_)
+    if (h.lin.n > 0) lin += h.lin.bytes();
+  return static_cast<size_t>(tokens_held()) * (2 * sizeof(float) * head_dim_ + sizeof(int32_t)) + lin;
 }
 
 size_t KvCache::bytes_allocated() const {

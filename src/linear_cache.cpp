@@ -4,7 +4,15 @@
 
 namespace slake {
 
+void LinearState::allocate() {
+  if (!M.empty()) return;
+  ksum.assign(static_cast<size_t>(head_dim), 0.0f);
+  vsum.assign(static_cast<size_t>(head_dim), 0.0f);
+  M.assign(static_cast<size_t>(head_dim) * head_dim, 0.0f);
+}
+
 void LinearState::absorb(const float* k, const float* v) {
+  allocate();
   const int d = head_dim;
   n += 1.0f;
   for (int i = 0; i < d; ++i) {
@@ -18,6 +26,7 @@ void LinearState::absorb(const float* k, const float* v) {
 
 void LinearState::absorb_batch(const float* k, const float* v, int count, size_t stride) {
   // M += K^T V as a blocked product: rows of M stay in cache while the tokens stream by.
+  allocate();
   const int d = head_dim;
   n += static_cast<float>(count);
   for (int t = 0; t < count; ++t)

@@ -16,7 +16,7 @@ struct AttentionShape {
 };
 
 // out[t] (n_heads * head_dim) = softmax(q[t] K^T / sqrt(d)) V over the keys of `layer` in `cache`
-// whose positions are visible from qpos[t].
+// whose positions are visible from qpos[t]; PTAA (ptaa.h) for heads whose linear state is not empty.
 void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
                        const AttentionShape& s, ThreadPool& pool);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "slake/kv_cache.h"
+#include "slake/kv_policy.h"
 #include "slake/model.h"
 #include "slake/rope.h"
 #include "slake/thread_pool.h"
@@ -18,6 +19,7 @@ struct ContextParams {
   int n_ctx = 0;      // tokens the context can hold; 0: the model's training context
   int n_threads = 0;  // 0: all hardware threads
   int n_batch = 256;  // tokens per chunk inside a layer
+  KvPolicyParams kv;  // eviction policy; "full" keeps everything
 };
 
 class Context {
@@ -32,11 +34,12 @@ class Context {
   int n_ctx() const { return n_ctx_; }
   const Model& model() const { return model_; }
   const KvCache& kv_cache() const { return kv_; }
+  const PrefillEvictor& evictor() const { return evictor_; }
   ThreadPool& pool() { return pool_; }
   void reset();
 
  private:
-  void run_layer(int layer, float* x, int n_tokens, const int32_t* pos);
+  void run_layer(int layer, float* x, int n_tokens, const int32_t* pos, int window_start);
 
   const Model& model_;
   ContextParams params_;
@@ -45,6 +48,8 @@ class Context {
   ThreadPool pool_;
   Rope rope_;
   KvCache kv_;
+  PrefillEvictor evictor_;
+  std::vector<float> q_window_;  // the prompt's last Sw queries of the current layer
   // Per-chunk scratch.
   std::vector<float> xb_, q_, k_, v_, att_, gate_, up_;
 };

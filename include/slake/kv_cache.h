@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "slake/linear_cache.h"
+
 namespace slake {
 
 struct KvHead {
@@ -13,6 +15,7 @@ struct KvHead {
   std::vector<float> v;      // [n][head_dim]
   std::vector<int32_t> pos;  // [n]
   int n = 0;                 // tokens held
+  LinearState lin;           // the evicted tokens (empty unless a compensating policy evicts)
 
   const float* key(int i, int d) const { return k.data() + static_cast<size_t>(i) * d; }
   const float* value(int i, int d) const { return v.data() + static_cast<size_t>(i) * d; }
@@ -36,6 +39,10 @@ class KvCache {
 
   // Bytes a cache of `capacity` tokens per head takes when full.
   static size_t planned_bytes(int n_layers, int n_kv_heads, int head_dim, int capacity);
+
+  // Keeps, in order, the tokens of head (layer, h) whose indices are flagged in `keep` (size n);
+  // the others are absorbed into its linear state when `absorb` is set, else dropped.
+  void compact(int layer, int h, const std::vector<char>& keep, bool absorb);
 
   // Tokens held, summed over layers and heads.
   int64_t tokens_held() const;

@@ -13,14 +13,18 @@ struct LinearState {
   std::vector<float> ksum, vsum;  // [d]
   std::vector<float> M;           // [d][d], M[i][j] = sum k_i v_j
 
-  explicit LinearState(int d = 0) : head_dim(d), ksum(static_cast<size_t>(d)), vsum(static_cast<size_t>(d)), M(static_cast<size_t>(d) * d) {}
+  // Storage is allocated by the first absorption: a head that never evicts costs nothing.
+  explicit LinearState(int d = 0) : head_dim(d) {}
 
   // n += 1; ksum += k; vsum += v; M += k v^T.
   void absorb(const float* k, const float* v);
   // Absorbs `count` tokens at once: rows of k and v (each head_dim long, `stride` floats apart).
   void absorb_batch(const float* k, const float* v, int count, size_t stride);
   void clear();
-  size_t bytes() const { return (M.size() + ksum.size() + vsum.size() + 1) * sizeof(float); }
+  size_t bytes() const { return (static_cast<size_t>(head_dim) * (head_dim + 2) + 1) * sizeof(float); }
+
+ private:
+  void allocate();
 };
 
 }  // namespace slake

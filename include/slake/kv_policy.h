@@ -1,0 +1,63 @@
+// KV-cache eviction at prefill (spec section 2): after each layer has attended over the whole
+// prompt, the observation window's softmax rows give a per-token indicator and a layer preference
+// score; the layer budgets are recomputed over the layers seen so far and every one of them is
+// evicted down to its budget (cascading). Evicted tokens go into the linear state when the Taylor
+// compensator is on.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "slake/attention.h"
+#include "slake/kv_cache.h"
+#include "slake/thread_pool.h"
+
+namespace slake {
+
+struct KvPolicyParams {
+  std::string policy = "full";  // "full" or "cake" (more to come)
+  int budget = 0;               // C: average tokens kept per layer, window included; 0 = no eviction
+  int window = 32;              // Sw
+  double gamma = 200.0;         // indicator variance weight
+  double tau1 = 1.0, tau2 = 1.0;  // CAKE preference exponents
+  bool taylor = false;          // absorb evicted tokens into the linear state (PTAA)
+  bool cascade = true;          // evict after every layer; false: once, after the last (Theorem 1 tests)
+};
+
+void validate(const KvPolicyParams& p);
+
+// What the window statistics of one layer give (exposed for tests).
+struct LayerStats {
+  std::vector<std::vector<float>> indicator;  // [kv head][j in P], pooled and averaged over the group
+  double entropy = 0.0;                       // Hn
+  double variance = 0.0;                      // Vr
+};
+
+// q_window: the last `window` queries of the prompt ([window][n_heads * head_dim], after RoPE),
+// at positions S - window .. S - 1; the layer's cache holds all S prompt tokens in order.
+LayerStats window_stats(const float* q_window, int S, int window, const KvCache& cache, int layer,
+                        const AttentionShape& s, double gamma, ThreadPool& pool);
+
+class PrefillEvictor {
+ public:
+  PrefillEvictor(const KvPolicyParams& p, int n_layers);
+  // True when a prompt of S tokens is long enough to evict anything.
+  bool active(int S) const;
+  // Called after layer `layer` has been prefilled over positions [0, S).
+  void on_layer_done(int layer, const float* q_window, int S, KvCache& cache, const AttentionShape& s, ThreadPool& pool);
+  // Called after the last layer (evicts, in one-shot mode).
+  void finish(int S, KvCache& cache);
+  const std::vector<int64_t>& budgets() const { return budgets_; }  // of the layers seen so far
+  // Evicts every layer seen so far down to `budgets` (prefix tokens kept), by indicator.
+  void evict_to(const std::vector<int64_t>& budgets, int S, KvCache& cache);
+  const std::vector<double>& scores() const { return scores_; }
+
+ private:
+  KvPolicyParams p_;
+  int n_layers_;
+  std::vector<double> scores_;
+  std::vector<int64_t> budgets_;
+  std::vector<LayerStats> stats_;
+};
+
+}  // namespace slake
