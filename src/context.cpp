@@ -66,6 +66,7 @@ void Context::run_layer(int l, float* x, int n, const int32_t* pos, int window_s
       rope_.apply(q_.data() + t * qd, c.n_heads, pos[t0 + t]);
       rope_.apply(k_.data() + t * kvd, c.n_kv_heads, pos[t0 + t]);
       kv_.append(l, k_.data() + t * kvd, v_.data() + t * kvd, pos[t0 + t]);
+      if (n == 1) evictor_.on_decode(l, q_.data(), pos[0], kv_, {c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window});
       if (window_start >= 0 && t0 + t >= window_start)
         std::copy(q_.data() + t * qd, q_.data() + (t + 1) * qd, q_window_.data() + (t0 + t - window_start) * qd);
     }

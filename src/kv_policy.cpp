@@ -123,6 +123,43 @@ void PrefillEvictor::on_layer_done(int layer, const float* q_window, int S, KvCa
   if (p_.cascade) evict_to(budgets_, S, cache);
 }
 
+void PrefillEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cache, const AttentionShape& s) {
+  if (!evicts_in_decode()) return;
+  // Layers that saw no prefill eviction keep C - Sw prefix tokens.
+  const int64_t b = layer < static_cast<int>(budgets_.size()) ? budgets_[static_cast<size_t>(layer)] : p_.budget - p_.window;
+  const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) {
+    const KvHead& kh = cache.head(layer, kvh);
+    while (kh.n > b + p_.window) {
+      const int n_cand = kh.n - p_.window;
+      std::vector<double> score(static_cast<size_t>(n_cand), 0.0);
+      std::vector<float> x(static_cast<size_t>(kh.n));
+      for (int g = 0; g < group; ++g) {
+        const float* qh = q + static_cast<size_t>(kvh * group + g) * d;
+        float m = -std::numeric_limits<float>::infinity();
+        for (int j = 0; j < kh.n; ++j) {
+          const bool vis = kh.pos[static_cast<size_t>(j)] <= qpos;
+          x[static_cast<size_t>(j)] = vis ? dot_f32(qh, kh.key(j, d), d) * scale : -std::numeric_limits<float>::infinity();
+          m = std::max(m, x[static_cast<size_t>(j)]);
+        }
+        double z = 0;
+        for (int j = 0; j < kh.n; ++j) z += std::exp(static_cast<double>(x[static_cast<size_t>(j)]) - m);
+        for (int j = 0; j < n_cand; ++j) {  // pool in position order, kernel 5, divided by 5
+          double acc = 0;
+          for (int o = std::max(0, j - 2); o <= std::min(n_cand - 1, j + 2); ++o)
+            acc += std::exp(static_cast<double>(x[static_cast<size_t>(o)]) - m) / z;
+          score[static_cast<size_t>(j)] += acc / 5.0 / group;
+        }
+      }
+      const int victim = static_cast<int>(std::min_element(score.begin(), score.end()) - score.begin());
+      std::vector<char> keep(static_cast<size_t>(kh.n), 1);
+      keep[static_cast<size_t>(victim)] = 0;
+      cache.compact(layer, kvh, keep, p_.taylor);
+    }
+  }
+}
+
 void PrefillEvictor::finish(int S, KvCache& cache) {
   if (!p_.cascade && active(S)) evict_to(budgets_, S, cache);
 }

@@ -115,7 +115,7 @@ class PrefillEviction : public ::testing::Test {
 
 TEST_F(PrefillEviction, BudgetCoveringThePromptChangesNothing) {
   const std::vector<float> full = run({});
-  EXPECT_EQ(run(cake(kPrompt - 32, 32, true)), full);  // S = C + Sw: no eviction
+  EXPECT_EQ(run(cake(kPrompt + 4, 32, true)), full);  // C = S + generated (spec section 7)
   EXPECT_EQ(run(cake(1000, 32, true)), full);
   EXPECT_NE(run(cake(64, 32, true)), full);  // and a real budget does change something
 }
@@ -166,6 +166,43 @@ TEST(KvPolicyParams, BadValuesAreRefused) {
   p.budget = 64;
   p.policy = "bogus";
   EXPECT_THAT([&] { validate(p); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("unknown KV policy 'bogus'")));
+}
+
+}  // namespace
+}  // namespace slake
+
+namespace slake {
+namespace {
+
+TEST_F(PrefillEviction, DecodeKeepsEveryHeadWithinBudget) {
+  const int C = 48, Sw = 16;
+  Context ctx(*model_, {kPrompt + 40, 2, 64, cake(C, Sw, true)});
+  ctx.eval(prompt_, nullptr);
+  const std::vector<int64_t> b = ctx.evictor().budgets();
+  std::vector<float> logits;
+  for (int t = 0; t < 40; ++t) {
+    ctx.eval({static_cast<int32_t>(5 + t % 7)}, &logits);
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+    const KvCache& kv = ctx.kv_cache();
+    for (int l = 0; l < kv.n_layers(); ++l)
+      for (int h = 0; h < kv.n_kv_heads(); ++h) {
+        const KvHead& kh = kv.head(l, h);
+        ASSERT_EQ(kh.n, b[static_cast<size_t>(l)] + Sw);                   // one in, one out
+        ASSERT_EQ(kh.lin.n, static_cast<float>(kPrompt + t + 1 - kh.n));  // nothing lost
+        ASSERT_EQ(kh.pos.back(), kPrompt + t);                             // the new token is kept
+        ASSERT_TRUE(std::is_sorted(kh.pos.begin(), kh.pos.end()));
+      }
+  }
+}
+
+TEST_F(PrefillEviction, ShortPromptsGrowToTheUniformBudgetThenEvict) {
+  const int C = 48, Sw = 16;
+  Context ctx(*model_, {200, 1, 64, cake(C, Sw, false)});
+  ctx.eval(std::vector<int32_t>(prompt_.begin(), prompt_.begin() + 40), nullptr);  // 40 <= C + Sw: no prefill eviction
+  EXPECT_EQ(ctx.kv_cache().head(0, 0).n, 40);
+  for (int t = 0; t < 30; ++t) ctx.eval({prompt_[static_cast<size_t>(40 + t)]}, nullptr);
+  for (int l = 0; l < ctx.kv_cache().n_layers(); ++l) EXPECT_EQ(ctx.kv_cache().head(l, 1).n, C);
+  EXPECT_EQ(ctx.kv_cache().head(0, 0).lin.n, 0.0f);  // no compensator: evicted tokens are dropped
 }
 
 }  // namespace

@@ -47,6 +47,12 @@ class PrefillEvictor {
   void on_layer_done(int layer, const float* q_window, int S, KvCache& cache, const AttentionShape& s, ThreadPool& pool);
   // Called after the last layer (evicts, in one-shot mode).
   void finish(int S, KvCache& cache);
+  // Decode (spec section 5): after the token at `qpos` was appended to `layer`, evicts from every
+  // KV head holding more than b_l + Sw tokens its lowest-scoring candidate under query `q`
+  // (n_heads * head_dim), repeatedly until the head is within budget.
+  void on_decode(int layer, const float* q, int32_t qpos, KvCache& cache, const AttentionShape& s);
+  // Whether decode steps evict (a policy with a budget).
+  bool evicts_in_decode() const { return p_.policy != "full" && p_.budget > 0; }
   const std::vector<int64_t>& budgets() const { return budgets_; }  // of the layers seen so far
   // Evicts every layer seen so far down to `budgets` (prefix tokens kept), by indicator.
   void evict_to(const std::vector<int64_t>& budgets, int S, KvCache& cache);
