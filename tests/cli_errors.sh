@@ -18,6 +18,7 @@ expect_error() {  # expect_error PATTERN CMD...
   fi
 }
 
+model_ok=$(dirname "$0")/fixtures/models/llama2-mha/model.gguf
 printf 'GGUF\x03\x00\x00\x00' >"$tmp/truncated.gguf"
 head -c 100 /dev/urandom >"$tmp/random.gguf"
 mkdir -p "$tmp/hf" && echo '{"model_type": "llama",' >"$tmp/hf/config.json"
@@ -31,5 +32,9 @@ expect_error "required" "$bin/slake-cli"
 expect_error "--tokenizer" "$bin/slake-convert-llama2c" "$tmp/truncated.gguf"
 expect_error "error: .*implausible header" "$bin/slake-convert-llama2c" "$tmp/random.gguf" --tokenizer "$tmp/random.gguf" --gguf "$tmp/o.gguf"
 
-echo "$(( 8 - fails )) passed, $fails failed"
+expect_error "unknown KV policy 'bogus'" "$bin/slake-cli" -m "$model_ok" --kv-policy bogus --kv-budget 64
+expect_error "must be larger than the window" "$bin/slake-cli" -m "$model_ok" --kv-budget 16
+expect_error "kv-budget" "$bin/slake-cli" -m "$model_ok" --kv-budget -3
+
+echo "$(( 11 - fails )) passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -26,9 +26,23 @@ int main(int argc, char** argv) {
   app.add_option("-n,--n-predict", n_predict, "tokens to generate")->check(CLI::NonNegativeNumber);
   app.add_option("-c,--ctx-size", n_ctx, "context size (0: the model's)")->check(CLI::NonNegativeNumber);
   app.add_option("-t,--threads", n_threads, "threads (0: all)")->check(CLI::NonNegativeNumber);
+  slake::KvPolicyParams kv;
+  std::string compensate = "auto";
+  app.add_option("--kv-policy", kv.policy, "KV-cache policy: full, cake (default: cake when --kv-budget is given)");
+  app.add_option("--kv-budget", kv.budget, "average tokens kept per layer, window included (0: keep all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-window", kv.window, "observation window Sw")->check(CLI::PositiveNumber);
+  app.add_option("--kv-compensate", compensate, "evicted tokens: taylor (linear cache + PTAA) or none")
+      ->check(CLI::IsMember({"auto", "taylor", "none"}));
+  app.add_option("--kv-gamma", kv.gamma, "indicator variance weight");
+  app.add_option("--kv-tau1", kv.tau1, "CAKE entropy exponent 1/tau1");
+  app.add_option("--kv-tau2", kv.tau2, "CAKE variance exponent 1/tau2");
   CLI11_PARSE(app, argc, argv);
+  if (kv.budget > 0 && app.count("--kv-policy") == 0) kv.policy = "cake";
+  kv.taylor = compensate == "taylor";
 
   try {
+    slake::validate(kv);  // bad flags fail before a large model is mapped
     auto t0 = std::chrono::steady_clock::now();
     auto model = slake::load_model(model_path);
     const slake::ModelConfig& c = model->cfg;
@@ -39,6 +53,7 @@ int main(int argc, char** argv) {
     slake::ContextParams cp;
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
+    cp.kv = kv;
     slake::Context ctx(*model, cp);
     const int bos = model->vocab.bos >= 0 ? model->vocab.bos : 1;
     std::vector<int32_t> toks{bos};
@@ -55,8 +70,9 @@ int main(int argc, char** argv) {
     }
     std::fputs("\n", stdout);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tg0).count();
-    std::fprintf(stderr, "generated %d tokens in %.3f s (%.1f tokens/s); KV cache %.2f MiB\n", generated, s,
-                 generated / s, ctx.kv_cache().bytes_used() / 1048576.0);
+    std::fprintf(stderr, "generated %d tokens in %.3f s (%.1f tokens/s); KV cache %.2f MiB (%lld tokens held over %d layers x %d KV heads)\n",
+                 generated, s, generated / s, ctx.kv_cache().bytes_used() / 1048576.0,
+                 static_cast<long long>(ctx.kv_cache().tokens_held()), c.n_layers, c.n_kv_heads);
   } catch (const slake::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
