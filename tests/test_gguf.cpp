@@ -58,12 +58,7 @@ GgufWriter sample_writer(uint32_t version = 3, uint32_t alignment = 32) {
 GgufFile parse(const std::vector<uint8_t>& bytes) { return GgufFile::parse(buffer_from_bytes(bytes), "test.gguf"); }
 
 std::string parse_error(const std::vector<uint8_t>& bytes) {
-  try {
-    parse(bytes);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { parse(bytes); });
 }
 
 TEST(Gguf, RoundTripsEveryValueType) {

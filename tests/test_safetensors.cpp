@@ -19,14 +19,7 @@ std::vector<SafetensorsEntry> sample() {
 
 SafetensorsFile parse(const std::vector<uint8_t>& b) { return SafetensorsFile::parse(buffer_from_bytes(b), "t.safetensors"); }
 
-std::string parse_error(const std::vector<uint8_t>& b) {
-  try {
-    parse(b);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string parse_error(const std::vector<uint8_t>& b) { return test::error_of([&] { parse(b); }); }
 
 // A file whose JSON header is `header` followed by `data_bytes` zero bytes.
 std::vector<uint8_t> raw(const std::string& header, size_t data_bytes) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "slake/error.h"
+
 namespace slake::test {
 
 inline std::string fixtures_dir() { return SLAKE_FIXTURES_DIR; }
@@ -35,6 +37,17 @@ inline std::vector<float> read_f32(const std::string& p) {
   std::vector<float> v(b.size() / 4);
   std::memcpy(v.data(), b.data(), v.size() * 4);
   return v;
+}
+
+// The message of the slake::Error that `f` throws, or "" when it throws none.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // A fresh temporary directory, removed (with its files) at the end of the test.
