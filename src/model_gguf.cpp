@@ -5,6 +5,7 @@
 #include "model_internal.h"
 #include "slake/error.h"
 #include "slake/gguf.h"
+#include "vocab_internal.h"
 
 namespace slake {
 namespace detail {
@@ -15,44 +16,6 @@ int to_int(uint64_t v, const std::string& file, const std::string& key) {
   if (v > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
     fail(file + ": key " + key + " value " + std::to_string(v) + " is too large");
   return static_cast<int>(v);
-}
-
-int token_id(const GgufFile& g, const std::string& key, size_t n_tokens) {
-  if (!g.has(key)) return -1;
-  const uint64_t v = g.get_uint(key);
-  if (v == 0xFFFFFFFFull || v == std::numeric_limits<uint64_t>::max()) return -1;  // "none"
-  if (v >= n_tokens) fail(g.name() + ": " + key + " = " + std::to_string(v) + " is outside the vocabulary");
-  return static_cast<int>(v);
-}
-
-Vocab read_vocab(const GgufFile& g) {
-  Vocab v;
-  if (!g.has("tokenizer.ggml.tokens")) return v;
-  v.model = g.get_string("tokenizer.ggml.model", "");
-  v.pre = g.get_string("tokenizer.ggml.pre", "");
-  const GgufValue& toks = g.get_array("tokenizer.ggml.tokens", GgufType::STRING);
-  for (const GgufValue& t : toks.arr) v.tokens.push_back(t.str);
-  const size_t n = v.tokens.size();
-  if (g.has("tokenizer.ggml.scores")) {
-    const GgufValue& s = g.get_array("tokenizer.ggml.scores", GgufType::FLOAT32);
-    if (s.arr.size() != n) fail(g.name() + ": tokenizer.ggml.scores has " + std::to_string(s.arr.size()) + " entries for " + std::to_string(n) + " tokens");
-    for (const GgufValue& x : s.arr) v.scores.push_back(static_cast<float>(x.f));
-  }
-  if (g.has("tokenizer.ggml.token_type")) {
-    const GgufValue& s = g.get_array("tokenizer.ggml.token_type", GgufType::INT32);
-    if (s.arr.size() != n) fail(g.name() + ": tokenizer.ggml.token_type has " + std::to_string(s.arr.size()) + " entries for " + std::to_string(n) + " tokens");
-    for (const GgufValue& x : s.arr) v.types.push_back(static_cast<int32_t>(x.i));
-  }
-  if (g.has("tokenizer.ggml.merges")) {
-    for (const GgufValue& x : g.get_array("tokenizer.ggml.merges", GgufType::STRING).arr) v.merges.push_back(x.str);
-  }
-  v.bos = token_id(g, "tokenizer.ggml.bos_token_id", n);
-  v.eos = token_id(g, "tokenizer.ggml.eos_token_id", n);
-  v.unk = token_id(g, "tokenizer.ggml.unknown_token_id", n);
-  v.eot = token_id(g, "tokenizer.ggml.eot_token_id", n);
-  v.add_bos = g.get_bool("tokenizer.ggml.add_bos_token", v.model == "llama");
-  v.chat_template = g.get_string("tokenizer.chat_template", "");
-  return v;
 }
 
 }  // namespace

@@ -9,20 +9,13 @@
 #include "model_internal.h"
 #include "slake/error.h"
 #include "slake/safetensors.h"
+#include "vocab_internal.h"
 
 namespace slake::detail {
 
 namespace {
 
 using nlohmann::json;
-
-json parse_json_file(const std::string& path) {
-  try {
-    return json::parse(read_text_file(path));
-  } catch (const json::exception& e) {
-    fail(path + ": malformed JSON: " + e.what());
-  }
-}
 
 class ConfigReader {
  public:
@@ -79,68 +72,6 @@ void read_rope(const ConfigReader& r, ModelConfig& c, const std::string& file) {
   } else {
     fail(file + ": RoPE scaling type '" + type + "' is not supported");
   }
-}
-
-int first_id(const json& v) {
-  if (v.is_number_integer()) return v.get<int>();
-  if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int>();
-  return -1;
-}
-
-// The vocabulary of tokenizer.json (BPE models: Llama 2/Mistral with byte fallback, Llama 3 byte-level).
-Vocab read_tokenizer_json(const std::string& path, const json& cfg) {
-  Vocab v;
-  const json t = parse_json_file(path);
-  if (!t.is_object() || !t.contains("model") || !t["model"].is_object()) fail(path + ": no model object");
-  const json& model = t["model"];
-  if (!model.contains("vocab") || !model["vocab"].is_object()) fail(path + ": model.vocab is not an object");
-  const bool byte_fallback = model.value("byte_fallback", false);
-  v.model = byte_fallback ? "llama" : "gpt2";
-  size_t n = model["vocab"].size();
-  auto place = [&](const std::string& piece, const json& idj) {
-    if (!idj.is_number_integer() || idj.get<int64_t>() < 0 || idj.get<int64_t>() > 10000000)
-      fail(path + ": token id of '" + piece + "' is not a valid id");
-    const size_t id = idj.get<size_t>();
-    if (id >= v.tokens.size()) {
-      v.tokens.resize(id + 1);
-      v.types.resize(id + 1, 5);  // unused until seen
-    }
-    v.tokens[id] = piece;
-    return id;
-  };
-  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-    const size_t id = place(it.key(), it.value());
-    const std::string& p = it.key();
-    v.types[id] = (byte_fallback && p.size() == 6 && p.rfind("<0x", 0) == 0 && p.back() == '>') ? 6 : 1;
-  }
-  if (t.contains("added_tokens") && t["added_tokens"].is_array()) {
-    for (const json& a : t["added_tokens"]) {
-      if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || !a.contains("id")) fail(path + ": malformed added_tokens entry");
-      const size_t id = place(a["content"].get<std::string>(), a["id"]);
-      v.types[id] = a.value("special", false) ? 3 : 4;
-    }
-  }
-  if (model.contains("merges") && model["merges"].is_array()) {
-    for (const json& m : model["merges"]) {
-      if (m.is_string()) v.merges.push_back(m.get<std::string>());
-      else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
-        v.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
-      else fail(path + ": malformed merges entry");
-    }
-  }
-  (void)n;
-  const int nt = static_cast<int>(v.tokens.size());
-  auto id_or_none = [&](int id) { return id >= 0 && id < nt ? id : -1; };
-  v.bos = id_or_none(cfg.contains("bos_token_id") ? first_id(cfg["bos_token_id"]) : -1);
-  v.eos = id_or_none(cfg.contains("eos_token_id") ? first_id(cfg["eos_token_id"]) : -1);
-  if (byte_fallback) {
-    for (int i = 0; i < nt; ++i)
-      if (v.tokens[static_cast<size_t>(i)] == "<unk>") v.unk = i;
-    if (v.unk >= 0) v.types[static_cast<size_t>(v.unk)] = 2;
-  }
-  if (v.bos >= 0) v.types[static_cast<size_t>(v.bos)] = 3;
-  if (v.eos >= 0) v.types[static_cast<size_t>(v.eos)] = 3;
-  return v;
 }
 
 bool file_exists(const std::string& p) {

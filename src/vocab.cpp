@@ -1,40 +1,40 @@
 #include "slake/vocab.h"
 
-#include <array>
+#include "unicode_util.h"
 
 namespace slake {
 
 namespace {
 
-// Inverse of GPT-2's bytes_to_unicode: code point -> byte (or -1).
-const std::array<int, 512>& gpt2_unicode_to_byte() {
-  static const std::array<int, 512> table = [] {
-    std::array<int, 512> t{};
-    t.fill(-1);
-    int n = 0;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      if (printable) t[static_cast<size_t>(b)] = b;
-      else t[static_cast<size_t>(256 + n++)] = b;
-    }
-    return t;
-  }();
-  return table;
-}
-
-std::string decode_gpt2(const std::string& piece) {
+// Byte-level BPE: every character of a piece stands for one byte (GPT-2's alphabet). Characters
+// outside that alphabet, and bytes that are not UTF-8, are copied as they are.
+std::string decode_byte_level(const std::string& piece) {
   std::string out;
   for (size_t i = 0; i < piece.size();) {
-    const unsigned char c = static_cast<unsigned char>(piece[i]);
-    uint32_t cp;
-    size_t len;
-    if (c < 0x80) { cp = c; len = 1; }
-    else if ((c >> 5) == 6 && i + 1 < piece.size()) { cp = ((c & 0x1F) << 6) | (piece[i + 1] & 0x3F); len = 2; }
-    else { out += piece.substr(i); break; }
-    const int b = cp < 512 ? gpt2_unicode_to_byte()[cp] : -1;
+    const size_t len = detail::utf8_sequence_length(piece, i);
+    if (len == 0) {
+      out += piece[i++];
+      continue;
+    }
+    const int b = detail::gpt2_char_to_byte(detail::utf8_decode(piece, i, len));
     if (b >= 0) out += static_cast<char>(b);
-    else out += piece.substr(i, len);
+    else out.append(piece, i, len);
     i += len;
+  }
+  return out;
+}
+
+// SentencePiece writes spaces as U+2581.
+std::string unescape_spaces(const std::string& piece) {
+  static const std::string marker = "\xE2\x96\x81";
+  std::string out;
+  for (size_t i = 0; i < piece.size();) {
+    if (piece.compare(i, marker.size(), marker) == 0) {
+      out += ' ';
+      i += marker.size();
+    } else {
+      out += piece[i++];
+    }
   }
   return out;
 }
@@ -46,27 +46,35 @@ int hex_digit(char c) {
   return -1;
 }
 
+// The byte of a "<0xNN>" piece, or -1.
+int byte_piece_value(const std::string& p) {
+  if (p.size() != 6 || p.compare(0, 3, "<0x") != 0 || p[5] != '>') return -1;
+  const int hi = hex_digit(p[3]), lo = hex_digit(p[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
 }  // namespace
 
-std::string token_to_piece(const Vocab& v, int token) {
+std::string token_to_piece(const Vocab& v, int token, bool special) {
   if (token < 0 || static_cast<size_t>(token) >= v.tokens.size()) return "";
-  const std::string& p = v.tokens[static_cast<size_t>(token)];
-  const int type = v.types.empty() ? 1 : v.types[static_cast<size_t>(token)];
-  if (type == 3 || type == 5) return "";  // control / unused
-  if (v.model == "gpt2") return type == 4 ? p : decode_gpt2(p);
-  if (type == 6 && p.size() == 6 && hex_digit(p[3]) >= 0 && hex_digit(p[4]) >= 0)
-    return std::string(1, static_cast<char>(hex_digit(p[3]) * 16 + hex_digit(p[4])));
-  std::string out;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (i + 2 < p.size() && static_cast<unsigned char>(p[i]) == 0xE2 && static_cast<unsigned char>(p[i + 1]) == 0x96 &&
-        static_cast<unsigned char>(p[i + 2]) == 0x81) {
-      out += ' ';
-      i += 2;
-    } else {
-      out += p[i];
-    }
+  const size_t id = static_cast<size_t>(token);
+  const std::string& p = v.tokens[id];
+  const int type = id < v.types.size() ? v.types[id] : 1;
+  switch (type) {
+    case 2:  // unknown
+    case 3:  // control
+      return special ? p : "";
+    case 4:  // user-defined: the text as written
+      return p;
+    case 5:  // unused
+      return "";
+    case 6:  // byte
+      if (const int b = byte_piece_value(p); b >= 0) return std::string(1, static_cast<char>(b));
+      break;
+    default:
+      break;
   }
-  return out;
+  return v.model == "gpt2" ? decode_byte_level(p) : unescape_spaces(p);
 }
 
 }  // namespace slake

@@ -36,5 +36,12 @@ expect_error "unknown KV policy 'bogus'" "$bin/slake-cli" -m "$model_ok" --kv-po
 expect_error "must be larger than the window" "$bin/slake-cli" -m "$model_ok" --kv-budget 16
 expect_error "kv-budget" "$bin/slake-cli" -m "$model_ok" --kv-budget -3
 
-echo "$(( 11 - fails )) passed, $fails failed"
+expect_error "required" "$bin/slake-tokenize" -p hello
+expect_error "error: /nonexistent.gguf: no such file" "$bin/slake-tokenize" -m /nonexistent.gguf -p hello
+expect_error "error: give the text with exactly one of -p TEXT or -f FILE" "$bin/slake-tokenize" -m "$tmp/random.gguf"
+expect_error "error: .*random.gguf: not a GGUF file" "$bin/slake-tokenize" -m "$tmp/random.gguf" -p hello
+expect_error "error: .*hf: not a tokenizer directory (no tokenizer.json)" "$bin/slake-tokenize" -m "$tmp/hf" -p hello
+expect_error "error: /nonexistent.txt: cannot open" "$bin/slake-tokenize" -m "$tmp/random.gguf" -f /nonexistent.txt
+
+echo "$(( 17 - fails )) passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -50,6 +50,9 @@ struct Vocab {
   std::vector<std::string> merges;
   int bos = -1, eos = -1, unk = -1, eot = -1;
   bool add_bos = true;
+  // SentencePiece ("llama"): a space is put before the text, so that its first word is tokenized
+  // like every other word ("▁Hello"). tokenizer.ggml.add_space_prefix; true unless a file says not.
+  bool add_space_prefix = true;
   std::string chat_template;
 };
 
