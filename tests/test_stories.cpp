@@ -39,9 +39,7 @@ std::string greedy(const Model& m, int n, int threads, std::vector<int32_t>* ids
 class Stories : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string dir = test::shared_dir() + "/models/";
-    if (!test::exists(dir + "stories260K.gguf") || !test::exists(dir + "stories260K.bin") || !test::exists(dir + "tok512.bin"))
-      GTEST_SKIP() << "shared material missing: " << dir << "stories260K.{gguf,bin}, tok512.bin";
+    SLAKE_STORIES_OR_SKIP(dir);
     llamacpp_ = load_model(dir + "stories260K.gguf");
     convert_llama2c(dir + "stories260K.bin", dir + "tok512.bin", tmp_.file("ours.gguf"), tmp_.path());
     ours_gguf_ = load_model(tmp_.file("ours.gguf"));

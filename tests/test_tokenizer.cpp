@@ -301,9 +301,7 @@ TEST_F(TokenizerGpt2, InvalidUtf8IsAWordOfRawBytes) {
 class TokenizerStories : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string dir = test::shared_dir() + "/models/";
-    if (!test::exists(dir + "stories260K.gguf") || !test::exists(dir + "stories260K.bin") || !test::exists(dir + "tok512.bin"))
-      GTEST_SKIP() << "shared material missing: " << dir << "stories260K.{gguf,bin}, tok512.bin";
+    SLAKE_STORIES_OR_SKIP(dir);
     convert_llama2c(dir + "stories260K.bin", dir + "tok512.bin", "", tmp_.path());
     gguf_ = std::make_unique<Tokenizer>(load_vocab(dir + "stories260K.gguf"));
     hf_ = std::make_unique<Tokenizer>(load_vocab(tmp_.path()));

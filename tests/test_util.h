@@ -39,6 +39,19 @@ inline std::vector<float> read_f32(const std::string& p) {
   return v;
 }
 
+// The stories260K files of ../shared (GGUF, llama2.c checkpoint and tokenizer): their directory,
+// ending in '/', or "" when any is missing.
+inline std::string stories_dir() {
+  const std::string dir = shared_dir() + "/models/";
+  for (const char* f : {"stories260K.gguf", "stories260K.bin", "tok512.bin"})
+    if (!exists(dir + f)) return "";
+  return dir;
+}
+#define SLAKE_STORIES_OR_SKIP(var)              \
+  const std::string var = ::slake::test::stories_dir(); \
+  if (var.empty())                              \
+  GTEST_SKIP() << "shared material missing: " << ::slake::test::shared_dir() << "/models/stories260K.{gguf,bin}, tok512.bin"
+
 // The message of the slake::Error that `f` throws, or "" when it throws none.
 template <typename F>
 std::string error_of(F&& f) {
