@@ -25,8 +25,7 @@ void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, i
     int cnt = 0;
     float tile_max = -std::numeric_limits<float>::infinity();
     for (int j = j0; j < j1; ++j) {
-      const int32_t p = kv.pos[static_cast<size_t>(j)];
-      if (p > qpos || (window > 0 && p <= qpos - window)) continue;
+      if (!key_visible(kv.pos[static_cast<size_t>(j)], qpos, window)) continue;
       const float x = dot_f32(q, kv.key(j, d), d) * scale;
       score[cnt] = x;
       idx[cnt++] = j;

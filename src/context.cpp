@@ -31,6 +31,7 @@ Context::Context(const Model& model, const ContextParams& params)
       n_ctx_(resolve_ctx(model, params.n_ctx)),
       pool_(params.n_threads > 0 ? params.n_threads : default_thread_count()),
       rope_(model.cfg),
+      shape_{model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.head_dim, model.cfg.sliding_window},
       kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_),
       evictor_(params.kv, model.cfg.n_layers) {
   if (params_.n_batch < 1) fail("batch size must be positive, got " + std::to_string(params_.n_batch));
@@ -53,7 +54,6 @@ void Context::reset() {
 void Context::run_layer(int l, float* x, int n, const int32_t* pos, int window_start) {
   const ModelConfig& c = model_.cfg;
   const LayerWeights& L = model_.layers[static_cast<size_t>(l)];
-  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
   const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.ffn_dim;
   for (int t0 = 0; t0 < n; t0 += params_.n_batch) {
     const int nb = std::min(params_.n_batch, n - t0);
@@ -66,11 +66,11 @@ void Context::run_layer(int l, float* x, int n, const int32_t* pos, int window_s
       rope_.apply(q_.data() + t * qd, c.n_heads, pos[t0 + t]);
       rope_.apply(k_.data() + t * kvd, c.n_kv_heads, pos[t0 + t]);
       kv_.append(l, k_.data() + t * kvd, v_.data() + t * kvd, pos[t0 + t]);
-      if (n == 1) evictor_.on_decode(l, q_.data(), pos[0], kv_, {c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window});
+      if (n == 1) evictor_.on_decode(l, q_.data(), pos[0], kv_, shape_);
       if (window_start >= 0 && t0 + t >= window_start)
         std::copy(q_.data() + t * qd, q_.data() + (t + 1) * qd, q_window_.data() + (t0 + t - window_start) * qd);
     }
-    attention_prefill(att_.data(), q_.data(), pos + t0, nb, kv_, l, shape, pool_);
+    attention_prefill(att_.data(), q_.data(), pos + t0, nb, kv_, l, shape_, pool_);
     matmul(xb_.data(), att_.data(), nb, L.wo, pool_);
     for (int64_t i = 0; i < nb * dim; ++i) xc[i] += xb_[static_cast<size_t>(i)];
 
@@ -106,10 +106,9 @@ void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logit
   const bool evict = n_past_ == 0 && evictor_.active(n);
   const int window = params_.kv.window;
   if (evict) q_window_.resize(static_cast<size_t>(window) * c.q_dim());
-  const AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.sliding_window};
   for (int l = 0; l < c.n_layers; ++l) {
     run_layer(l, x.data(), n, pos.data(), evict ? n - window : -1);
-    if (evict) evictor_.on_layer_done(l, q_window_.data(), n, kv_, shape, pool_);
+    if (evict) evictor_.on_layer_done(l, q_window_.data(), n, kv_, shape_, pool_);
   }
   if (evict) evictor_.finish(n, kv_);
   n_past_ += n;

@@ -11,6 +11,16 @@
 
 namespace slake {
 
+namespace {
+// The spec's 1-D average pool (kernel 5, stride 1, zero padding 2) before its division by 5:
+// the sum of v[j-2 .. j+2] inside [0, n).
+double window_sum5(const double* v, int n, int j) {
+  double acc = 0;
+  for (int k = std::max(0, j - 2); k <= std::min(n - 1, j + 2); ++k) acc += v[k];
+  return acc;
+}
+}  // namespace
+
 void validate(const KvPolicyParams& p) {
   if (p.policy != "full" && p.policy != "cake") fail("unknown KV policy '" + p.policy + "' (full, cake)");
   if (p.budget < 0) fail("KV budget must not be negative, got " + std::to_string(p.budget));
@@ -68,11 +78,8 @@ LayerStats window_stats(const float* q_window, int S, int window, const KvCache&
   for (int h = 0; h < s.n_heads; ++h) {
     const std::vector<double>& I = ind[static_cast<size_t>(h)];
     std::vector<float>& out = st.indicator[static_cast<size_t>(h / group)];
-    for (int j = 0; j < P; ++j) {  // average pool, kernel 5, zero padding 2, always divided by 5
-      double acc = 0;
-      for (int k = std::max(0, j - 2); k <= std::min(P - 1, j + 2); ++k) acc += I[static_cast<size_t>(k)];
-      out[static_cast<size_t>(j)] += static_cast<float>(acc / 5.0 / group);
-    }
+    for (int j = 0; j < P; ++j)  // average pool, always divided by 5, then the mean over the group
+      out[static_cast<size_t>(j)] += static_cast<float>(window_sum5(I.data(), P, j) / 5.0 / group);
   }
   return st;
 }
@@ -135,22 +142,22 @@ void PrefillEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache&
       const int n_cand = kh.n - p_.window;
       std::vector<double> score(static_cast<size_t>(n_cand), 0.0);
       std::vector<float> x(static_cast<size_t>(kh.n));
+      std::vector<double> prob(static_cast<size_t>(n_cand));
       for (int g = 0; g < group; ++g) {
         const float* qh = q + static_cast<size_t>(kvh * group + g) * d;
         float m = -std::numeric_limits<float>::infinity();
         for (int j = 0; j < kh.n; ++j) {
-          const bool vis = kh.pos[static_cast<size_t>(j)] <= qpos;
-          x[static_cast<size_t>(j)] = vis ? dot_f32(qh, kh.key(j, d), d) * scale : -std::numeric_limits<float>::infinity();
+          // Causal only: the candidates are scored over the whole exact cache.
+          x[static_cast<size_t>(j)] = key_visible(kh.pos[static_cast<size_t>(j)], qpos, 0)
+                                          ? dot_f32(qh, kh.key(j, d), d) * scale
+                                          : -std::numeric_limits<float>::infinity();
           m = std::max(m, x[static_cast<size_t>(j)]);
         }
         double z = 0;
         for (int j = 0; j < kh.n; ++j) z += std::exp(static_cast<double>(x[static_cast<size_t>(j)]) - m);
-        for (int j = 0; j < n_cand; ++j) {  // pool in position order, kernel 5, divided by 5
-          double acc = 0;
-          for (int o = std::max(0, j - 2); o <= std::min(n_cand - 1, j + 2); ++o)
-            acc += std::exp(static_cast<double>(x[static_cast<size_t>(o)]) - m) / z;
-          score[static_cast<size_t>(j)] += acc / 5.0 / group;
-        }
+        for (int j = 0; j < n_cand; ++j) prob[static_cast<size_t>(j)] = std::exp(static_cast<double>(x[static_cast<size_t>(j)]) - m) / z;
+        for (int j = 0; j < n_cand; ++j)  // pooled in position order, divided by 5, mean over the group
+          score[static_cast<size_t>(j)] += window_sum5(prob.data(), n_cand, j) / 5.0 / group;
       }
       const int victim = static_cast<int>(std::min_element(score.begin(), score.end()) - score.begin());
       std::vector<char> keep(static_cast<size_t>(kh.n), 1);

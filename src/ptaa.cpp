@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "slake/attention.h"
 #include "slake/ops.h"
 
 namespace slake {
@@ -15,9 +16,7 @@ void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const 
   x.resize(static_cast<size_t>(kv.n));
   float m = -std::numeric_limits<float>::infinity();
   for (int j = 0; j < kv.n; ++j) {
-    const int32_t p = kv.pos[static_cast<size_t>(j)];
-    const bool visible = p <= qpos && (window <= 0 || p > qpos - window);
-    x[static_cast<size_t>(j)] = visible ? dot_f32(q, kv.key(j, d), d) * scale : -std::numeric_limits<float>::infinity();
+    x[static_cast<size_t>(j)] = key_visible(kv.pos[static_cast<size_t>(j)], qpos, window) ? dot_f32(q, kv.key(j, d), d) * scale : -std::numeric_limits<float>::infinity();
     m = std::max(m, x[static_cast<size_t>(j)]);
   }
   float mu = 0.0f;

@@ -8,6 +8,12 @@
 
 namespace slake {
 
+// Whether the key at position `key_pos` is visible from the query at `qpos`: causal, and inside
+// the sliding window when one is set (window > 0).
+inline bool key_visible(int32_t key_pos, int32_t qpos, int window) {
+  return key_pos <= qpos && (window <= 0 || key_pos > qpos - window);
+}
+
 struct AttentionShape {
   int n_heads;     // query heads
   int n_kv_heads;  // KV heads; query head h reads KV head h / (n_heads / n_kv_heads)

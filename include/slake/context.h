@@ -47,6 +47,7 @@ class Context {
   int n_past_ = 0;
   ThreadPool pool_;
   Rope rope_;
+  AttentionShape shape_;
   KvCache kv_;
   PrefillEvictor evictor_;
   std::vector<float> q_window_;  // the prompt's last Sw queries of the current layer
