@@ -53,12 +53,6 @@ std::vector<std::string> lines_of(const std::string& path) {
   return lines;
 }
 
-int32_t id_of(const Tokenizer& tok, const std::string& piece) {
-  const auto& tokens = tok.vocab().tokens;
-  const auto it = std::find(tokens.begin(), tokens.end(), piece);
-  if (it == tokens.end()) ADD_FAILURE() << "no token '" << piece << "'";
-  return static_cast<int32_t>(it - tokens.begin());
-}
 
 std::vector<int32_t> concat(std::vector<std::vector<int32_t>> parts) {
   std::vector<int32_t> all;
@@ -175,8 +169,7 @@ TEST(TokenizerRandomBytes, Gpt2) { check_random_bytes("ggml-vocab-gpt-2.gguf"); 
 class TokenizerLlamaSpm : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = test::shared_dir() + "/tokenizers/ggml-vocab-llama-spm.gguf";
-    if (!test::exists(path)) GTEST_SKIP() << "shared material missing: " << path;
+    SLAKE_SHARED_OR_SKIP(path, "tokenizers/ggml-vocab-llama-spm.gguf");
     tok_ = std::make_unique<Tokenizer>(load_vocab(path));
   }
   std::unique_ptr<Tokenizer> tok_;
@@ -238,9 +231,9 @@ TEST_F(TokenizerLlamaSpm, StreamingNeverSplitsACharacter) {
 
   // Bytes that can never become UTF-8 are passed on at once; a cut-off character comes out at flush().
   StreamingDetokenizer raw(tok);
-  EXPECT_EQ(raw.push(id_of(tok, "<0xFF>")), "\xFF");
-  EXPECT_EQ(raw.push(id_of(tok, "<0xF0>")), "");
-  EXPECT_EQ(raw.push(id_of(tok, "<0x9F>")), "");
+  EXPECT_EQ(raw.push(test::token_id(tok.vocab().tokens, "<0xFF>")), "\xFF");
+  EXPECT_EQ(raw.push(test::token_id(tok.vocab().tokens, "<0xF0>")), "");
+  EXPECT_EQ(raw.push(test::token_id(tok.vocab().tokens, "<0x9F>")), "");
   EXPECT_EQ(raw.flush(), "\xF0\x9F");
 }
 
@@ -248,12 +241,12 @@ TEST_F(TokenizerLlamaSpm, StreamingNeverSplitsACharacter) {
 // becomes its <0xNN> token; the rest is tokenized as usual, and nothing is lost.
 TEST_F(TokenizerLlamaSpm, InvalidUtf8GoesThroughByteTokens) {
   const Tokenizer& tok = *tok_;
-  const int32_t space = id_of(tok, "\xE2\x96\x81");
-  EXPECT_EQ(tok.tokenize("\xFF", false, false), (std::vector<int32_t>{space, id_of(tok, "<0xFF>")}));
-  EXPECT_EQ(tok.tokenize("Hello\xC3", false, false), concat({tok.tokenize("Hello", false, false), {id_of(tok, "<0xC3>")}}));
+  const int32_t space = test::token_id(tok.vocab().tokens, "\xE2\x96\x81");
+  EXPECT_EQ(tok.tokenize("\xFF", false, false), (std::vector<int32_t>{space, test::token_id(tok.vocab().tokens, "<0xFF>")}));
+  EXPECT_EQ(tok.tokenize("Hello\xC3", false, false), concat({tok.tokenize("Hello", false, false), {test::token_id(tok.vocab().tokens, "<0xC3>")}}));
   // A lead byte followed by ASCII: the lead byte alone falls back, "(" stays a normal character.
   const std::vector<int32_t> cut = tok.tokenize("\xC3(", false, false);
-  EXPECT_EQ(cut, (std::vector<int32_t>{space, id_of(tok, "<0xC3>"), id_of(tok, "(")}));
+  EXPECT_EQ(cut, (std::vector<int32_t>{space, test::token_id(tok.vocab().tokens, "<0xC3>"), test::token_id(tok.vocab().tokens, "(")}));
   for (const std::string& s : invalid_utf8_samples()) EXPECT_EQ(tok.detokenize(tok.tokenize(s, false, false)), s);
   // The one thing that does not come back: SentencePiece cannot tell a '▁' in the text from a space.
   EXPECT_EQ(tok.detokenize(tok.tokenize("a\xE2\x96\x81" "b", false, false)), "a b");
@@ -265,8 +258,7 @@ TEST_F(TokenizerLlamaSpm, InvalidUtf8GoesThroughByteTokens) {
 class TokenizerGpt2 : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = test::shared_dir() + "/tokenizers/ggml-vocab-gpt-2.gguf";
-    if (!test::exists(path)) GTEST_SKIP() << "shared material missing: " << path;
+    SLAKE_SHARED_OR_SKIP(path, "tokenizers/ggml-vocab-gpt-2.gguf");
     tok_ = std::make_unique<Tokenizer>(load_vocab(path));
   }
   std::unique_ptr<Tokenizer> tok_;
@@ -274,7 +266,7 @@ class TokenizerGpt2 : public ::testing::Test {
 
 TEST_F(TokenizerGpt2, SpecialTokens) {
   const Tokenizer& tok = *tok_;
-  const int32_t eot = id_of(tok, "<|endoftext|>");
+  const int32_t eot = test::token_id(tok.vocab().tokens, "<|endoftext|>");
   EXPECT_EQ(tok.vocab().types[static_cast<size_t>(eot)], 3);
   EXPECT_EQ(tok.tokenize("Hello<|endoftext|> world", false, true),
             concat({tok.tokenize("Hello", false, false), {eot}, tok.tokenize(" world", false, false)}));
@@ -289,8 +281,8 @@ TEST_F(TokenizerGpt2, SpecialTokens) {
 // of its own, tokenized through the byte alphabet (0xFF is 'ÿ'); nothing is lost.
 TEST_F(TokenizerGpt2, InvalidUtf8IsAWordOfRawBytes) {
   const Tokenizer& tok = *tok_;
-  EXPECT_EQ(tok.tokenize("\xFF", false, false), (std::vector<int32_t>{id_of(tok, "\xC3\xBF")}));
-  EXPECT_EQ(tok.tokenize("a\xFF" "b", false, false), (std::vector<int32_t>{id_of(tok, "a"), id_of(tok, "\xC3\xBF"), id_of(tok, "b")}));
+  EXPECT_EQ(tok.tokenize("\xFF", false, false), (std::vector<int32_t>{test::token_id(tok.vocab().tokens, "\xC3\xBF")}));
+  EXPECT_EQ(tok.tokenize("a\xFF" "b", false, false), (std::vector<int32_t>{test::token_id(tok.vocab().tokens, "a"), test::token_id(tok.vocab().tokens, "\xC3\xBF"), test::token_id(tok.vocab().tokens, "b")}));
   for (const std::string& s : invalid_utf8_samples()) EXPECT_EQ(tok.detokenize(tok.tokenize(s, false, false)), s);
 }
 

@@ -82,47 +82,41 @@ Vocab bpe_vocab(const std::vector<std::string>& merges, const std::string& pre =
   return v;
 }
 
-int32_t id(const Tokenizer& tok, const std::string& text) {
-  const auto& t = tok.vocab().tokens;
-  const auto it = std::find(t.begin(), t.end(), text);
-  if (it == t.end()) ADD_FAILURE() << "no token '" << text << "'";
-  return static_cast<int32_t>(it - t.begin());
-}
 
 using Ids = std::vector<int32_t>;
 
 TEST(TokenizerSpmRules, HighestScoreFirstAndLeftmostOnTies) {
   // "aba" -> "▁", "a", "b", "a": "ab" and "ba" can both form.
   const Tokenizer tie(spm_vocab({{kSpace, -1}, {"a", -2}, {"b", -3}, {"ab", -5}, {"ba", -5}}));
-  EXPECT_EQ(tie.tokenize("aba", false, false), (Ids{id(tie, kSpace), id(tie, "ab"), id(tie, "a")}));
+  EXPECT_EQ(tie.tokenize("aba", false, false), (Ids{test::token_id(tie.vocab().tokens, kSpace), test::token_id(tie.vocab().tokens, "ab"), test::token_id(tie.vocab().tokens, "a")}));
   const Tokenizer ba_first(spm_vocab({{kSpace, -1}, {"a", -2}, {"b", -3}, {"ab", -5}, {"ba", -4}}));
-  EXPECT_EQ(ba_first.tokenize("aba", false, false), (Ids{id(ba_first, kSpace), id(ba_first, "a"), id(ba_first, "ba")}));
+  EXPECT_EQ(ba_first.tokenize("aba", false, false), (Ids{test::token_id(ba_first.vocab().tokens, kSpace), test::token_id(ba_first.vocab().tokens, "a"), test::token_id(ba_first.vocab().tokens, "ba")}));
   // Merges build on merges: "▁a" + "ba" once both exist.
   const Tokenizer chain(spm_vocab({{kSpace, -1}, {"a", -2}, {"b", -3}, {"ba", -4}, {kSpace + "a", -5}, {kSpace + "aba", -6}}));
-  EXPECT_EQ(chain.tokenize("aba", false, false), (Ids{id(chain, kSpace + "aba")}));
+  EXPECT_EQ(chain.tokenize("aba", false, false), (Ids{test::token_id(chain.vocab().tokens, kSpace + "aba")}));
 }
 
 TEST(TokenizerSpmRules, SpacesAndPrefix) {
   Vocab v = spm_vocab({{kSpace, -1}, {"a", -2}, {kSpace + "a", -3}});
   const Tokenizer with_prefix(v);
-  EXPECT_EQ(with_prefix.tokenize("a a", false, false), (Ids{id(with_prefix, kSpace + "a"), id(with_prefix, kSpace + "a")}));
+  EXPECT_EQ(with_prefix.tokenize("a a", false, false), (Ids{test::token_id(with_prefix.vocab().tokens, kSpace + "a"), test::token_id(with_prefix.vocab().tokens, kSpace + "a")}));
   EXPECT_EQ(with_prefix.tokenize("", false, false), Ids{});
   EXPECT_EQ(with_prefix.tokenize("", true, false), Ids{1});
   EXPECT_EQ(with_prefix.detokenize(with_prefix.tokenize("a a", false, false)), "a a");
   v.add_space_prefix = false;  // tokenizer.ggml.add_space_prefix = false
   const Tokenizer without(v);
-  EXPECT_EQ(without.tokenize("a a", false, false), (Ids{id(without, "a"), id(without, kSpace + "a")}));
+  EXPECT_EQ(without.tokenize("a a", false, false), (Ids{test::token_id(without.vocab().tokens, "a"), test::token_id(without.vocab().tokens, kSpace + "a")}));
   EXPECT_EQ(without.detokenize(without.tokenize("a a", false, false)), "a a");
 }
 
 TEST(TokenizerSpmRules, ByteFallbackAndUnknown) {
   const Tokenizer bytes(spm_vocab({{kSpace, -1}, {"a", -2}}));
   EXPECT_EQ(bytes.tokenize("a\xC3\xA9", false, false),
-            (Ids{id(bytes, kSpace), id(bytes, "a"), id(bytes, "<0xC3>"), id(bytes, "<0xA9>")}));
+            (Ids{test::token_id(bytes.vocab().tokens, kSpace), test::token_id(bytes.vocab().tokens, "a"), test::token_id(bytes.vocab().tokens, "<0xC3>"), test::token_id(bytes.vocab().tokens, "<0xA9>")}));
   EXPECT_EQ(bytes.detokenize(bytes.tokenize("a\xC3\xA9", false, false)), "a\xC3\xA9");
   // No byte tokens: each byte of an uncovered character becomes the unknown token.
   const Tokenizer no_bytes(spm_vocab({{kSpace, -1}, {"a", -2}}, false));
-  EXPECT_EQ(no_bytes.tokenize("a\xC3\xA9", false, false), (Ids{id(no_bytes, kSpace), id(no_bytes, "a"), 0, 0}));
+  EXPECT_EQ(no_bytes.tokenize("a\xC3\xA9", false, false), (Ids{test::token_id(no_bytes.vocab().tokens, kSpace), test::token_id(no_bytes.vocab().tokens, "a"), 0, 0}));
 }
 
 TEST(TokenizerSpmRules, ScoresFromMergeRanks) {
@@ -131,10 +125,10 @@ TEST(TokenizerSpmRules, ScoresFromMergeRanks) {
   v.scores.clear();
   v.merges = {"b a", "a b"};
   const Tokenizer ba_first(v);
-  EXPECT_EQ(ba_first.tokenize("aba", false, false), (Ids{id(ba_first, kSpace), id(ba_first, "a"), id(ba_first, "ba")}));
+  EXPECT_EQ(ba_first.tokenize("aba", false, false), (Ids{test::token_id(ba_first.vocab().tokens, kSpace), test::token_id(ba_first.vocab().tokens, "a"), test::token_id(ba_first.vocab().tokens, "ba")}));
   v.merges = {"a b", "b a"};
   const Tokenizer ab_first(v);
-  EXPECT_EQ(ab_first.tokenize("aba", false, false), (Ids{id(ab_first, kSpace), id(ab_first, "ab"), id(ab_first, "a")}));
+  EXPECT_EQ(ab_first.tokenize("aba", false, false), (Ids{test::token_id(ab_first.vocab().tokens, kSpace), test::token_id(ab_first.vocab().tokens, "ab"), test::token_id(ab_first.vocab().tokens, "a")}));
 }
 
 TEST(TokenizerSpecialTokens, LongestFirstAndUserDefinedAlways) {
@@ -143,14 +137,14 @@ TEST(TokenizerSpecialTokens, LongestFirstAndUserDefinedAlways) {
   b.vocab() = v;
   b.add("<x>", 3).add("<x><y>", 3).add("<u>", 4);
   const Tokenizer tok(b.vocab());
-  const int32_t x = id(tok, "<x>"), xy = id(tok, "<x><y>"), u = id(tok, "<u>");
+  const int32_t x = test::token_id(tok.vocab().tokens, "<x>"), xy = test::token_id(tok.vocab().tokens, "<x><y>"), u = test::token_id(tok.vocab().tokens, "<u>");
   EXPECT_EQ(tok.tokenize("<x><y><x>", false, true), (Ids{xy, x}));
   // After a special token the text gets the space prefix again (llama.cpp).
-  EXPECT_EQ(tok.tokenize("a<x>b", false, true), (Ids{id(tok, kSpace), id(tok, "a"), x, id(tok, kSpace), id(tok, "b")}));
+  EXPECT_EQ(tok.tokenize("a<x>b", false, true), (Ids{test::token_id(tok.vocab().tokens, kSpace), test::token_id(tok.vocab().tokens, "a"), x, test::token_id(tok.vocab().tokens, kSpace), test::token_id(tok.vocab().tokens, "b")}));
   // Control tokens are text without parse_special; user-defined tokens are matched regardless.
   const Ids plain = tok.tokenize("<x>", false, false);
   EXPECT_TRUE(std::find(plain.begin(), plain.end(), x) == plain.end());
-  EXPECT_EQ(tok.tokenize("a<u>b", false, false), (Ids{id(tok, kSpace), id(tok, "a"), u, id(tok, kSpace), id(tok, "b")}));
+  EXPECT_EQ(tok.tokenize("a<u>b", false, false), (Ids{test::token_id(tok.vocab().tokens, kSpace), test::token_id(tok.vocab().tokens, "a"), u, test::token_id(tok.vocab().tokens, kSpace), test::token_id(tok.vocab().tokens, "b")}));
   EXPECT_EQ(tok.detokenize({u}), "<u>");
   EXPECT_EQ(tok.detokenize({x}), "");
   EXPECT_EQ(tok.detokenize({x}, true), "<x>");
@@ -158,13 +152,13 @@ TEST(TokenizerSpecialTokens, LongestFirstAndUserDefinedAlways) {
 
 TEST(TokenizerBpeRules, LowestRankFirst) {
   const Tokenizer bc_first(bpe_vocab({"b c", "a b"}));
-  EXPECT_EQ(bc_first.tokenize("abc", false, false), (Ids{id(bc_first, "a"), id(bc_first, "bc")}));
+  EXPECT_EQ(bc_first.tokenize("abc", false, false), (Ids{test::token_id(bc_first.vocab().tokens, "a"), test::token_id(bc_first.vocab().tokens, "bc")}));
   const Tokenizer ab_first(bpe_vocab({"a b", "b c", "ab c"}));
-  EXPECT_EQ(ab_first.tokenize("abc", false, false), (Ids{id(ab_first, "abc")}));
+  EXPECT_EQ(ab_first.tokenize("abc", false, false), (Ids{test::token_id(ab_first.vocab().tokens, "abc")}));
   // Words never merge across the pre-tokenizer's boundaries; spaces are 'Ġ' (U+0120).
   const std::string space = gpt2_char(' ');
   const Tokenizer words(bpe_vocab({space + " a", "a b"}));
-  EXPECT_EQ(words.tokenize("ab ab", false, false), (Ids{id(words, "ab"), id(words, space + "a"), id(words, "b")}));
+  EXPECT_EQ(words.tokenize("ab ab", false, false), (Ids{test::token_id(words.vocab().tokens, "ab"), test::token_id(words.vocab().tokens, space + "a"), test::token_id(words.vocab().tokens, "b")}));
   EXPECT_EQ(words.detokenize(words.tokenize("ab ab", false, false)), "ab ab");
 }
 
@@ -174,11 +168,11 @@ TEST(TokenizerBpeRules, Llama3TakesWholeWordsAndSplitsDigits) {
   v.tokens.push_back("xyz");
   v.types.push_back(1);
   const Tokenizer tok(v);
-  EXPECT_EQ(tok.tokenize("xyz", false, false), (Ids{id(tok, "xyz")}));
+  EXPECT_EQ(tok.tokenize("xyz", false, false), (Ids{test::token_id(tok.vocab().tokens, "xyz")}));
   const Tokenizer gpt2(bpe_vocab({"1 2"}));
   // Llama 3 cuts digit runs into groups of three: "1212" -> "121", "2".
-  EXPECT_EQ(tok.tokenize("1212", false, false), (Ids{id(tok, "12"), id(tok, "1"), id(tok, "2")}));
-  EXPECT_EQ(gpt2.tokenize("1212", false, false), (Ids{id(gpt2, "12"), id(gpt2, "12")}));
+  EXPECT_EQ(tok.tokenize("1212", false, false), (Ids{test::token_id(tok.vocab().tokens, "12"), test::token_id(tok.vocab().tokens, "1"), test::token_id(tok.vocab().tokens, "2")}));
+  EXPECT_EQ(gpt2.tokenize("1212", false, false), (Ids{test::token_id(gpt2.vocab().tokens, "12"), test::token_id(gpt2.vocab().tokens, "12")}));
 }
 
 TEST(TokenizerVocabChecks, BadVocabulariesAreErrors) {
@@ -207,7 +201,7 @@ TEST(TokenizerVocabChecks, BadVocabulariesAreErrors) {
   EXPECT_THROW(Tokenizer{bad_bos}, Error);
   // Ids outside the vocabulary detokenize to nothing.
   const Tokenizer tok(spm_vocab({{kSpace + "a", 0}}));
-  EXPECT_EQ(tok.detokenize({id(tok, kSpace + "a"), -1, 1 << 30}), "a");
+  EXPECT_EQ(tok.detokenize({test::token_id(tok.vocab().tokens, kSpace + "a"), -1, 1 << 30}), "a");
 }
 
 TEST(TokenizerLoadVocab, VocabularyOnlyGguf) {

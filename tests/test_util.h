@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -51,6 +52,13 @@ inline std::string stories_dir() {
   const std::string var = ::slake::test::stories_dir(); \
   if (var.empty())                              \
   GTEST_SKIP() << "shared material missing: " << ::slake::test::shared_dir() << "/models/stories260K.{gguf,bin}, tok512.bin"
+
+// The id of the token whose piece is `piece` (a test failure, and the vocabulary size, if none).
+inline int32_t token_id(const std::vector<std::string>& tokens, const std::string& piece) {
+  const auto it = std::find(tokens.begin(), tokens.end(), piece);
+  if (it == tokens.end()) ADD_FAILURE() << "no token '" << piece << "'";
+  return static_cast<int32_t>(it - tokens.begin());
+}
 
 // The message of the slake::Error that `f` throws, or "" when it throws none.
 template <typename F>
