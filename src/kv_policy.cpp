@@ -21,13 +21,55 @@ double window_sum5(const double* v, int n, int j) {
 }
 }  // namespace
 
+const std::vector<std::string>& kv_policy_names() {
+  static const std::vector<std::string> names{"full", "streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake"};
+  return names;
+}
+
 void validate(const KvPolicyParams& p) {
-  if (p.policy != "full" && p.policy != "cake") fail("unknown KV policy '" + p.policy + "' (full, cake)");
+  const std::vector<std::string>& names = kv_policy_names();
+  if (std::find(names.begin(), names.end(), p.policy) == names.end()) {
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+    fail("unknown KV policy '" + p.policy + "' (" + list + ")");
+  }
+  if (p.compensate != "auto" && p.compensate != "taylor" && p.compensate != "none")
+    fail("unknown KV compensator '" + p.compensate + "' (auto, taylor, none)");
   if (p.budget < 0) fail("KV budget must not be negative, got " + std::to_string(p.budget));
   if (p.window < 1) fail("KV observation window must be positive, got " + std::to_string(p.window));
   if (p.policy != "full" && p.budget > 0 && p.budget <= p.window)
     fail("KV budget " + std::to_string(p.budget) + " must be larger than the window " + std::to_string(p.window));
-  if (!(p.gamma >= 0) || !(p.tau1 > 0) || !(p.tau2 > 0)) fail("KV policy hyperparameters must be positive");
+  if (!(p.gamma >= 0)) fail("KV indicator weight gamma must not be negative");
+  for (const std::optional<double>& t : {p.tau1, p.tau2})
+    if (t && !(*t > 0)) fail("KV CAKE exponents tau1/tau2 must be positive");
+  for (const std::optional<double>& t : {p.alpha, p.beta})
+    if (t && !(*t >= 0 && std::isfinite(*t))) fail("KV VABS exponents alpha/beta must not be negative");
+}
+
+KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c) {
+  // The spec's tables are per model; models are told apart by shape, so any conversion of them
+  // (GGUF or HF, any quantisation) gets the same defaults. Budgets between the tabulated ones take
+  // the nearer (geometrically) of the two.
+  enum { Other, Llama31_8B, Llama2_7B, Mistral7B_v03 } model = Other;
+  if (c.n_layers == 32 && c.dim == 4096) {
+    if (c.n_vocab == 128256 && c.n_kv_heads == 8) model = Llama31_8B;
+    else if (c.n_vocab == 32000 && c.n_kv_heads == 32) model = Llama2_7B;
+    else if (c.n_vocab == 32768 && c.n_kv_heads == 8) model = Mistral7B_v03;
+  }
+  const bool big_tau = p.budget * p.budget > 128 * 1024;  // nearer 1024 than 128
+  const bool big_ab = p.budget * p.budget > 128 * 256;    // nearer 256 than 128
+  double t1 = 1.0, t2 = 1.0, a = 0.5, b = 0.4;
+  switch (model) {
+    case Llama31_8B: t1 = 1.6; t2 = big_tau ? 0.4 : 0.6; a = big_ab ? 0.6 : 0.4; b = big_ab ? 0.5 : 0.2; break;
+    case Llama2_7B: t1 = big_tau ? 1.9 : 0.9; t2 = big_tau ? 1.8 : 2.3; break;
+    case Mistral7B_v03: t1 = big_tau ? 0.8 : 1.0; t2 = big_tau ? 0.5 : 0.8; a = big_ab ? 0.4 : 0.6; b = big_ab ? 0.2 : 0.5; break;
+    case Other: break;
+  }
+  if (!p.tau1) p.tau1 = t1;
+  if (!p.tau2) p.tau2 = t2;
+  if (!p.alpha) p.alpha = a;
+  if (!p.beta) p.beta = b;
+  return p;
 }
 
 LayerStats window_stats(const float* q_window, int S, int window, const KvCache& cache, int layer, const AttentionShape& s,
@@ -105,7 +147,7 @@ void PrefillEvictor::evict_to(const std::vector<int64_t>& budgets, int S, KvCach
       });
       std::vector<char> keep(static_cast<size_t>(kh.n), 1);
       for (size_t c = static_cast<size_t>(keep_n); c < cand.size(); ++c) keep[static_cast<size_t>(cand[c])] = 0;
-      cache.compact(static_cast<int>(l), h, keep, p_.taylor);
+      cache.compact(static_cast<int>(l), h, keep, p_.taylor());
     }
   }
 }
@@ -116,7 +158,7 @@ void PrefillEvictor::on_layer_done(int layer, const float* q_window, int S, KvCa
   if (static_cast<int>(stats_.size()) != layer) fail("internal: layers must be reported in order");
   stats_.push_back(window_stats(q_window, S, p_.window, cache, layer, s, p_.gamma, pool));
   const LayerStats& st = stats_.back();
-  scores_.push_back(std::pow(st.entropy, 1.0 / p_.tau1) * std::pow(st.variance, 1.0 / p_.tau2));
+  scores_.push_back(std::pow(st.entropy, 1.0 / p_.tau1.value_or(1.0)) * std::pow(st.variance, 1.0 / p_.tau2.value_or(1.0)));
   const int64_t total = static_cast<int64_t>(p_.budget - p_.window) * n_layers_;
   const int64_t cap = S - p_.window;
   // Over the layers seen so far the same total; while fewer than total/cap layers are seen, all fit.
@@ -162,7 +204,7 @@ void PrefillEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache&
       const int victim = static_cast<int>(std::min_element(score.begin(), score.end()) - score.begin());
       std::vector<char> keep(static_cast<size_t>(kh.n), 1);
       keep[static_cast<size_t>(victim)] = 0;
-      cache.compact(layer, kvh, keep, p_.taylor);
+      cache.compact(layer, kvh, keep, p_.taylor());
     }
   }
 }

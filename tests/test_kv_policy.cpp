@@ -76,7 +76,7 @@ KvPolicyParams cake(int budget, int window, bool taylor, bool cascade = true) {
   p.policy = "cake";
   p.budget = budget;
   p.window = window;
-  p.taylor = taylor;
+  p.compensate = taylor ? "taylor" : "none";
   p.cascade = cascade;
   return p;
 }

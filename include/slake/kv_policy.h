@@ -5,24 +5,39 @@
 // compensator is on.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "slake/attention.h"
 #include "slake/kv_cache.h"
+#include "slake/model.h"
 #include "slake/thread_pool.h"
 
 namespace slake {
 
 struct KvPolicyParams {
-  std::string policy = "full";  // "full" or "cake" (more to come)
+  // full, streaming, h2o, snapkv, pyramidkv, cake, slake (spec section 6).
+  std::string policy = "full";
   int budget = 0;               // C: average tokens kept per layer, window included; 0 = no eviction
   int window = 32;              // Sw
+  // What happens to evicted tokens: "auto" (the policy's own: taylor for slake, none otherwise),
+  // "taylor" (absorbed into the linear state, attended by PTAA) or "none" (dropped).
+  std::string compensate = "auto";
   double gamma = 200.0;         // indicator variance weight
-  double tau1 = 1.0, tau2 = 1.0;  // CAKE preference exponents
-  bool taylor = false;          // absorb evicted tokens into the linear state (PTAA)
+  // Layer-preference exponents; unset: the per-model defaults of the spec (resolve_kv_defaults).
+  std::optional<double> tau1, tau2;   // CAKE
+  std::optional<double> alpha, beta;  // VABS
   bool cascade = true;          // evict after every layer; false: once, after the last (Theorem 1 tests)
+
+  bool taylor() const { return compensate == "taylor" || (compensate == "auto" && policy == "slake"); }
 };
+
+// The policy names, in the order of the spec's table.
+const std::vector<std::string>& kv_policy_names();
+
+// Fills the unset hyperparameters with the spec's defaults for this model and budget.
+KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c);
 
 void validate(const KvPolicyParams& p);
 

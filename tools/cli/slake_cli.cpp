@@ -9,6 +9,7 @@
 #include "slake/error.h"
 #include "slake/model.h"
 #include "slake/vocab.h"
+#include "../common/kv_flags.h"
 
 namespace {
 
@@ -26,20 +27,11 @@ int main(int argc, char** argv) {
   app.add_option("-n,--n-predict", n_predict, "tokens to generate")->check(CLI::NonNegativeNumber);
   app.add_option("-c,--ctx-size", n_ctx, "context size (0: the model's)")->check(CLI::NonNegativeNumber);
   app.add_option("-t,--threads", n_threads, "threads (0: all)")->check(CLI::NonNegativeNumber);
-  slake::KvPolicyParams kv;
-  std::string compensate = "auto";
-  app.add_option("--kv-policy", kv.policy, "KV-cache policy: full, cake (default: cake when --kv-budget is given)");
-  app.add_option("--kv-budget", kv.budget, "average tokens kept per layer, window included (0: keep all)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--kv-window", kv.window, "observation window Sw")->check(CLI::PositiveNumber);
-  app.add_option("--kv-compensate", compensate, "evicted tokens: taylor (linear cache + PTAA) or none")
-      ->check(CLI::IsMember({"auto", "taylor", "none"}));
-  app.add_option("--kv-gamma", kv.gamma, "indicator variance weight");
-  app.add_option("--kv-tau1", kv.tau1, "CAKE entropy exponent 1/tau1");
-  app.add_option("--kv-tau2", kv.tau2, "CAKE variance exponent 1/tau2");
+  slake::tools::KvFlags kvf;
+  slake::tools::add_kv_flags(app, kvf);
   CLI11_PARSE(app, argc, argv);
-  if (kv.budget > 0 && app.count("--kv-policy") == 0) kv.policy = "cake";
-  kv.taylor = compensate == "taylor";
+  slake::tools::finish_kv_flags(app, kvf);
+  const slake::KvPolicyParams& kv = kvf.params;
 
   try {
     slake::validate(kv);  // bad flags fail before a large model is mapped
