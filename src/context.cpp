@@ -33,7 +33,7 @@ Context::Context(const Model& model, const ContextParams& params)
       rope_(model.cfg),
       shape_{model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.head_dim, model.cfg.sliding_window},
       kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_),
-      evictor_(resolve_kv_defaults(params.kv, model.cfg), model.cfg.n_layers) {
+      evictor_(resolve_kv_defaults(params.kv, model.cfg), model.cfg.n_layers, shape_) {
   if (params_.n_batch < 1) fail("batch size must be positive, got " + std::to_string(params_.n_batch));
   const ModelConfig& c = model.cfg;
   const size_t B = static_cast<size_t>(params_.n_batch);
@@ -48,10 +48,11 @@ Context::Context(const Model& model, const ContextParams& params)
 
 void Context::reset() {
   kv_.clear();
+  evictor_.reset();
   n_past_ = 0;
 }
 
-void Context::run_layer(int l, float* x, int n, const int32_t* pos, int window_start) {
+void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt) {
   const ModelConfig& c = model_.cfg;
   const LayerWeights& L = model_.layers[static_cast<size_t>(l)];
   const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.ffn_dim;
@@ -66,10 +67,9 @@ void Context::run_layer(int l, float* x, int n, const int32_t* pos, int window_s
       rope_.apply(q_.data() + t * qd, c.n_heads, pos[t0 + t]);
       rope_.apply(k_.data() + t * kvd, c.n_kv_heads, pos[t0 + t]);
       kv_.append(l, k_.data() + t * kvd, v_.data() + t * kvd, pos[t0 + t]);
-      if (n == 1) evictor_.on_decode(l, q_.data(), pos[0], kv_, shape_);
-      if (window_start >= 0 && t0 + t >= window_start)
-        std::copy(q_.data() + t * qd, q_.data() + (t + 1) * qd, q_window_.data() + (t0 + t - window_start) * qd);
+      if (!prompt) evictor_.on_decode(l, q_.data() + t * qd, pos[t0 + t], kv_, pool_);
     }
+    if (prompt) evictor_.observe(l, q_.data(), pos + t0, nb, kv_, pool_);
     attention_prefill(att_.data(), q_.data(), pos + t0, nb, kv_, l, shape_, pool_);
     matmul(xb_.data(), att_.data(), nb, L.wo, pool_);
     for (int64_t i = 0; i < nb * dim; ++i) xc[i] += xb_[static_cast<size_t>(i)];
@@ -95,6 +95,19 @@ void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logit
   for (int32_t t : tokens)
     if (t < 0 || t >= c.n_vocab) fail("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.n_vocab));
 
+  // A prompt evaluated into an empty cache is where prefill eviction happens; tokens added later
+  // are decoded one at a time when the policy evicts, so each one is scored and evicted as such.
+  const bool prompt = n_past_ == 0;
+  if (!prompt && n > 1 && evictor_.evicts_in_decode()) {
+    std::vector<float> step;
+    if (logits) logits->clear();
+    for (int t = 0; t < n; ++t) {
+      const bool want = logits && (all_logits || t == n - 1);
+      eval({tokens[static_cast<size_t>(t)]}, want ? &step : nullptr);
+      if (want) logits->insert(logits->end(), step.begin(), step.end());
+    }
+    return;
+  }
   const int64_t dim = c.dim;
   std::vector<float> x(static_cast<size_t>(n) * dim);
   std::vector<int32_t> pos(static_cast<size_t>(n));
@@ -102,15 +115,12 @@ void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logit
     embedding_row(x.data() + t * dim, model_.tok_embd, tokens[static_cast<size_t>(t)]);
     pos[static_cast<size_t>(t)] = n_past_ + t;
   }
-  // Prefill eviction applies to a prompt evaluated from an empty cache.
-  const bool evict = n_past_ == 0 && evictor_.active(n);
-  const int window = params_.kv.window;
-  if (evict) q_window_.resize(static_cast<size_t>(window) * c.q_dim());
+  if (prompt) evictor_.begin_prompt(n);
   for (int l = 0; l < c.n_layers; ++l) {
-    run_layer(l, x.data(), n, pos.data(), evict ? n - window : -1);
-    if (evict) evictor_.on_layer_done(l, q_window_.data(), n, kv_, shape_, pool_);
+    run_layer(l, x.data(), n, pos.data(), prompt);
+    if (prompt) evictor_.on_layer_done(l, kv_, pool_);
   }
-  if (evict) evictor_.finish(n, kv_);
+  if (prompt) evictor_.finish(kv_);
   n_past_ += n;
 
   if (!logits) return;

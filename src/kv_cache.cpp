@@ -1,5 +1,6 @@
 #include "slake/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "slake/error.h"
@@ -42,7 +43,11 @@ void KvCache::append(int layer, const float* k, const float* v, int32_t pos) {
     kh.pos.push_back(pos);
     ++kh.n;
   }
+  held_ += n_kv_heads_;
+  note_usage();
 }
+
+void KvCache::note_usage() { peak_bytes_ = std::max(peak_bytes_, bytes_used()); }
 
 void KvCache::clear() {
   for (KvHead& h : heads_) {
@@ -52,11 +57,14 @@ void KvCache::clear() {
     h.n = 0;
     h.lin.clear();
   }
+  held_ = lin_heads_ = 0;
+  peak_bytes_ = 0;
 }
 
 void KvCache::compact(int layer, int h, const std::vector<char>& keep, bool absorb) {
   KvHead& kh = head(layer, h);
   const size_t d = static_cast<size_t>(head_dim_);
+  const bool had_lin = kh.lin.n > 0;
   int w = 0;
   for (int r = 0; r < kh.n; ++r) {
     if (!keep[static_cast<size_t>(r)]) {
@@ -70,23 +78,20 @@ void KvCache::compact(int layer, int h, const std::vector<char>& keep, bool abso
     }
     ++w;
   }
-  kh.n = w;
   kh.k.resize(static_cast<size_t>(w) * d);
   kh.v.resize(static_cast<size_t>(w) * d);
   kh.pos.resize(static_cast<size_t>(w));
+  held_ -= kh.n - w;
+  kh.n = w;
+  if (!had_lin && kh.lin.n > 0) ++lin_heads_;
+  note_usage();
 }
 
-int64_t KvCache::tokens_held() const {
-  int64_t n = 0;
-  for (const KvHead& h : heads_) n += h.n;
-  return n;
-}
+int64_t KvCache::tokens_held() const { return held_; }
 
 size_t KvCache::bytes_used() const {
-  size_t lin = 0;
-  for (const KvHead& h : heads_)
-    if (h.lin.n > 0) lin += h.lin.bytes();
-  return static_cast<size_t>(tokens_held()) * (2 * sizeof(float) * head_dim_ + sizeof(int32_t)) + lin;
+  return static_cast<size_t>(held_) * (2 * sizeof(float) * head_dim_ + sizeof(int32_t)) +
+         static_cast<size_t>(lin_heads_) * LinearState(head_dim_).bytes();
 }
 
 size_t KvCache::bytes_allocated() const {

@@ -10,6 +10,7 @@
 #include "slake/context.h"
 #include "slake/error.h"
 #include "slake/kv_policy.h"
+#include "slake/kv_scores.h"
 #include "slake/model.h"
 #include "test_util.h"
 
@@ -31,7 +32,7 @@ TEST(WindowStats, MatchesBruteForce) {
   std::vector<float> q(static_cast<size_t>(Sw * H * d));
   for (auto& x : q) x = nd(rng);
   ThreadPool pool(2);
-  const LayerStats st = window_stats(q.data(), S, Sw, cache, 0, {H, Hkv, d, 0}, gamma, pool);
+  const LayerStats st = window_stats(q.data(), S, Sw, cache, 0, {H, Hkv, d, 0}, gamma, TokenPool::Avg5, pool);
 
   double entropy = 0, variance = 0;
   std::vector<std::vector<double>> pooled(Hkv, std::vector<double>(P, 0.0));

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "slake/kv_cache.h"
-#include "slake/kv_policy.h"
+#include "slake/kv_evictor.h"
 #include "slake/model.h"
 #include "slake/rope.h"
 #include "slake/thread_pool.h"
@@ -34,12 +34,13 @@ class Context {
   int n_ctx() const { return n_ctx_; }
   const Model& model() const { return model_; }
   const KvCache& kv_cache() const { return kv_; }
-  const PrefillEvictor& evictor() const { return evictor_; }
+  const KvEvictor& evictor() const { return evictor_; }
   ThreadPool& pool() { return pool_; }
   void reset();
 
  private:
-  void run_layer(int layer, float* x, int n_tokens, const int32_t* pos, int window_start);
+  // prompt: a prompt into an empty cache (observed for eviction); else decode steps.
+  void run_layer(int layer, float* x, int n_tokens, const int32_t* pos, bool prompt);
 
   const Model& model_;
   ContextParams params_;
@@ -49,8 +50,7 @@ class Context {
   Rope rope_;
   AttentionShape shape_;
   KvCache kv_;
-  PrefillEvictor evictor_;
-  std::vector<float> q_window_;  // the prompt's last Sw queries of the current layer
+  KvEvictor evictor_;
   // Per-chunk scratch.
   std::vector<float> xb_, q_, k_, v_, att_, gate_, up_;
 };

@@ -46,12 +46,19 @@ class KvCache {
 
   // Tokens held, summed over layers and heads.
   int64_t tokens_held() const;
-  // Bytes of key/value/position storage in use (held tokens only) and allocated.
+  // Bytes in use: key/value/position storage of the held tokens plus the linear states that hold
+  // anything. The peak is the largest value since construction or clear().
   size_t bytes_used() const;
+  size_t peak_bytes_used() const { return peak_bytes_; }
   size_t bytes_allocated() const;
 
  private:
+  void note_usage();
+
   int n_layers_, n_kv_heads_, head_dim_, capacity_;
+  int64_t held_ = 0;       // tokens held over all heads
+  int64_t lin_heads_ = 0;  // heads whose linear state holds anything
+  size_t peak_bytes_ = 0;
   std::vector<KvHead> heads_;
 };
 

@@ -1,18 +1,11 @@
-// KV-cache eviction at prefill (spec section 2): after each layer has attended over the whole
-// prompt, the observation window's softmax rows give a per-token indicator and a layer preference
-// score; the layer budgets are recomputed over the layers seen so far and every one of them is
-// evicted down to its budget (cascading). Evicted tokens go into the linear state when the Taylor
-// compensator is on.
+// KV-cache policies (spec section 6): a token selector, a layer budget allocator and an optional
+// compensator (the Taylor linear cache), named together by a policy.
 #pragma once
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "slake/attention.h"
-#include "slake/kv_cache.h"
 #include "slake/model.h"
-#include "slake/thread_pool.h"
 
 namespace slake {
 
@@ -31,54 +24,38 @@ struct KvPolicyParams {
   bool cascade = true;          // evict after every layer; false: once, after the last (Theorem 1 tests)
 
   bool taylor() const { return compensate == "taylor" || (compensate == "auto" && policy == "slake"); }
+  bool evicts() const { return policy != "full" && budget > 0; }
 };
 
 // The policy names, in the order of the spec's table.
 const std::vector<std::string>& kv_policy_names();
 
+// Throws slake::Error for unknown names and out-of-range values.
+void validate(const KvPolicyParams& p);
+
 // Fills the unset hyperparameters with the spec's defaults for this model and budget.
 KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c);
 
-void validate(const KvPolicyParams& p);
-
-// What the window statistics of one layer give (exposed for tests).
-struct LayerStats {
-  std::vector<std::vector<float>> indicator;  // [kv head][j in P], pooled and averaged over the group
-  double entropy = 0.0;                       // Hn
-  double variance = 0.0;                      // Vr
+// What ranks the tokens of a layer.
+enum class KvSelector {
+  None,
+  Recent,       // streaming: 4 sink tokens, then the most recent
+  HeavyHitter,  // h2o: attention accumulated over every query so far
+  WindowMax7,   // snapkv, pyramidkv: window attention, max-pooled over 7 positions
+  Indicator,    // cake, slake: window mean + gamma * variance, average-pooled over 5 (spec 2.3)
 };
-
-// q_window: the last `window` queries of the prompt ([window][n_heads * head_dim], after RoPE),
-// at positions S - window .. S - 1; the layer's cache holds all S prompt tokens in order.
-LayerStats window_stats(const float* q_window, int S, int window, const KvCache& cache, int layer,
-                        const AttentionShape& s, double gamma, ThreadPool& pool);
-
-class PrefillEvictor {
- public:
-  PrefillEvictor(const KvPolicyParams& p, int n_layers);
-  // True when a prompt of S tokens is long enough to evict anything.
-  bool active(int S) const;
-  // Called after layer `layer` has been prefilled over positions [0, S).
-  void on_layer_done(int layer, const float* q_window, int S, KvCache& cache, const AttentionShape& s, ThreadPool& pool);
-  // Called after the last layer (evicts, in one-shot mode).
-  void finish(int S, KvCache& cache);
-  // Decode (spec section 5): after the token at `qpos` was appended to `layer`, evicts from every
-  // KV head holding more than b_l + Sw tokens its lowest-scoring candidate under query `q`
-  // (n_heads * head_dim), repeatedly until the head is within budget.
-  void on_decode(int layer, const float* q, int32_t qpos, KvCache& cache, const AttentionShape& s);
-  // Whether decode steps evict (a policy with a budget).
-  bool evicts_in_decode() const { return p_.policy != "full" && p_.budget > 0; }
-  const std::vector<int64_t>& budgets() const { return budgets_; }  // of the layers seen so far
-  // Evicts every layer seen so far down to `budgets` (prefix tokens kept), by indicator.
-  void evict_to(const std::vector<int64_t>& budgets, int S, KvCache& cache);
-  const std::vector<double>& scores() const { return scores_; }
-
- private:
-  KvPolicyParams p_;
-  int n_layers_;
-  std::vector<double> scores_;
-  std::vector<int64_t> budgets_;
-  std::vector<LayerStats> stats_;
+// How the total budget is split over the layers.
+enum class KvAllocator {
+  None,
+  Uniform,  // C - Sw prefix tokens per layer
+  Pyramid,  // linearly decreasing with depth (PyramidKV, beta = 20)
+  Cake,     // CAKE preference, cascading
+  Vabs,     // SLAKE's VABS preference, cascading
 };
+struct KvPolicyParts {
+  KvSelector selector;
+  KvAllocator allocator;
+};
+KvPolicyParts policy_parts(const std::string& policy);
 
 }  // namespace slake

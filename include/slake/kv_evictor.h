@@ -1,0 +1,64 @@
+// Runs a KV policy against the cache: at prefill, the statistics of each layer are gathered while
+// it is computed, its budget is allocated and the layers seen so far are evicted down to their
+// budgets (cascading, spec section 2); at decode, one token per KV head is evicted whenever a head
+// holds more than its budget plus the window (spec section 5). Evicted tokens go into the linear
+// state when the policy compensates.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "slake/attention.h"
+#include "slake/kv_cache.h"
+#include "slake/kv_policy.h"
+#include "slake/thread_pool.h"
+
+namespace slake {
+
+class KvEvictor {
+ public:
+  KvEvictor(const KvPolicyParams& p, int n_layers, const AttentionShape& s);
+  const KvPolicyParams& params() const { return p_; }
+  void reset();
+
+  // Prefill of a prompt of S tokens into an empty cache, layer by layer:
+  void begin_prompt(int S);
+  // the queries (after RoPE) of n prompt tokens of `layer` at positions pos, once their keys are in the cache;
+  void observe(int layer, const float* q, const int32_t* pos, int n, const KvCache& cache, ThreadPool& pool);
+  // the layer has seen the whole prompt;
+  void on_layer_done(int layer, KvCache& cache, ThreadPool& pool);
+  // the last layer is done.
+  void finish(KvCache& cache);
+  // Whether the current prompt is long enough to evict anything (S > C + Sw).
+  bool prompt_evicts() const { return prompt_evicts_; }
+
+  // Decode: the token at `qpos` with query q (n_heads * head_dim) was appended to `layer`.
+  void on_decode(int layer, const float* q, int32_t qpos, KvCache& cache, ThreadPool& pool);
+  bool evicts_in_decode() const { return p_.evicts(); }
+
+  // Budgets (prefix tokens kept, window excluded) of the layers seen so far, and their preference scores.
+  const std::vector<int64_t>& budgets() const { return budgets_; }
+  const std::vector<double>& scores() const { return scores_; }
+  // Evicts every layer seen so far down to `budgets`, keeping its best prefix tokens.
+  void evict_to(const std::vector<int64_t>& budgets, KvCache& cache);
+
+ private:
+  bool uses_window() const;
+  std::vector<int64_t> fixed_budgets() const;  // uniform and pyramid: known before any layer is seen
+  int64_t decode_budget(int layer) const;
+  int decode_victim(int layer, int kvh, const float* q, int32_t qpos, const KvCache& cache, int n_cand) const;
+  void remove_rows(int layer, int kvh, const std::vector<char>& keep, KvCache& cache);
+
+  KvPolicyParams p_;
+  KvPolicyParts parts_;
+  int n_layers_;
+  AttentionShape s_;
+  int S_ = 0;
+  bool prompt_evicts_ = false;
+  std::vector<float> q_window_;  // the prompt's last Sw queries of the current layer
+  std::vector<double> scores_;
+  std::vector<int64_t> budgets_;
+  std::vector<std::vector<std::vector<float>>> token_scores_;  // [layer][kv head][position in P]
+  std::vector<std::vector<std::vector<double>>> acc_;          // h2o: [layer][kv head][cache row]
+};
+
+}  // namespace slake

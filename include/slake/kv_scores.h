@@ -1,0 +1,58 @@
+// What the eviction policies score tokens and layers with (spec sections 2.2-2.4 and 5): softmax
+// rows of a query over a KV head's retained keys, the observation-window statistics (CAKE's token
+// indicator and layer preference, SnapKV's pooled window attention), H2O's accumulated attention
+// and SLAKE's VABS layer preference. Everything is accumulated in double.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "slake/attention.h"
+#include "slake/kv_cache.h"
+#include "slake/thread_pool.h"
+
+namespace slake {
+
+// x[r] = q . k_r / sqrt(d) for rows r < n_rows of `kh`, -inf where the key is not causally visible
+// from qpos.
+void attention_logits(const float* q, int32_t qpos, const KvHead& kh, int d, int n_rows, double* x);
+// In place: x[0..n) -> softmax(x).
+void softmax_inplace(double* x, int n);
+
+// The 1-D pooling along positions that smooths token scores before top-k: average over a kernel
+// of 5 (zero padding, always divided by 5: spec 2.3) or maximum over a kernel of 7 (SnapKV).
+enum class TokenPool { Avg5, Max7 };
+void pool_tokens(const double* in, int n, TokenPool pool, double* out);
+
+// The observation-window statistics of one layer.
+struct LayerStats {
+  std::vector<std::vector<float>> indicator;  // [kv head][j in P]: pooled, averaged over the group
+  double entropy = 0.0;                       // Hn (CAKE), over j in P
+  double variance = 0.0;                      // Vr (CAKE), over j in P
+};
+
+// q_window: the last `window` queries of the prompt ([window][n_heads * head_dim], after RoPE),
+// at positions S - window .. S - 1; the layer's cache holds all S prompt tokens in order.
+// indicator = pool(mean_i A + gamma var_i A) per query head, then the mean over its group.
+LayerStats window_stats(const float* q_window, int S, int window, const KvCache& cache, int layer,
+                        const AttentionShape& s, double gamma, TokenPool pool, ThreadPool& threads);
+
+// H2O: for each of the n queries (positions qpos[t], after RoPE), adds its softmax row, averaged
+// over the query heads of each KV head, to acc[kv head][row]; acc[kvh] grows to the head's rows.
+void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCache& cache, int layer,
+                          const AttentionShape& s, std::vector<std::vector<double>>& acc, ThreadPool& threads);
+
+// VABS (SLAKE eq. 15-18): compares each window query's true softmax row with the row PTAA gives
+// when the layer keeps the `keep` best prefix tokens by `indicator` plus the window and folds the
+// rest into the linear state. Returns the means over heads and window queries of TV * VA and of
+// the entropy En; the layer preference is tv_va^alpha * entropy^beta.
+struct VabsTerms {
+  double tv_va = 0.0;
+  double entropy = 0.0;
+};
+VabsTerms vabs_terms(const float* q_window, int S, int window, const KvCache& cache, int layer, const AttentionShape& s,
+                     const std::vector<std::vector<float>>& indicator, int64_t keep, ThreadPool& threads);
+
+// The `keep` best entries of score[0..n) (ties: the earlier index first), as a flag per entry.
+std::vector<char> top_k_flags(const float* score, int n, int64_t keep);
+
+}  // namespace slake

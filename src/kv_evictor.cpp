@@ -1,0 +1,203 @@
+#include "slake/kv_evictor.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <numeric>
+
+#include "slake/error.h"
+#include "slake/kv_budget.h"
+#include "slake/kv_scores.h"
+
+namespace slake {
+
+namespace {
+constexpr int kSinkTokens = 4;  // streaming: the attention sinks kept at the start
+constexpr double kPyramidBeta = 20.0;
+
+// Streaming's ranking of a head's first n tokens: sinks first (the earliest best), then recency.
+double recency_score(int pos) { return pos < kSinkTokens ? DBL_MAX / 2 - pos : pos; }
+}  // namespace
+
+KvEvictor::KvEvictor(const KvPolicyParams& p, int n_layers, const AttentionShape& s)
+    : p_(p), parts_(policy_parts(p.policy)), n_layers_(n_layers), s_(s) {
+  validate(p);
+  reset();
+}
+
+void KvEvictor::reset() {
+  S_ = 0;
+  prompt_evicts_ = false;
+  scores_.clear();
+  budgets_.clear();
+  token_scores_.clear();
+  acc_.assign(static_cast<size_t>(n_layers_), {});
+}
+
+bool KvEvictor::uses_window() const {
+  return parts_.selector == KvSelector::Indicator || parts_.selector == KvSelector::WindowMax7;
+}
+
+void KvEvictor::begin_prompt(int S) {
+  reset();
+  S_ = S;
+  prompt_evicts_ = p_.evicts() && S > p_.budget + p_.window;
+  if (prompt_evicts_ && uses_window()) q_window_.assign(static_cast<size_t>(p_.window) * s_.n_heads * s_.head_dim, 0.0f);
+}
+
+void KvEvictor::observe(int layer, const float* q, const int32_t* pos, int n, const KvCache& cache, ThreadPool& pool) {
+  // H2O accumulates from the first prompt token on, evicting or not: decode steps need the sums.
+  if (parts_.selector == KvSelector::HeavyHitter && p_.evicts())
+    accumulate_attention(q, pos, n, cache, layer, s_, acc_[static_cast<size_t>(layer)], pool);
+  if (!prompt_evicts_ || !uses_window()) return;
+  const size_t qd = static_cast<size_t>(s_.n_heads) * s_.head_dim;
+  for (int t = 0; t < n; ++t)
+    if (pos[t] >= S_ - p_.window)
+      std::copy(q + t * qd, q + (t + 1) * qd, q_window_.data() + (pos[t] - (S_ - p_.window)) * qd);
+}
+
+std::vector<int64_t> KvEvictor::fixed_budgets() const {
+  const int64_t per = p_.budget - p_.window, total = per * n_layers_, cap = S_ - p_.window;
+  if (parts_.allocator == KvAllocator::Uniform || n_layers_ == 1)
+    return allocate_budgets(std::vector<double>(static_cast<size_t>(n_layers_), 1.0), total, cap);
+  // PyramidKV: from max at the first layer down to min = per / beta at the last, linearly; the
+  // spec's integerisation then splits exactly `total`, clamped to the prompt.
+  const double lo = per / kPyramidBeta, hi = 2.0 * per - lo;
+  std::vector<double> w(static_cast<size_t>(n_layers_));
+  for (int l = 0; l < n_layers_; ++l) w[static_cast<size_t>(l)] = hi - l * (hi - lo) / (n_layers_ - 1);
+  return allocate_budgets(w, total, cap);
+}
+
+void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
+  if (!prompt_evicts_) return;
+  if (static_cast<int>(token_scores_.size()) != layer) fail("internal: layers must be reported in order");
+  const int P = S_ - p_.window;
+  std::vector<std::vector<float>> tok(static_cast<size_t>(s_.n_kv_heads), std::vector<float>(static_cast<size_t>(P)));
+  double score = 1.0;
+  switch (parts_.selector) {
+    case KvSelector::Recent:
+      for (auto& t : tok)
+        for (int j = 0; j < P; ++j) t[static_cast<size_t>(j)] = static_cast<float>(recency_score(j));
+      break;
+    case KvSelector::HeavyHitter:  // rows are positions: nothing of this layer is evicted yet
+      for (int g = 0; g < s_.n_kv_heads; ++g)
+        for (int j = 0; j < P; ++j)
+          tok[static_cast<size_t>(g)][static_cast<size_t>(j)] =
+              static_cast<float>(acc_[static_cast<size_t>(layer)][static_cast<size_t>(g)][static_cast<size_t>(j)]);
+      break;
+    case KvSelector::WindowMax7:
+    case KvSelector::Indicator: {
+      const bool snap = parts_.selector == KvSelector::WindowMax7;
+      LayerStats st = window_stats(q_window_.data(), S_, p_.window, cache, layer, s_, snap ? 0.0 : p_.gamma,
+                                   snap ? TokenPool::Max7 : TokenPool::Avg5, pool);
+      tok = std::move(st.indicator);
+      if (parts_.allocator == KvAllocator::Cake)
+        score = std::pow(st.entropy, 1.0 / p_.tau1.value_or(1.0)) * std::pow(st.variance, 1.0 / p_.tau2.value_or(1.0));
+      if (parts_.allocator == KvAllocator::Vabs) {
+        const VabsTerms v = vabs_terms(q_window_.data(), S_, p_.window, cache, layer, s_, tok, p_.budget - p_.window, pool);
+        score = std::pow(v.tv_va, p_.alpha.value_or(0.5)) * std::pow(v.entropy, p_.beta.value_or(0.4));
+      }
+      break;
+    }
+    case KvSelector::None:
+      break;
+  }
+  token_scores_.push_back(std::move(tok));
+  scores_.push_back(std::isfinite(score) ? score : 0.0);
+
+  const size_t seen = static_cast<size_t>(layer) + 1;
+  std::vector<int64_t> b;
+  if (parts_.allocator == KvAllocator::Cake || parts_.allocator == KvAllocator::Vabs) {
+    // Over the layers seen so far the same total (spec 2.6); while they all fit, each keeps its prefix.
+    const int64_t total = static_cast<int64_t>(p_.budget - p_.window) * n_layers_, cap = P;
+    b = total >= cap * static_cast<int64_t>(seen) ? std::vector<int64_t>(seen, cap) : allocate_budgets(scores_, total, cap);
+    // Budgets only shrink: a token evicted earlier cannot come back.
+    if (p_.cascade)
+      for (size_t l = 0; l < budgets_.size(); ++l) b[l] = std::min(b[l], budgets_[l]);
+  } else {
+    b = fixed_budgets();
+    b.resize(seen);
+  }
+  budgets_ = b;
+  if (p_.cascade) evict_to(budgets_, cache);
+}
+
+void KvEvictor::finish(KvCache& cache) {
+  if (prompt_evicts_ && !p_.cascade) evict_to(budgets_, cache);
+}
+
+void KvEvictor::evict_to(const std::vector<int64_t>& budgets, KvCache& cache) {
+  const int P = S_ - p_.window;
+  for (size_t l = 0; l < budgets.size(); ++l)
+    for (int h = 0; h < s_.n_kv_heads; ++h) {
+      const KvHead& kh = cache.head(static_cast<int>(l), h);
+      const std::vector<float>& score = token_scores_[l][static_cast<size_t>(h)];
+      std::vector<float> cand;  // scores of the held prefix tokens, in row order
+      for (int r = 0; r < kh.n && kh.pos[static_cast<size_t>(r)] < P; ++r)
+        cand.push_back(score[static_cast<size_t>(kh.pos[static_cast<size_t>(r)])]);
+      const int n_cand = static_cast<int>(cand.size());
+      if (budgets[l] >= n_cand) continue;
+      std::vector<char> keep = top_k_flags(cand.data(), n_cand, budgets[l]);
+      keep.resize(static_cast<size_t>(kh.n), 1);  // the window and anything after it
+      remove_rows(static_cast<int>(l), h, keep, cache);
+    }
+}
+
+void KvEvictor::remove_rows(int layer, int kvh, const std::vector<char>& keep, KvCache& cache) {
+  cache.compact(layer, kvh, keep, p_.taylor());
+  std::vector<std::vector<double>>& acc = acc_[static_cast<size_t>(layer)];
+  if (static_cast<size_t>(kvh) >= acc.size()) return;
+  std::vector<double>& a = acc[static_cast<size_t>(kvh)];
+  size_t w = 0;
+  for (size_t r = 0; r < a.size(); ++r)
+    if (keep[r]) a[w++] = a[r];
+  a.resize(w);
+}
+
+int64_t KvEvictor::decode_budget(int layer) const {
+  // Layers that saw no prefill eviction keep C - Sw prefix tokens (spec 2.5).
+  return layer < static_cast<int>(budgets_.size()) ? budgets_[static_cast<size_t>(layer)] : p_.budget - p_.window;
+}
+
+int KvEvictor::decode_victim(int layer, int kvh, const float* q, int32_t qpos, const KvCache& cache, int n_cand) const {
+  const KvHead& kh = cache.head(layer, kvh);
+  const int d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads;
+  std::vector<double> score(static_cast<size_t>(n_cand), 0.0);
+  switch (parts_.selector) {
+    case KvSelector::Recent:
+      for (int r = 0; r < n_cand; ++r) score[static_cast<size_t>(r)] = recency_score(r);
+      break;
+    case KvSelector::HeavyHitter:
+      for (int r = 0; r < n_cand; ++r) score[static_cast<size_t>(r)] = acc_[static_cast<size_t>(layer)][static_cast<size_t>(kvh)][static_cast<size_t>(r)];
+      break;
+    default: {
+      // Spec section 5: the current query's softmax over the whole exact cache (causal only),
+      // pooled over the candidates in position order, averaged over the group.
+      const TokenPool pool = parts_.selector == KvSelector::WindowMax7 ? TokenPool::Max7 : TokenPool::Avg5;
+      std::vector<double> p(static_cast<size_t>(kh.n)), pooled(static_cast<size_t>(n_cand));
+      for (int g = 0; g < group; ++g) {
+        attention_logits(q + static_cast<size_t>(kvh * group + g) * d, qpos, kh, d, kh.n, p.data());
+        softmax_inplace(p.data(), kh.n);
+        pool_tokens(p.data(), n_cand, pool, pooled.data());
+        for (int r = 0; r < n_cand; ++r) score[static_cast<size_t>(r)] += pooled[static_cast<size_t>(r)] / group;
+      }
+    }
+  }
+  return static_cast<int>(std::min_element(score.begin(), score.end()) - score.begin());
+}
+
+void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cache, ThreadPool& pool) {
+  if (!evicts_in_decode()) return;
+  if (parts_.selector == KvSelector::HeavyHitter) accumulate_attention(q, &qpos, 1, cache, layer, s_, acc_[static_cast<size_t>(layer)], pool);
+  const int64_t b = decode_budget(layer);
+  for (int kvh = 0; kvh < s_.n_kv_heads; ++kvh) {
+    const KvHead& kh = cache.head(layer, kvh);
+    while (kh.n > b + p_.window) {
+      std::vector<char> keep(static_cast<size_t>(kh.n), 1);
+      keep[static_cast<size_t>(decode_victim(layer, kvh, q, qpos, cache, kh.n - p_.window))] = 0;
+      remove_rows(layer, kvh, keep, cache);
+    }
+  }
+}
+
+}  // namespace slake

@@ -1,0 +1,118 @@
+#include "slake/kv_scores.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "slake/ops.h"
+
+namespace slake {
+
+void attention_logits(const float* q, int32_t qpos, const KvHead& kh, int d, int n_rows, double* x) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  for (int r = 0; r < n_rows; ++r)
+    x[r] = key_visible(kh.pos[static_cast<size_t>(r)], qpos, 0) ? dot_f32(q, kh.key(r, d), d) * scale
+                                                                 : -std::numeric_limits<double>::infinity();
+}
+
+void softmax_inplace(double* x, int n) {
+  const double m = *std::max_element(x, x + n);
+  double z = 0;
+  for (int j = 0; j < n; ++j) z += (x[j] = std::exp(x[j] - m));
+  for (int j = 0; j < n; ++j) x[j] /= z;
+}
+
+void pool_tokens(const double* in, int n, TokenPool pool, double* out) {
+  const int half = pool == TokenPool::Avg5 ? 2 : 3;
+  for (int j = 0; j < n; ++j) {
+    const int lo = std::max(0, j - half), hi = std::min(n - 1, j + half);
+    if (pool == TokenPool::Avg5) {
+      double acc = 0;
+      for (int k = lo; k <= hi; ++k) acc += in[k];
+      out[j] = acc / 5.0;
+    } else {
+      out[j] = *std::max_element(in + lo, in + hi + 1);
+    }
+  }
+}
+
+LayerStats window_stats(const float* q_window, int S, int window, const KvCache& cache, int layer, const AttentionShape& s,
+                        double gamma, TokenPool pool, ThreadPool& threads) {
+  const int P = S - window, d = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  std::vector<std::vector<double>> pooled(static_cast<size_t>(s.n_heads), std::vector<double>(static_cast<size_t>(P)));
+  std::vector<double> head_entropy(static_cast<size_t>(s.n_heads)), head_var(static_cast<size_t>(s.n_heads));
+  threads.parallel_for(s.n_heads, 1, [&](int64_t hb, int64_t he, int) {
+    std::vector<double> sum(static_cast<size_t>(P)), sumsq(static_cast<size_t>(P)), I(static_cast<size_t>(P));
+    std::vector<double> a(static_cast<size_t>(S));
+    for (int64_t h = hb; h < he; ++h) {
+      const KvHead& kv = cache.head(layer, static_cast<int>(h) / group);
+      std::fill(sum.begin(), sum.end(), 0.0);
+      std::fill(sumsq.begin(), sumsq.end(), 0.0);
+      double entropy = 0;
+      for (int i = 0; i < window; ++i) {
+        const float* q = q_window + (static_cast<size_t>(i) * s.n_heads + static_cast<size_t>(h)) * d;
+        const int n_vis = P + i + 1;  // causal inside the window
+        attention_logits(q, P + i, kv, d, n_vis, a.data());
+        softmax_inplace(a.data(), n_vis);
+        for (int j = 0; j < P; ++j) {
+          const double A = a[static_cast<size_t>(j)];
+          sum[static_cast<size_t>(j)] += A;
+          sumsq[static_cast<size_t>(j)] += A * A;
+          entropy -= A * std::log(A + 1e-10);
+        }
+      }
+      double var_total = 0;
+      for (int j = 0; j < P; ++j) {
+        const double mean = sum[static_cast<size_t>(j)] / window;
+        const double var = window > 1 ? std::max(0.0, (sumsq[static_cast<size_t>(j)] - window * mean * mean) / (window - 1)) : 0.0;
+        I[static_cast<size_t>(j)] = mean + gamma * var;
+        var_total += var;
+      }
+      pool_tokens(I.data(), P, pool, pooled[static_cast<size_t>(h)].data());
+      head_entropy[static_cast<size_t>(h)] = entropy;
+      head_var[static_cast<size_t>(h)] = var_total;
+    }
+  });
+  LayerStats st;
+  st.entropy = std::accumulate(head_entropy.begin(), head_entropy.end(), 0.0);
+  st.variance = std::accumulate(head_var.begin(), head_var.end(), 0.0);
+  st.indicator.assign(static_cast<size_t>(s.n_kv_heads), std::vector<float>(static_cast<size_t>(P), 0.0f));
+  for (int h = 0; h < s.n_heads; ++h)
+    for (int j = 0; j < P; ++j)
+      st.indicator[static_cast<size_t>(h / group)][static_cast<size_t>(j)] +=
+          static_cast<float>(pooled[static_cast<size_t>(h)][static_cast<size_t>(j)] / group);
+  return st;
+}
+
+void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCache& cache, int layer,
+                          const AttentionShape& s, std::vector<std::vector<double>>& acc, ThreadPool& threads) {
+  const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  acc.resize(static_cast<size_t>(s.n_kv_heads));
+  threads.parallel_for(s.n_kv_heads, 1, [&](int64_t gb, int64_t ge, int) {
+    for (int64_t g = gb; g < ge; ++g) {
+      const KvHead& kh = cache.head(layer, static_cast<int>(g));
+      std::vector<double>& a = acc[static_cast<size_t>(g)];
+      a.resize(static_cast<size_t>(kh.n), 0.0);
+      std::vector<double> p(static_cast<size_t>(kh.n));
+      for (int t = 0; t < n; ++t)
+        for (int h = 0; h < group; ++h) {
+          const float* qh = q + (static_cast<size_t>(t) * s.n_heads + static_cast<size_t>(g * group + h)) * d;
+          attention_logits(qh, qpos[t], kh, d, kh.n, p.data());
+          softmax_inplace(p.data(), kh.n);
+          for (int r = 0; r < kh.n; ++r) a[static_cast<size_t>(r)] += p[static_cast<size_t>(r)] / group;
+        }
+    }
+  });
+}
+
+std::vector<char> top_k_flags(const float* score, int n, int64_t keep) {
+  std::vector<int> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
+  std::vector<char> flags(static_cast<size_t>(n), 0);
+  for (int64_t i = 0; i < std::min<int64_t>(keep, n); ++i) flags[static_cast<size_t>(order[static_cast<size_t>(i)])] = 1;
+  return flags;
+}
+
+}  // namespace slake

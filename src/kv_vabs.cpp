@@ -1,0 +1,84 @@
+// VABS, the layer preference of the slake policy (spec 2.4, SLAKE eq. 15-18): how far PTAA with a
+// uniform budget would move each window query's attention row, weighted by the value norms.
+#include <cmath>
+#include <limits>
+
+#include "slake/kv_scores.h"
+
+namespace slake {
+
+VabsTerms vabs_terms(const float* q_window, int S, int window, const KvCache& cache, int layer, const AttentionShape& s,
+                     const std::vector<std::vector<float>>& indicator, int64_t keep, ThreadPool& threads) {
+  const int P = S - window, d = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  // Per KV head: which prefix tokens the uniform budget keeps, and each token's share of the value norms.
+  std::vector<std::vector<char>> kept(static_cast<size_t>(s.n_kv_heads));
+  std::vector<std::vector<double>> vnorm(static_cast<size_t>(s.n_kv_heads), std::vector<double>(static_cast<size_t>(S)));
+  for (int g = 0; g < s.n_kv_heads; ++g) {
+    kept[static_cast<size_t>(g)] = top_k_flags(indicator[static_cast<size_t>(g)].data(), P, keep);
+    const KvHead& kh = cache.head(layer, g);
+    for (int j = 0; j < S; ++j) {
+      double n2 = 0;
+      for (int e = 0; e < d; ++e) n2 += static_cast<double>(kh.value(j, d)[e]) * kh.value(j, d)[e];
+      vnorm[static_cast<size_t>(g)][static_cast<size_t>(j)] = std::sqrt(n2);
+    }
+  }
+  std::vector<double> head_tv_va(static_cast<size_t>(s.n_heads)), head_en(static_cast<size_t>(s.n_heads));
+  threads.parallel_for(s.n_heads, 1, [&](int64_t hb, int64_t he, int) {
+    std::vector<double> x(static_cast<size_t>(S)), a(static_cast<size_t>(S));
+    for (int64_t h = hb; h < he; ++h) {
+      const int g = static_cast<int>(h) / group;
+      const KvHead& kv = cache.head(layer, g);
+      const std::vector<char>& keep_j = kept[static_cast<size_t>(g)];
+      const std::vector<double>& vn = vnorm[static_cast<size_t>(g)];
+      double tv_va = 0, en = 0;
+      for (int i = 0; i < window; ++i) {
+        const float* q = q_window + (static_cast<size_t>(i) * s.n_heads + static_cast<size_t>(h)) * d;
+        const int n_vis = P + i + 1;
+        attention_logits(q, P + i, kv, d, n_vis, x.data());
+        std::copy(x.begin(), x.begin() + n_vis, a.begin());
+        softmax_inplace(a.data(), n_vis);
+        // PTAA's row: exact weights for kept tokens, lambda (1 + x - mu) / Z for the evicted ones.
+        double mu = 0, m = -std::numeric_limits<double>::infinity();
+        int n_ev = 0;
+        for (int j = 0; j < n_vis; ++j) {
+          if (j < P && !keep_j[static_cast<size_t>(j)]) {
+            mu += x[static_cast<size_t>(j)];
+            ++n_ev;
+          } else {
+            m = std::max(m, x[static_cast<size_t>(j)]);
+          }
+        }
+        if (n_ev > 0) mu /= n_ev;
+        const double mstar = n_ev > 0 ? std::max(m, mu) : m, lam = n_ev > 0 ? std::exp(mu - mstar) : 0.0;
+        double z = lam * n_ev;
+        for (int j = 0; j < n_vis; ++j)
+          if (j >= P || keep_j[static_cast<size_t>(j)]) z += std::exp(x[static_cast<size_t>(j)] - mstar);
+        double tv = 0, va = 0, vsum = 0, entropy = 0;
+        for (int j = 0; j < n_vis; ++j) {
+          const bool exact = j >= P || keep_j[static_cast<size_t>(j)];
+          const double w = exact ? std::exp(x[static_cast<size_t>(j)] - mstar) / z : lam * (1.0 + x[static_cast<size_t>(j)] - mu) / z;
+          const double A = a[static_cast<size_t>(j)], diff = std::abs(w - A);
+          tv += diff;
+          va += vn[static_cast<size_t>(j)] * diff;
+          vsum += vn[static_cast<size_t>(j)];
+          if (A > 0) entropy -= A * std::log(A);
+        }
+        tv_va += 0.5 * tv * (vsum > 0 ? std::pow(va / vsum, 0.1) : 0.0);
+        en += entropy;
+      }
+      head_tv_va[static_cast<size_t>(h)] = tv_va;
+      head_en[static_cast<size_t>(h)] = en;
+    }
+  });
+  VabsTerms t;
+  for (int h = 0; h < s.n_heads; ++h) {
+    t.tv_va += head_tv_va[static_cast<size_t>(h)];
+    t.entropy += head_en[static_cast<size_t>(h)];
+  }
+  const double rows = static_cast<double>(s.n_heads) * window;
+  t.tv_va /= rows;
+  t.entropy /= rows;
+  return t;
+}
+
+}  // namespace slake

@@ -1,0 +1,155 @@
+// slake-perplexity: perplexity of a text file in chunks (llama-perplexity's conventions), for any
+// KV-cache policy, and with --kl-divergence how far the policy's next-token distributions are from
+// the full cache's over the same tokens.
+//
+// Each chunk of -c tokens starts with BOS. Its first --prefill tokens are one prompt (so prefill
+// eviction happens), the rest is decoded one token at a time (so decode eviction happens), and the
+// predictions of the decoded tokens are scored: the prediction of token p from the prompt's last
+// position, then each decode step's prediction of the next token.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "slake/context.h"
+#include "slake/error.h"
+#include "slake/logit_stats.h"
+#include "slake/mapped_file.h"
+#include "slake/model.h"
+#include "slake/tokenizer.h"
+#include "../common/kv_flags.h"
+
+namespace {
+
+struct Totals {
+  double nll = 0, nll2 = 0;  // sums of the scored tokens' NLL and its square
+  int64_t n = 0;
+  double full_nll = 0;
+  std::vector<double> kl;
+  int64_t top1_same = 0;
+
+  double ppl() const { return std::exp(nll / static_cast<double>(n)); }
+  // llama-perplexity's error estimate: the standard error of the mean NLL, carried through exp.
+  double ppl_err() const {
+    const double mean = nll / static_cast<double>(n), var = nll2 / static_cast<double>(n) - mean * mean;
+    return n > 1 ? ppl() * std::sqrt(std::max(0.0, var) / static_cast<double>(n - 1)) : 0.0;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"slake-perplexity: perplexity of a text, and KL divergence of a KV policy against the full cache"};
+  std::string model_path, file, format = "text";
+  int n_ctx = 512, n_chunks = -1, n_threads = 0, prefill = -1;
+  bool kl = false;
+  app.add_option("-m,--model", model_path, "GGUF file or Hugging Face model directory")->required();
+  app.add_option("-f,--file", file, "the text file")->required();
+  app.add_option("-c,--ctx-size", n_ctx, "tokens per chunk")->capture_default_str()->check(CLI::Range(2, 1 << 24));
+  app.add_option("--chunks", n_chunks, "chunks to evaluate (-1: all)")->capture_default_str()->check(CLI::Range(-1, 1 << 30));
+  app.add_option("--prefill", prefill, "tokens of each chunk evaluated as one prompt (default: half the chunk)");
+  app.add_option("-t,--threads", n_threads, "threads (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--kl-divergence", kl, "also run the full cache and report KL(full || policy) and top-1 agreement");
+  app.add_option("-o,--output-format", format, "text or json (on stdout)")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
+  slake::tools::KvFlags kvf;
+  slake::tools::add_kv_flags(app, kvf);
+  CLI11_PARSE(app, argc, argv);
+  slake::tools::finish_kv_flags(app, kvf);
+  if (prefill < 0) prefill = n_ctx / 2;
+
+  try {
+    slake::validate(kvf.params);
+    if (prefill < 1 || prefill >= n_ctx)
+      slake::fail("--prefill must be between 1 and the chunk size - 1 (" + std::to_string(n_ctx - 1) + "), got " + std::to_string(prefill));
+    const std::string text = slake::read_text_file(file);
+    auto model = slake::load_model(model_path);
+    const slake::Tokenizer tok(model->vocab);
+    std::vector<int32_t> tokens = tok.tokenize(text, true, false);
+    const int available = static_cast<int>(tokens.size()) / n_ctx;
+    if (available == 0)
+      slake::fail(file + ": " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " + std::to_string(n_ctx));
+    const int chunks = n_chunks < 0 ? available : std::min(n_chunks, available);
+    const int n_vocab = model->cfg.n_vocab;
+    const slake::KvPolicyParams kv = slake::resolve_kv_defaults(kvf.params, model->cfg);
+    std::fprintf(stderr, "%s: %zu tokens; %d chunks of %d tokens: %d prefilled, %d decoded and scored per chunk\n", file.c_str(),
+                 tokens.size(), chunks, n_ctx, prefill, n_ctx - prefill);
+
+    slake::ContextParams cp;
+    cp.n_ctx = n_ctx;
+    cp.n_threads = n_threads;
+    cp.kv = kv;
+    slake::Context ctx(*model, cp);
+    std::unique_ptr<slake::Context> full;
+    if (kl) {
+      cp.kv = slake::KvPolicyParams{};
+      full = std::make_unique<slake::Context>(*model, cp);
+    }
+    Totals tot;
+    size_t kv_bytes_prefill = 0, kv_bytes_end = 0, kv_peak = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<float> logits, full_logits;
+    for (int c = 0; c < chunks; ++c) {
+      std::vector<int32_t> chunk(tokens.begin() + static_cast<int64_t>(c) * n_ctx, tokens.begin() + static_cast<int64_t>(c + 1) * n_ctx);
+      if (model->vocab.bos >= 0) chunk[0] = model->vocab.bos;
+      if (full) {
+        full->reset();
+        full->eval(std::vector<int32_t>(chunk.begin(), chunk.end() - 1), &full_logits, true);
+      }
+      ctx.reset();
+      ctx.eval(std::vector<int32_t>(chunk.begin(), chunk.begin() + prefill), &logits);
+      kv_bytes_prefill = std::max(kv_bytes_prefill, ctx.kv_cache().bytes_used());
+      for (int t = prefill; t < n_ctx; ++t) {
+        const int32_t next = chunk[static_cast<size_t>(t)];
+        const double nll = slake::token_nll(logits.data(), n_vocab, next);
+        tot.nll += nll;
+        tot.nll2 += nll * nll;
+        ++tot.n;
+        if (full) {
+          const float* f = full_logits.data() + static_cast<size_t>(t - 1) * n_vocab;
+          tot.full_nll += slake::token_nll(f, n_vocab, next);
+          tot.kl.push_back(slake::kl_divergence(f, logits.data(), n_vocab));
+          tot.top1_same += slake::argmax(f, n_vocab) == slake::argmax(logits.data(), n_vocab);
+        }
+        if (t + 1 < n_ctx) ctx.eval({next}, &logits);
+      }
+      kv_bytes_end = std::max(kv_bytes_end, ctx.kv_cache().bytes_used());
+      kv_peak = std::max(kv_peak, ctx.kv_cache().peak_bytes_used());
+      std::fprintf(stderr, "[%d]%.4f%s", c + 1, tot.ppl(), c + 1 == chunks ? "\n" : ",");
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    nlohmann::json j{{"model", model_path}, {"file", file}, {"n_ctx", n_ctx}, {"n_prefill", prefill}, {"n_decode", n_ctx - prefill},
+                     {"chunks", chunks}, {"kv_policy", kv.policy}, {"kv_budget", kv.budget}, {"kv_window", kv.window},
+                     {"kv_compensate", kv.taylor() ? "taylor" : "none"}, {"scored_tokens", tot.n}, {"ppl", tot.ppl()},
+                     {"ppl_stderr", tot.ppl_err()}, {"kv_bytes_after_prefill", kv_bytes_prefill},
+                     {"kv_bytes_end", kv_bytes_end}, {"kv_peak_bytes", kv_peak}, {"seconds", secs}};
+    if (full) {
+      double mean = 0;
+      for (double k : tot.kl) mean += k;
+      mean /= static_cast<double>(tot.kl.size());
+      j["full_ppl"] = std::exp(tot.full_nll / static_cast<double>(tot.n));
+      j["kl_mean"] = mean;
+      j["kl_p99"] = slake::percentile(tot.kl, 99.0);
+      j["kl_max"] = slake::percentile(tot.kl, 100.0);
+      j["top1_agreement"] = static_cast<double>(tot.top1_same) / static_cast<double>(tot.n);
+    }
+    if (format == "json") {
+      std::printf("%s\n", j.dump(2).c_str());
+      return 0;
+    }
+    std::printf("policy %s, budget %d, window %d, compensator %s; %d chunks x (%d prefilled + %d decoded) tokens\n",
+                kv.policy.c_str(), kv.budget, kv.window, kv.taylor() ? "taylor" : "none", chunks, prefill, n_ctx - prefill);
+    std::printf("Final estimate: PPL = %.4f +/- %.4f over %lld scored tokens\n", tot.ppl(), tot.ppl_err(), static_cast<long long>(tot.n));
+    if (full)
+      std::printf("vs full cache (PPL %.4f): mean KL %.6f, p99 KL %.6f, max KL %.6f, top-1 agreement %.2f%%\n",
+                  j["full_ppl"].get<double>(), j["kl_mean"].get<double>(), j["kl_p99"].get<double>(), j["kl_max"].get<double>(),
+                  100.0 * j["top1_agreement"].get<double>());
+    std::printf("KV cache: %.3f MiB after prefill, %.3f MiB at the end, %.3f MiB peak (%.1f s)\n", kv_bytes_prefill / 1048576.0,
+                kv_bytes_end / 1048576.0, kv_peak / 1048576.0, secs);
+  } catch (const slake::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
