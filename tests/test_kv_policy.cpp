@@ -1,6 +1,5 @@
-// Prefill eviction (spec section 2): window statistics against float64 brute force, and the
-// invariants of section 7 end to end: a budget covering the prompt changes nothing, cascading
-// equals one-shot eviction with the final budgets (CAKE's Theorem 1), and the memory bound.
+// Policy parameters and window statistics (spec sections 2.3, 2.4, 6): the indicator and CAKE's
+// layer statistics against float64 brute force, the spec's per-model defaults, bad values.
 #include <gmock/gmock.h>
 
 #include <cmath>
@@ -72,138 +71,91 @@ TEST(WindowStats, MatchesBruteForce) {
                   1e-5 * (1 + pooled[static_cast<size_t>(h)][static_cast<size_t>(j)]));
 }
 
-KvPolicyParams cake(int budget, int window, bool taylor, bool cascade = true) {
+KvPolicyParams cake(int budget, int window) {
   KvPolicyParams p;
   p.policy = "cake";
   p.budget = budget;
   p.window = window;
-  p.compensate = taylor ? "taylor" : "none";
-  p.cascade = cascade;
   return p;
 }
 
-class PrefillEviction : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SLAKE_SHARED_OR_SKIP(path, "models/stories260K.gguf");
-    model_ = load_model(path);
-    // The model's own greedy story as the prompt: real text with real attention patterns.
-    Context ctx(*model_, {kPrompt, 2, 256});
-    std::vector<int32_t> cur{1};
-    std::vector<float> logits;
-    for (int i = 0; i < kPrompt; ++i) {
-      prompt_.push_back(cur[0]);
-      if (i + 1 == kPrompt) break;
-      ctx.eval(cur, &logits);
-      cur = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
-    }
-  }
-  std::vector<float> run(const KvPolicyParams& p, std::unique_ptr<Context>* keep = nullptr) {
-    auto ctx = std::make_unique<Context>(*model_, ContextParams{kPrompt + 8, 2, 64, p});
-    std::vector<float> logits, step;
-    ctx->eval(prompt_, &logits);
-    for (int t = 0; t < 4; ++t) {  // a few decode steps through PTAA
-      ctx->eval({static_cast<int32_t>(3 + t)}, &step);
-      logits.insert(logits.end(), step.begin(), step.end());
-    }
-    if (keep) *keep = std::move(ctx);
-    return logits;
-  }
-  static constexpr int kPrompt = 300;
-  std::unique_ptr<Model> model_;
-  std::vector<int32_t> prompt_;
-};
-
-TEST_F(PrefillEviction, BudgetCoveringThePromptChangesNothing) {
-  const std::vector<float> full = run({});
-  EXPECT_EQ(run(cake(kPrompt + 4, 32, true)), full);  // C = S + generated (spec section 7)
-  EXPECT_EQ(run(cake(1000, 32, true)), full);
-  EXPECT_NE(run(cake(64, 32, true)), full);  // and a real budget does change something
-}
-
-TEST_F(PrefillEviction, CascadingEqualsOneShot) {
-  for (bool taylor : {false, true}) {
-    std::unique_ptr<Context> a, b;
-    run(cake(64, 16, taylor, true), &a);
-    run(cake(64, 16, taylor, false), &b);
-    ASSERT_EQ(a->evictor().budgets(), b->evictor().budgets());
-    const KvCache &ca = a->kv_cache(), &cb = b->kv_cache();
-    for (int l = 0; l < ca.n_layers(); ++l)
-      for (int h = 0; h < ca.n_kv_heads(); ++h) {
-        const KvHead &x = ca.head(l, h), &y = cb.head(l, h);
-        ASSERT_EQ(x.pos, y.pos) << "layer " << l << " head " << h;
-        ASSERT_EQ(x.lin.n, y.lin.n);
-        for (size_t i = 0; i < x.lin.M.size(); ++i) ASSERT_NEAR(x.lin.M[i], y.lin.M[i], 1e-4 * (1 + std::abs(y.lin.M[i])));
-      }
-  }
-}
-
-TEST_F(PrefillEviction, RetainedTokensFollowTheBudgets) {
-  const int C = 64, Sw = 16;
-  Context ctx(*model_, {kPrompt, 2, 64, cake(C, Sw, true)});
-  ctx.eval(prompt_, nullptr);
-  const KvCache& kv = ctx.kv_cache();
-  const std::vector<int64_t>& b = ctx.evictor().budgets();
-  ASSERT_EQ(static_cast<int>(b.size()), kv.n_layers());
-  EXPECT_EQ(std::accumulate(b.begin(), b.end(), int64_t{0}), int64_t{C - Sw} * kv.n_layers());
-  for (int l = 0; l < kv.n_layers(); ++l)
-    for (int h = 0; h < kv.n_kv_heads(); ++h) {
-      const KvHead& kh = kv.head(l, h);
-      EXPECT_EQ(kh.n, b[static_cast<size_t>(l)] + Sw);
-      EXPECT_EQ(kh.lin.n, static_cast<float>(kPrompt - kh.n));
-      EXPECT_TRUE(std::is_sorted(kh.pos.begin(), kh.pos.end()));
-      for (int i = 0; i < Sw; ++i) EXPECT_EQ(kh.pos[static_cast<size_t>(kh.n - Sw + i)], kPrompt - Sw + i);  // window kept
-    }
-  // About C*L tokens per KV head in total, far below S*L.
-  EXPECT_EQ(kv.tokens_held(), int64_t{C} * kv.n_layers() * kv.n_kv_heads());
-}
-
 TEST(KvPolicyParams, BadValuesAreRefused) {
-  EXPECT_THROW(validate(cake(16, 32, false)), Error);
-  KvPolicyParams p = cake(64, 0, false);
+  EXPECT_THROW(validate(cake(16, 32)), Error);
+  KvPolicyParams p = cake(64, 0);
   EXPECT_THROW(validate(p), Error);
-  p = cake(-1, 32, false);
+  p = cake(-1, 32);
   EXPECT_THROW(validate(p), Error);
   p.budget = 64;
   p.policy = "bogus";
   EXPECT_THAT([&] { validate(p); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("unknown KV policy 'bogus'")));
+  p.policy = "slake";
+  validate(p);
+  p.compensate = "maybe";
+  EXPECT_THAT([&] { validate(p); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("compensator")));
+  p.compensate = "none";
+  p.tau1 = 0.0;
+  EXPECT_THROW(validate(p), Error);
+  p.tau1.reset();
+  p.alpha = -0.5;
+  EXPECT_THROW(validate(p), Error);
+  p.alpha.reset();
+  p.gamma = -1;
+  EXPECT_THROW(validate(p), Error);
 }
 
-}  // namespace
-}  // namespace slake
-
-namespace slake {
-namespace {
-
-TEST_F(PrefillEviction, DecodeKeepsEveryHeadWithinBudget) {
-  const int C = 48, Sw = 16;
-  Context ctx(*model_, {kPrompt + 40, 2, 64, cake(C, Sw, true)});
-  ctx.eval(prompt_, nullptr);
-  const std::vector<int64_t> b = ctx.evictor().budgets();
-  std::vector<float> logits;
-  for (int t = 0; t < 40; ++t) {
-    ctx.eval({static_cast<int32_t>(5 + t % 7)}, &logits);
-    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
-    const KvCache& kv = ctx.kv_cache();
-    for (int l = 0; l < kv.n_layers(); ++l)
-      for (int h = 0; h < kv.n_kv_heads(); ++h) {
-        const KvHead& kh = kv.head(l, h);
-        ASSERT_EQ(kh.n, b[static_cast<size_t>(l)] + Sw);                   // one in, one out
-        ASSERT_EQ(kh.lin.n, static_cast<float>(kPrompt + t + 1 - kh.n));  // nothing lost
-        ASSERT_EQ(kh.pos.back(), kPrompt + t);                             // the new token is kept
-        ASSERT_TRUE(std::is_sorted(kh.pos.begin(), kh.pos.end()));
-      }
-  }
+TEST(KvPolicyParams, PartsFollowTheSpecTable) {
+  EXPECT_EQ(policy_parts("streaming").selector, KvSelector::Recent);
+  EXPECT_EQ(policy_parts("h2o").selector, KvSelector::HeavyHitter);
+  EXPECT_EQ(policy_parts("snapkv").allocator, KvAllocator::Uniform);
+  EXPECT_EQ(policy_parts("pyramidkv").selector, KvSelector::WindowMax7);
+  EXPECT_EQ(policy_parts("pyramidkv").allocator, KvAllocator::Pyramid);
+  EXPECT_EQ(policy_parts("cake").allocator, KvAllocator::Cake);
+  EXPECT_EQ(policy_parts("slake").selector, KvSelector::Indicator);
+  EXPECT_EQ(policy_parts("slake").allocator, KvAllocator::Vabs);
+  KvPolicyParams p = cake(64, 32);
+  EXPECT_FALSE(p.taylor());  // the compensator: Taylor for slake only, unless asked
+  p.policy = "slake";
+  EXPECT_TRUE(p.taylor());
+  p.compensate = "none";
+  EXPECT_FALSE(p.taylor());
+  p.policy = "snapkv";
+  p.compensate = "taylor";
+  EXPECT_TRUE(p.taylor());
 }
 
-TEST_F(PrefillEviction, ShortPromptsGrowToTheUniformBudgetThenEvict) {
-  const int C = 48, Sw = 16;
-  Context ctx(*model_, {200, 1, 64, cake(C, Sw, false)});
-  ctx.eval(std::vector<int32_t>(prompt_.begin(), prompt_.begin() + 40), nullptr);  // 40 <= C + Sw: no prefill eviction
-  EXPECT_EQ(ctx.kv_cache().head(0, 0).n, 40);
-  for (int t = 0; t < 30; ++t) ctx.eval({prompt_[static_cast<size_t>(40 + t)]}, nullptr);
-  for (int l = 0; l < ctx.kv_cache().n_layers(); ++l) EXPECT_EQ(ctx.kv_cache().head(l, 1).n, C);
-  EXPECT_EQ(ctx.kv_cache().head(0, 0).lin.n, 0.0f);  // no compensator: evicted tokens are dropped
+TEST(KvPolicyParams, DefaultsComeFromTheSpecTables) {
+  ModelConfig llama31;  // the shapes of Llama-3.1-8B, Llama-2-7B and Mistral-7B-v0.3
+  llama31.n_layers = 32;
+  llama31.dim = 4096;
+  llama31.n_kv_heads = 8;
+  llama31.n_vocab = 128256;
+  ModelConfig llama2 = llama31, mistral = llama31, other = llama31;
+  llama2.n_kv_heads = 32;
+  llama2.n_vocab = 32000;
+  mistral.n_vocab = 32768;
+  other.n_vocab = 50000;
+  auto at = [](const ModelConfig& c, int budget) { return resolve_kv_defaults(cake(budget, 32), c); };
+  auto expect = [](const KvPolicyParams& p, double t1, double t2, double a, double b) {
+    EXPECT_EQ(*p.tau1, t1);
+    EXPECT_EQ(*p.tau2, t2);
+    EXPECT_EQ(*p.alpha, a);
+    EXPECT_EQ(*p.beta, b);
+  };
+  expect(at(llama31, 128), 1.6, 0.6, 0.4, 0.2);
+  expect(at(llama31, 1024), 1.6, 0.4, 0.6, 0.5);
+  expect(at(llama31, 256), 1.6, 0.6, 0.6, 0.5);  // tau: nearer 128; alpha/beta: the 256 row
+  expect(at(llama2, 128), 0.9, 2.3, 0.5, 0.4);
+  expect(at(llama2, 1024), 1.9, 1.8, 0.5, 0.4);
+  expect(at(mistral, 128), 1.0, 0.8, 0.6, 0.5);
+  expect(at(mistral, 1024), 0.8, 0.5, 0.4, 0.2);
+  expect(at(other, 128), 1.0, 1.0, 0.5, 0.4);
+  KvPolicyParams given = cake(128, 32);  // what the user sets stays
+  given.tau1 = 3.0;
+  given.beta = 0.0;
+  const KvPolicyParams r = resolve_kv_defaults(given, llama31);
+  EXPECT_EQ(*r.tau1, 3.0);
+  EXPECT_EQ(*r.tau2, 0.6);
+  EXPECT_EQ(*r.beta, 0.0);
 }
 
 }  // namespace

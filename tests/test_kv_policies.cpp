@@ -1,0 +1,211 @@
+// Every evicting policy end to end on stories260K (spec sections 2, 5 and 7), with the model's own
+// greedy story as the prompt: a budget covering prompt and generation changes nothing, every head
+// holds exactly its budget plus the window after prefill and after each decode step, nothing is
+// lost from the linear state, cascading equals one-shot eviction (CAKE's Theorem 1), and the
+// prefill peak stays inside the bound of section 2.6.
+#include <gmock/gmock.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "slake/context.h"
+#include "slake/kv_policy.h"
+#include "slake/model.h"
+#include "test_util.h"
+
+namespace slake {
+namespace {
+
+KvPolicyParams policy(const std::string& name, int budget, int window, const std::string& compensate = "auto",
+                      bool cascade = true) {
+  KvPolicyParams p;
+  p.policy = name;
+  p.budget = budget;
+  p.window = window;
+  p.compensate = compensate;
+  p.cascade = cascade;
+  return p;
+}
+
+class Policies : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string path = test::shared_dir() + "/models/stories260K.gguf";
+    if (!test::exists(path)) return;
+    model_ = load_model(path).release();
+    Context ctx(*model_, {kPrompt, 2, 256});
+    std::vector<int32_t> cur{1};
+    std::vector<float> logits;
+    for (int i = 0; i < kPrompt; ++i) {
+      prompt_.push_back(cur[0]);
+      if (i + 1 == kPrompt) break;
+      ctx.eval(cur, &logits);
+      cur = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+    }
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+    prompt_.clear();
+  }
+  void SetUp() override {
+    if (!model_) GTEST_SKIP() << "shared material missing: " << test::shared_dir() << "/models/stories260K.gguf";
+  }
+  // Prefill of the prompt, then `steps` decode steps; the logits of the prompt's last token and of each step.
+  static std::vector<float> run(const KvPolicyParams& p, std::unique_ptr<Context>* keep = nullptr, int steps = 4,
+                                int n_batch = 64) {
+    auto ctx = std::make_unique<Context>(*model_, ContextParams{kPrompt + steps, 2, n_batch, p});
+    std::vector<float> logits, step;
+    ctx->eval(prompt_, &logits);
+    for (int t = 0; t < steps; ++t) {
+      ctx->eval({static_cast<int32_t>(3 + t % 7)}, &step);
+      logits.insert(logits.end(), step.begin(), step.end());
+    }
+    if (keep) *keep = std::move(ctx);
+    return logits;
+  }
+  // Checks every head of every layer against the budgets; returns the number of checks that failed.
+  static void expect_within_budget(const Context& ctx, int window, int n_seen) {
+    const KvCache& kv = ctx.kv_cache();
+    const std::vector<int64_t>& b = ctx.evictor().budgets();
+    ASSERT_EQ(static_cast<int>(b.size()), kv.n_layers());
+    for (int l = 0; l < kv.n_layers(); ++l)
+      for (int h = 0; h < kv.n_kv_heads(); ++h) {
+        const KvHead& kh = kv.head(l, h);
+        ASSERT_EQ(kh.n, b[static_cast<size_t>(l)] + window) << "layer " << l << " head " << h;
+        const float absorbed = ctx.evictor().params().taylor() ? static_cast<float>(n_seen - kh.n) : 0.0f;
+        ASSERT_EQ(kh.lin.n, absorbed);  // every evicted token is in the linear state, once
+        ASSERT_TRUE(std::is_sorted(kh.pos.begin(), kh.pos.end()));
+        for (int i = 0; i < window; ++i) ASSERT_EQ(kh.pos[static_cast<size_t>(kh.n - window + i)], n_seen - window + i);
+      }
+  }
+
+  static constexpr int kPrompt = 300;
+  static Model* model_;
+  static std::vector<int32_t> prompt_;
+};
+Model* Policies::model_ = nullptr;
+std::vector<int32_t> Policies::prompt_;
+
+TEST_P(Policies, BudgetCoveringPromptAndGenerationChangesNothing) {
+  const std::vector<float> full = run({});
+  for (const char* comp : {"taylor", "none"}) {
+    EXPECT_EQ(run(policy(GetParam(), kPrompt + 4, 32, comp)), full) << comp;  // C = S + generated (spec 7)
+    EXPECT_EQ(run(policy(GetParam(), 1000, 32, comp)), full) << comp;
+  }
+  EXPECT_NE(run(policy(GetParam(), 64, 32)), full);  // and a real budget does change something
+}
+
+TEST_P(Policies, PrefillAndDecodeKeepEveryHeadAtItsBudget) {
+  const int C = 64, Sw = 16, steps = 30;
+  for (const char* comp : {"taylor", "none"}) {
+    SCOPED_TRACE(comp);
+    Context ctx(*model_, {kPrompt + steps, 2, 64, policy(GetParam(), C, Sw, comp)});
+    ctx.eval(prompt_, nullptr);
+    const std::vector<int64_t> b = ctx.evictor().budgets();
+    EXPECT_EQ(std::accumulate(b.begin(), b.end(), int64_t{0}), int64_t{C - Sw} * ctx.kv_cache().n_layers());
+    expect_within_budget(ctx, Sw, kPrompt);
+    // About C*L tokens per KV head in all, far below S*L.
+    EXPECT_EQ(ctx.kv_cache().tokens_held(), int64_t{C} * ctx.kv_cache().n_layers() * ctx.kv_cache().n_kv_heads());
+    std::vector<float> logits;
+    for (int t = 0; t < steps; ++t) {
+      ctx.eval({prompt_[static_cast<size_t>(t)]}, &logits);
+      for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+      ASSERT_EQ(ctx.evictor().budgets(), b);  // decode keeps the prefill budgets: one in, one out
+      expect_within_budget(ctx, Sw, kPrompt + t + 1);
+    }
+  }
+}
+
+TEST_P(Policies, CascadingEqualsOneShot) {  // CAKE's Theorem 1, for every allocator
+  for (const char* comp : {"taylor", "none"}) {
+    std::unique_ptr<Context> a, b;
+    run(policy(GetParam(), 64, 16, comp, true), &a, 0);
+    run(policy(GetParam(), 64, 16, comp, false), &b, 0);
+    ASSERT_EQ(a->evictor().budgets(), b->evictor().budgets());
+    const KvCache &ca = a->kv_cache(), &cb = b->kv_cache();
+    for (int l = 0; l < ca.n_layers(); ++l)
+      for (int h = 0; h < ca.n_kv_heads(); ++h) {
+        const KvHead &x = ca.head(l, h), &y = cb.head(l, h);
+        ASSERT_EQ(x.pos, y.pos) << comp << " layer " << l << " head " << h;
+        ASSERT_EQ(x.lin.n, y.lin.n);
+        for (size_t i = 0; i < x.lin.M.size(); ++i) ASSERT_NEAR(x.lin.M[i], y.lin.M[i], 1e-4 * (1 + std::abs(y.lin.M[i])));
+      }
+  }
+}
+
+TEST_P(Policies, PrefillPeakFollowsTheCascadingBound) {
+  // Spec 2.6: while layer m is prefilled, layers 0..m-1 hold at most total + Sw*m tokens per KV
+  // head (their budgets over the layers seen so far sum to total) and layer m holds S.
+  const int C = 64, Sw = 16;
+  std::unique_ptr<Context> ctx;
+  run(policy(GetParam(), C, Sw, "taylor"), &ctx, 0);
+  const KvCache& kv = ctx->kv_cache();
+  const int L = kv.n_layers(), Hkv = kv.n_kv_heads(), d = kv.head_dim();
+  const size_t per_token = 2 * sizeof(float) * d + sizeof(int32_t);
+  const size_t total = static_cast<size_t>(C - Sw) * L;
+  const size_t bound = (total + static_cast<size_t>(Sw) * L + kPrompt) * Hkv * per_token + static_cast<size_t>(L) * Hkv * LinearState(d).bytes();
+  EXPECT_LE(kv.peak_bytes_used(), bound);
+  EXPECT_LT(kv.peak_bytes_used(), static_cast<size_t>(L) * Hkv * kPrompt * per_token);  // below the full cache
+  EXPECT_GE(kv.peak_bytes_used(), static_cast<size_t>(kPrompt) * Hkv * per_token);      // one whole layer was held
+}
+
+TEST_P(Policies, ChunkSizeDoesNotChangeTheKeptTokens) {
+  std::unique_ptr<Context> a, b;
+  run(policy(GetParam(), 64, 16), &a, 0, 32);
+  run(policy(GetParam(), 64, 16), &b, 0, 256);
+  for (int l = 0; l < a->kv_cache().n_layers(); ++l)
+    for (int h = 0; h < a->kv_cache().n_kv_heads(); ++h)
+      ASSERT_EQ(a->kv_cache().head(l, h).pos, b->kv_cache().head(l, h).pos) << "layer " << l << " head " << h;
+}
+
+INSTANTIATE_TEST_SUITE_P(Evicting, Policies, ::testing::Values("streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake"));
+
+TEST_F(Policies, StreamingKeepsSinksAndTheMostRecent) {
+  const int C = 64, Sw = 16, b = C - Sw, P = kPrompt - Sw;
+  std::unique_ptr<Context> ctx;
+  run(policy("streaming", C, Sw), &ctx, 0);
+  std::vector<int32_t> want{0, 1, 2, 3};
+  for (int p = P - (b - 4); p < kPrompt; ++p) want.push_back(p);
+  for (int l = 0; l < ctx->kv_cache().n_layers(); ++l) EXPECT_EQ(ctx->kv_cache().head(l, 0).pos, want);
+}
+
+TEST_F(Policies, PyramidBudgetsShrinkWithDepth) {
+  std::unique_ptr<Context> ctx;
+  run(policy("pyramidkv", 64, 16), &ctx, 0);
+  const std::vector<int64_t>& b = ctx->evictor().budgets();
+  EXPECT_TRUE(std::is_sorted(b.rbegin(), b.rend()));
+  EXPECT_GT(b.front(), b.back());
+}
+
+TEST_F(Policies, ShortPromptsGrowToTheUniformBudgetThenEvict) {
+  const int C = 48, Sw = 16;
+  Context ctx(*model_, {200, 1, 64, policy("cake", C, Sw, "none")});
+  ctx.eval(std::vector<int32_t>(prompt_.begin(), prompt_.begin() + 40), nullptr);  // 40 <= C + Sw: no prefill eviction
+  EXPECT_EQ(ctx.kv_cache().head(0, 0).n, 40);
+  for (int t = 0; t < 30; ++t) ctx.eval({prompt_[static_cast<size_t>(40 + t)]}, nullptr);
+  for (int l = 0; l < ctx.kv_cache().n_layers(); ++l) EXPECT_EQ(ctx.kv_cache().head(l, 1).n, C);
+  EXPECT_EQ(ctx.kv_cache().head(0, 0).lin.n, 0.0f);  // no compensator: evicted tokens are dropped
+}
+
+TEST_F(Policies, TokensAddedLaterAreDecodedOneByOne) {
+  // A second multi-token eval (a chat turn) goes through decode eviction token by token: the same
+  // logits as feeding the tokens one at a time.
+  const KvPolicyParams p = policy("slake", 64, 16);
+  Context a(*model_, {kPrompt, 2, 64, p}), b(*model_, {kPrompt, 2, 64, p});
+  const std::vector<int32_t> first(prompt_.begin(), prompt_.begin() + 200), more(prompt_.begin() + 200, prompt_.begin() + 220);
+  std::vector<float> la, lb;
+  a.eval(first, nullptr);
+  b.eval(first, nullptr);
+  a.eval(more, &la, true);
+  for (int32_t t : more) {
+    std::vector<float> step;
+    b.eval({t}, &step);
+    lb.insert(lb.end(), step.begin(), step.end());
+  }
+  EXPECT_EQ(la, lb);
+  expect_within_budget(a, 16, 220);
+}
+
+}  // namespace
+}  // namespace slake

@@ -1,0 +1,172 @@
+// The scoring pieces of the policies against float64 brute force written from the spec's
+// formulas: pooling, H2O's accumulated attention, VABS (SLAKE eq. 15-18) and top-k selection.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "reference_math.h"
+#include "slake/kv_scores.h"
+
+namespace slake {
+namespace {
+
+struct RandomLayer {
+  RandomLayer(int H, int Hkv, int d, int S, unsigned seed, float key_scale = 2.0f) : cache(1, Hkv, d, S), shape{H, Hkv, d, 0} {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> k(static_cast<size_t>(Hkv * d)), v(static_cast<size_t>(Hkv * d));
+    for (int j = 0; j < S; ++j) {
+      for (auto& x : k) x = key_scale * nd(rng);
+      for (auto& x : v) x = nd(rng);
+      cache.append(0, k.data(), v.data(), j);
+    }
+    q.resize(static_cast<size_t>(S) * H * d);
+    for (auto& x : q) x = nd(rng);
+  }
+  // Float64 softmax row of query-head h of the query stored at row `i` of q, at position qpos.
+  std::vector<double> probs(int i, int h, int qpos) const {
+    const int d = shape.head_dim, G = shape.n_heads / shape.n_kv_heads;
+    const KvHead& kv = cache.head(0, h / G);
+    std::vector<double> x;
+    for (int j = 0; j <= qpos; ++j)
+      x.push_back(test::dot64(&q[(static_cast<size_t>(i) * shape.n_heads + h) * d], kv.key(j, d), d) / std::sqrt(double(d)));
+    const double m = *std::max_element(x.begin(), x.end());
+    double z = 0;
+    for (double& e : x) z += (e = std::exp(e - m));
+    for (double& e : x) e /= z;
+    return x;
+  }
+  KvCache cache;
+  AttentionShape shape;
+  std::vector<float> q;  // [S][H][d]
+};
+
+TEST(PoolTokens, AverageOfFiveAndMaximumOfSeven) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int n : {1, 2, 3, 6, 17}) {
+    std::vector<double> in(static_cast<size_t>(n)), avg(static_cast<size_t>(n)), mx(static_cast<size_t>(n));
+    for (auto& x : in) x = u(rng);
+    pool_tokens(in.data(), n, TokenPool::Avg5, avg.data());
+    pool_tokens(in.data(), n, TokenPool::Max7, mx.data());
+    for (int j = 0; j < n; ++j) {
+      double s = 0, m = -1;
+      for (int k = j - 3; k <= j + 3; ++k) {
+        const double v = k >= 0 && k < n ? in[static_cast<size_t>(k)] : 0.0;  // zero padding
+        if (std::abs(k - j) <= 2) s += v;
+        if (k >= 0 && k < n) m = std::max(m, v);  // max-pool pads with -inf
+      }
+      EXPECT_DOUBLE_EQ(avg[static_cast<size_t>(j)], s / 5.0) << n << " " << j;
+      EXPECT_DOUBLE_EQ(mx[static_cast<size_t>(j)], m) << n << " " << j;
+    }
+  }
+}
+
+TEST(TopKFlags, KeepsTheBestAndBreaksTiesByIndex) {
+  const std::vector<float> s{0.5f, 2.0f, 0.5f, 1.0f, 0.5f};
+  EXPECT_EQ(top_k_flags(s.data(), 5, 3), (std::vector<char>{1, 1, 0, 1, 0}));
+  EXPECT_EQ(top_k_flags(s.data(), 5, 0), (std::vector<char>(5, 0)));
+  EXPECT_EQ(top_k_flags(s.data(), 5, 9), (std::vector<char>(5, 1)));
+}
+
+TEST(AccumulateAttention, SumsSoftmaxRowsOverQueriesAndGroups) {
+  const int H = 4, Hkv = 2, d = 8, S = 30, G = H / Hkv;
+  RandomLayer r(H, Hkv, d, S, 11);
+  ThreadPool pool(2);
+  std::vector<int32_t> pos(S);
+  std::iota(pos.begin(), pos.end(), 0);
+  std::vector<std::vector<double>> acc;  // in two chunks, as prefill does
+  accumulate_attention(r.q.data(), pos.data(), 12, r.cache, 0, r.shape, acc, pool);
+  accumulate_attention(r.q.data() + 12 * H * d, pos.data() + 12, S - 12, r.cache, 0, r.shape, acc, pool);
+  for (int g = 0; g < Hkv; ++g) {
+    std::vector<double> want(S, 0.0);
+    for (int i = 0; i < S; ++i)
+      for (int h = g * G; h < (g + 1) * G; ++h) {
+        const std::vector<double> p = r.probs(i, h, i);
+        for (int j = 0; j <= i; ++j) want[static_cast<size_t>(j)] += p[static_cast<size_t>(j)] / G;
+      }
+    ASSERT_EQ(acc[static_cast<size_t>(g)].size(), static_cast<size_t>(S));
+    for (int j = 0; j < S; ++j) EXPECT_NEAR(acc[static_cast<size_t>(g)][static_cast<size_t>(j)], want[static_cast<size_t>(j)], 1e-5);
+  }
+}
+
+// VABS by the letter of the spec, without the max shift: W_j = exp(x_j) / Z for kept tokens and
+// exp(mu) (1 + x_j - mu) / Z for evicted ones, Z = sum_kept exp(x_j) + |E| exp(mu).
+VabsTerms vabs_brute_force(const RandomLayer& r, int S, int Sw, const std::vector<std::vector<float>>& ind, int keep) {
+  const int H = r.shape.n_heads, d = r.shape.head_dim, G = H / r.shape.n_kv_heads, P = S - Sw;
+  VabsTerms t;
+  for (int h = 0; h < H; ++h) {
+    const KvHead& kv = r.cache.head(0, h / G);
+    std::vector<int> order(static_cast<size_t>(P));
+    std::iota(order.begin(), order.end(), 0);
+    const std::vector<float>& I = ind[static_cast<size_t>(h / G)];
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return I[static_cast<size_t>(a)] > I[static_cast<size_t>(b)]; });
+    std::vector<bool> kept(static_cast<size_t>(S), true);
+    for (int c = keep; c < P; ++c) kept[static_cast<size_t>(order[static_cast<size_t>(c)])] = false;
+    for (int i = 0; i < Sw; ++i) {
+      const int qpos = P + i;
+      const std::vector<double> A = r.probs(qpos, h, qpos);
+      std::vector<double> x;
+      for (int j = 0; j <= qpos; ++j)
+        x.push_back(test::dot64(&r.q[(static_cast<size_t>(qpos) * H + h) * d], kv.key(j, d), d) / std::sqrt(double(d)));
+      double mu = 0, z = 0, n_e = 0;
+      for (int j = 0; j <= qpos; ++j)
+        if (!kept[static_cast<size_t>(j)]) mu += x[static_cast<size_t>(j)], ++n_e;
+      mu /= n_e;
+      for (int j = 0; j <= qpos; ++j) z += kept[static_cast<size_t>(j)] ? std::exp(x[static_cast<size_t>(j)]) : 0.0;
+      z += n_e * std::exp(mu);
+      double tv = 0, va = 0, vnorm_sum = 0, en = 0;
+      for (int j = 0; j <= qpos; ++j) {
+        const double W = kept[static_cast<size_t>(j)] ? std::exp(x[static_cast<size_t>(j)]) / z
+                                                      : std::exp(mu) * (1 + x[static_cast<size_t>(j)] - mu) / z;
+        const double vn = std::sqrt(test::dot64(kv.value(j, d), kv.value(j, d), d));
+        tv += 0.5 * std::abs(W - A[static_cast<size_t>(j)]);
+        va += vn * std::abs(W - A[static_cast<size_t>(j)]);
+        vnorm_sum += vn;
+        en -= A[static_cast<size_t>(j)] * std::log(A[static_cast<size_t>(j)]);
+      }
+      t.tv_va += tv * std::pow(va / vnorm_sum, 0.1) / (H * Sw);
+      t.entropy += en / (H * Sw);
+    }
+  }
+  return t;
+}
+
+TEST(Vabs, MatchesTheSpecFormulaInFloat64) {
+  const int H = 4, Hkv = 2, d = 8, S = 48, Sw = 8, P = S - Sw;
+  RandomLayer r(H, Hkv, d, S, 5);
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<std::vector<float>> ind(Hkv, std::vector<float>(P));
+  for (auto& row : ind)
+    for (auto& x : row) x = u(rng);
+  ThreadPool pool(2);
+  // The window queries are the rows of q at positions P .. S-1.
+  const float* qw = r.q.data() + static_cast<size_t>(P) * H * d;
+  for (int keep : {1, 10, P - 2}) {
+    const VabsTerms got = vabs_terms(qw, S, Sw, r.cache, 0, r.shape, ind, keep, pool);
+    const VabsTerms want = vabs_brute_force(r, S, Sw, ind, keep);
+    EXPECT_NEAR(got.tv_va, want.tv_va, 1e-5 * want.tv_va) << keep;
+    EXPECT_NEAR(got.entropy, want.entropy, 1e-6 * want.entropy) << keep;
+    EXPECT_GT(got.tv_va, 0.0);
+  }
+  // Keeping every prefix token, PTAA is exact attention: no distortion at all. With one token
+  // evicted, mu is its own score and the expansion around it is exact too.
+  EXPECT_EQ(vabs_terms(qw, S, Sw, r.cache, 0, r.shape, ind, P, pool).tv_va, 0.0);
+  EXPECT_NEAR(vabs_terms(qw, S, Sw, r.cache, 0, r.shape, ind, P - 1, pool).tv_va, 0.0, 1e-12);
+}
+
+TEST(Vabs, StaysFiniteWhenEvictedKeysScoreHigh) {
+  const int H = 2, Hkv = 1, d = 8, S = 40, Sw = 4, P = S - Sw;
+  RandomLayer r(H, Hkv, d, S, 13, 40.0f);  // scores in the hundreds: exp() alone would overflow
+  std::vector<std::vector<float>> ind(Hkv, std::vector<float>(P, 1.0f));
+  ThreadPool pool(1);
+  const VabsTerms t = vabs_terms(r.q.data() + static_cast<size_t>(P) * H * d, S, Sw, r.cache, 0, r.shape, ind, 4, pool);
+  EXPECT_TRUE(std::isfinite(t.tv_va));
+  EXPECT_TRUE(std::isfinite(t.entropy));
+}
+
+}  // namespace
+}  // namespace slake
