@@ -1,0 +1,74 @@
+// Choosing the next token from the logits, with llama.cpp's samplers and in llama.cpp's default
+// order (common_sampler: penalties, top-k, top-p, min-p, temperature, then the draw):
+//   1. repetition penalty over the last `repeat_last_n` tokens seen (prompt included): a positive
+//      logit is divided by the penalty, a negative or zero one multiplied (llama.cpp's rule), once
+//      per distinct token however often it occurred;
+//   2. top-k: the k largest logits;
+//   3. top-p: the smallest prefix (by probability, highest first) whose probability sum reaches p;
+//   4. min-p: the tokens whose probability is at least p times the largest;
+//   5. temperature: the remaining logits divided by temp, softmax, one draw.
+// Steps 2-4 use the softmax of the penalised logits at temperature 1, exactly as llama.cpp, whose
+// temperature sampler comes last: the temperature reshapes the survivors, never which survive.
+// temp <= 0 is greedy (argmax of the penalised logits), as llama.cpp.
+//
+// Deterministic across standard libraries: ties are broken by the lower token id, and the draw is
+// our own (a 53-bit uniform from std::mt19937_64, whose output the C++ standard fixes, walked
+// along the cumulative probabilities), not std::discrete_distribution.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace slake {
+
+struct SamplerParams {
+  float temp = 0.8f;            // <= 0: greedy
+  int top_k = 40;               // 0: off; negative: an error
+  float top_p = 0.95f;          // in (0, 1]; 1: off
+  float min_p = 0.05f;          // in [0, 1]; 0: off
+  float repeat_penalty = 1.0f;  // > 0; 1: off
+  int repeat_last_n = 64;       // tokens the penalty looks back over; 0: off; -1: every token seen
+  uint64_t seed = 0;
+};
+
+// Throws slake::Error naming the parameter when it is outside the ranges above or not a number.
+// llama.cpp accepts some of these and then misbehaves (top_p 0 keeps one token silently, a zero
+// or negative penalty divides by zero or flips signs, a NaN temperature samples garbage); here
+// they are refused.
+void validate(const SamplerParams& params);
+
+// A distribution over candidate tokens, most probable first (ties: lower id first).
+struct TokenProbs {
+  std::vector<int32_t> ids;
+  std::vector<double> probs;  // sums to 1
+};
+
+// The distribution the sampler draws from for these logits, after every step above (temp <= 0:
+// the argmax alone, with probability 1). `recent` holds the tokens seen so far, oldest first; only
+// its last repeat_last_n are penalised. Throws slake::Error on invalid params or no logits.
+TokenProbs candidate_distribution(const SamplerParams& params, const float* logits, int n_vocab,
+                                  const std::vector<int32_t>& recent);
+
+// Index into `probs` of the candidate that a uniform number u in [0, 1) selects: the first whose
+// cumulative probability exceeds u (the last one if rounding leaves u beyond the total).
+size_t pick_index(const std::vector<double>& probs, double u);
+
+// A sampling session: the parameters, the random generator and the tokens the penalty looks at.
+class Sampler {
+ public:
+  explicit Sampler(const SamplerParams& params);  // validates
+
+  // The next token. Does not record it: call accept() for every token that enters the context
+  // (the prompt's too, as llama.cpp does), so the penalty sees the whole history.
+  int32_t sample(const float* logits, int n_vocab);
+  void accept(int32_t token);
+
+  const SamplerParams& params() const { return params_; }
+
+ private:
+  SamplerParams params_;
+  std::mt19937_64 rng_;
+  std::vector<int32_t> recent_;  // the last repeat_last_n accepted tokens (all with -1)
+};
+
+}  // namespace slake

@@ -1,0 +1,144 @@
+// The sampler chain of sampler.h: penalty, top-k, top-p, min-p, temperature, draw.
+#include "slake/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <unordered_set>
+
+#include "slake/error.h"
+
+namespace slake {
+
+namespace {
+
+struct Candidate {
+  double logit;
+  int32_t id;
+};
+
+// Highest logit first, then lower id: a strict total order, so nth_element and sort give the same
+// candidates and the same order with every standard library.
+bool before(const Candidate& a, const Candidate& b) {
+  return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+}
+
+// A parameter's value as written on a command line ("0.95", not "0.950000").
+std::string shown(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+void apply_repeat_penalty(const SamplerParams& p, const std::vector<int32_t>& recent, std::vector<double>& logits) {
+  if (p.repeat_penalty == 1.0f || p.repeat_last_n == 0 || recent.empty()) return;
+  const size_t n = p.repeat_last_n < 0 ? recent.size() : std::min(recent.size(), static_cast<size_t>(p.repeat_last_n));
+  std::unordered_set<int32_t> seen(recent.end() - static_cast<std::ptrdiff_t>(n), recent.end());
+  const int n_vocab = static_cast<int>(logits.size());
+  for (const int32_t t : seen) {
+    if (t < 0 || t >= n_vocab) continue;
+    double& l = logits[static_cast<size_t>(t)];
+    l = l <= 0 ? l * p.repeat_penalty : l / p.repeat_penalty;
+  }
+}
+
+}  // namespace
+
+void validate(const SamplerParams& p) {
+  auto bad = [](const std::string& what) { fail("sampling: " + what); };
+  if (std::isnan(p.temp) || std::isinf(p.temp)) bad("temperature must be a finite number");
+  if (p.top_k < 0) bad("top-k must be >= 0 (0: off), got " + std::to_string(p.top_k));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top-p must be in (0, 1] (1: off), got " + shown(p.top_p));
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min-p must be in [0, 1] (0: off), got " + shown(p.min_p));
+  if (!(p.repeat_penalty > 0.0f) || std::isinf(p.repeat_penalty))
+    bad("repeat penalty must be a positive number (1: off), got " + shown(p.repeat_penalty));
+  if (p.repeat_last_n < -1)
+    bad("repeat-last-n must be >= -1 (0: off, -1: all), got " + std::to_string(p.repeat_last_n));
+}
+
+TokenProbs candidate_distribution(const SamplerParams& p, const float* logits, int n_vocab,
+                                  const std::vector<int32_t>& recent) {
+  validate(p);
+  if (logits == nullptr || n_vocab <= 0) fail("sampling: no logits");
+  std::vector<double> l(logits, logits + n_vocab);
+  apply_repeat_penalty(p, recent, l);
+
+  TokenProbs out;
+  if (p.temp <= 0.0f) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n_vocab; ++i)
+      if (l[static_cast<size_t>(i)] > l[static_cast<size_t>(best)]) best = i;
+    out.ids = {best};
+    out.probs = {1.0};
+    return out;
+  }
+
+  std::vector<Candidate> c(static_cast<size_t>(n_vocab));
+  for (int32_t i = 0; i < n_vocab; ++i) c[static_cast<size_t>(i)] = {l[static_cast<size_t>(i)], i};
+  size_t n = c.size();
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
+    n = static_cast<size_t>(p.top_k);
+    std::nth_element(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(n), c.end(), before);
+  }
+  std::sort(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(n), before);
+
+  // exp(l_i - l_max): the temperature-1 probabilities relative to the most probable candidate.
+  std::vector<double> rel(n);
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) total += rel[i] = std::exp(c[i].logit - c[0].logit);
+  if (p.top_p < 1.0f) {
+    double cum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      cum += rel[i] / total;
+      if (cum >= p.top_p) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    size_t keep = 1;  // the first candidate has rel = 1 >= min_p
+    while (keep < n && rel[keep] >= p.min_p) ++keep;
+    n = keep;
+  }
+
+  out.ids.resize(n);
+  out.probs.resize(n);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    out.ids[i] = c[i].id;
+    sum += out.probs[i] = std::exp((c[i].logit - c[0].logit) / p.temp);
+  }
+  for (double& q : out.probs) q /= sum;
+  return out;
+}
+
+size_t pick_index(const std::vector<double>& probs, double u) {
+  double cum = 0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    cum += probs[i];
+    if (u < cum) return i;
+  }
+  return probs.empty() ? 0 : probs.size() - 1;
+}
+
+Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) { validate(params_); }
+
+int32_t Sampler::sample(const float* logits, int n_vocab) {
+  const TokenProbs d = candidate_distribution(params_, logits, n_vocab, recent_);
+  if (d.ids.size() == 1) return d.ids[0];
+  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;  // 53 random bits: uniform in [0, 1)
+  return d.ids[pick_index(d.probs, u)];
+}
+
+void Sampler::accept(int32_t token) {
+  const int n = params_.repeat_last_n;
+  if (n == 0) return;
+  recent_.push_back(token);
+  // Trim in batches so that accepting stays O(1) amortised.
+  if (n > 0 && recent_.size() >= 2 * static_cast<size_t>(n))
+    recent_.erase(recent_.begin(), recent_.end() - n);
+}
+
+}  // namespace slake
