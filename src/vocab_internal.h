@@ -16,7 +16,8 @@ namespace detail {
 Vocab read_vocab(const GgufFile& g);
 
 // A Hugging Face tokenizer.json. BOS and EOS ids come from the model's config.json
-// (`model_config`; an empty object when there is none).
+// (`model_config`; an empty object when there is none), the chat template from the
+// tokenizer_config.json beside it (when there is one).
 Vocab read_tokenizer_json(const std::string& path, const nlohmann::json& model_config);
 
 // Parses a JSON file; throws slake::Error("<path>: malformed JSON: ...").

@@ -92,6 +92,23 @@ bool is_regular_file(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// The chat template of the tokenizer_config.json beside tokenizer.json: a string, or (newer files)
+// a list of {name, template} whose "default" entry is the chat template. "" when there is none.
+std::string read_chat_template(const std::string& tokenizer_json_path) {
+  const size_t slash = tokenizer_json_path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : tokenizer_json_path.substr(0, slash);
+  const std::string path = dir + "/tokenizer_config.json";
+  if (!is_regular_file(path)) return "";
+  const json cfg = parse_json_file(path);
+  if (!cfg.is_object() || !cfg.contains("chat_template")) return "";
+  const json& t = cfg["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_array())
+    for (const json& named : t)
+      if (string_field(named, "name") == "default") return string_field(named, "template");
+  return "";
+}
+
 }  // namespace
 
 json parse_json_file(const std::string& path) {
@@ -189,6 +206,7 @@ Vocab read_tokenizer_json(const std::string& path, const json& cfg) {
   }
   if (v.bos >= 0) v.types[static_cast<size_t>(v.bos)] = 3;
   if (v.eos >= 0) v.types[static_cast<size_t>(v.eos)] = 3;
+  v.chat_template = read_chat_template(path);
   return v;
 }
 

@@ -53,7 +53,7 @@ struct Vocab {
   // SentencePiece ("llama"): a space is put before the text, so that its first word is tokenized
   // like every other word ("▁Hello"). tokenizer.ggml.add_space_prefix; true unless a file says not.
   bool add_space_prefix = true;
-  std::string chat_template;
+  std::string chat_template;  // GGUF tokenizer.chat_template, or chat_template of HF tokenizer_config.json
 };
 
 struct LayerWeights {
