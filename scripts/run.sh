@@ -10,4 +10,4 @@ if [ ! -e "$model" ]; then
   echo "error: default model $model not found; set SLAKE_MODEL to a GGUF file or Hugging Face directory" >&2
   exit 1
 fi
-exec build/bin/slake-cli -m "$model" -c 512 -n 256 "$@"
+exec build/bin/slake-cli -m "$model" -c 512 -n 256 --temp 0 "$@"

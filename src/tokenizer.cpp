@@ -191,4 +191,13 @@ std::string StreamingDetokenizer::push(int32_t token) {
 
 std::string StreamingDetokenizer::flush() { return std::exchange(pending_, std::string()); }
 
+size_t find_invalid_utf8(const std::string& text) {
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t len = detail::utf8_sequence_length(text, pos);
+    if (len == 0) return pos;
+    pos += len;
+  }
+  return std::string::npos;
+}
+
 }  // namespace slake

@@ -36,6 +36,25 @@ expect_error "unknown KV policy 'bogus'" "$bin/slake-cli" -m "$model_ok" --kv-po
 expect_error "must be larger than the window" "$bin/slake-cli" -m "$model_ok" --kv-budget 16
 expect_error "kv-budget" "$bin/slake-cli" -m "$model_ok" --kv-budget -3
 
+expect_error "error: -n must be -1" "$bin/slake-cli" -m "$model_ok" -n -2
+expect_error "error: --seed must be -1" "$bin/slake-cli" -m "$model_ok" -s -7
+expect_error "error: sampling: top-p must be in (0, 1\]" "$bin/slake-cli" -m "$model_ok" --top-p 0
+expect_error "error: sampling: top-p must be in (0, 1\]" "$bin/slake-cli" -m "$model_ok" --top-p 1.5
+expect_error "error: sampling: top-k must be >= 0" "$bin/slake-cli" -m "$model_ok" --top-k -1
+expect_error "error: sampling: min-p must be in \[0, 1\]" "$bin/slake-cli" -m "$model_ok" --min-p 2
+expect_error "error: sampling: repeat penalty must be a positive number" "$bin/slake-cli" -m "$model_ok" --repeat-penalty 0
+expect_error "error: sampling: repeat-last-n must be >= -1" "$bin/slake-cli" -m "$model_ok" --repeat-last-n -2
+expect_error "error: unknown chat template 'bogus' (known: llama2, llama3, mistral)" "$bin/slake-cli" -m "$model_ok" --chat-template bogus
+expect_error "error: the model has no chat template; choose one with --chat-template" "$bin/slake-cli" -m "$model_ok" -cnv </dev/null
+expect_error "error: the prompt is not valid UTF-8 (byte 1 of 3)" "$bin/slake-cli" -m "$model_ok" -p "$(printf 'a\377b')"
+printf 'caf\303' >"$tmp/cut.txt"
+expect_error "error: the prompt is not valid UTF-8 (byte 3 of 4)" "$bin/slake-cli" -m "$model_ok" -f "$tmp/cut.txt"
+expect_error "error: the prompt is [0-9]* tokens, more than the context holds (-c 8)" "$bin/slake-cli" -m "$model_ok" -c 8 -p "a prompt longer than eight tokens"
+expect_error "error: give the prompt with -p TEXT or -f FILE, not both" "$bin/slake-cli" -m "$model_ok" -p a -f "$tmp/cut.txt"
+expect_error "error: /nonexistent.txt: cannot open" "$bin/slake-cli" -m "$model_ok" -f /nonexistent.txt
+expect_error "error: .*temp" "$bin/slake-cli" -m "$model_ok" --temp warm
+expect_error "error: the conversation is [0-9]* tokens, more than the context holds (-c 8)" "$bin/slake-cli" -m "$model_ok" -c 8 -cnv --chat-template llama3 -p hi
+
 expect_error "required" "$bin/slake-tokenize" -p hello
 expect_error "error: /nonexistent.gguf: no such file" "$bin/slake-tokenize" -m /nonexistent.gguf -p hello
 expect_error "error: give the text with exactly one of -p TEXT or -f FILE" "$bin/slake-tokenize" -m "$tmp/random.gguf"
@@ -43,5 +62,5 @@ expect_error "error: .*random.gguf: not a GGUF file" "$bin/slake-tokenize" -m "$
 expect_error "error: .*hf: not a tokenizer directory (no tokenizer.json)" "$bin/slake-tokenize" -m "$tmp/hf" -p hello
 expect_error "error: /nonexistent.txt: cannot open" "$bin/slake-tokenize" -m "$tmp/random.gguf" -f /nonexistent.txt
 
-echo "$(( 17 - fails )) passed, $fails failed"
+echo "$(( 34 - fails )) passed, $fails failed"
 [ "$fails" -eq 0 ]

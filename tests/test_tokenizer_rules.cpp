@@ -265,5 +265,15 @@ TEST(TokenizerLoadVocab, TokenizerJsonPreTokenizers) {
   }
 }
 
+TEST(TokenizerUtf8, FindInvalidUtf8GivesTheFirstBadByte) {
+  EXPECT_EQ(find_invalid_utf8(""), std::string::npos);
+  EXPECT_EQ(find_invalid_utf8("caf\xC3\xA9 \xF0\x9F\xA6\x99"), std::string::npos);
+  EXPECT_EQ(find_invalid_utf8("a\xFF"), 1u);
+  EXPECT_EQ(find_invalid_utf8("caf\xC3"), 3u);              // cut short
+  EXPECT_EQ(find_invalid_utf8("ab\xC0\xAF"), 2u);          // overlong '/'
+  EXPECT_EQ(find_invalid_utf8("\xED\xA0\x80"), 0u);        // a surrogate
+  EXPECT_EQ(find_invalid_utf8(std::string("a\0b", 3)), std::string::npos);
+}
+
 }  // namespace
 }  // namespace slake

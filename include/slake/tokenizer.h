@@ -57,6 +57,10 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Byte offset of the first byte of `text` that is not part of well-formed UTF-8, or
+// std::string::npos when it is all valid. (For tools that refuse such input rather than pass it on.)
+size_t find_invalid_utf8(const std::string& text);
+
 // Token-by-token output that never splits a UTF-8 character: a multi-byte character spread over
 // several byte tokens (<0xF0><0x9F><0xA6><0x99>) is held back until its last byte arrives. Bytes
 // that can never become valid UTF-8 are passed on as they are, so the concatenation of everything

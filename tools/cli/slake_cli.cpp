@@ -1,73 +1,176 @@
-// slake-cli: text generation from a GGUF file or a Hugging Face directory.
+// slake-cli: text generation and chat from a GGUF file or a Hugging Face directory, with
+// llama.cpp's llama-cli flags.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
+#include <memory>
+#include <random>
 
 #include "slake/context.h"
 #include "slake/error.h"
+#include "slake/mapped_file.h"
 #include "slake/model.h"
-#include "slake/vocab.h"
-#include "../common/kv_flags.h"
+#include "slake/sampler.h"
+#include "slake/tokenizer.h"
+#include "chat_session.h"
+#include "cli_options.h"
+#include "generator.h"
 
 namespace {
 
-int argmax(const std::vector<float>& v) {
-  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
+using slake::cli::CliOptions;
+
+std::string read_prompt_file(const std::string& file) {
+  std::string text;
+  if (file == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    if (std::cin.bad()) slake::fail("standard input: read error");
+  } else {
+    text = slake::read_text_file(file);
+  }
+  if (!text.empty() && text.back() == '\n') text.pop_back();  // as llama.cpp's -f
+  return text;
+}
+
+void require_utf8(const std::string& text, const std::string& what) {
+  const size_t bad = slake::find_invalid_utf8(text);
+  if (bad != std::string::npos)
+    slake::fail(what + " is not valid UTF-8 (byte " + std::to_string(bad) + " of " + std::to_string(text.size()) + ")");
+}
+
+// -s, or a random seed that is printed (when sampling) so that the run can be repeated with -s.
+uint64_t choose_seed(int64_t seed, bool greedy) {
+  if (seed >= 0) return static_cast<uint64_t>(seed);
+  std::random_device rd;
+  const uint64_t s = (static_cast<uint64_t>(rd()) << 32 | rd()) & 0x7FFFFFFFFFFFFFFFull;  // fits -s
+  if (!greedy) std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(s));
+  return s;
+}
+
+void report(const slake::cli::Generator& gen, const slake::Context& ctx) {
+  auto rate = [](int n, double s) { return s > 0 ? n / s : 0.0; };
+  const slake::ModelConfig& c = ctx.model().cfg;
+  std::fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s)\n", gen.prompt_tokens(), gen.prompt_seconds(),
+               rate(gen.prompt_tokens(), gen.prompt_seconds()));
+  std::fprintf(stderr, "generation: %d tokens in %.3f s (%.1f tokens/s)\n", gen.generated_tokens(),
+               gen.generation_seconds(), rate(gen.generated_tokens(), gen.generation_seconds()));
+  std::fprintf(stderr, "KV cache: %.2f MiB in use (%lld tokens held over %d layers x %d KV heads)\n",
+               ctx.kv_cache().bytes_used() / 1048576.0, static_cast<long long>(ctx.kv_cache().tokens_held()),
+               c.n_layers, c.n_kv_heads);
+}
+
+// One user message and the reply, on stdout followed by a newline. False when the context is full.
+bool chat_turn(slake::cli::ChatSession& session, slake::cli::Generator& gen, const CliOptions& o,
+               const std::string& message) {
+  gen.feed(session.user_turn(message), "the conversation");
+  const slake::cli::Reply r = gen.generate(o.n_predict);
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  session.assistant_reply(r.text);
+  if (r.ctx_full) std::fprintf(stderr, "the context is full (-c %d); the chat ends here\n", o.n_ctx);
+  return !r.ctx_full;
+}
+
+// The prompt (when given) is the first user message, then each non-empty line of standard input;
+// end of input ends the chat.
+void chat(slake::cli::ChatSession& session, slake::cli::Generator& gen, const CliOptions& o, const std::string& first) {
+  if (!first.empty() && !chat_turn(session, gen, o, first)) return;
+  const bool tty = ::isatty(STDIN_FILENO);
+  std::string line;
+  for (int line_no = 1;; ++line_no) {
+    if (tty) std::fputs("> ", stderr);
+    if (!std::getline(std::cin, line)) return;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    require_utf8(line, "input line " + std::to_string(line_no));
+    if (!chat_turn(session, gen, o, line)) return;
+  }
+}
+
+int run(CliOptions& o) {
+  std::string prompt = o.prompt;
+  if (!o.prompt_file.empty()) prompt = read_prompt_file(o.prompt_file);
+  require_utf8(prompt, "the prompt");
+  require_utf8(o.system_prompt, "the system prompt");
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto model = slake::load_model(o.model_path);
+  const slake::ModelConfig& c = model->cfg;
+  std::fprintf(stderr, "loaded %s (%s): %d layers, dim %d, %d heads (%d KV), vocab %d, %.1f MiB of weights in %.0f ms\n",
+               o.model_path.c_str(), model->format.c_str(), c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.n_vocab,
+               model->weight_bytes() / 1048576.0,
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  std::unique_ptr<slake::Tokenizer> tokenizer;
+  try {
+    tokenizer = std::make_unique<slake::Tokenizer>(model->vocab);
+  } catch (const slake::Error& e) {
+    slake::fail(o.model_path + ": " + e.what());
+  }
+  const bool chat_mode = slake::cli::uses_chat(o);
+  std::unique_ptr<slake::cli::ChatSession> session;
+  if (chat_mode) {
+    const slake::ChatFormat f = slake::cli::choose_chat_format(o.chat_template, model->vocab);
+    std::fprintf(stderr, "chat template: %s\n", slake::chat_format_name(f));
+    session = std::make_unique<slake::cli::ChatSession>(f, *tokenizer, o.system_prompt);
+  }
+
+  slake::ContextParams cp;
+  cp.n_ctx = o.n_ctx;
+  cp.n_threads = o.n_threads;
+  cp.kv = o.kv.params;
+  slake::Context ctx(*model, cp);
+  o.n_ctx = ctx.n_ctx();
+  o.sampling.seed = choose_seed(o.seed, o.sampling.temp <= 0);
+  slake::Sampler sampler(o.sampling);
+  slake::cli::Generator gen(ctx, *tokenizer, sampler, stdout);
+
+  if (o.conversation) {
+    chat(*session, gen, o, prompt);
+  } else {
+    // Special-token text in a plain prompt becomes those tokens, as llama-cli does.
+    const std::vector<int32_t> tokens = session ? session->user_turn(prompt)
+                                                : tokenizer->tokenize(prompt, model->vocab.add_bos, true);
+    if (tokens.empty()) slake::fail("the prompt is empty and the vocabulary adds no BOS: nothing to generate from");
+    gen.feed(tokens, "the prompt");
+    if (!o.no_display_prompt) gen.echo(tokens);
+    gen.generate(o.n_predict);
+    std::fputs("\n", stdout);
+  }
+  std::fflush(stdout);
+  report(gen, ctx);
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"slake-cli: generate text with a Llama-family model"};
-  std::string model_path;
-  int n_predict = 128, n_ctx = 0, n_threads = 0;
-  app.add_option("-m,--model", model_path, "GGUF file or Hugging Face model directory")->required();
-  app.add_option("-n,--n-predict", n_predict, "tokens to generate")->check(CLI::NonNegativeNumber);
-  app.add_option("-c,--ctx-size", n_ctx, "context size (0: the model's)")->check(CLI::NonNegativeNumber);
-  app.add_option("-t,--threads", n_threads, "threads (0: all)")->check(CLI::NonNegativeNumber);
-  slake::tools::KvFlags kvf;
-  slake::tools::add_kv_flags(app, kvf);
-  CLI11_PARSE(app, argc, argv);
-  slake::tools::finish_kv_flags(app, kvf);
-  const slake::KvPolicyParams& kv = kvf.params;
-
+  CLI::App app{"slake-cli: generate text, or chat, with a Llama-family model", "slake-cli"};
+  CliOptions o;
+  slake::cli::add_cli_flags(app, o);
   try {
-    slake::validate(kv);  // bad flags fail before a large model is mapped
-    auto t0 = std::chrono::steady_clock::now();
-    auto model = slake::load_model(model_path);
-    const slake::ModelConfig& c = model->cfg;
-    std::fprintf(stderr, "loaded %s (%s): %d layers, dim %d, %d heads (%d KV), vocab %d, %.1f MiB of weights in %.0f ms\n",
-                 model_path.c_str(), model->format.c_str(), c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.n_vocab,
-                 model->weight_bytes() / 1048576.0,
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    slake::ContextParams cp;
-    cp.n_ctx = n_ctx;
-    cp.n_threads = n_threads;
-    cp.kv = kv;
-    slake::Context ctx(*model, cp);
-    const int bos = model->vocab.bos >= 0 ? model->vocab.bos : 1;
-    std::vector<int32_t> toks{bos};
-    std::vector<float> logits;
-    auto tg0 = std::chrono::steady_clock::now();
-    int generated = 0;
-    for (; generated < n_predict && ctx.n_past() < ctx.n_ctx(); ++generated) {
-      ctx.eval(toks, &logits);
-      const int next = argmax(logits);
-      if (next == model->vocab.eos) break;
-      std::fputs(slake::token_to_piece(model->vocab, next).c_str(), stdout);
-      std::fflush(stdout);
-      toks = {next};
-    }
-    std::fputs("\n", stdout);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tg0).count();
-    std::fprintf(stderr, "generated %d tokens in %.3f s (%.1f tokens/s); KV cache %.2f MiB (%lld tokens held over %d layers x %d KV heads)\n",
-                 generated, s, generated / s, ctx.kv_cache().bytes_used() / 1048576.0,
-                 static_cast<long long>(ctx.kv_cache().tokens_held()), c.n_layers, c.n_kv_heads);
+    std::vector<std::string> args = slake::cli::llama_cpp_spellings(argc, argv);
+    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    return 1;
+  }
+  try {
+    slake::cli::check_options(app, o);  // bad flags fail before a large model is mapped
+    return run(o);
   } catch (const slake::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {  // out of memory and the like: still a message, not an abort
+    std::fflush(stdout);
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
-  return 0;
 }

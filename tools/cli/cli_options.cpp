@@ -1,0 +1,79 @@
+#include "cli_options.h"
+
+#include <climits>
+
+#include "slake/chat_template.h"
+#include "slake/error.h"
+#include "slake/kv_policy.h"
+
+namespace slake::cli {
+
+std::vector<std::string> llama_cpp_spellings(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-sys") args.push_back("--system-prompt");
+    else if (a == "-cnv") args.push_back("--conversation");
+    else args.push_back(a);
+  }
+  return args;
+}
+
+void add_cli_flags(CLI::App& app, CliOptions& o) {
+  // A flag given twice takes its last value, as llama.cpp (scripts append overrides to defaults).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("-m,--model", o.model_path, "GGUF file or Hugging Face model directory")->required();
+  app.add_option("-p,--prompt", o.prompt, "prompt to start from (default: nothing, i.e. BOS alone)");
+  app.add_option("-f,--file", o.prompt_file,
+                 "read the prompt from a file (- for standard input; one trailing newline is dropped, as llama.cpp)");
+  app.add_option("-n,--n-predict", o.n_predict, "tokens to generate; -1: until end of text or a full context")
+      ->capture_default_str();
+  app.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens (0: the model's training context)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("-t,--threads", o.n_threads, "threads (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("-s,--seed", o.seed, "random seed (-1: a random one, printed on stderr)")->capture_default_str();
+
+  SamplerParams& s = o.sampling;
+  app.add_option("--temp", s.temp, "temperature; <= 0: greedy (always the most likely token)")->capture_default_str();
+  app.add_option("--top-k", s.top_k, "keep the k most likely tokens (0: off)")->capture_default_str();
+  app.add_option("--top-p", s.top_p, "keep the most likely tokens up to this total probability, in (0, 1] (1: off)")
+      ->capture_default_str();
+  app.add_option("--min-p", s.min_p, "drop tokens less likely than this fraction of the best, in [0, 1] (0: off)")
+      ->capture_default_str();
+  app.add_option("--repeat-penalty", s.repeat_penalty, "penalise repeating the last --repeat-last-n tokens (1: off)")
+      ->capture_default_str();
+  app.add_option("--repeat-last-n", s.repeat_last_n, "tokens the repeat penalty looks back over (0: off, -1: all)")
+      ->capture_default_str();
+
+  app.add_option("--system-prompt", o.system_prompt,
+                 "system message for the chat template (-sys as llama.cpp); formats the prompt as a chat");
+  app.add_flag("--conversation", o.conversation,
+               "chat (-cnv as llama.cpp): each line of standard input is a user message, answered in turn with the "
+               "chat template; the context is kept between turns; end of input ends the chat. -p/-f, when given, "
+               "is the first message. stdout gets the replies only, each ending with a newline");
+  app.add_option("--chat-template", o.chat_template,
+                 "chat template: llama2, llama3 or mistral (default: recognised from the model's own template); "
+                 "formats the prompt as a chat");
+  app.add_flag("--no-display-prompt", o.no_display_prompt, "do not echo the prompt on stdout");
+  tools::add_kv_flags(app, o.kv);
+  app.footer(
+      "Sampling follows llama.cpp: repeat penalty, top-k, top-p, min-p, then temperature and a seeded draw.\n"
+      "Generated text goes to stdout (after the prompt, unless --no-display-prompt); load information and, at the "
+      "end, prompt and generation speed and the KV cache's size go to stderr.");
+}
+
+void check_options(const CLI::App& app, CliOptions& o) {
+  if (o.n_predict < -1)
+    fail("-n must be -1 (until end of text or a full context) or a count >= 0, got " + std::to_string(o.n_predict));
+  if (o.seed < -1) fail("--seed must be -1 (random) or >= 0, got " + std::to_string(o.seed));
+  if (app.count("--prompt") && app.count("--file")) fail("give the prompt with -p TEXT or -f FILE, not both");
+  if (o.conversation && o.prompt_file == "-")
+    fail("-f - reads standard input, which --conversation reads for the chat");
+  validate(o.sampling);
+  if (!o.chat_template.empty()) chat_format_from_name(o.chat_template);
+  tools::finish_kv_flags(app, o.kv);
+  validate(o.kv.params);
+}
+
+}  // namespace slake::cli

@@ -1,0 +1,45 @@
+// slake-cli's command line: llama.cpp's llama-cli flags for generation, sampling and chat, plus
+// the shared KV-cache flags.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "slake/sampler.h"
+#include "../common/kv_flags.h"
+
+namespace slake::cli {
+
+struct CliOptions {
+  std::string model_path;
+  std::string prompt, prompt_file;  // at most one of them
+  std::string system_prompt;
+  std::string chat_template;  // a name; "" means the model's own template
+  int n_predict = -1;         // -1: until end of text or a full context
+  int n_ctx = 0;              // 0: the model's training context
+  int n_threads = 0;          // 0: all hardware threads
+  int64_t seed = -1;          // -1: a random seed, printed
+  SamplerParams sampling;
+  bool conversation = false;
+  bool no_display_prompt = false;
+  tools::KvFlags kv;
+};
+
+// llama.cpp spells some flags with one dash and several letters (-sys, -cnv), which CLI11 would
+// read as a short flag with its value glued on (-s ys). They become their long forms first.
+std::vector<std::string> llama_cpp_spellings(int argc, char** argv);
+
+void add_cli_flags(CLI::App& app, CliOptions& o);
+
+// Checks that need no model, after parsing: -n, -p/-f, the sampling ranges, the template name, the
+// KV flags. Throws slake::Error.
+void check_options(const CLI::App& app, CliOptions& o);
+
+// Whether the prompt goes through a chat template: in conversation mode, or when a system prompt
+// or a template name is given.
+inline bool uses_chat(const CliOptions& o) {
+  return o.conversation || !o.system_prompt.empty() || !o.chat_template.empty();
+}
+
+}  // namespace slake::cli

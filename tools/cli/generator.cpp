@@ -1,0 +1,101 @@
+#include "generator.h"
+
+#include <chrono>
+
+#include "slake/error.h"
+
+namespace slake::cli {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::unordered_set<int32_t> end_of_generation_tokens(const Vocab& v) {
+  std::unordered_set<int32_t> eog;
+  if (v.eos >= 0) eog.insert(v.eos);
+  if (v.eot >= 0) eog.insert(v.eot);
+  static const char* const kEndTexts[] = {"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|im_end|>",
+                                          "<|endoftext|>", "<end_of_turn>", "</s>"};
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    const bool control = i < v.types.size() && v.types[i] == 3;
+    if (!control) continue;
+    for (const char* t : kEndTexts)
+      if (v.tokens[i] == t) eog.insert(static_cast<int32_t>(i));
+  }
+  return eog;
+}
+
+Generator::Generator(Context& ctx, const Tokenizer& tokenizer, Sampler& sampler, std::FILE* out)
+    : ctx_(ctx),
+      tokenizer_(tokenizer),
+      sampler_(sampler),
+      out_(out),
+      detok_(tokenizer),
+      eog_(end_of_generation_tokens(tokenizer.vocab())) {}
+
+void Generator::feed(const std::vector<int32_t>& tokens, const std::string& what) {
+  std::vector<int32_t> batch = unevaluated_;
+  batch.insert(batch.end(), tokens.begin(), tokens.end());
+  if (batch.empty()) return;
+  const int64_t need = static_cast<int64_t>(ctx_.n_past()) + static_cast<int64_t>(batch.size());
+  if (need > ctx_.n_ctx()) {
+    const std::string n = std::to_string(batch.size()), c = std::to_string(ctx_.n_ctx());
+    if (ctx_.n_past() == 0) fail(what + " is " + n + " tokens, more than the context holds (-c " + c + ")");
+    fail(what + " needs " + n + " more tokens after the " + std::to_string(ctx_.n_past()) +
+         " it holds, more than the context holds (-c " + c + ")");
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  ctx_.eval(batch, &logits_);
+  prompt_s_ += seconds_since(t0);
+  prompt_tokens_ += static_cast<int>(tokens.size());
+  for (const int32_t t : tokens) sampler_.accept(t);
+  unevaluated_.clear();
+}
+
+void Generator::write(const std::string& text) {
+  if (text.empty()) return;
+  std::fwrite(text.data(), 1, text.size(), out_);
+  std::fflush(out_);
+}
+
+void Generator::echo(const std::vector<int32_t>& tokens) {
+  for (const int32_t t : tokens) write(detok_.push(t));
+}
+
+Reply Generator::generate(int n_predict) {
+  Reply r;
+  if (logits_.empty()) fail("nothing to generate from: no tokens were fed");
+  const int n_vocab = ctx_.model().cfg.n_vocab;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int n = 0; n_predict < 0 || n < n_predict;) {
+    const int32_t tok = sampler_.sample(logits_.data(), n_vocab);
+    sampler_.accept(tok);
+    unevaluated_ = {tok};
+    if (eog_.count(tok)) {
+      r.ended = true;
+      break;
+    }
+    const std::string text = detok_.push(tok);
+    write(text);
+    r.text += text;
+    ++generated_;
+    if (++n == n_predict) break;
+    if (ctx_.n_past() >= ctx_.n_ctx()) {
+      r.ctx_full = true;
+      break;
+    }
+    ctx_.eval(unevaluated_, &logits_);
+    unevaluated_.clear();
+  }
+  const std::string rest = detok_.flush();
+  write(rest);
+  r.text += rest;
+  gen_s_ += seconds_since(t0);
+  return r;
+}
+
+}  // namespace slake::cli

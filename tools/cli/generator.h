@@ -1,0 +1,67 @@
+// The generation loop of slake-cli: feeding tokens into the context, sampling, streaming the text,
+// and the speed counters reported at the end.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "slake/context.h"
+#include "slake/sampler.h"
+#include "slake/tokenizer.h"
+
+namespace slake::cli {
+
+// The tokens that end a reply: EOS, EOT, and the control tokens that llama.cpp also treats as end
+// of generation by their text (Llama 3's <|eot_id|> and <|eom_id|>, ChatML's <|im_end|>, ...),
+// which a Hugging Face config.json does not always name as its EOS.
+std::unordered_set<int32_t> end_of_generation_tokens(const Vocab& v);
+
+struct Reply {
+  std::string text;       // everything written to the output
+  bool ended = false;     // stopped at an end-of-generation token
+  bool ctx_full = false;  // stopped because the context is full
+};
+
+class Generator {
+ public:
+  // All four must outlive the generator.
+  Generator(Context& ctx, const Tokenizer& tokenizer, Sampler& sampler, std::FILE* out);
+
+  // Evaluates `tokens` after what the context holds (and after the last sampled token, which is
+  // evaluated only now, so that a reply that is not continued costs nothing). `what` names the
+  // tokens in the error when they do not fit: slake::Error, with the context unchanged.
+  void feed(const std::vector<int32_t>& tokens, const std::string& what);
+
+  // Writes `tokens` to the output as text (the prompt's echo), through the same streaming
+  // detokenizer as the generated text.
+  void echo(const std::vector<int32_t>& tokens);
+
+  // Samples up to n_predict tokens (-1: no limit) from the logits of the last feed, writing each
+  // one's text as soon as it completes a UTF-8 character. Stops early at an end-of-generation token
+  // or when the context is full.
+  Reply generate(int n_predict);
+
+  // Counters for the final report.
+  int prompt_tokens() const { return prompt_tokens_; }
+  double prompt_seconds() const { return prompt_s_; }
+  int generated_tokens() const { return generated_; }
+  double generation_seconds() const { return gen_s_; }
+
+ private:
+  void write(const std::string& text);
+
+  Context& ctx_;
+  const Tokenizer& tokenizer_;
+  Sampler& sampler_;
+  std::FILE* out_;
+  StreamingDetokenizer detok_;
+  std::unordered_set<int32_t> eog_;
+  std::vector<float> logits_;
+  std::vector<int32_t> unevaluated_;  // the last sampled token, until the next feed
+  int prompt_tokens_ = 0, generated_ = 0;
+  double prompt_s_ = 0, gen_s_ = 0;
+};
+
+}  // namespace slake::cli
