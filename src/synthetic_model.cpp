@@ -1,0 +1,194 @@
+#include "slake/synthetic_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "model_internal.h"
+#include "slake/error.h"
+#include "slake/thread_pool.h"
+
+namespace slake {
+
+namespace {
+
+ModelConfig shape(const char* name, int vocab, int dim, int layers, int heads, int kv_heads, int ffn, int ctx, float theta) {
+  ModelConfig c;
+  c.arch = "llama";
+  c.name = name;
+  c.n_vocab = vocab;
+  c.dim = dim;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.head_dim = dim / heads;
+  c.ffn_dim = ffn;
+  c.n_ctx_train = ctx;
+  c.rope_theta = theta;
+  return c;
+}
+
+// splitmix64: a fast, seedable generator; each block of weights gets its own stream.
+uint64_t mix(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Fills `n` elements (a whole number of blocks) of type t with values of standard deviation
+// about `sd`, deterministically from `seed`.
+void fill_random(uint8_t* dst, DType t, int64_t n, float sd, uint64_t seed) {
+  uint64_t s = seed;
+  const float u = sd * std::sqrt(3.0f);  // uniform on [-u, u] has standard deviation sd
+  auto uniform = [&] { return (static_cast<float>(mix(s) >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f) * u; };
+  switch (t) {
+    case DType::F32:
+      for (int64_t i = 0; i < n; ++i) reinterpret_cast<float*>(dst)[i] = uniform();
+      break;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(dst)[i] = fp32_to_fp16(uniform());
+      break;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(dst)[i] = fp32_to_bf16(uniform());
+      break;
+    case DType::Q8_0:  // fp16 scale + 32 int8: uniform int8 has sd 127/sqrt(3)
+      for (int64_t b = 0; b < n / 32; ++b, dst += 34) {
+        const uint16_t d = fp32_to_fp16(u / 127.0f);
+        std::memcpy(dst, &d, 2);
+        for (int i = 0; i < 32; i += 8) {
+          const uint64_t r = mix(s);
+          std::memcpy(dst + 2 + i, &r, 8);
+        }
+      }
+      break;
+    case DType::Q4_0:  // fp16 scale + 32 nibbles, value (q - 8) * d: sd about 4.6 d
+      for (int64_t b = 0; b < n / 32; ++b, dst += 18) {
+        const uint16_t d = fp32_to_fp16(sd / 4.6f);
+        std::memcpy(dst, &d, 2);
+        for (int i = 0; i < 16; i += 8) {
+          const uint64_t r = mix(s);
+          std::memcpy(dst + 2 + i, &r, 8);
+        }
+      }
+      break;
+    default:
+      fail(std::string("synthetic weights of type ") + dtype_name(t) + " are not supported (F32, F16, BF16, Q8_0, Q4_0)");
+  }
+}
+
+}  // namespace
+
+const std::vector<SyntheticPreset>& synthetic_presets() {
+  static const std::vector<SyntheticPreset> presets = [] {
+    std::vector<SyntheticPreset> p;
+    ModelConfig l31 = shape("llama-3.1-8b", 128256, 4096, 32, 32, 8, 14336, 131072, 500000.0f);
+    l31.rope_freq_factors = llama3_rope_factors(128, 500000.0f, 8.0f, 1.0f, 4.0f, 8192.0f);
+    p.push_back({"llama-3.1-8b", l31});
+    p.push_back({"llama-2-7b", shape("llama-2-7b", 32000, 4096, 32, 32, 32, 11008, 4096, 10000.0f)});
+    ModelConfig m = shape("mistral-7b-v0.3", 32768, 4096, 32, 32, 8, 14336, 32768, 1000000.0f);
+    m.arch = "mistral";
+    p.push_back({"mistral-7b-v0.3", m});
+    p.push_back({"tinyllama-1.1b", shape("tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f)});
+    p.push_back({"tiny", shape("tiny", 1024, 256, 4, 8, 4, 704, 8192, 10000.0f)});
+    return p;
+  }();
+  return presets;
+}
+
+std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType type, uint64_t seed) {
+  const SyntheticPreset* found = nullptr;
+  std::string names;
+  for (const SyntheticPreset& p : synthetic_presets()) {
+    if (p.name == preset) found = &p;
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  if (!found) fail("unknown synthetic model '" + preset + "' (" + names + ")");
+  auto m = std::make_unique<Model>();
+  m->cfg = found->cfg;
+  m->path = "synthetic:" + preset;
+  m->format = "synthetic";
+  const ModelConfig& c = m->cfg;
+  detail::validate_config(c, m->path);
+
+  // Every tensor's shape and type, then one buffer holding them all.
+  struct Spec {
+    std::vector<int64_t> ne;
+    DType type;
+    float sd;
+  };
+  std::map<std::string, Spec> specs;
+  const int64_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), ff = c.ffn_dim, V = c.n_vocab;
+  const float s_dim = 1.0f / std::sqrt(static_cast<float>(dim)), s_q = 1.0f / std::sqrt(static_cast<float>(q)),
+              s_ff = 1.0f / std::sqrt(static_cast<float>(ff));
+  specs["tok_embd"] = {{dim, V}, type, 1.0f};
+  specs["output_norm"] = {{dim}, DType::F32, 0.0f};
+  specs["output"] = {{dim, V}, type, s_dim};
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    specs[p + "attn_norm"] = {{dim}, DType::F32, 0.0f};
+    specs[p + "ffn_norm"] = {{dim}, DType::F32, 0.0f};
+    specs[p + "wq"] = {{dim, q}, type, s_dim};
+    specs[p + "wk"] = {{dim, kv}, type, s_dim};
+    specs[p + "wv"] = {{dim, kv}, type, s_dim};
+    specs[p + "wo"] = {{q, dim}, type, s_q};
+    specs[p + "w_gate"] = {{dim, ff}, type, s_dim};
+    specs[p + "w_up"] = {{dim, ff}, type, s_dim};
+    specs[p + "w_down"] = {{ff, dim}, type, s_ff};
+  }
+  size_t total = 0;
+  for (const auto& [name, sp] : specs) {
+    int64_t n = 1;
+    for (int64_t e : sp.ne) n *= e;
+    if (n % dtype_info(sp.type).block_elems != 0) fail("synthetic " + name + ": size is not a whole number of blocks");
+    total += row_bytes(sp.type, n);
+  }
+  std::shared_ptr<uint8_t> buf;
+  try {
+    buf = std::shared_ptr<uint8_t>(new uint8_t[total], std::default_delete<uint8_t[]>());
+  } catch (const std::bad_alloc&) {
+    fail("cannot allocate " + std::to_string(total >> 20) + " MiB for synthetic weights of " + preset);
+  }
+  std::map<std::string, TensorView> views;
+  size_t off = 0;
+  for (const auto& [name, sp] : specs) {
+    TensorView v;
+    v.name = name;
+    v.type = sp.type;
+    v.ne = sp.ne;
+    v.data = buf.get() + off;
+    v.nbytes = row_bytes(sp.type, v.n_elements());
+    views[name] = v;
+    off += v.nbytes;
+  }
+  // Fill in parallel, in blocks of rows that each get their own seed: the result does not depend
+  // on the thread count.
+  ThreadPool pool(default_thread_count());
+  uint64_t tensor_index = 0;
+  for (auto& [name, v] : views) {
+    uint8_t* data = const_cast<uint8_t*>(v.data);
+    const float sd = specs[name].sd;
+    if (sd == 0.0f) {  // norm weights: ones
+      for (int64_t i = 0; i < v.n_elements(); ++i) reinterpret_cast<float*>(data)[i] = 1.0f;
+      continue;
+    }
+    const int64_t rows = v.n_rows(), per = 64;
+    const uint64_t base = seed * 0x100000001B3ull + (++tensor_index << 32);
+    pool.parallel_for((rows + per - 1) / per, 1, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t r0 = i * per, nr = std::min(per, rows - r0);
+        fill_random(data + static_cast<size_t>(r0) * row_bytes(v.type, v.row_len()), v.type, nr * v.row_len(), sd,
+                    base + static_cast<uint64_t>(i));
+      }
+    });
+  }
+  detail::TensorNames names_fmt{"tok_embd", "output_norm", "output", "blk.{}.attn_norm", "blk.{}.wq", "blk.{}.wk",
+                                "blk.{}.wv", "blk.{}.wo", "blk.{}.ffn_norm", "blk.{}.w_gate", "blk.{}.w_up", "blk.{}.w_down"};
+  detail::bind_weights(
+      *m, [&](const std::string& n) -> const TensorView* { auto it = views.find(n); return it == views.end() ? nullptr : &it->second; },
+      names_fmt, m->path);
+  m->storage = buf;
+  return m;
+}
+
+}  // namespace slake

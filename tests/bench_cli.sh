@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# slake-bench end to end on a synthetic model: comma lists expand into one test per combination,
+# every output format parses, and the numbers are self-consistent.
+set -eu
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+common=(--synthetic tiny -t 2 -r 2 --no-warmup --mem-bandwidth 10)
+"$bin/slake-bench" "${common[@]}" -p 16,32 -n 4 -d 0,100 --kv-policy full,slake --kv-budget 48 -o jsonl >"$tmp/out.jsonl" 2>"$tmp/err"
+"$bin/slake-bench" "${common[@]}" -p 16 -n 0 -o csv >"$tmp/out.csv" 2>/dev/null
+"$bin/slake-bench" "${common[@]}" -p 16 -n 4 -o json >"$tmp/out.json" 2>/dev/null
+"$bin/slake-bench" "${common[@]}" -p 0 -n 4 -o md >"$tmp/out.md" 2>/dev/null
+python3 - "$tmp" <<'PY'
+import csv, json, sys
+tmp = sys.argv[1]
+recs = [json.loads(l) for l in open(f"{tmp}/out.jsonl")]
+# 2 policies x 2 depths x (2 prompt sizes + 1 generation test)
+assert len(recs) == 12, len(recs)
+combos = {(r["kv_policy"], r["n_depth"], r["n_prompt"], r["n_gen"]) for r in recs}
+assert combos == {(p, d, n_p, n_g) for p in ("full", "slake") for d in (0, 100) for n_p, n_g in ((16, 0), (32, 0), (0, 4))}, combos
+for r in recs:
+    assert r["synthetic"] is True and r["model_filename"] == "synthetic:tiny"
+    assert len(r["samples_ns"]) == 2 and all(x > 0 for x in r["samples_ns"])
+    n = r["n_prompt"] or r["n_gen"]
+    assert abs(r["avg_ts"] - sum(n * 1e9 / x for x in r["samples_ns"]) / 2) < 1e-6 * r["avg_ts"]
+    assert r["peak_rss_bytes"] > r["model_size"]
+    if r["n_gen"]:
+        assert r["bytes_per_token"] >= r["model_size"] * 0.5 and r["decode_gbps"] > 0 and r["mem_bandwidth_gbps"] == 10
+    if r["kv_policy"] == "slake" and r["n_depth"] == 100:
+        # tiny has 4 layers x 4 KV heads x head dim 32: 260 bytes per token and head; 48 tokens per
+        # head kept after the 100-token prefill (window 32), plus one linear state per head.
+        assert r["kv_bytes_start"] == 16 * (48 * 260 + (32 * 34 + 1) * 4), r["kv_bytes_start"]
+rows = list(csv.DictReader(open(f"{tmp}/out.csv")))
+assert len(rows) == 1 and rows[0]["n_prompt"] == "16" and rows[0]["n_gen"] == "0", rows
+j = json.load(open(f"{tmp}/out.json"))
+assert [(r["n_prompt"], r["n_gen"]) for r in j] == [(16, 0), (0, 4)]
+md = open(f"{tmp}/out.md").read().splitlines()
+assert len(md) == 3 and "| tg4 |" in md[2], md
+print("slake-bench outputs: ok")
+PY
+grep -q "\[12/12\]" "$tmp/err" || { echo "FAIL: no progress on stderr"; cat "$tmp/err"; exit 1; }

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Plots slake-bench results: decode latency per token and peak memory against context length,
+one line per KV policy (the shape of SLAKE's Figure 4).
+
+  build/bin/slake-bench --synthetic llama-3.1-8b -p 0 -n 32 -d 1024,4096,16384 \
+      --kv-policy full,slake --kv-budget 256 -o json > bench.json
+  tools/bench/plot.py bench.json -o bench.png
+
+Reads JSON (an array) or JSONL; uses the generation tests (n_gen > 0), with the context length
+taken as n_depth. Needs matplotlib (tools/bench/requirements.txt).
+"""
+import argparse
+import json
+from collections import defaultdict
+
+
+def load(path):
+    text = open(path).read().strip()
+    if text.startswith("["):
+        return json.loads(text)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def series(records):
+    """{(model, label): [(depth, latency_ms, peak_rss_gib, kv_mib), ...]} sorted by depth."""
+    out = defaultdict(list)
+    for r in records:
+        if not r.get("n_gen"):
+            continue
+        label = r["kv_policy"] if r["kv_policy"] == "full" or not r["kv_budget"] else f"{r['kv_policy']} C={r['kv_budget']}"
+        out[(r["model_type"], label)].append(
+            (r["n_depth"], r["token_avg_ns"] / 1e6, r["peak_rss_bytes"] / 2**30, r["kv_bytes"] / 2**20))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("input", help="slake-bench -o json or -o jsonl output")
+    ap.add_argument("-o", "--output", default="bench.png")
+    args = ap.parse_args()
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = series(load(args.input))
+    if not data:
+        raise SystemExit(f"{args.input}: no generation tests (n_gen > 0) to plot")
+    fig, (lat, mem) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for (model, label), pts in sorted(data.items()):
+        d = [p[0] for p in pts]
+        lat.plot(d, [p[1] for p in pts], marker="o", label=f"{label}")
+        mem.plot(d, [p[2] for p in pts], marker="o", label=f"{label}")
+    models = sorted({m for m, _ in data})
+    for ax, title, unit in ((lat, "decode latency per token", "ms"), (mem, "peak memory (resident)", "GiB")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("context length (tokens)")
+        ax.set_ylabel(unit)
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.suptitle(", ".join(models))
+    fig.tight_layout()
+    fig.savefig(args.output, dpi=120)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+// slake-bench: prompt-processing and generation speed, per-token latency and peak memory of the
+// engine, in llama-bench's style, for any KV-cache policy; on model files or on synthetic weights
+// of real model shapes.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <random>
+
+#include "bandwidth_probe.h"
+#include "bench_record.h"
+#include "process_memory.h"
+#include "slake/context.h"
+#include "slake/error.h"
+#include "slake/model.h"
+#include "slake/synthetic_model.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ns_since(Clock::time_point t0) { return std::chrono::duration<double, std::nano>(Clock::now() - t0).count(); }
+
+struct LoadedModel {
+  std::unique_ptr<slake::Model> model;
+  std::string filename, type;
+  bool synthetic = false;
+  uint64_t n_params = 0;
+};
+
+uint64_t count_params(const slake::Model& m) {
+  uint64_t n = m.tok_embd.n_elements() + m.output_norm.n_elements() + (m.cfg.tied_output ? 0 : m.output.n_elements());
+  for (const slake::LayerWeights& l : m.layers)
+    for (const slake::TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+      n += t->n_elements();
+  return n;
+}
+
+LoadedModel describe(std::unique_ptr<slake::Model> m, const std::string& filename, bool synthetic) {
+  LoadedModel lm;
+  lm.n_params = count_params(*m);
+  char size[32];
+  if (lm.n_params >= 1000000000) std::snprintf(size, sizeof size, "%.1fB", lm.n_params / 1e9);
+  else std::snprintf(size, sizeof size, "%.1fM", lm.n_params / 1e6);
+  lm.type = (m->cfg.name.empty() ? m->cfg.arch : m->cfg.name) + " " + size + " " + slake::dtype_name(m->layers[0].wq.type) +
+            (synthetic ? " (synthetic)" : "");
+  lm.filename = filename;
+  lm.synthetic = synthetic;
+  lm.model = std::move(m);
+  return lm;
+}
+
+// Bytes a decode step reads: every weight once (one embedding row only, unless the output reuses
+// the embedding table), plus the KV cache in use.
+double weight_bytes_per_token(const slake::Model& m) {
+  double b = static_cast<double>(m.weight_bytes());
+  if (!m.cfg.tied_output)
+    b -= static_cast<double>(m.tok_embd.nbytes) - static_cast<double>(slake::row_bytes(m.tok_embd.type, m.tok_embd.row_len()));
+  return b;
+}
+
+std::string now_iso8601() {
+  char buf[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+struct TestSpec {
+  const LoadedModel* model;
+  int threads, n_prompt, n_gen, depth;
+  slake::KvPolicyParams kv;
+};
+
+slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, double bandwidth_gbps) {
+  slake::bench::BenchRecord rec;
+  rec.model_filename = t.model->filename;
+  rec.model_type = t.model->type;
+  rec.model_size = t.model->model->weight_bytes();
+  rec.model_n_params = t.model->n_params;
+  rec.synthetic = t.model->synthetic;
+  rec.n_threads = t.threads;
+  rec.n_prompt = t.n_prompt;
+  rec.n_gen = t.n_gen;
+  rec.n_depth = t.depth;
+  rec.kv_policy = t.kv.policy;
+  rec.kv_budget = t.kv.budget;
+  rec.kv_window = t.kv.window;
+  rec.mem_bandwidth_gbps = bandwidth_gbps;
+  rec.test_time = now_iso8601();
+  const slake::Model& m = *t.model->model;
+  slake::ContextParams cp;
+  cp.n_ctx = t.depth + t.n_prompt + t.n_gen;
+  cp.n_threads = t.threads;
+  cp.kv = t.kv;
+  double kv_read = 0;
+  int64_t kv_read_n = 0;
+  for (int r = warmup ? -1 : 0; r < reps; ++r) {  // r = -1: the warm-up, not counted
+    slake::bench::reset_peak_rss();
+    slake::Context ctx(m, cp);  // a fresh context for every measurement
+    std::mt19937 rng(static_cast<uint32_t>(1234 + r));
+    std::uniform_int_distribution<int32_t> tok(0, m.cfg.n_vocab - 1);
+    auto tokens = [&](int n) {
+      std::vector<int32_t> v(static_cast<size_t>(n));
+      for (auto& x : v) x = tok(rng);
+      return v;
+    };
+    if (t.depth > 0) ctx.eval(tokens(t.depth), nullptr);
+    const uint64_t kv_start = ctx.kv_cache().bytes_used();
+    std::vector<float> logits;
+    double total = 0;
+    std::vector<double> per_token;
+    if (t.n_gen == 0) {
+      const std::vector<int32_t> p = tokens(t.n_prompt);
+      const auto t0 = Clock::now();
+      ctx.eval(p, &logits);
+      total = ns_since(t0);
+    } else {
+      for (int i = 0; i < t.n_gen; ++i) {
+        const std::vector<int32_t> one = tokens(1);
+        const double kv_now = static_cast<double>(ctx.kv_cache().bytes_used());
+        const auto t0 = Clock::now();
+        ctx.eval(one, &logits);
+        const double ns = ns_since(t0);
+        per_token.push_back(ns);
+        total += ns;
+        if (r >= 0) {
+          kv_read += (kv_now + static_cast<double>(ctx.kv_cache().bytes_used())) / 2;
+          ++kv_read_n;
+        }
+      }
+    }
+    if (r < 0) continue;
+    rec.samples_ns.push_back(total);
+    rec.token_ns.insert(rec.token_ns.end(), per_token.begin(), per_token.end());
+    rec.kv_bytes_start = kv_start;
+    rec.kv_bytes_end = ctx.kv_cache().bytes_used();
+    rec.kv_peak_bytes = std::max<uint64_t>(rec.kv_peak_bytes, ctx.kv_cache().peak_bytes_used());
+    rec.peak_rss_bytes = std::max<uint64_t>(rec.peak_rss_bytes, slake::bench::peak_rss_bytes());
+  }
+  if (t.n_gen > 0) rec.bytes_per_token = weight_bytes_per_token(m) + (kv_read_n ? kv_read / static_cast<double>(kv_read_n) : 0.0);
+  return rec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"slake-bench: speed, latency and memory of the engine (llama-bench's conventions)"};
+  std::vector<std::string> models, synthetic, policies{"full"}, backends{"cpu"};
+  std::vector<int> prompts{512}, gens{128}, depths{0}, threads{slake::default_thread_count()}, budgets{0};
+  int reps = 5, window = 32;
+  uint64_t seed = 42;
+  std::string format = "md", synth_type = "q4_0";
+  bool no_warmup = false;
+  double bandwidth = 0;
+  app.add_option("-m,--model", models, "GGUF file or Hugging Face directory (repeatable, or comma-separated)")->delimiter(',');
+  app.add_option("--synthetic", synthetic,
+                 "random weights of a model's shape: llama-3.1-8b, llama-2-7b, mistral-7b-v0.3, tinyllama-1.1b, tiny")
+      ->delimiter(',');
+  app.add_option("--synthetic-type", synth_type, "weight type of synthetic models: f32, f16, bf16, q8_0, q4_0")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  app.add_option("--seed", seed, "seed of the synthetic weights")->capture_default_str();
+  app.add_option("-p,--n-prompt", prompts, "prompt sizes (prompt-processing tests; 0 skips)")->delimiter(',')->capture_default_str();
+  app.add_option("-n,--n-gen", gens, "generated tokens (generation tests; 0 skips)")->delimiter(',')->capture_default_str();
+  app.add_option("-d,--n-depth", depths, "tokens already in the context before the timed part")->delimiter(',')->capture_default_str();
+  app.add_option("-t,--threads", threads, "threads")->delimiter(',')->capture_default_str();
+  app.add_option("-r,--repetitions", reps, "repetitions of each test")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("-o,--output", format, "output format: md, csv, json, jsonl")->capture_default_str()->check(CLI::IsMember({"md", "csv", "json", "jsonl"}));
+  app.add_option("--kv-policy", policies, "KV-cache policies")->delimiter(',')->capture_default_str();
+  app.add_option("--kv-budget", budgets, "KV budgets C (0: no eviction)")->delimiter(',')->capture_default_str();
+  app.add_option("--kv-window", window, "observation window Sw")->capture_default_str();
+  app.add_option("--backend", backends, "backends: cpu, cuda")->delimiter(',')->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_flag("--no-warmup", no_warmup, "do not run an uncounted warm-up before each test");
+  app.add_option("--mem-bandwidth", bandwidth, "the machine's memory bandwidth in GB/s (default: measured at start)");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (models.empty() && synthetic.empty()) slake::fail("give a model with -m FILE or --synthetic NAME");
+    for (int v : prompts) if (v < 0) slake::fail("-p: sizes must not be negative");
+    for (int v : gens) if (v < 0) slake::fail("-n: counts must not be negative");
+    for (int v : depths) if (v < 0) slake::fail("-d: depths must not be negative");
+    for (int v : threads) if (v < 1) slake::fail("-t: thread counts must be positive");
+    for (int v : budgets) if (v < 0) slake::fail("--kv-budget: budgets must not be negative");
+    for (const std::string& b : backends)
+      if (b == "cuda") slake::fail("--backend cuda: this build has no CUDA backend");
+    std::vector<slake::KvPolicyParams> kvs;
+    for (const std::string& p : policies)
+      for (int b : budgets) {
+        slake::KvPolicyParams kv;
+        kv.policy = p;
+        kv.budget = p == "full" ? 0 : b;
+        kv.window = window;
+        slake::validate(kv);
+        bool dup = false;
+        for (const auto& k : kvs) dup |= k.policy == kv.policy && k.budget == kv.budget;
+        if (!dup) kvs.push_back(kv);
+      }
+    const slake::DType stype = synth_type == "f32" ? slake::DType::F32 : synth_type == "f16" ? slake::DType::F16
+                             : synth_type == "bf16" ? slake::DType::BF16 : synth_type == "q8_0" ? slake::DType::Q8_0 : slake::DType::Q4_0;
+
+    if (bandwidth <= 0) {
+      slake::ThreadPool pool(*std::max_element(threads.begin(), threads.end()));
+      bandwidth = slake::bench::measure_read_bandwidth(pool) / 1e9;
+      std::fprintf(stderr, "slake-bench: memory read bandwidth %.1f GB/s (probe, %d threads)\n", bandwidth, pool.size());
+    }
+    std::vector<LoadedModel> loaded;
+    for (const std::string& path : models) loaded.push_back(describe(slake::load_model(path), path, false));
+    for (const std::string& name : synthetic) {
+      std::fprintf(stderr, "slake-bench: generating synthetic weights for %s (%s)\n", name.c_str(), synth_type.c_str());
+      loaded.push_back(describe(slake::make_synthetic_model(name, stype, seed), "synthetic:" + name, true));
+    }
+    std::vector<TestSpec> tests;
+    for (const LoadedModel& m : loaded)
+      for (int t : threads)
+        for (const auto& kv : kvs)
+          for (int d : depths) {
+            for (int p : prompts) if (p > 0) tests.push_back({&m, t, p, 0, d, kv});
+            for (int n : gens) if (n > 0) tests.push_back({&m, t, 0, n, d, kv});
+          }
+    std::vector<slake::bench::BenchRecord> records;
+    for (size_t i = 0; i < tests.size(); ++i) {
+      const TestSpec& t = tests[i];
+      std::fprintf(stderr, "slake-bench: [%zu/%zu] %s, %d threads, kv %s %d, %s%s\n", i + 1, tests.size(), t.model->type.c_str(),
+                   t.threads, t.kv.policy.c_str(), t.kv.budget, t.n_gen ? ("tg" + std::to_string(t.n_gen)).c_str() : ("pp" + std::to_string(t.n_prompt)).c_str(),
+                   t.depth ? (" @ d" + std::to_string(t.depth)).c_str() : "");
+      records.push_back(run_test(t, reps, !no_warmup, bandwidth));
+      if (format == "jsonl") slake::bench::write_records(std::cout, {records.back()}, format);  // streamed
+    }
+    if (format != "jsonl") slake::bench::write_records(std::cout, records, format);
+  } catch (const slake::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
