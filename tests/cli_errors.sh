@@ -6,9 +6,11 @@ bin=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
+total=0
 
 expect_error() {  # expect_error PATTERN CMD...
   local pattern=$1; shift
+  total=$((total + 1))
   "$@" >"$tmp/out" 2>"$tmp/err"
   local rc=$?
   if [ "$rc" -eq 0 ] || [ "$rc" -ge 128 ] || ! grep -q -- "$pattern" "$tmp/err"; then
@@ -62,5 +64,23 @@ expect_error "error: .*random.gguf: not a GGUF file" "$bin/slake-tokenize" -m "$
 expect_error "error: .*hf: not a tokenizer directory (no tokenizer.json)" "$bin/slake-tokenize" -m "$tmp/hf" -p hello
 expect_error "error: /nonexistent.txt: cannot open" "$bin/slake-tokenize" -m "$tmp/random.gguf" -f /nonexistent.txt
 
-echo "$(( 34 - fails )) passed, $fails failed"
+printf 'a short text\n' >"$tmp/short.txt"
+expect_error "error: /nonexistent.txt: cannot open" "$bin/slake-perplexity" -m "$model_ok" -f /nonexistent.txt
+expect_error "error: .*short.txt: [0-9]* tokens, fewer than one chunk of 512" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt"
+expect_error "error: --prefill must be between 1 and the chunk size - 1 (63), got 64" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt" -c 64 --prefill 64
+expect_error "error: unknown KV policy 'bogus' (full, streaming, h2o, snapkv, pyramidkv, cake, slake)" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt" --kv-policy bogus
+expect_error "error: KV budget 16 must be larger than the window 32" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt" --kv-budget 16
+expect_error "kv-window" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt" --kv-window 0
+expect_error "ctx-size" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt" -c 1
+
+expect_error "error: give a model with -m FILE or --synthetic NAME" "$bin/slake-bench"
+expect_error "error: unknown synthetic model 'gpt-5' (llama-3.1-8b, llama-2-7b, mistral-7b-v0.3, tinyllama-1.1b, tiny)" "$bin/slake-bench" --synthetic gpt-5 --mem-bandwidth 1
+expect_error "error: --backend cuda: this build has no CUDA backend" "$bin/slake-bench" --synthetic tiny --backend cpu,cuda
+expect_error "error: -t: thread counts must be positive" "$bin/slake-bench" --synthetic tiny -t 2,0
+expect_error "error: -p: sizes must not be negative" "$bin/slake-bench" --synthetic tiny -p -5
+expect_error "error: KV budget 16 must be larger than the window 32" "$bin/slake-bench" --synthetic tiny --kv-policy slake --kv-budget 16
+expect_error "output" "$bin/slake-bench" --synthetic tiny -o xml
+expect_error "error: /nonexistent.gguf: no such file" "$bin/slake-bench" -m /nonexistent.gguf --mem-bandwidth 1
+
+echo "$(( total - fails )) passed, $fails failed"
 [ "$fails" -eq 0 ]
