@@ -1,5 +1,8 @@
 #include "slake/kv_cache.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -85,6 +88,25 @@ void KvCache::compact(int layer, int h, const std::vector<char>& keep, bool abso
   kh.n = w;
   if (!had_lin && kh.lin.n > 0) ++lin_heads_;
   note_usage();
+}
+
+namespace {
+// madvise(MADV_DONTNEED) on the whole pages between v's size and its capacity: they read back as
+// zeros if the vector grows into them again, and stop counting as resident now.
+template <typename T>
+void release_tail(std::vector<T>& v) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(v.data() + v.size()) + page - 1) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(v.data() + v.capacity()) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+}  // namespace
+
+void KvCache::release_unused(int layer, int h) {
+  KvHead& kh = head(layer, h);
+  release_tail(kh.k);
+  release_tail(kh.v);
+  release_tail(kh.pos);
 }
 
 int64_t KvCache::tokens_held() const { return held_; }

@@ -1,7 +1,6 @@
 #include "slake/kv_evictor.h"
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 #include <numeric>
 
@@ -15,8 +14,9 @@ namespace {
 constexpr int kSinkTokens = 4;  // streaming: the attention sinks kept at the start
 constexpr double kPyramidBeta = 20.0;
 
-// Streaming's ranking of a head's first n tokens: sinks first (the earliest best), then recency.
-double recency_score(int pos) { return pos < kSinkTokens ? DBL_MAX / 2 - pos : pos; }
+// Streaming's ranking of the token at `pos` among tokens before `horizon`: the sinks above every
+// other token (the earliest best), then recency. Finite and distinct, also as a float.
+double recency_score(int pos, int horizon) { return pos < kSinkTokens ? horizon + (kSinkTokens - pos) : pos; }
 }  // namespace
 
 KvEvictor::KvEvictor(const KvPolicyParams& p, int n_layers, const AttentionShape& s)
@@ -77,7 +77,7 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
   switch (parts_.selector) {
     case KvSelector::Recent:
       for (auto& t : tok)
-        for (int j = 0; j < P; ++j) t[static_cast<size_t>(j)] = static_cast<float>(recency_score(j));
+        for (int j = 0; j < P; ++j) t[static_cast<size_t>(j)] = static_cast<float>(recency_score(j, P));
       break;
     case KvSelector::HeavyHitter:  // rows are positions: nothing of this layer is evicted yet
       for (int g = 0; g < s_.n_kv_heads; ++g)
@@ -140,6 +140,7 @@ void KvEvictor::evict_to(const std::vector<int64_t>& budgets, KvCache& cache) {
       std::vector<char> keep = top_k_flags(cand.data(), n_cand, budgets[l]);
       keep.resize(static_cast<size_t>(kh.n), 1);  // the window and anything after it
       remove_rows(static_cast<int>(l), h, keep, cache);
+      cache.release_unused(static_cast<int>(l), h);  // so resident memory follows the cascading bound
     }
 }
 
@@ -165,7 +166,7 @@ int KvEvictor::decode_victim(int layer, int kvh, const float* q, int32_t qpos, c
   std::vector<double> score(static_cast<size_t>(n_cand), 0.0);
   switch (parts_.selector) {
     case KvSelector::Recent:
-      for (int r = 0; r < n_cand; ++r) score[static_cast<size_t>(r)] = recency_score(r);
+      for (int r = 0; r < n_cand; ++r) score[static_cast<size_t>(r)] = recency_score(kh.pos[static_cast<size_t>(r)], qpos + 1);
       break;
     case KvSelector::HeavyHitter:
       for (int r = 0; r < n_cand; ++r) score[static_cast<size_t>(r)] = acc_[static_cast<size_t>(layer)][static_cast<size_t>(kvh)][static_cast<size_t>(r)];

@@ -47,8 +47,9 @@ KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c) {
     else if (c.n_vocab == 32000 && c.n_kv_heads == 32) model = Llama2_7B;
     else if (c.n_vocab == 32768 && c.n_kv_heads == 8) model = Mistral7B_v03;
   }
-  const bool big_tau = p.budget * p.budget > 128 * 1024;  // nearer 1024 than 128
-  const bool big_ab = p.budget * p.budget > 128 * 256;    // nearer 256 than 128
+  const int64_t b2 = static_cast<int64_t>(p.budget) * p.budget;
+  const bool big_tau = b2 > 128 * 1024;  // nearer 1024 than 128: from 363 up
+  const bool big_ab = b2 > 128 * 256;    // nearer 256 than 128: from 182 up
   double t1 = 1.0, t2 = 1.0, a = 0.5, b = 0.4;
   switch (model) {
     case Llama31_8B: t1 = 1.6; t2 = big_tau ? 0.4 : 0.6; a = big_ab ? 0.6 : 0.4; b = big_ab ? 0.5 : 0.2; break;

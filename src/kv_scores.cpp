@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "slake/error.h"
 #include "slake/ops.h"
 
 namespace slake {
@@ -93,6 +94,8 @@ void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCa
     for (int64_t g = gb; g < ge; ++g) {
       const KvHead& kh = cache.head(layer, static_cast<int>(g));
       std::vector<double>& a = acc[static_cast<size_t>(g)];
+      // Rows are only ever appended since the last call (and compacted together with acc).
+      if (a.size() > static_cast<size_t>(kh.n)) fail("internal: accumulated attention is out of step with the cache");
       a.resize(static_cast<size_t>(kh.n), 0.0);
       std::vector<double> p(static_cast<size_t>(kh.n));
       for (int t = 0; t < n; ++t)

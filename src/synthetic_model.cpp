@@ -36,6 +36,18 @@ uint64_t mix(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
+// Blocks of an fp16 scale followed by `payload` random bytes (a multiple of 8): Q8_0 and Q4_0.
+void fill_scaled_blocks(uint8_t* dst, int64_t n_blocks, int payload, float scale, uint64_t& s) {
+  const uint16_t d = fp32_to_fp16(scale);
+  for (int64_t b = 0; b < n_blocks; ++b, dst += 2 + payload) {
+    std::memcpy(dst, &d, 2);
+    for (int i = 0; i < payload; i += 8) {
+      const uint64_t r = mix(s);
+      std::memcpy(dst + 2 + i, &r, 8);
+    }
+  }
+}
+
 // Fills `n` elements (a whole number of blocks) of type t with values of standard deviation
 // about `sd`, deterministically from `seed`.
 void fill_random(uint8_t* dst, DType t, int64_t n, float sd, uint64_t seed) {
@@ -52,28 +64,14 @@ void fill_random(uint8_t* dst, DType t, int64_t n, float sd, uint64_t seed) {
     case DType::BF16:
       for (int64_t i = 0; i < n; ++i) reinterpret_cast<uint16_t*>(dst)[i] = fp32_to_bf16(uniform());
       break;
-    case DType::Q8_0:  // fp16 scale + 32 int8: uniform int8 has sd 127/sqrt(3)
-      for (int64_t b = 0; b < n / 32; ++b, dst += 34) {
-        const uint16_t d = fp32_to_fp16(u / 127.0f);
-        std::memcpy(dst, &d, 2);
-        for (int i = 0; i < 32; i += 8) {
-          const uint64_t r = mix(s);
-          std::memcpy(dst + 2 + i, &r, 8);
-        }
-      }
+    case DType::Q8_0:  // uniform int8 has sd 127/sqrt(3)
+      fill_scaled_blocks(dst, n / 32, 32, u / 127.0f, s);
       break;
-    case DType::Q4_0:  // fp16 scale + 32 nibbles, value (q - 8) * d: sd about 4.6 d
-      for (int64_t b = 0; b < n / 32; ++b, dst += 18) {
-        const uint16_t d = fp32_to_fp16(sd / 4.6f);
-        std::memcpy(dst, &d, 2);
-        for (int i = 0; i < 16; i += 8) {
-          const uint64_t r = mix(s);
-          std::memcpy(dst + 2 + i, &r, 8);
-        }
-      }
+    case DType::Q4_0:  // value (q - 8) * d with uniform nibbles: sd about 4.6 d
+      fill_scaled_blocks(dst, n / 32, 16, sd / 4.6f, s);
       break;
-    default:
-      fail(std::string("synthetic weights of type ") + dtype_name(t) + " are not supported (F32, F16, BF16, Q8_0, Q4_0)");
+    default:  // refused by make_synthetic_model before any thread starts
+      break;
   }
 }
 
@@ -104,6 +102,8 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
     names += (names.empty() ? "" : ", ") + p.name;
   }
   if (!found) fail("unknown synthetic model '" + preset + "' (" + names + ")");
+  if (type != DType::F32 && type != DType::F16 && type != DType::BF16 && type != DType::Q8_0 && type != DType::Q4_0)
+    fail(std::string("synthetic weights of type ") + dtype_name(type) + " are not supported (F32, F16, BF16, Q8_0, Q4_0)");
   auto m = std::make_unique<Model>();
   m->cfg = found->cfg;
   m->path = "synthetic:" + preset;

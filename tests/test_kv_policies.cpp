@@ -64,7 +64,7 @@ class Policies : public ::testing::TestWithParam<std::string> {
     if (keep) *keep = std::move(ctx);
     return logits;
   }
-  // Checks every head of every layer against the budgets; returns the number of checks that failed.
+  // Checks every head of every layer against the budgets, after n_seen tokens went through the cache.
   static void expect_within_budget(const Context& ctx, int window, int n_seen) {
     const KvCache& kv = ctx.kv_cache();
     const std::vector<int64_t>& b = ctx.evictor().budgets();
@@ -129,7 +129,13 @@ TEST_P(Policies, CascadingEqualsOneShot) {  // CAKE's Theorem 1, for every alloc
         const KvHead &x = ca.head(l, h), &y = cb.head(l, h);
         ASSERT_EQ(x.pos, y.pos) << comp << " layer " << l << " head " << h;
         ASSERT_EQ(x.lin.n, y.lin.n);
-        for (size_t i = 0; i < x.lin.M.size(); ++i) ASSERT_NEAR(x.lin.M[i], y.lin.M[i], 1e-4 * (1 + std::abs(y.lin.M[i])));
+        auto near = [](const std::vector<float>& u, const std::vector<float>& w) {
+          ASSERT_EQ(u.size(), w.size());
+          for (size_t i = 0; i < u.size(); ++i) ASSERT_NEAR(u[i], w[i], 1e-4 * (1 + std::abs(w[i])));
+        };
+        near(x.lin.ksum, y.lin.ksum);
+        near(x.lin.vsum, y.lin.vsum);
+        near(x.lin.M, y.lin.M);
       }
   }
 }
@@ -170,6 +176,19 @@ TEST_F(Policies, StreamingKeepsSinksAndTheMostRecent) {
   for (int l = 0; l < ctx->kv_cache().n_layers(); ++l) EXPECT_EQ(ctx->kv_cache().head(l, 0).pos, want);
 }
 
+TEST_F(Policies, StreamingWithRoomForFewerThanFourSinksKeepsTheEarliest) {
+  const int C = 18, Sw = 16;  // two prefix tokens per layer
+  std::unique_ptr<Context> ctx;
+  run(policy("streaming", C, Sw), &ctx, 5);
+  for (int l = 0; l < ctx->kv_cache().n_layers(); ++l) {
+    const KvHead& kh = ctx->kv_cache().head(l, 1);
+    ASSERT_EQ(kh.n, C);
+    EXPECT_EQ(kh.pos[0], 0);
+    EXPECT_EQ(kh.pos[1], 1);
+    EXPECT_EQ(kh.pos[2], kPrompt + 5 - Sw);  // then the window
+  }
+}
+
 TEST_F(Policies, PyramidBudgetsShrinkWithDepth) {
   std::unique_ptr<Context> ctx;
   run(policy("pyramidkv", 64, 16), &ctx, 0);
@@ -183,7 +202,10 @@ TEST_F(Policies, ShortPromptsGrowToTheUniformBudgetThenEvict) {
   Context ctx(*model_, {200, 1, 64, policy("cake", C, Sw, "none")});
   ctx.eval(std::vector<int32_t>(prompt_.begin(), prompt_.begin() + 40), nullptr);  // 40 <= C + Sw: no prefill eviction
   EXPECT_EQ(ctx.kv_cache().head(0, 0).n, 40);
-  for (int t = 0; t < 30; ++t) ctx.eval({prompt_[static_cast<size_t>(40 + t)]}, nullptr);
+  for (int t = 0; t < 30; ++t) {
+    ctx.eval({prompt_[static_cast<size_t>(40 + t)]}, nullptr);
+    ASSERT_EQ(ctx.kv_cache().head(2, 3).n, std::min(41 + t, C));  // nothing leaves before a head reaches C
+  }
   for (int l = 0; l < ctx.kv_cache().n_layers(); ++l) EXPECT_EQ(ctx.kv_cache().head(l, 1).n, C);
   EXPECT_EQ(ctx.kv_cache().head(0, 0).lin.n, 0.0f);  // no compensator: evicted tokens are dropped
 }

@@ -44,6 +44,10 @@ class KvCache {
   // the others are absorbed into its linear state when `absorb` is set, else dropped.
   void compact(int layer, int h, const std::vector<char>& keep, bool absorb);
 
+  // Returns to the OS the memory pages of head (layer, h) beyond the tokens it holds, keeping the
+  // reservation: after a large eviction, resident memory then follows what is held.
+  void release_unused(int layer, int h);
+
   // Tokens held, summed over layers and heads.
   int64_t tokens_held() const;
   // Bytes in use: key/value/position storage of the held tokens plus the linear states that hold

@@ -50,6 +50,7 @@ nlohmann::ordered_json BenchRecord::to_json() const {
     j["mem_bandwidth_gbps"] = mem_bandwidth_gbps;
   }
   j["peak_rss_bytes"] = peak_rss_bytes;
+  j["peak_rss_per_test"] = peak_rss_per_test;
   j["peak_device_bytes"] = peak_device_bytes;
   j["kv_bytes_start"] = kv_bytes_start;
   j["kv_bytes"] = kv_bytes_end;

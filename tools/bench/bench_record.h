@@ -25,8 +25,11 @@ struct BenchRecord {
   std::vector<double> token_ns;
   // Memory.
   uint64_t peak_rss_bytes = 0, peak_device_bytes = 0;
+  bool peak_rss_per_test = true;  // false: the OS could not reset the peak, so it is the process's so far
   uint64_t kv_bytes_start = 0, kv_bytes_end = 0, kv_peak_bytes = 0;
-  // Generation: bytes read per decoded token (weights + KV) and the machine's read bandwidth.
+  // Generation: bytes read per decoded token (every weight once, plus the KV cache in use; the
+  // extra pass of an evicting policy over the keys is not counted, so this is a lower bound) and
+  // the machine's read bandwidth.
   double bytes_per_token = 0, mem_bandwidth_gbps = 0;
   std::string test_time;
 

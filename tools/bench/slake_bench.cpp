@@ -2,6 +2,8 @@
 // engine, in llama-bench's style, for any KV-cache policy; on model files or on synthetic weights
 // of real model shapes.
 #include <CLI/CLI.hpp>
+#include <malloc.h>
+
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -96,7 +98,8 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
   double kv_read = 0;
   int64_t kv_read_n = 0;
   for (int r = warmup ? -1 : 0; r < reps; ++r) {  // r = -1: the warm-up, not counted
-    slake::bench::reset_peak_rss();
+    ::malloc_trim(0);  // what earlier tests freed leaves the resident set before its peak is reset
+    rec.peak_rss_per_test = slake::bench::reset_peak_rss();
     slake::Context ctx(m, cp);  // a fresh context for every measurement
     std::mt19937 rng(static_cast<uint32_t>(1234 + r));
     std::uniform_int_distribution<int32_t> tok(0, m.cfg.n_vocab - 1);
@@ -137,6 +140,11 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
     rec.kv_bytes_end = ctx.kv_cache().bytes_used();
     rec.kv_peak_bytes = std::max<uint64_t>(rec.kv_peak_bytes, ctx.kv_cache().peak_bytes_used());
     rec.peak_rss_bytes = std::max<uint64_t>(rec.peak_rss_bytes, slake::bench::peak_rss_bytes());
+  }
+  if (!rec.peak_rss_per_test) {
+    static bool warned = false;
+    if (!warned) std::fprintf(stderr, "slake-bench: warning: the peak resident set cannot be reset here; peak_rss_bytes is the process's peak so far\n");
+    warned = true;
   }
   if (t.n_gen > 0) rec.bytes_per_token = weight_bytes_per_token(m) + (kv_read_n ? kv_read / static_cast<double>(kv_read_n) : 0.0);
   return rec;
