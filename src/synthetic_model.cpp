@@ -88,7 +88,7 @@ const std::vector<SyntheticPreset>& synthetic_presets() {
     m.arch = "mistral";
     p.push_back({"mistral-7b-v0.3", m});
     p.push_back({"tinyllama-1.1b", shape("tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f)});
-    p.push_back({"tiny", shape("tiny", 1024, 256, 4, 8, 4, 704, 8192, 10000.0f)});
+    p.push_back({"tiny", shape("tiny", 1024, 256, 4, 8, 4, 704, 131072, 10000.0f)});  // long context: for cache-bound runs
     return p;
   }();
   return presets;

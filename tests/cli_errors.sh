@@ -80,6 +80,7 @@ expect_error "error: -t: thread counts must be positive" "$bin/slake-bench" --sy
 expect_error "error: -p: sizes must not be negative" "$bin/slake-bench" --synthetic tiny -p -5
 expect_error "error: KV budget 16 must be larger than the window 32" "$bin/slake-bench" --synthetic tiny --kv-policy slake --kv-budget 16
 expect_error "output" "$bin/slake-bench" --synthetic tiny -o xml
+expect_error "error: synthetic:tiny: depth 200000 + 128 tokens exceed the model's context of 131072" "$bin/slake-bench" --synthetic tiny -d 200000 -p 0 --mem-bandwidth 1
 expect_error "error: /nonexistent.gguf: no such file" "$bin/slake-bench" -m /nonexistent.gguf --mem-bandwidth 1
 
 echo "$(( total - fails )) passed, $fails failed"

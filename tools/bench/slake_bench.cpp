@@ -226,6 +226,12 @@ int main(int argc, char** argv) {
             for (int p : prompts) if (p > 0) tests.push_back({&m, t, p, 0, d, kv});
             for (int n : gens) if (n > 0) tests.push_back({&m, t, 0, n, d, kv});
           }
+    for (const TestSpec& t : tests) {
+      const int need = t.depth + t.n_prompt + t.n_gen, ctx = t.model->model->cfg.n_ctx_train;
+      if (ctx > 0 && need > ctx)
+        slake::fail(t.model->filename + ": depth " + std::to_string(t.depth) + " + " + std::to_string(t.n_prompt + t.n_gen) +
+                    " tokens exceed the model's context of " + std::to_string(ctx));
+    }
     std::vector<slake::bench::BenchRecord> records;
     for (size_t i = 0; i < tests.size(); ++i) {
       const TestSpec& t = tests[i];
