@@ -32,11 +32,17 @@ std::vector<float> llama3_rope_factors(int head_dim, float theta, float factor, 
   return out;
 }
 
-size_t Model::weight_bytes() const {
-  size_t n = tok_embd.nbytes + output_norm.nbytes + (cfg.tied_output ? 0 : output.nbytes);
+std::vector<const TensorView*> Model::weights() const {
+  std::vector<const TensorView*> w{&tok_embd, &output_norm};
+  if (!cfg.tied_output) w.push_back(&output);
   for (const LayerWeights& l : layers)
-    n += l.attn_norm.nbytes + l.wq.nbytes + l.wk.nbytes + l.wv.nbytes + l.wo.nbytes + l.ffn_norm.nbytes +
-         l.w_gate.nbytes + l.w_up.nbytes + l.w_down.nbytes;
+    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) w.push_back(t);
+  return w;
+}
+
+size_t Model::weight_bytes() const {
+  size_t n = 0;
+  for (const TensorView* t : weights()) n += t->nbytes;
   return n;
 }
 

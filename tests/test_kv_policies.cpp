@@ -11,6 +11,7 @@
 #include "slake/context.h"
 #include "slake/kv_policy.h"
 #include "slake/model.h"
+#include "greedy.h"
 #include "test_util.h"
 
 namespace slake {
@@ -33,15 +34,9 @@ class Policies : public ::testing::TestWithParam<std::string> {
     const std::string path = test::shared_dir() + "/models/stories260K.gguf";
     if (!test::exists(path)) return;
     model_ = load_model(path).release();
-    Context ctx(*model_, {kPrompt, 2, 256});
-    std::vector<int32_t> cur{1};
-    std::vector<float> logits;
-    for (int i = 0; i < kPrompt; ++i) {
-      prompt_.push_back(cur[0]);
-      if (i + 1 == kPrompt) break;
-      ctx.eval(cur, &logits);
-      cur = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
-    }
+    prompt_ = {model_->vocab.bos};
+    const std::vector<int32_t> story = test::greedy_ids(*model_, kPrompt - 1, 2);
+    prompt_.insert(prompt_.end(), story.begin(), story.end());
   }
   static void TearDownTestSuite() {
     delete model_;

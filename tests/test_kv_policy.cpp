@@ -39,12 +39,7 @@ TEST(WindowStats, MatchesBruteForce) {
     const KvHead& kv = cache.head(0, h / G);
     std::vector<std::vector<double>> A(Sw);
     for (int i = 0; i < Sw; ++i) {
-      std::vector<double> x;
-      for (int j = 0; j <= P + i; ++j) x.push_back(test::dot64(&q[static_cast<size_t>((i * H + h) * d)], kv.key(j, d), d) / std::sqrt(8.0));
-      const double m = *std::max_element(x.begin(), x.end());
-      double z = 0;
-      for (double& e : x) z += (e = std::exp(e - m));
-      for (double& e : x) e /= z;
+      const std::vector<double> x = test::attention_probs64(&q[static_cast<size_t>((i * H + h) * d)], kv, d, P + i + 1);
       A[static_cast<size_t>(i)] = x;
       for (int j = 0; j < P; ++j) entropy -= x[static_cast<size_t>(j)] * std::log(x[static_cast<size_t>(j)] + 1e-10);
     }

@@ -28,15 +28,7 @@ struct RandomLayer {
   // Float64 softmax row of query-head h of the query stored at row `i` of q, at position qpos.
   std::vector<double> probs(int i, int h, int qpos) const {
     const int d = shape.head_dim, G = shape.n_heads / shape.n_kv_heads;
-    const KvHead& kv = cache.head(0, h / G);
-    std::vector<double> x;
-    for (int j = 0; j <= qpos; ++j)
-      x.push_back(test::dot64(&q[(static_cast<size_t>(i) * shape.n_heads + h) * d], kv.key(j, d), d) / std::sqrt(double(d)));
-    const double m = *std::max_element(x.begin(), x.end());
-    double z = 0;
-    for (double& e : x) z += (e = std::exp(e - m));
-    for (double& e : x) e /= z;
-    return x;
+    return test::attention_probs64(&q[(static_cast<size_t>(i) * shape.n_heads + h) * d], cache.head(0, h / G), d, qpos + 1);
   }
   KvCache cache;
   AttentionShape shape;

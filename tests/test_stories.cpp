@@ -9,6 +9,7 @@
 #include "slake/llama2c.h"
 #include "slake/model.h"
 #include "slake/vocab.h"
+#include "greedy.h"
 #include "test_util.h"
 
 namespace slake {
@@ -22,17 +23,10 @@ std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& toks, 
 }
 
 std::string greedy(const Model& m, int n, int threads, std::vector<int32_t>* ids = nullptr) {
-  Context ctx(m, {n + 1, threads, 256});
-  std::vector<int32_t> cur{m.vocab.bos};
-  std::vector<float> logits;
+  const std::vector<int32_t> picked = test::greedy_ids(m, n, threads);
+  if (ids) ids->insert(ids->end(), picked.begin(), picked.end());
   std::string text;
-  for (int i = 0; i < n; ++i) {
-    ctx.eval(cur, &logits);
-    const int next = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (ids) ids->push_back(next);
-    text += token_to_piece(m.vocab, next);
-    cur = {next};
-  }
+  for (int32_t t : picked) text += token_to_piece(m.vocab, t);
   return text;
 }
 

@@ -70,6 +70,8 @@ struct Model {
   std::string format;  // "gguf" or "hf"
   std::shared_ptr<const void> storage;  // keeps the mapped files alive
 
+  // Every weight tensor once (the output matrix only when it is not the embedding table).
+  std::vector<const TensorView*> weights() const;
   size_t weight_bytes() const;
 };
 

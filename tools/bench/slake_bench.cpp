@@ -31,10 +31,8 @@ struct LoadedModel {
 };
 
 uint64_t count_params(const slake::Model& m) {
-  uint64_t n = m.tok_embd.n_elements() + m.output_norm.n_elements() + (m.cfg.tied_output ? 0 : m.output.n_elements());
-  for (const slake::LayerWeights& l : m.layers)
-    for (const slake::TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
-      n += t->n_elements();
+  uint64_t n = 0;
+  for (const slake::TensorView* t : m.weights()) n += static_cast<uint64_t>(t->n_elements());
   return n;
 }
 
