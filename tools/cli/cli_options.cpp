@@ -56,6 +56,13 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
                  "chat template: llama2, llama3 or mistral (default: recognised from the model's own template); "
                  "formats the prompt as a chat");
   app.add_flag("--no-display-prompt", o.no_display_prompt, "do not echo the prompt on stdout");
+  app.add_option("--batch", o.batch_in,
+                 "batch mode: each line of this file (- for standard input) is a JSON request {\"id\", \"prompt\", "
+                 "\"max_new_tokens\", \"min_new_tokens\", \"chat\", \"stop\", \"truncate_tokens\", \"echo_prompt\"}, "
+                 "run in a fresh context with greedy decoding and answered by one JSON line (tools/cli/batch_mode.h); "
+                 "the model is loaded once");
+  app.add_option("--batch-out", o.batch_out, "where batch mode writes its responses (- for standard output)")
+      ->capture_default_str();
   tools::add_kv_flags(app, o.kv);
   app.footer(
       "Sampling follows llama.cpp: repeat penalty, top-k, top-p, min-p, then temperature and a seeded draw.\n"
@@ -70,6 +77,14 @@ void check_options(const CLI::App& app, CliOptions& o) {
   if (app.count("--prompt") && app.count("--file")) fail("give the prompt with -p TEXT or -f FILE, not both");
   if (o.conversation && o.prompt_file == "-")
     fail("-f - reads standard input, which --conversation reads for the chat");
+  if (!o.batch_in.empty()) {
+    if (app.count("--prompt") || app.count("--file") || o.conversation)
+      fail("--batch takes its prompts from the requests; it cannot be combined with -p, -f or -cnv");
+    if (o.sampling.temp > 0 && app.count("--temp"))
+      fail("--batch decodes greedily; --temp must be <= 0 there, got " + std::to_string(o.sampling.temp));
+  } else if (app.count("--batch-out")) {
+    fail("--batch-out needs --batch");
+  }
   validate(o.sampling);
   if (!o.chat_template.empty()) chat_format_from_name(o.chat_template);
   tools::finish_kv_flags(app, o.kv);

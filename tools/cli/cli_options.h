@@ -23,6 +23,8 @@ struct CliOptions {
   SamplerParams sampling;
   bool conversation = false;
   bool no_display_prompt = false;
+  std::string batch_in;         // --batch: JSONL requests ("-": standard input); "" when not in batch mode
+  std::string batch_out = "-";  // --batch-out: the responses ("-": standard output)
   tools::KvFlags kv;
 };
 

@@ -17,6 +17,7 @@
 #include "slake/model.h"
 #include "slake/sampler.h"
 #include "slake/tokenizer.h"
+#include "batch_mode.h"
 #include "chat_session.h"
 #include "cli_options.h"
 #include "generator.h"
@@ -125,6 +126,7 @@ int run(CliOptions& o) {
   cp.kv = o.kv.params;
   slake::Context ctx(*model, cp);
   o.n_ctx = ctx.n_ctx();
+  if (!o.batch_in.empty()) return slake::cli::run_batch(o, *tokenizer, ctx);
   o.sampling.seed = choose_seed(o.seed, o.sampling.temp <= 0);
   slake::Sampler sampler(o.sampling);
   slake::cli::Generator gen(ctx, *tokenizer, sampler, stdout);

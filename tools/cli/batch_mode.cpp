@@ -1,0 +1,190 @@
+#include "batch_mode.h"
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <limits>
+
+#include "slake/error.h"
+#include "chat_session.h"
+#include "generator.h"
+
+namespace slake::cli {
+
+namespace {
+
+using nlohmann::json;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool is_special(const Vocab& v, int32_t t) {
+  const int type = t >= 0 && static_cast<size_t>(t) < v.types.size() ? v.types[static_cast<size_t>(t)] : 1;
+  return type == 2 || type == 3 || type == 5;  // unknown, control, unused
+}
+
+// Greedy choice; the first of equal maxima, as torch.argmax.
+int32_t argmax(const std::vector<float>& logits) {
+  size_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+std::string dump_line(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace
+
+std::string decode_skip_special(const Tokenizer& tokenizer, const std::vector<int32_t>& tokens) {
+  std::vector<int32_t> kept;
+  kept.reserve(tokens.size());
+  for (const int32_t t : tokens)
+    if (!is_special(tokenizer.vocab(), t)) kept.push_back(t);
+  return tokenizer.detokenize(kept, false);
+}
+
+BatchRunner::BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, Context& ctx)
+    : o_(o), tokenizer_(tokenizer), ctx_(ctx), eog_(end_of_generation_tokens(tokenizer.vocab())) {}
+
+BatchPrompt BatchRunner::build_prompt(const BatchRequest& r) {
+  const Vocab& v = tokenizer_.vocab();
+  BatchPrompt p;
+  p.text = r.prompt;
+  std::vector<int32_t> full = tokenizer_.tokenize(r.prompt, v.add_bos, true);
+  p.n_tokens_in = static_cast<int>(full.size());
+  if (r.truncate_tokens > 0 && p.n_tokens_in > r.truncate_tokens) {
+    const size_t half = static_cast<size_t>(r.truncate_tokens / 2);
+    p.text = decode_skip_special(tokenizer_, std::vector<int32_t>(full.begin(), full.begin() + half)) +
+             decode_skip_special(tokenizer_, std::vector<int32_t>(full.end() - half, full.end()));
+    p.truncated = true;
+    full.clear();
+  }
+  if (r.chat) {
+    ChatSession session(choose_chat_format(o_.chat_template, v), tokenizer_, o_.system_prompt);
+    p.tokens = session.user_turn(p.text);
+    p.text = session.last_turn_text();
+  } else {
+    p.tokens = p.truncated ? tokenizer_.tokenize(p.text, v.add_bos, true) : std::move(full);
+  }
+  if (p.tokens.empty()) fail("the prompt is empty and the vocabulary adds no BOS: nothing to generate from");
+  return p;
+}
+
+json BatchRunner::run(const BatchRequest& r) {
+  const BatchPrompt p = build_prompt(r);
+  if (static_cast<int64_t>(p.tokens.size()) > ctx_.n_ctx())
+    fail("the prompt is " + std::to_string(p.tokens.size()) + " tokens, more than the context holds (-c " +
+         std::to_string(ctx_.n_ctx()) + ")");
+  std::unordered_set<int32_t> stop_tokens;
+  for (const std::string& s : r.stop) {
+    const std::vector<int32_t> t = tokenizer_.tokenize(s, false, false);
+    if (!t.empty()) stop_tokens.insert(t.back());
+  }
+
+  ctx_.reset();
+  std::vector<float> logits;
+  const auto t0 = std::chrono::steady_clock::now();
+  ctx_.eval(p.tokens, &logits);
+  const double prefill_s = seconds_since(t0);
+
+  const auto t1 = std::chrono::steady_clock::now();
+  std::vector<int32_t> out;
+  std::string reason = "length";
+  for (int n = 0; r.max_new_tokens < 0 || n < r.max_new_tokens;) {
+    if (n < r.min_new_tokens) {  // Hugging Face's min_length: no end of the reply yet
+      for (const int32_t t : eog_) logits[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+      for (const int32_t t : stop_tokens) logits[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+    }
+    const int32_t tok = argmax(logits);
+    if (eog_.count(tok)) {
+      reason = "eos";
+      break;
+    }
+    out.push_back(tok);
+    ++n;
+    if (stop_tokens.count(tok)) {
+      reason = "stop";
+      break;
+    }
+    if (n == r.max_new_tokens) break;
+    if (ctx_.n_past() >= ctx_.n_ctx()) {
+      reason = "context";
+      break;
+    }
+    ctx_.eval({tok}, &logits);
+  }
+  const double decode_s = seconds_since(t1);
+
+  json resp = {{"id", r.id},
+               {"text", decode_skip_special(tokenizer_, out)},
+               {"n_prompt_tokens_in", p.n_tokens_in},
+               {"n_prompt_tokens", p.tokens.size()},
+               {"truncated", p.truncated},
+               {"n_gen", out.size()},
+               {"stop_reason", reason},
+               {"prefill_s", prefill_s},
+               {"decode_s", decode_s}};
+  if (r.echo_prompt) resp["prompt_text"] = p.text;
+  return resp;
+}
+
+int BatchRunner::run_all(std::istream& in, std::FILE* out) {
+  std::string line;
+  int answered = 0, errors = 0;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    json id;  // null until the request is read
+    json resp;
+    try {
+      json j;
+      try {
+        j = json::parse(line);
+      } catch (const json::exception& e) {
+        fail(std::string("invalid JSON: ") + e.what());
+      }
+      if (j.is_object() && j.contains("id")) id = j.at("id");
+      resp = run(parse_batch_request(j, o_.n_predict));
+    } catch (const std::exception& e) {  // slake::Error, and out of memory for one huge prompt
+      resp = {{"id", id}, {"error", "request line " + std::to_string(line_no) + ": " + e.what()}};
+      ++errors;
+      std::fprintf(stderr, "batch: %s\n", resp["error"].get<std::string>().c_str());
+    }
+    const std::string text = dump_line(resp);
+    std::fwrite(text.data(), 1, text.size(), out);
+    std::fflush(out);
+    ++answered;
+  }
+  if (in.bad()) fail("reading the batch requests failed");
+  std::fprintf(stderr, "batch: %d requests, %d failed\n", answered, errors);
+  return errors;
+}
+
+int run_batch(const CliOptions& o, const Tokenizer& tokenizer, Context& ctx) {
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (o.batch_in != "-") {
+    file.open(o.batch_in, std::ios::binary);
+    if (!file) fail(o.batch_in + ": cannot open the batch requests");
+    in = &file;
+  }
+  std::FILE* out = stdout;
+  if (o.batch_out != "-") {
+    out = std::fopen(o.batch_out.c_str(), "wb");
+    if (!out) fail(o.batch_out + ": cannot write the batch responses");
+  }
+  BatchRunner runner(o, tokenizer, ctx);
+  try {
+    runner.run_all(*in, out);
+  } catch (...) {
+    if (out != stdout) std::fclose(out);
+    throw;
+  }
+  if (out != stdout && std::fclose(out) != 0) fail(o.batch_out + ": write error");
+  return 0;
+}
+
+}  // namespace slake::cli
