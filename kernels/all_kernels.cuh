@@ -1,0 +1,8 @@
+// Every kernel family: included by exactly one translation unit per build (kernels.cu for nvcc,
+// emu/kernels_emu.cpp for the block executor), which defines the launchers of kernels.h.
+#pragma once
+#include "embedding.cuh"
+#include "residual.cuh"
+#include "rmsnorm.cuh"
+#include "rope.cuh"
+#include "swiglu.cuh"

@@ -1,0 +1,85 @@
+// Helpers shared by the kernels: sizes, fp16/bf16 loads, warp and block reductions.
+#pragma once
+#include <math.h>
+#include <cstdint>
+
+#include "cuda_compat.h"
+#include "device_memory.h"
+#include "kernels.h"
+
+namespace slake::gpu {
+
+constexpr uint32_t kFullMask = 0xffffffffu;
+
+inline __host__ __device__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
+inline __host__ __device__ int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Blocks of a grid-stride elementwise launch over n items: enough to fill the device, no more.
+inline unsigned elementwise_blocks(int64_t n, int threads) {
+  const int64_t b = ceil_div64(n, threads);
+  return static_cast<unsigned>(b < 4096 ? b : 4096);
+}
+
+// IEEE binary16 bits to float (exact; subnormals, infinities and NaN included).
+__device__ __forceinline__ float f16_bits_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in float
+    const float f = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return sign ? -f : f;
+  }
+  const uint32_t bits = exp == 0x1f ? sign | 0x7f800000u | (mant << 13) : sign | ((exp + 112u) << 23) | (mant << 13);
+  return __uint_as_float(bits);
+}
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+
+template <ElemType T>
+__device__ __forceinline__ float load_elem(const void* base, int64_t i);
+template <>
+__device__ __forceinline__ float load_elem<ElemType::F32>(const void* base, int64_t i) {
+  return static_cast<const float*>(base)[i];
+}
+template <>
+__device__ __forceinline__ float load_elem<ElemType::F16>(const void* base, int64_t i) {
+  return f16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
+}
+template <>
+__device__ __forceinline__ float load_elem<ElemType::BF16>(const void* base, int64_t i) {
+  return bf16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024), returned to every thread.
+// `scratch` holds 32 floats of shared memory; the call has a barrier before and after its use.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int n_warps = static_cast<int>(blockDim.x) / 32;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < n_warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int n_warps = static_cast<int>(blockDim.x) / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < n_warps ? scratch[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+}  // namespace slake::gpu
+
+// After a launch: a rejected configuration becomes an Error naming the kernel.
+#define SLAKE_CHECK_LAUNCH(name) ::slake::gpu::check_launch(name)

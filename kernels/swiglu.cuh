@@ -1,0 +1,21 @@
+// SwiGLU: out = silu(gate) * up, elementwise, grid-stride.
+#pragma once
+#include "common.cuh"
+
+namespace slake::gpu {
+
+__global__ void swiglu_kernel(float* out, const float* gate, const float* up, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+void swiglu(float* out, const float* gate, const float* up, int64_t n, Stream stream) {
+  if (n <= 0) return;
+  SLAKE_LAUNCH(dim3(elementwise_blocks(n, 256)), dim3(256), 0, stream, swiglu_kernel)(out, gate, up, n);
+  SLAKE_CHECK_LAUNCH("swiglu_kernel");
+}
+
+}  // namespace slake::gpu

@@ -1,0 +1,118 @@
+// Embedding, RMSNorm, RoPE, SwiGLU and the residual add against the CPU forward pass's own
+// functions (src/ops.cpp, src/rope.cpp), on shapes that are not multiples of the block size.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernel_test_util.h"
+#include "reference/residual_ref.h"
+#include "slake/dtype.h"
+#include "slake/ops.h"
+#include "slake/rope.h"
+
+namespace slake::gpu::test {
+namespace {
+
+TensorView view_of(DType type, const void* data, int64_t row_len, int64_t rows) {
+  TensorView v;
+  v.type = type;
+  v.ne = {row_len, rows};
+  v.data = static_cast<const uint8_t*>(data);
+  v.nbytes = row_bytes(type, row_len) * static_cast<size_t>(rows);
+  return v;
+}
+
+// Tables are converted exactly (f16/bf16 -> f32), so the rows must match bit for bit.
+TEST(KernelEmbedding, RowsOfF32F16Bf16TablesMatchTheCpuExactly) {
+  const int vocab = 37, dim = 300;  // dim: not a multiple of the 256-thread block
+  const std::vector<float> f = random_floats(static_cast<size_t>(vocab * dim), 1, -70000.0f, 70000.0f);
+  std::vector<uint16_t> h(f.size()), b(f.size());
+  for (size_t i = 0; i < f.size(); ++i) {
+    // f16: a mix of normal values, subnormals (tiny scale), +-inf from the out-of-range ones.
+    h[i] = fp32_to_fp16(i % 3 == 0 ? f[i] * 1e-9f : f[i]);
+    b[i] = fp32_to_bf16(f[i]);
+  }
+  const std::vector<int32_t> tokens{0, 36, 5, 5, 17, 2, 33};
+  DeviceBuffer<int32_t> d_tokens(tokens);
+  struct Case {
+    ElemType et;
+    DType dt;
+    const void* data;
+    size_t bytes;
+  };
+  for (const Case& c : {Case{ElemType::F32, DType::F32, f.data(), f.size() * 4}, Case{ElemType::F16, DType::F16, h.data(), h.size() * 2},
+                        Case{ElemType::BF16, DType::BF16, b.data(), b.size() * 2}}) {
+    DeviceBuffer<uint8_t> table(c.bytes);
+    copy_to_device(table.get(), c.data, c.bytes);
+    DeviceBuffer<float> out(tokens.size() * dim);
+    embedding(out.get(), table.get(), c.et, d_tokens.get(), static_cast<int>(tokens.size()), dim);
+    const std::vector<float> got = out.download();
+    const TensorView tv = view_of(c.dt, c.data, dim, vocab);
+    std::vector<float> want(got.size());
+    for (size_t t = 0; t < tokens.size(); ++t) embedding_row(want.data() + t * dim, tv, tokens[t]);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_TRUE(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])))
+          << dtype_name(c.dt) << " element " << i << ": " << got[i] << " vs " << want[i];
+  }
+}
+
+TEST(KernelRmsnorm, MatchesTheCpuRmsnorm) {
+  // fp32 block reduction against the CPU's double sum of squares: relative 1e-5.
+  for (const int n : {1, 31, 288, 777}) {
+    const int rows = 5;
+    const std::vector<float> x = random_floats(static_cast<size_t>(rows * n), 2, -3.0f, 3.0f);
+    const std::vector<float> w = random_floats(static_cast<size_t>(n), 3, 0.5f, 1.5f);
+    DeviceBuffer<float> dx(x), dw(w), out(static_cast<size_t>(rows * n));
+    rmsnorm(out.get(), dx.get(), dw.get(), rows, n, 1e-5f);
+    std::vector<float> want(x.size());
+    for (int r = 0; r < rows; ++r) slake::rmsnorm(want.data() + r * n, x.data() + r * n, view_of(DType::F32, w.data(), n, 1), n, 1e-5f);
+    expect_close(out.download(), want, 1e-6, 1e-5, "rmsnorm n=" + std::to_string(n));
+  }
+}
+
+TEST(KernelRope, BothLayoutsWithLlama31ScalingMatchTheCpuRope) {
+  for (const RopeLayout layout : {RopeLayout::Adjacent, RopeLayout::Half}) {
+    ModelConfig cfg;
+    cfg.head_dim = 72;  // 36 frequencies: not a multiple of a warp
+    cfg.rope_theta = 500000.0f;
+    cfg.rope_layout = layout;
+    cfg.rope_freq_factors.resize(36);
+    for (int i = 0; i < 36; ++i) cfg.rope_freq_factors[static_cast<size_t>(i)] = i < 12 ? 1.0f : (i < 24 ? 3.5f : 8.0f);
+    const Rope rope_cpu(cfg);
+    const int n_heads = 3, n_tokens = 6;
+    const int64_t stride = n_heads * 72 + 10;  // rows with padding: the kernel must honour the stride
+    const std::vector<int32_t> pos{0, 1, 7, 4095, 131071, 77};
+    const std::vector<float> x = random_floats(static_cast<size_t>(n_tokens * stride), 4);
+    DeviceBuffer<float> dx(x);
+    DeviceBuffer<int32_t> dpos(pos);
+    DeviceBuffer<double> dfreq(rope_cpu.inv_freq());
+    rope(dx.get(), dpos.get(), n_tokens, stride, n_heads, 72, dfreq.get(), layout == RopeLayout::Half);
+    std::vector<float> want = x;
+    for (int t = 0; t < n_tokens; ++t) rope_cpu.apply(want.data() + t * stride, n_heads, pos[static_cast<size_t>(t)]);
+    // Same double angles, same fp32 rotation: equal up to the last bit of sin/cos.
+    expect_close(dx.download(), want, 1e-6, 1e-6, layout == RopeLayout::Half ? "rope half" : "rope adjacent");
+  }
+}
+
+TEST(KernelSwiglu, MatchesTheCpuSwiglu) {
+  const int64_t n = 1000 * 3 + 7;
+  const std::vector<float> g = random_floats(static_cast<size_t>(n), 5, -20.0f, 20.0f), u = random_floats(static_cast<size_t>(n), 6);
+  DeviceBuffer<float> dg(g), du(u), out(static_cast<size_t>(n));
+  swiglu(out.get(), dg.get(), du.get(), n);
+  std::vector<float> want(static_cast<size_t>(n));
+  slake::swiglu(want.data(), g.data(), u.data(), n);
+  expect_close(out.download(), want, 1e-7, 1e-6, "swiglu");
+}
+
+TEST(KernelResidual, AddsInPlace) {
+  const int64_t n = 513;
+  std::vector<float> x = random_floats(static_cast<size_t>(n), 7);
+  const std::vector<float> y = random_floats(static_cast<size_t>(n), 8);
+  DeviceBuffer<float> dx(x), dy(y);
+  residual_add(dx.get(), dy.get(), n);
+  reference::residual_add(x.data(), y.data(), n);
+  EXPECT_EQ(dx.download(), x);
+}
+
+}  // namespace
+}  // namespace slake::gpu::test
