@@ -6,3 +6,6 @@
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "swiglu.cuh"
+#include "argmax.cuh"
+#include "linear_state.cuh"
+#include "ptaa_decode.cuh"

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace slake::gpu {
@@ -35,6 +36,11 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   DeviceBuffer(DeviceBuffer&& o) noexcept : n_(o.n_), p_(o.p_) { o.n_ = 0, o.p_ = nullptr; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(n_, o.n_);
+    std::swap(p_, o.p_);
+    return *this;
+  }
 
   T* get() const { return p_; }
   size_t size() const { return n_; }

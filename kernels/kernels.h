@@ -30,4 +30,57 @@ void swiglu(float* out, const float* gate, const float* up, int64_t n, Stream st
 // x[i] += y[i]
 void residual_add(float* x, const float* y, int64_t n, Stream stream = nullptr);
 
+// ---- the exact cache and the linear state of one layer, as the attention kernels read them ----
+
+constexpr int kMaxHeadDim = 256;  // the attention kernels' limit on head_dim (at most 256, even)
+
+// Keys and values of every KV head of a layer: head g's row j at k + (g * capacity + j) * head_dim;
+// its position at pos[g * capacity + j]; n_held[g] rows held (each head its own count).
+struct KvLayerView {
+  const float* k;
+  const float* v;
+  const int32_t* pos;
+  const int32_t* n_held;
+  int n_kv_heads, capacity, head_dim;
+};
+
+// The linear (Taylor) states of a layer's KV heads: n[g], ksum[g][d], vsum[g][d], M[g][d][d]
+// with M[i][j] = sum k_i v_j (slake::LinearState, one per head, packed).
+struct LinearStateView {
+  float* n;
+  float* ksum;
+  float* vsum;
+  float* M;
+};
+
+// ---- PTAA decode (ptaa_decode.cuh) ----
+
+// The split step: each of `n_splits` blocks per query head covers split_len retained tokens and
+// writes a partial (max, sum, unnormalised accumulator); the merge adds the Taylor term of the
+// linear state and normalises. The scratch buffer holds ptaa_scratch_floats() floats.
+int ptaa_splits(int max_held, int split_len);
+size_t ptaa_scratch_floats(int n_heads, int head_dim, int n_splits);
+// out[h] (head_dim floats per query head h < n_heads) for the roped queries q[h] at position qpos:
+// slake::ptaa_one of query head h over KV head h / (n_heads / n_kv_heads). `lin` may have n = 0
+// heads (exact attention there); pass lin.n == nullptr for none at all. max_held >= every n_held.
+void ptaa_decode(float* out, const float* q, int32_t qpos, int n_heads, const KvLayerView& kv, const LinearStateView& lin,
+                 int sliding_window, int max_held, int split_len, float* scratch, Stream stream = nullptr);
+
+// ---- the linear state (linear_state.cuh) ----
+
+// Decode: for each KV head g with row[g] >= 0, absorbs that row of the layer's K and V (rank-1).
+void linear_absorb_one(const LinearStateView& lin, const KvLayerView& kv, const int32_t* row, Stream stream = nullptr);
+// Prefill: absorbs count[g] rows of head g, stored contiguously at k + g * head_stride (and v),
+// head_dim floats each: M += K^T V (tiled kernel), ksum, vsum, n.
+void linear_absorb_rows(const LinearStateView& lin, const float* k, const float* v, const int32_t* count, int n_kv_heads,
+                        int head_dim, int64_t head_stride, Stream stream = nullptr);
+// Only the sums and counts of the above (for callers that form M += K^T V with cuBLAS: absorb_gemm).
+void linear_state_sums(const LinearStateView& lin, const float* k, const float* v, const int32_t* count, int n_kv_heads,
+                       int head_dim, int64_t head_stride, Stream stream = nullptr);
+
+// ---- argmax (argmax.cuh) ----
+
+// out[r] = the index of the largest of x[r][0..n) (the first such index on ties).
+void argmax(int32_t* out, const float* x, int rows, int n, Stream stream = nullptr);
+
 }  // namespace slake::gpu

@@ -1,6 +1,7 @@
 // The CUDA builtins the kernels use, for the host compiler, on top of the block executor.
 // Included by cuda_compat.h when not compiling with nvcc; never include it directly.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -126,5 +127,7 @@ inline unsigned int __float_as_uint(float f) {
   std::memcpy(&u, &f, 4);
   return u;
 }
+using std::max;
+using std::min;
 // expf, logf, sqrtf, fmaxf, fminf, sin, cos and friends: the C library's (math.h, through cmath).
 #include <math.h>

@@ -1,0 +1,154 @@
+// PTAA decode (docs/attention.md, src/ptaa.cpp), flash-decoding style: the retained tokens of a
+// KV head are split into chunks of split_len, one block per (chunk, query head) computing an
+// online-softmax partial; a merge block per query head combines the partials with the Taylor term
+// of the linear state:
+//   m* = max(max_s m_s, mu),  mu = q . ksum / (n sqrt d),  lam = exp(mu - m*)
+//   den = sum_s l_s exp(m_s - m*) + lam n
+//   num = sum_s acc_s exp(m_s - m*) + lam ((1 - mu) vsum + q^T M / sqrt d)
+#pragma once
+#include "common.cuh"
+
+namespace slake::gpu {
+
+constexpr int kPtaaThreads = 128;
+constexpr int kPtaaWarps = kPtaaThreads / 32;
+constexpr int kPtaaLaneDims = kMaxHeadDim / 32;  // head dimensions each lane owns
+
+__device__ __forceinline__ bool key_visible_dev(int32_t key_pos, int32_t qpos, int window) {
+  return key_pos <= qpos && (window <= 0 || key_pos > qpos - window);
+}
+
+// Scratch layout: part_m [n_heads][n_splits], part_l [n_heads][n_splits], part_acc [n_heads][n_splits][d].
+__global__ void ptaa_split_kernel(float* scratch, const float* q, int32_t qpos, int n_heads, KvLayerView kv, int window,
+                                  int split_len) {
+  SLAKE_SHARED(float, qs, kMaxHeadDim);
+  SLAKE_SHARED(float, wm, kPtaaWarps);
+  SLAKE_SHARED(float, wl, kPtaaWarps);
+  SLAKE_SHARED(float, wacc, kPtaaWarps * kMaxHeadDim);
+  const int d = kv.head_dim, s = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
+  const int n_splits = static_cast<int>(gridDim.x);
+  const int g = h / (n_heads / kv.n_kv_heads);
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const float scale = 1.0f / sqrtf(static_cast<float>(d));
+  for (int i = static_cast<int>(threadIdx.x); i < d; i += kPtaaThreads) qs[i] = q[static_cast<int64_t>(h) * d + i];
+  __syncthreads();
+
+  const int n = kv.n_held[g];
+  const int j0 = s * split_len, j1 = min(n, j0 + split_len);
+  const float* kh = kv.k + static_cast<int64_t>(g) * kv.capacity * d;
+  const float* vh = kv.v + static_cast<int64_t>(g) * kv.capacity * d;
+  const int32_t* ph = kv.pos + static_cast<int64_t>(g) * kv.capacity;
+  float m = -INFINITY, l = 0.0f, acc[kPtaaLaneDims];
+  for (int c = 0; c < kPtaaLaneDims; ++c) acc[c] = 0.0f;
+  for (int j = j0 + warp; j < j1; j += kPtaaWarps) {  // warp-uniform loop: every lane takes part
+    if (!key_visible_dev(ph[j], qpos, window)) continue;
+    const float* kj = kh + static_cast<int64_t>(j) * d;
+    float dot = 0.0f;
+    for (int i = lane; i < d; i += 32) dot += qs[i] * kj[i];
+    const float x = warp_sum(dot) * scale;
+    const float m_new = fmaxf(m, x);
+    const float corr = expf(m - m_new), p = expf(x - m_new);
+    l = l * corr + p;
+    const float* vj = vh + static_cast<int64_t>(j) * d;
+    for (int c = 0; c < kPtaaLaneDims; ++c) {
+      const int i = lane + 32 * c;
+      if (i < d) acc[c] = acc[c] * corr + p * vj[i];
+    }
+    m = m_new;
+  }
+  if (lane == 0) wm[warp] = m, wl[warp] = l;
+  for (int c = 0; c < kPtaaLaneDims; ++c) {
+    const int i = lane + 32 * c;
+    if (i < d) wacc[warp * kMaxHeadDim + i] = acc[c];
+  }
+  __syncthreads();
+
+  float mb = -INFINITY;
+  for (int w = 0; w < kPtaaWarps; ++w) mb = fmaxf(mb, wm[w]);
+  const int64_t part = static_cast<int64_t>(h) * n_splits + s;
+  float* part_m = scratch;
+  float* part_l = scratch + static_cast<int64_t>(n_heads) * n_splits;
+  float* part_acc = scratch + 2 * static_cast<int64_t>(n_heads) * n_splits + part * d;
+  for (int i = static_cast<int>(threadIdx.x); i < d; i += kPtaaThreads) {
+    float a = 0.0f;
+    if (mb != -INFINITY)
+      for (int w = 0; w < kPtaaWarps; ++w)
+        if (wm[w] != -INFINITY) a += wacc[w * kMaxHeadDim + i] * expf(wm[w] - mb);
+    part_acc[i] = a;
+  }
+  if (threadIdx.x == 0) {
+    float lb = 0.0f;
+    if (mb != -INFINITY)
+      for (int w = 0; w < kPtaaWarps; ++w)
+        if (wm[w] != -INFINITY) lb += wl[w] * expf(wm[w] - mb);
+    part_m[part] = mb;
+    part_l[part] = lb;
+  }
+}
+
+__global__ void ptaa_merge_kernel(float* out, const float* scratch, const float* q, int n_heads, int n_kv_heads, int d,
+                                  int n_splits, LinearStateView lin) {
+  SLAKE_SHARED(float, qs, kMaxHeadDim);
+  SLAKE_SHARED(float, red, 32);
+  const int h = static_cast<int>(blockIdx.x), g = h / (n_heads / n_kv_heads);
+  const float scale = 1.0f / sqrtf(static_cast<float>(d));
+  float dot = 0.0f;
+  const float n_lin = lin.n ? lin.n[g] : 0.0f;
+  const bool taylor = n_lin > 0.0f;
+  const float* ksum = taylor ? lin.ksum + static_cast<int64_t>(g) * d : nullptr;
+  for (int i = static_cast<int>(threadIdx.x); i < d; i += static_cast<int>(blockDim.x)) {
+    qs[i] = q[static_cast<int64_t>(h) * d + i];
+    if (taylor) dot += qs[i] * ksum[i];
+  }
+  const float mu = taylor ? block_sum(dot, red) * scale / n_lin : 0.0f;  // block_sum's barriers publish qs
+  if (!taylor) __syncthreads();
+
+  const float* part_m = scratch + static_cast<int64_t>(h) * n_splits;
+  const float* part_l = scratch + static_cast<int64_t>(n_heads) * n_splits + static_cast<int64_t>(h) * n_splits;
+  const float* part_acc = scratch + 2 * static_cast<int64_t>(n_heads) * n_splits + static_cast<int64_t>(h) * n_splits * d;
+  float m = taylor ? mu : -INFINITY;
+  for (int s = 0; s < n_splits; ++s) m = fmaxf(m, part_m[s]);
+  float* o = out + static_cast<int64_t>(h) * d;
+  if (m == -INFINITY) {  // nothing visible and nothing evicted
+    for (int i = static_cast<int>(threadIdx.x); i < d; i += static_cast<int>(blockDim.x)) o[i] = 0.0f;
+    return;
+  }
+  const float lam = taylor ? expf(mu - m) : 0.0f;
+  float den = lam * n_lin;
+  for (int s = 0; s < n_splits; ++s)
+    if (part_m[s] != -INFINITY) den += part_l[s] * expf(part_m[s] - m);
+  const float* vsum = taylor ? lin.vsum + static_cast<int64_t>(g) * d : nullptr;
+  const float* M = taylor ? lin.M + static_cast<int64_t>(g) * d * d : nullptr;
+  for (int i = static_cast<int>(threadIdx.x); i < d; i += static_cast<int>(blockDim.x)) {
+    float num = 0.0f;
+    for (int s = 0; s < n_splits; ++s)
+      if (part_m[s] != -INFINITY) num += part_acc[static_cast<int64_t>(s) * d + i] * expf(part_m[s] - m);
+    if (taylor) {
+      float qm = 0.0f;  // (q^T M)[i]: column i of M, rows read in order (coalesced across threads)
+      for (int k = 0; k < d; ++k) qm += qs[k] * M[static_cast<int64_t>(k) * d + i];
+      num += lam * ((1.0f - mu) * vsum[i] + scale * qm);
+    }
+    o[i] = num / den;
+  }
+}
+
+int ptaa_splits(int max_held, int split_len) { return max_held <= 0 ? 1 : ceil_div(max_held, split_len); }
+
+size_t ptaa_scratch_floats(int n_heads, int head_dim, int n_splits) {
+  return static_cast<size_t>(n_heads) * static_cast<size_t>(n_splits) * (2 + static_cast<size_t>(head_dim));
+}
+
+void ptaa_decode(float* out, const float* q, int32_t qpos, int n_heads, const KvLayerView& kv, const LinearStateView& lin,
+                 int sliding_window, int max_held, int split_len, float* scratch, Stream stream) {
+  if (kv.head_dim <= 0 || kv.head_dim > kMaxHeadDim || split_len <= 0 || n_heads % kv.n_kv_heads != 0)
+    throw Error("ptaa_decode: unsupported shape");
+  const int n_splits = ptaa_splits(max_held, split_len);
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(n_splits), static_cast<unsigned>(n_heads)), dim3(kPtaaThreads), 0, stream,
+               ptaa_split_kernel)(scratch, q, qpos, n_heads, kv, sliding_window, split_len);
+  SLAKE_CHECK_LAUNCH("ptaa_split_kernel");
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(n_heads)), dim3(kPtaaThreads), 0, stream, ptaa_merge_kernel)
+  (out, scratch, q, n_heads, kv.n_kv_heads, kv.head_dim, n_splits, lin);
+  SLAKE_CHECK_LAUNCH("ptaa_merge_kernel");
+}
+
+}  // namespace slake::gpu
