@@ -9,3 +9,5 @@
 #include "argmax.cuh"
 #include "linear_state.cuh"
 #include "ptaa_decode.cuh"
+#include "compact.cuh"
+#include "topk.cuh"

@@ -79,6 +79,33 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(v);
 }
 
+// Exclusive prefix sum of v over the block's threads in thread order; *total gets the block's sum.
+// blockDim.x a multiple of 32, at most 1024; `scratch` holds 33 ints of shared memory.
+__device__ __forceinline__ int block_exclusive_scan(int v, int* scratch, int* total) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int n_warps = static_cast<int>(blockDim.x) / 32;
+  int inc = v;  // inclusive scan inside the warp
+  for (int o = 1; o < 32; o *= 2) {
+    const int up = __shfl_up_sync(kFullMask, inc, o);
+    if (lane >= o) inc += up;
+  }
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 31) scratch[warp] = inc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int run = 0;
+    for (int w = 0; w < n_warps; ++w) {
+      const int t = scratch[w];
+      scratch[w] = run;
+      run += t;
+    }
+    scratch[32] = run;
+  }
+  __syncthreads();
+  *total = scratch[32];
+  return scratch[warp] + inc - v;
+}
+
 }  // namespace slake::gpu
 
 // After a launch: a rejected configuration becomes an Error naming the kernel.

@@ -78,6 +78,23 @@ void linear_absorb_rows(const LinearStateView& lin, const float* k, const float*
 void linear_state_sums(const LinearStateView& lin, const float* k, const float* v, const int32_t* count, int n_kv_heads,
                        int head_dim, int64_t head_stride, Stream stream = nullptr);
 
+// ---- eviction: top-k selection (topk.cuh) and compaction (compact.cuh) ----
+
+// For each KV head g < n_kv_heads: flags[g * ld + j] = 1 for the `keep` best of
+// scores[g * ld + j], j < n, else 0; ties go to the lower index (slake::top_k_flags). Scores must
+// not be NaN (-0 and +0 are equal).
+void topk_flags(uint8_t* flags, const float* scores, int n_kv_heads, int n, int64_t ld, int64_t keep,
+                Stream stream = nullptr);
+// For each KV head g, the indices j < n_held[g], in order, of its flagged rows (flags[g * flags_ld
+// + j] != 0) in kept_idx[g * idx_ld ...] (n_kept[g] of them) and of the others in evicted_idx
+// (n_evicted[g]).
+void partition_rows(int32_t* kept_idx, int32_t* n_kept, int32_t* evicted_idx, int32_t* n_evicted, const uint8_t* flags,
+                    int64_t flags_ld, const int32_t* n_held, int n_kv_heads, int64_t idx_ld, Stream stream = nullptr);
+// Row r < count[g] of head g of dst (dst_k/dst_v at (g * dst_rows + r) * head_dim, dst_pos at
+// g * dst_rows + r; dst_pos may be null) = row idx[g * idx_ld + r] of `src`. max_count >= every count.
+void gather_rows(float* dst_k, float* dst_v, int32_t* dst_pos, int64_t dst_rows, const KvLayerView& src, const int32_t* idx,
+                 int64_t idx_ld, const int32_t* count, int max_count, Stream stream = nullptr);
+
 // ---- argmax (argmax.cuh) ----
 
 // out[r] = the index of the largest of x[r][0..n) (the first such index on ties).
