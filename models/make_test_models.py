@@ -49,7 +49,9 @@ weights drawn around 1, not all ones, so norm handling is really exercised):
   llama2-mha-bf16       the same with bfloat16 (GGUF type BF16).
   llama2-mha-q8_0       GGUF only; every 2-D tensor (token_embd included) Q8_0,
   llama2-mha-q4_0       resp. Q4_0, norms F32; reference = float32 model holding
-                        the dequantised weights.
+                        the dequantised weights, with the input of every linear
+                        layer rounded to Q8_0 per 32 values (the gguf package's
+                        quantiser), as llama.cpp's CPU backend computes.
 
 Layout contract (checked at the end of every run by an independent numpy
 forward pass over the tensors read back from each model.gguf; the script fails
@@ -138,10 +140,10 @@ SPECS = [
          "model holding the rounded values.", wtype="bf16"),
     Spec("llama2-mha-q8_0", 7, 4, 4, f"Llama-2 style MHA ({LLAMA2_DESC}), GGUF only: every 2-D "
          "tensor Q8_0 (token_embd included), norms F32; logits from the float32 model holding "
-         "the dequantised weights.", wtype="q8_0", write_hf=False),
+         "the dequantised weights, every linear layer's input rounded to Q8_0.", wtype="q8_0", write_hf=False),
     Spec("llama2-mha-q4_0", 8, 4, 4, f"Llama-2 style MHA ({LLAMA2_DESC}), GGUF only: every 2-D "
          "tensor Q4_0 (token_embd included), norms F32; logits from the float32 model holding "
-         "the dequantised weights.", wtype="q4_0", write_hf=False),
+         "the dequantised weights, every linear layer's input rounded to Q8_0.", wtype="q4_0", write_hf=False),
 ]
 
 FILE_TYPE = {
@@ -404,7 +406,16 @@ def read_gguf(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
 # independent numpy reference over GGUF tensors
 
 
-def np_forward(meta: dict, t: dict[str, np.ndarray], tokens: list[int], window: int | None) -> np.ndarray:
+def q8_0_round_trip(x) -> np.ndarray:
+    """x in float32, quantised to Q8_0 along its last axis and back (the gguf package's
+    quantiser): what llama.cpp's CPU backend, and slake's, multiply quantised weights with."""
+    x32 = np.asarray(x, dtype=np.float32)
+    flat = x32.reshape(-1, x32.shape[-1])
+    return gguf.quants.dequantize(gguf.quants.quantize(flat, QT.Q8_0), QT.Q8_0).reshape(x32.shape)
+
+
+def np_forward(meta: dict, t: dict[str, np.ndarray], tokens: list[int], window: int | None,
+               act_q8: bool = False) -> np.ndarray:
     n_head = int(meta["llama.attention.head_count"])
     n_kv = int(meta["llama.attention.head_count_kv"])
     n_layer = int(meta["llama.block_count"])
@@ -435,10 +446,13 @@ def np_forward(meta: dict, t: dict[str, np.ndarray], tokens: list[int], window: 
     if window is not None:
         visible &= j > i - window
 
+    def act(a):  # the input of a product with a weight matrix
+        return q8_0_round_trip(a).astype(np.float64) if act_q8 else a
+
     x = t["token_embd.weight"][tokens]
     for il in range(n_layer):
         p = f"blk.{il}."
-        h = rms(x, t[p + "attn_norm.weight"])
+        h = act(rms(x, t[p + "attn_norm.weight"]))
         q = rope((h @ t[p + "attn_q.weight"].T).reshape(T, n_head, hd))
         k = rope((h @ t[p + "attn_k.weight"].T).reshape(T, n_kv, hd))
         v = (h @ t[p + "attn_v.weight"].T).reshape(T, n_kv, hd)
@@ -450,11 +464,11 @@ def np_forward(meta: dict, t: dict[str, np.ndarray], tokens: list[int], window: 
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s /= s.sum(axis=-1, keepdims=True)
             out[:, hh] = s @ v[:, kv]
-        x = x + out.reshape(T, n_head * hd) @ t[p + "attn_output.weight"].T
-        h = rms(x, t[p + "ffn_norm.weight"])
+        x = x + act(out.reshape(T, n_head * hd)) @ t[p + "attn_output.weight"].T
+        h = act(rms(x, t[p + "ffn_norm.weight"]))
         g = h @ t[p + "ffn_gate.weight"].T
-        x = x + ((g / (1 + np.exp(-g))) * (h @ t[p + "ffn_up.weight"].T)) @ t[p + "ffn_down.weight"].T
-    x = rms(x, t["output_norm.weight"])
+        x = x + act((g / (1 + np.exp(-g))) * (h @ t[p + "ffn_up.weight"].T)) @ t[p + "ffn_down.weight"].T
+    x = act(rms(x, t["output_norm.weight"]))
     return x @ t.get("output.weight", t["token_embd.weight"]).T
 
 
@@ -513,6 +527,15 @@ def make_model(spec: Spec, root: Path) -> None:
     model = build_model(spec, weights)
     logits = hf_logits(model, tokens)
     check(logits.shape == (N_TOKENS, N_VOCAB) and np.isfinite(logits).all(), "bad logits")
+    if spec.wtype in QUANT_OF:
+        # Quantised weights meet activations quantised to Q8_0, as in llama.cpp: every linear
+        # layer's input goes through the gguf package's Q8_0 round trip.
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                m.register_forward_pre_hook(lambda _m, args: (torch.from_numpy(q8_0_round_trip(args[0].numpy())),))
+        plain, logits = logits, hf_logits(model, tokens)
+        e = rel_err(logits, plain)
+        check(1e-3 < e < 0.1, f"{spec.name}: Q8_0 activations moved the logits by {e:.3g} of max |logit|")
 
     if spec.rope_scaling is not None:
         f = llama3_rope_factors(spec.rope_scaling, spec.rope_theta, head_dim_of(spec))
@@ -591,7 +614,7 @@ def verify_gguf_model(spec: Spec, root: Path) -> None:
     for name, tt in meta["_ttype"].items():
         check(tt == (want_2d if t[name].ndim == 2 else QT.F32), f"{name}: type {tt.name}")
 
-    got = np_forward(meta, t, tokens, spec.sliding_window)
+    got = np_forward(meta, t, tokens, spec.sliding_window, act_q8=spec.wtype in QUANT_OF)
     err = rel_err(got, ref)
     check(err < RTOL, f"{spec.name}: numpy GGUF forward vs transformers rel err {err:.3g}")
     msg = f"  {spec.name}: numpy(GGUF) vs transformers max rel err {err:.2e}"

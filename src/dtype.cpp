@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "slake/error.h"
+#include "quant_blocks.h"
 
 // This file is compiled with -ffp-contract=off: dequantisation must round like the reference.
 
@@ -18,13 +19,9 @@ constexpr DTypeInfo kQ8_0{"Q8_0", 32, 34};
 constexpr DTypeInfo kQ4_K{"Q4_K", 256, 144};
 constexpr DTypeInfo kQ6_K{"Q6_K", 256, 210};
 
-constexpr int kQK = 256;
-
-inline uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
+using quant::kQK;
+using quant::load_u16;
+using quant::q4k_scale_min;
 
 void dequant_q4_0(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
@@ -42,17 +39,6 @@ void dequant_q8_0(const uint8_t* b, float* y, int64_t nb) {
     const float d = fp16_to_fp32(load_u16(b));
     const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
     for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(qs[j]) * d;
-  }
-}
-
-// 6-bit scale and min of sub-block j of a Q4_K block (ggml's get_scale_min_k4).
-inline void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
   }
 }
 
@@ -77,15 +63,10 @@ void dequant_q4_k(const uint8_t* b, float* y, int64_t nb) {
 
 void dequant_q6_k(const uint8_t* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, b += 210, y += kQK) {
-    const uint8_t* ql = b;
-    const uint8_t* qh = b + 128;
-    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-    const float d = fp16_to_fp32(load_u16(b + 208));
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + quant::kQ6K_SCALES);
+    const float d = fp16_to_fp32(load_u16(b + quant::kQ6K_D));
     for (int e = 0; e < kQK; ++e) {
-      const int h = e / 128, r = e % 128;
-      const int lo = (ql[h * 64 + r % 64] >> (4 * (r / 64))) & 0xF;
-      const int hi = (qh[h * 32 + r % 32] >> (2 * (r / 32))) & 0x3;
-      const int q = (lo | (hi << 4)) - 32;
+      const int q = quant::q6k_quant(b, e) - 32;
       const float ds = d * static_cast<float>(sc[e / 16]);
       y[e] = ds * static_cast<float>(q);
     }

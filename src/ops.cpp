@@ -1,5 +1,7 @@
 #include "slake/ops.h"
 
+#include "slake/quant_dot.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -65,21 +67,39 @@ void rmsnorm_rows(float* out, const float* x, const TensorView& w, int64_t rows,
 
 void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, ThreadPool& pool) {
   const int64_t K = W.row_len(), N = W.n_rows();
-  const size_t rb = row_bytes(W.type, K);
-  // Rows are handed out in chunks; a chunk dequantises each row once and reuses it for every token.
-  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(64, N / (8 * pool.size()) + 1));
-  pool.parallel_for(N, grain, [&](int64_t b, int64_t e, int) {
-    thread_local std::vector<float> row;
-    if (W.type != DType::F32) row.resize(static_cast<size_t>(K));
-    for (int64_t r = b; r < e; ++r) {
-      const float* w;
-      if (W.type == DType::F32) {
-        w = reinterpret_cast<const float*>(W.data + static_cast<size_t>(r) * rb);
-      } else {
-        dequantize_row(W.type, W.data + static_cast<size_t>(r) * rb, row.data(), K);
-        w = row.data();
+  const size_t wb = row_bytes(W.type, K);
+  // Activations are prepared once (quantised per block for quantised weights), then each chunk of
+  // rows is swept by register tiles of kTileRows rows x kTileTokens tokens: the chunk's weights
+  // stay in cache while every token passes over them.
+  const ActFormat fmt = act_format(W.type);
+  const size_t ab = act_row_bytes(fmt, K);
+  const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
+  thread_local std::vector<uint8_t> act_buf;
+  if (fmt != ActFormat::F32) {
+    act_buf.resize(static_cast<size_t>(n_tokens) * ab);
+    uint8_t* dst = act_buf.data();
+    const auto quantize = [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) quantize_act_row(fmt, x + t * K, dst + static_cast<size_t>(t) * ab, K);
+    };
+    if (n_tokens >= 2 * pool.size()) pool.parallel_for(n_tokens, 1, quantize);
+    else quantize(0, n_tokens, 0);
+    act = dst;
+  }
+  // Chunks: a multiple of the tile height, small enough for every thread to get several.
+  int64_t chunk = std::max<int64_t>(kTileRows, std::min<int64_t>(64, N / (4 * pool.size())));
+  chunk -= chunk % kTileRows;
+  const int64_t n_chunks = (N + chunk - 1) / chunk;
+  pool.parallel_for(n_chunks, 1, [&](int64_t cb, int64_t ce, int) {
+    for (int64_t c = cb; c < ce; ++c) {
+      const int64_t r0 = c * chunk, r1 = std::min(N, r0 + chunk);
+      for (int64_t t = 0; t < n_tokens; t += kTileTokens) {
+        const int rn = static_cast<int>(std::min<int64_t>(kTileTokens, n_tokens - t));
+        for (int64_t r = r0; r < r1; r += kTileRows) {
+          const int rm = static_cast<int>(std::min<int64_t>(kTileRows, r1 - r));
+          dot_tile(W.type, K, W.data + static_cast<size_t>(r) * wb, wb, rm, act + static_cast<size_t>(t) * ab, ab, rn,
+                   out + t * N + r, N);
+        }
       }
-      for (int64_t t = 0; t < n_tokens; ++t) out[t * N + r] = dot_f32(w, x + t * K, K);
     }
   });
 }

@@ -1,0 +1,58 @@
+// Dot products of weight rows of any supported type with activation rows, without dequantising
+// the weights. As in llama.cpp, the activations of a product with quantised weights are first
+// quantised per block (Q8_0 for Q8_0/Q4_0 weights, Q8_K for the K-quants), so the inner loop is an
+// integer dot product; float weights (F32/F16/BF16) take fp32 activations.
+//
+// Two implementations share this interface: the portable one (plain C++, any machine) and the
+// SIMD one (AVX2 / AVX-512 VNNI, chosen at build time from the compiler's target). The SIMD one is
+// what the engine calls when it was compiled in; the portable one is the reference the tests check
+// it against.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "slake/dtype.h"
+
+namespace slake {
+
+enum class ActFormat { F32, Q8_0, Q8_K };
+
+// Layouts of the quantised activation blocks (ggml's block_q8_0 and block_q8_K).
+struct ActBlockQ8_0 {
+  uint16_t d;  // fp16 scale
+  int8_t qs[32];
+};
+struct ActBlockQ8_K {
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];  // sums of each 16 quants
+};
+static_assert(sizeof(ActBlockQ8_0) == 34, "block_q8_0 layout");
+static_assert(sizeof(ActBlockQ8_K) == 292, "block_q8_K layout");
+
+ActFormat act_format(DType weight);
+// Bytes of one prepared activation row of n elements (n a multiple of the weight's block size).
+size_t act_row_bytes(ActFormat f, int64_t n);
+// Prepares one activation row: a copy for F32, per-block quantisation otherwise (ggml's rounding).
+void quantize_act_row(ActFormat f, const float* x, void* dst, int64_t n);
+// The prepared row back in fp32 (for tests and error bounds).
+void dequantize_act_row(ActFormat f, const void* src, float* dst, int64_t n);
+
+// Most rows and tokens one dot_tile call takes.
+constexpr int kTileRows = 4, kTileTokens = 4;
+
+// out[j * out_stride + i] = (weight row i) . (activation row j) for i < rm, j < rn, where weight
+// row i starts at w + i * w_stride and activation row j at act + j * act_stride; each is K long.
+// rm <= kTileRows, rn <= kTileTokens.
+void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
+              int rn, float* out, int64_t out_stride);
+
+// Whether dot_tile runs SIMD code, and which ("avx512-vnni", "avx2", "portable").
+const char* dot_kernel_isa();
+
+namespace portable {
+void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
+              int rn, float* out, int64_t out_stride);
+}
+
+}  // namespace slake

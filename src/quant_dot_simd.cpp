@@ -1,0 +1,288 @@
+// SIMD dot products (x86: AVX2 + FMA + F16C, with AVX-512 for the float weights and AVX-512 VNNI
+// for the int8 products where the compiler targets them). Register tiles of up to 4 weight rows x
+// 4 activation rows load each weight block once per 4 tokens and each activation block once per 4
+// rows. Without AVX2 the portable kernels run.
+#include <immintrin.h>
+
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its flow analysis reports as
+// uninitialised (a false positive of the compiler's own headers).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <cstring>
+
+#include "quant_blocks.h"
+#include "slake/quant_dot.h"
+
+namespace slake {
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+namespace {
+
+using quant::load_u16;
+
+inline float f16(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
+
+inline float hsum(__m256 v) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+inline int hsum_i32(__m256i v) {
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(h);
+}
+
+// Eight int32 partial sums of u8 x s8 products (u in 0..255, s in -128..127; pairs must not
+// saturate int16 without VNNI, which holds for every use below).
+inline __m256i dot_u8_s8(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+// Signed x signed: |x| . sign(y, x).
+inline __m256i dot_s8_s8(__m256i x, __m256i y) { return dot_u8_s8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
+
+// The 32 quants of a Q4_0 block as signed bytes (-8..7), low nibbles first.
+inline __m256i unpack_q4_0(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  const __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+  return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+}
+
+template <int RM, int RN>
+void tile_q8_0_q4_0(bool q4, int64_t nb, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                    int64_t os) {
+  const size_t wb = q4 ? 18 : 34;
+  __m256 acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i wq[RM];
+    float wd[RM];
+    for (int i = 0; i < RM; ++i) {
+      const uint8_t* p = w + i * ws + b * wb;
+      wd[i] = f16(p);
+      wq[i] = q4 ? unpack_q4_0(p + 2) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+    }
+    for (int j = 0; j < RN; ++j) {
+      const uint8_t* p = a + j * as + b * 34;
+      const float ad = f16(p);
+      const __m256i aq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+      for (int i = 0; i < RM; ++i)
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8_s8(wq[i], aq)), _mm256_set1_ps(wd[i] * ad), acc[i][j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j)
+    for (int i = 0; i < RM; ++i) out[j * os + i] = hsum(acc[i][j]);
+}
+
+// Float weights against fp32 activations, in vectors of kV floats.
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+using VecF = __m512;
+constexpr int kV = 16;
+inline VecF vzero() { return _mm512_setzero_ps(); }
+inline VecF vfma(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
+inline float vsum(VecF v) {
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
+}
+inline VecF load_f32(const float* p) { return _mm512_loadu_ps(p); }
+inline VecF load_f16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline VecF load_bf16(const uint8_t* p) {
+  const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+#else
+using VecF = __m256;
+constexpr int kV = 8;
+inline VecF vzero() { return _mm256_setzero_ps(); }
+inline VecF vfma(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
+inline float vsum(VecF v) { return hsum(v); }
+inline VecF load_f32(const float* p) { return _mm256_loadu_ps(p); }
+inline VecF load_f16(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline VecF load_bf16(const uint8_t* p) {
+  const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+#endif
+
+inline VecF load_weights(DType t, const uint8_t* p) {
+  if (t == DType::F32) return load_f32(reinterpret_cast<const float*>(p));
+  return t == DType::F16 ? load_f16(p) : load_bf16(p);
+}
+
+template <int RM, int RN>
+void tile_float(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, int64_t os) {
+  const size_t esz = t == DType::F32 ? 4 : 2;
+  VecF acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = vzero();
+  int64_t k = 0;
+  for (; k + kV <= K; k += kV) {
+    VecF wv[RM];
+    for (int i = 0; i < RM; ++i) wv[i] = load_weights(t, w + i * ws + k * esz);
+    for (int j = 0; j < RN; ++j) {
+      const VecF av = load_f32(reinterpret_cast<const float*>(a + j * as) + k);
+      for (int i = 0; i < RM; ++i) acc[i][j] = vfma(wv[i], av, acc[i][j]);
+    }
+  }
+  if (k < K) {  // the ragged end, through zero-padded copies
+    const int64_t rest = K - k;
+    alignas(64) uint8_t wpad[kV * 4];
+    alignas(64) float apad[kV];
+    VecF wv[RM];
+    for (int i = 0; i < RM; ++i) {
+      std::memset(wpad, 0, sizeof wpad);
+      std::memcpy(wpad, w + i * ws + k * esz, static_cast<size_t>(rest) * esz);
+      wv[i] = load_weights(t, wpad);
+    }
+    for (int j = 0; j < RN; ++j) {
+      std::memset(apad, 0, sizeof apad);
+      std::memcpy(apad, reinterpret_cast<const float*>(a + j * as) + k, static_cast<size_t>(rest) * 4);
+      const VecF av = load_f32(apad);
+      for (int i = 0; i < RM; ++i) acc[i][j] = vfma(wv[i], av, acc[i][j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j)
+    for (int i = 0; i < RM; ++i) out[j * os + i] = vsum(acc[i][j]);
+}
+
+// Q4_K x Q8_K, one row and one token: per 64 elements, the low nibbles meet the first 32
+// activations and the high nibbles the next 32, each sub-block weighted by its 6-bit scale.
+float dot_q4_k(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < K / quant::kQK; ++b, w += 144) {
+    uint8_t sc[8], mn[8];
+    int32_t msum = 0;
+    for (int j = 0; j < 8; ++j) {
+      quant::q4k_scale_min(j, w + quant::kQ4K_SCALES, &sc[j], &mn[j]);
+      msum += mn[j] * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
+    }
+    __m256i isum = _mm256_setzero_si256();
+    for (int g = 0; g < 4; ++g) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + quant::kQ4K_QS + 32 * g));
+      const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs + 64 * g));
+      const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs + 64 * g + 32));
+      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0), _mm256_set1_epi16(sc[2 * g]));
+      const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1), _mm256_set1_epi16(sc[2 * g + 1]));
+      isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+    }
+    sum += a[b].d * (f16(w + quant::kQ4K_D) * static_cast<float>(hsum_i32(isum)) -
+                     f16(w + quant::kQ4K_DMIN) * static_cast<float>(msum));
+  }
+  return sum;
+}
+
+// Q6_K x Q8_K: the 6-bit quants (0..63) are rebuilt 32 at a time from ql and qh; the offset of 32
+// meets the activation sums.
+float dot_q6_k(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < K / quant::kQK; ++b, w += 210) {
+    const auto* sc = reinterpret_cast<const int8_t*>(w + quant::kQ6K_SCALES);
+    int32_t offset = 0;
+    for (int g = 0; g < 16; ++g) offset += sc[g] * a[b].bsums[g];
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = w + quant::kQ6K_QL + 64 * h;
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + quant::kQ6K_QH + 32 * h));
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
+      };
+      for (int k = 0; k < 4; ++k) {
+        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs + 128 * h + 32 * k));
+        const int8_t* s = sc + 8 * h + 2 * k;
+        const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], av), scale));
+      }
+    }
+    sum += a[b].d * f16(w + quant::kQ6K_D) * static_cast<float>(hsum_i32(isum) - 32 * offset);
+  }
+  return sum;
+}
+
+template <int RM, int RN>
+void tile(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, int64_t os) {
+  switch (t) {
+    case DType::Q8_0:
+    case DType::Q4_0: tile_q8_0_q4_0<RM, RN>(t == DType::Q4_0, K / 32, w, ws, a, as, out, os); return;
+    default: tile_float<RM, RN>(t, K, w, ws, a, as, out, os); return;
+  }
+}
+
+template <int RM>
+void tile_rows(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, int rn, float* out,
+               int64_t os) {
+  switch (rn) {
+    case 1: tile<RM, 1>(t, K, w, ws, a, as, out, os); return;
+    case 2: tile<RM, 2>(t, K, w, ws, a, as, out, os); return;
+    case 3: tile<RM, 3>(t, K, w, ws, a, as, out, os); return;
+    default: tile<RM, 4>(t, K, w, ws, a, as, out, os); return;
+  }
+}
+
+}  // namespace
+
+void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
+              int rn, float* out, int64_t out_stride) {
+  if (t == DType::Q4_K || t == DType::Q6_K) {
+    for (int j = 0; j < rn; ++j)
+      for (int i = 0; i < rm; ++i) {
+        const auto* a = reinterpret_cast<const ActBlockQ8_K*>(act + j * act_stride);
+        out[j * out_stride + i] = t == DType::Q4_K ? dot_q4_k(K, w + i * w_stride, a) : dot_q6_k(K, w + i * w_stride, a);
+      }
+    return;
+  }
+  switch (rm) {
+    case 1: tile_rows<1>(t, K, w, w_stride, act, act_stride, rn, out, out_stride); return;
+    case 2: tile_rows<2>(t, K, w, w_stride, act, act_stride, rn, out, out_stride); return;
+    case 3: tile_rows<3>(t, K, w, w_stride, act, act_stride, rn, out, out_stride); return;
+    default: tile_rows<4>(t, K, w, w_stride, act, act_stride, rn, out, out_stride); return;
+  }
+}
+
+const char* dot_kernel_isa() {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+  return "avx512-vnni";
+#elif defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+  return "avx512";
+#else
+  return "avx2";
+#endif
+}
+
+#else  // no AVX2: the portable kernels
+
+void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
+              int rn, float* out, int64_t out_stride) {
+  portable::dot_tile(t, K, w, w_stride, rm, act, act_stride, rn, out, out_stride);
+}
+
+const char* dot_kernel_isa() { return "portable"; }
+
+#endif
+
+}  // namespace slake

@@ -1,0 +1,228 @@
+// The dot-product kernels (SIMD and portable) and matmul against float64 sums over the
+// dequantised weights and the dequantised (prepared) activations, and the activation quantisation
+// against the fp32 values it stands for.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "slake/dtype.h"
+#include "slake/ops.h"
+#include "slake/quant_dot.h"
+
+namespace slake {
+namespace {
+
+// Random rows of type t: random bytes, with every fp16 scale field set to a modest random value
+// (random bits there could be Inf or NaN). Any other bit pattern is a valid block.
+std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t K, std::mt19937& rng) {
+  const size_t rb = row_bytes(t, K);
+  std::vector<uint8_t> data(static_cast<size_t>(rows) * rb);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : data) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f), value(-2.0f, 2.0f);
+  auto put16 = [](uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); };
+  const int64_t n = static_cast<int64_t>(data.size());
+  switch (t) {
+    case DType::F32:
+      for (int64_t i = 0; i < n; i += 4) {
+        const float f = value(rng);
+        std::memcpy(&data[static_cast<size_t>(i)], &f, 4);
+      }
+      break;
+    case DType::F16:
+      for (int64_t i = 0; i < n; i += 2) put16(&data[static_cast<size_t>(i)], fp32_to_fp16(value(rng)));
+      break;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; i += 2) put16(&data[static_cast<size_t>(i)], fp32_to_bf16(value(rng)));
+      break;
+    case DType::Q8_0:
+    case DType::Q4_0:
+      for (int64_t i = 0; i < n; i += dtype_info(t).block_bytes)
+        put16(&data[static_cast<size_t>(i)], fp32_to_fp16(scale(rng)));
+      break;
+    case DType::Q4_K:
+      for (int64_t i = 0; i < n; i += 144) {
+        put16(&data[static_cast<size_t>(i)], fp32_to_fp16(scale(rng)));
+        put16(&data[static_cast<size_t>(i + 2)], fp32_to_fp16(scale(rng)));
+      }
+      break;
+    case DType::Q6_K:
+      for (int64_t i = 0; i < n; i += 210) put16(&data[static_cast<size_t>(i + 208)], fp32_to_fp16(scale(rng)));
+      break;
+  }
+  return data;
+}
+
+std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = g(rng);
+  return x;
+}
+
+struct Prepared {
+  std::vector<uint8_t> bytes;  // rows of act_row_bytes
+  std::vector<float> values;   // the same rows, dequantised
+  size_t row_bytes = 0;
+};
+
+Prepared prepare(DType w, const std::vector<float>& x, int64_t rows, int64_t K) {
+  const ActFormat f = act_format(w);
+  Prepared p;
+  p.row_bytes = act_row_bytes(f, K);
+  p.bytes.resize(static_cast<size_t>(rows) * p.row_bytes);
+  p.values.resize(static_cast<size_t>(rows * K));
+  for (int64_t r = 0; r < rows; ++r) {
+    quantize_act_row(f, x.data() + r * K, p.bytes.data() + r * p.row_bytes, K);
+    dequantize_act_row(f, p.bytes.data() + r * p.row_bytes, p.values.data() + r * K, K);
+  }
+  return p;
+}
+
+// float64 sums of dequantised weights times dequantised activations, and the sums of magnitudes
+// that bound the fp32 rounding.
+void reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t K, const Prepared& a, int64_t tokens,
+               std::vector<double>* dot, std::vector<double>* mag) {
+  std::vector<float> wf(static_cast<size_t>(K));
+  dot->assign(static_cast<size_t>(rows * tokens), 0.0);
+  mag->assign(static_cast<size_t>(rows * tokens), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(t, w.data() + static_cast<size_t>(r) * row_bytes(t, K), wf.data(), K);
+    for (int64_t j = 0; j < tokens; ++j)
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = static_cast<double>(wf[static_cast<size_t>(k)]) * a.values[static_cast<size_t>(j * K + k)];
+        (*dot)[static_cast<size_t>(j * rows + r)] += p;
+        (*mag)[static_cast<size_t>(j * rows + r)] += std::abs(p);
+      }
+  }
+}
+
+struct Case {
+  DType type;
+  int64_t K;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return std::string(dtype_name(info.param.type)) + "_K" + std::to_string(info.param.K);
+}
+
+class DotTile : public ::testing::TestWithParam<Case> {};
+
+// Every tile shape, both implementations, against the float64 sum.
+TEST_P(DotTile, EveryTileShapeMatchesFloat64) {
+  const auto [t, K] = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(K) * 31 + static_cast<unsigned>(t));
+  const auto w = random_rows(t, kTileRows, K, rng);
+  const auto x = random_floats(kTileTokens * K, rng);
+  const Prepared a = prepare(t, x, kTileTokens, K);
+  std::vector<double> want, mag;
+  reference(t, w, kTileRows, K, a, kTileTokens, &want, &mag);
+  const size_t wb = row_bytes(t, K);
+  for (int rm = 1; rm <= kTileRows; ++rm)
+    for (int rn = 1; rn <= kTileTokens; ++rn) {
+      std::vector<float> simd(kTileRows * kTileTokens, NAN), port(kTileRows * kTileTokens, NAN);
+      dot_tile(t, K, w.data(), wb, rm, a.bytes.data(), a.row_bytes, rn, simd.data(), kTileRows);
+      portable::dot_tile(t, K, w.data(), wb, rm, a.bytes.data(), a.row_bytes, rn, port.data(), kTileRows);
+      for (int j = 0; j < kTileTokens; ++j)
+        for (int i = 0; i < kTileRows; ++i) {
+          const size_t o = static_cast<size_t>(j * kTileRows + i);
+          if (i >= rm || j >= rn) {  // outside the tile: untouched
+            EXPECT_TRUE(std::isnan(simd[o]) && std::isnan(port[o])) << rm << "x" << rn;
+            continue;
+          }
+          // fp32 accumulation over K terms: a relative bound on the sum of magnitudes.
+          const double tol = 1e-5 * mag[o] + 1e-30;
+          EXPECT_NEAR(simd[o], want[o], tol) << "simd " << rm << "x" << rn << " at " << i << "," << j;
+          EXPECT_NEAR(port[o], want[o], tol) << "portable " << rm << "x" << rn << " at " << i << "," << j;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, DotTile,
+                         ::testing::Values(Case{DType::F32, 64}, Case{DType::F32, 37}, Case{DType::F32, 1000},
+                                           Case{DType::F16, 48}, Case{DType::F16, 23}, Case{DType::BF16, 64},
+                                           Case{DType::BF16, 71}, Case{DType::Q8_0, 32}, Case{DType::Q8_0, 2048},
+                                           Case{DType::Q4_0, 64}, Case{DType::Q4_0, 2048}, Case{DType::Q4_K, 256},
+                                           Case{DType::Q4_K, 1024}, Case{DType::Q6_K, 256}, Case{DType::Q6_K, 1024}),
+                         case_name);
+
+// Q8_0 activations: each value within half a step of its fp32 original (the step is the block's
+// fp16 scale), and the scale is the block's largest magnitude / 127.
+TEST(ActivationQuantisation, Q8_0WithinHalfAStep) {
+  std::mt19937 rng(7);
+  auto x = random_floats(256, rng);
+  x[40] = 0.0f;
+  for (int j = 64; j < 96; ++j) x[static_cast<size_t>(j)] = 0.0f;  // an all-zero block
+  std::vector<ActBlockQ8_0> q(8);
+  quantize_act_row(ActFormat::Q8_0, x.data(), q.data(), 256);
+  for (int b = 0; b < 8; ++b) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[static_cast<size_t>(32 * b + j)]));
+    const float d = fp16_to_fp32(q[static_cast<size_t>(b)].d);
+    EXPECT_NEAR(d, amax / 127.0f, amax / 127.0f * 1e-3);
+    for (int j = 0; j < 32; ++j) {
+      const float v = x[static_cast<size_t>(32 * b + j)];
+      // d is rounded to fp16 after the quants were chosen: allow its relative rounding too.
+      EXPECT_LE(std::abs(d * q[static_cast<size_t>(b)].qs[j] - v), 0.5f * d + 1e-3f * amax) << b << "," << j;
+    }
+  }
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(q[2].qs[j], 0);
+}
+
+// Q8_K: the value of largest magnitude maps to -127 or 127 exactly, the others within half a step,
+// and bsums are the sums of each 16 quants.
+TEST(ActivationQuantisation, Q8_KScalesAndSums) {
+  std::mt19937 rng(8);
+  const auto x = random_floats(512, rng);
+  std::vector<ActBlockQ8_K> q(2);
+  quantize_act_row(ActFormat::Q8_K, x.data(), q.data(), 512);
+  for (int b = 0; b < 2; ++b) {
+    const ActBlockQ8_K& blk = q[static_cast<size_t>(b)];
+    float amax = 0;
+    for (int j = 0; j < 256; ++j) amax = std::max(amax, std::abs(x[static_cast<size_t>(256 * b + j)]));
+    EXPECT_NEAR(std::abs(blk.d) * 127.0f, amax, amax * 1e-6);
+    for (int j = 0; j < 256; ++j)
+      EXPECT_LE(std::abs(blk.d * blk.qs[j] - x[static_cast<size_t>(256 * b + j)]), 0.5f * std::abs(blk.d) * 1.0001f);
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int j = 0; j < 16; ++j) s += blk.qs[16 * g + j];
+      EXPECT_EQ(blk.bsums[g], s);
+    }
+  }
+}
+
+// matmul over ragged row counts and token counts (tiles cut at both edges, chunks across threads)
+// equals the float64 sums.
+TEST(Matmul, RaggedShapesAndThreadsMatchFloat64) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    const int64_t K = dtype_info(t).block_elems == 256 ? 512 : 96, N = 37;
+    std::mt19937 rng(static_cast<unsigned>(t) + 100);
+    const auto w = random_rows(t, N, K, rng);
+    TensorView W;
+    W.type = t;
+    W.ne = {K, N};
+    W.data = w.data();
+    W.nbytes = w.size();
+    for (int64_t tokens : {1, 3, 9}) {
+      const auto x = random_floats(tokens * K, rng);
+      const Prepared a = prepare(t, x, tokens, K);
+      std::vector<double> want, mag;
+      reference(t, w, N, K, a, tokens, &want, &mag);
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        std::vector<float> got(static_cast<size_t>(tokens * N));
+        matmul(got.data(), x.data(), tokens, W, pool);
+        for (size_t o = 0; o < got.size(); ++o)
+          ASSERT_NEAR(got[o], want[o], 1e-5 * mag[o] + 1e-30)
+              << dtype_name(t) << " tokens " << tokens << " threads " << threads << " at " << o;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace slake
