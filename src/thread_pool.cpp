@@ -1,6 +1,7 @@
 #include "slake/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "slake/error.h"
 
@@ -16,33 +17,57 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   start_cv_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
+namespace {
+// Spins until done() or about `budget` has passed; returns done().
+template <class Done>
+bool spin_until(Done done, std::chrono::microseconds budget) {
+  const auto until = std::chrono::steady_clock::now() + budget;
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return done();
+  }
+}
+constexpr std::chrono::microseconds kSpin{200};
+}  // namespace
+
 void ThreadPool::run_chunks(int index) {
   for (;;) {
     const int64_t b = next_.fetch_add(grain_);
     if (b >= n_) break;
-    (*fn_)(b, std::min(n_, b + grain_), index);
+    try {
+      (*fn_)(b, std::min(n_, b + grain_), index);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!error_) error_ = std::current_exception();
+      next_.store(n_);  // no further chunks
+      break;
+    }
   }
 }
 
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
-    {
+    const auto job_or_stop = [&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
+    if (!spin_until(job_or_stop, kSpin)) {
       std::unique_lock<std::mutex> lk(mu_);
-      start_cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      start_cv_.wait(lk, job_or_stop);
     }
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
     run_chunks(index);
-    {
+    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lk(mu_);
-      if (--active_ == 0) done_cv_.notify_one();
+      done_cv_.notify_one();
     }
   }
 }
@@ -59,15 +84,25 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     fn_ = &fn;
     n_ = n;
     grain_ = grain;
+    error_ = nullptr;
     next_.store(0);
-    active_ = n_threads_ - 1;
-    ++generation_;
+    active_.store(n_threads_ - 1);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
   run_chunks(0);
-  std::unique_lock<std::mutex> lk(mu_);
-  done_cv_.wait(lk, [&] { return active_ == 0; });
+  const auto all_done = [&] { return active_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(all_done, kSpin)) {
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, all_done);
+  }
   fn_ = nullptr;
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::swap(e, error_);
+  }
+  if (e) std::rethrow_exception(e);
 }
 
 }  // namespace slake
