@@ -11,3 +11,4 @@
 #include "ptaa_decode.cuh"
 #include "compact.cuh"
 #include "topk.cuh"
+#include "prefill_attention.cuh"

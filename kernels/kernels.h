@@ -66,6 +66,16 @@ size_t ptaa_scratch_floats(int n_heads, int head_dim, int n_splits);
 void ptaa_decode(float* out, const float* q, int32_t qpos, int n_heads, const KvLayerView& kv, const LinearStateView& lin,
                  int sliding_window, int max_held, int split_len, float* scratch, Stream stream = nullptr);
 
+// ---- prefill attention (prefill_attention.cuh) ----
+
+// out[t] + h * head_dim (row stride out_stride) = attention of query row t, head h (q + t *
+// q_stride + h * head_dim, position qpos[t]) over the keys of KV head h / (n_heads / n_kv_heads)
+// visible from qpos[t] (causal; sliding window if > 0), with the Taylor term of that head's linear
+// state when it holds anything: slake::attention_prefill. Keys must be in position order.
+void prefill_attention(float* out, int64_t out_stride, const float* q, int64_t q_stride, const int32_t* qpos, int n_q,
+                       int n_heads, const KvLayerView& kv, const LinearStateView& lin, int sliding_window,
+                       Stream stream = nullptr);
+
 // ---- the linear state (linear_state.cuh) ----
 
 // Decode: for each KV head g with row[g] >= 0, absorbs that row of the layer's K and V (rank-1).
