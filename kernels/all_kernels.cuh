@@ -12,3 +12,4 @@
 #include "compact.cuh"
 #include "topk.cuh"
 #include "prefill_attention.cuh"
+#include "window_stats.cuh"

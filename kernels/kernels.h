@@ -76,6 +76,16 @@ void prefill_attention(float* out, int64_t out_stride, const float* q, int64_t q
                        int n_heads, const KvLayerView& kv, const LinearStateView& lin, int sliding_window,
                        Stream stream = nullptr);
 
+// ---- observation-window statistics (window_stats.cuh) ----
+
+// slake::window_stats on the device, in double like the CPU: q_window holds the last `window`
+// prompt queries ([window][n_heads * head_dim], roped) at positions S - window .. S - 1, and the
+// layer's cache holds the S prompt tokens in order. Writes indicator[g * P + j] (P = S - window,
+// float) and totals[0] = entropy Hn, totals[1] = variance Vr. pool: 0 average of 5, 1 maximum of 7.
+size_t window_stats_scratch_doubles(int n_heads, int S, int window);
+void window_stats(float* indicator, double* totals, const float* q_window, int S, int window, int n_heads,
+                  const KvLayerView& kv, double gamma, int pool, double* scratch, Stream stream = nullptr);
+
 // ---- the linear state (linear_state.cuh) ----
 
 // Decode: for each KV head g with row[g] >= 0, absorbs that row of the layer's K and V (rank-1).
