@@ -1,8 +1,9 @@
 """Command line: predict, score, or run (both, then the table).
 
-Exit status: 0 when everything ran; 1 when the command could not run (bad arguments, a config
-file missing); 2 when it finished but something was left out (a malformed record, a missing data
-file, a request the engine refused, a run that stopped), each named in a warning on stderr."""
+Exit status: 0 when everything ran; 1 when the command could not run (a config file missing or
+unreadable, an output directory that cannot be written); 2 for bad arguments; 3 when it finished
+but something was left out (a malformed record, a missing data file, a request the engine refused,
+a run that stopped), each named in a warning on stderr."""
 import argparse
 import json
 import os
@@ -175,4 +176,4 @@ def main(argv=None):
         return 130
     if rep.count:
         print(f"{rep.count} warning(s); see above", file=sys.stderr)
-    return 0 if ok and rep.count == 0 else 2
+    return 0 if ok and rep.count == 0 else 3

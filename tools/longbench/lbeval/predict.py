@@ -79,7 +79,7 @@ def predict_run(args, policy, budget, datasets, rep):
         for ds, template, maxlen, records in datasets:
             selected = data.select(records, args.limit, args.shard)
             own = runs.own_pred_path(run_dir, ds, args.e, args.shard)
-            runs.repair_partial_line(own, rep.warn)
+            runs.repair_partial_line(own, rep.info)
             done = runs.read_predictions(runs.pred_paths(run_dir, ds, args.e), rep.warn, quiet_last_line=True)
             todo = [r for r in selected if r["_id"] not in done]
             name = runs.run_name(policy, budget)

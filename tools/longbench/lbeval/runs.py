@@ -40,7 +40,7 @@ def pred_paths(run_dir, dataset, longbench_e):
     return [p for p in paths if os.path.isfile(p)]
 
 
-def repair_partial_line(path, warn):
+def repair_partial_line(path, note):
     """Cuts an unfinished last line (a run killed mid-write) so that appending stays valid JSONL."""
     if not os.path.isfile(path):
         return
@@ -50,7 +50,7 @@ def repair_partial_line(path, warn):
             return
         keep = data.rfind(b"\n") + 1
         f.truncate(keep)
-    warn(f"{path}: its last line was unfinished (an interrupted run); removed, that record runs again")
+    note(f"{path}: its last line was unfinished (an interrupted run); removed, that record runs again")
 
 
 def read_predictions(paths, warn, quiet_last_line=False):

@@ -41,6 +41,8 @@ def markdown(rows, datasets, policies, bucket=None, title=None):
     lines = []
     if title:
         lines += [title, ""]
+    if not cols:
+        return "\n".join(lines + ["No dataset has a score."]) + "\n"
     groups = [f"{name}: {', '.join(protocol.SHORT_NAME.get(d, d) for d in ds if d in cols)}"
               for name, ds in CATEGORIES if any(d in cols for d in ds)]
     lines += ["Columns: " + "; ".join(groups) + ".", ""]

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# slake-cli --batch on bad flags and bad requests: a flag error stops before the model is loaded; a
+# bad request gets an error response naming its line, and every later request is still answered.
+# Exits 77 (ctest's SKIP_RETURN_CODE) when ../shared lacks the model.
+set -u
+bin=$1
+model=$2/models/stories260K.gguf
+if [ ! -e "$model" ]; then echo "skipped: shared material missing: $model"; exit 77; fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+checks=0
+
+check() {  # check DESCRIPTION COMMAND...: passes when the command succeeds
+  local what=$1; shift
+  checks=$((checks + 1))
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
+}
+
+flag_error() {  # flag_error EXPECTED_MESSAGE ARGS...: exit 1, one "error:" line with the message, nothing on stdout
+  local msg=$1; shift
+  "$bin/slake-cli" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  [ "$rc" -eq 1 ] && [ ! -s "$tmp/out" ] && grep -qF -- "error: $msg" "$tmp/err" ||
+    { echo "  slake-cli $* -> exit $rc, stderr: $(head -c 300 "$tmp/err")"; return 1; }
+}
+
+check "--batch with -p" flag_error "--batch takes its prompts from the requests" -m "$model" --batch - -p hi
+check "--batch with -cnv" flag_error "--batch takes its prompts from the requests; it cannot be combined with -p, -f or -cnv" -m "$model" --batch - -cnv
+check "--batch with --temp 0.8" flag_error "--batch decodes greedily; --temp must be <= 0" -m "$model" --batch - --temp 0.8
+check "--batch-out alone" flag_error "--batch-out needs --batch" -m "$model" --batch-out "$tmp/x"
+check "missing request file" flag_error "$tmp/none.jsonl: cannot open the batch requests" -m "$model" -c 512 --batch "$tmp/none.jsonl"
+check "unwritable --batch-out" flag_error "$tmp/no/dir/out.jsonl: cannot write the batch responses" -m "$model" -c 512 \
+  --batch - --batch-out "$tmp/no/dir/out.jsonl"
+
+# The request file: one line each, two of them blank (skipped) and one not UTF-8.
+printf '%s\n' \
+  '{not json' \
+  '[1, 2]' \
+  '{"id": 1}' \
+  '{"id": 2, "prompt": "Hi", "temperature": 1}' \
+  '{"id": 3, "prompt": 7}' \
+  '{"id": 4, "prompt": "Hi", "max_new_tokens": "many"}' \
+  '' \
+  '   ' \
+  "$(printf '\xff\xfe')" \
+  '{"id": 5, "prompt": "Hi", "max_new_tokens": -2}' \
+  '{"id": 6, "prompt": "Hi", "truncate_tokens": 1}' \
+  '{"id": 7, "prompt": "Hi", "stop": "\n"}' \
+  '{"id": 8, "prompt": "Hi", "stop": [""]}' \
+  '{"id": 9, "prompt": "Hi", "chat": "yes"}' \
+  '{"id": 10, "prompt": "Hi", "chat": true}' \
+  "{\"id\": 11, \"prompt\": \"$(printf 'Lily went to the park. %.0s' $(seq 1 40))\"}" \
+  '{"id": 12, "prompt": "Once upon a time", "max_new_tokens": 5}' >"$tmp/req.jsonl"
+# The error of each line, as slake-cli reports it on stderr ("" for a good request).
+expected=(
+  [1]="invalid JSON"
+  [2]="a request must be a JSON object"
+  [3]='missing field "prompt"'
+  [4]='unknown field "temperature"'
+  [5]='"prompt" must be a string, got 7'
+  [6]='"max_new_tokens" must be an integer, got "many"'
+  [9]="invalid JSON"
+  [10]='"max_new_tokens" must be an integer >= -1, got -2'
+  [11]='"truncate_tokens" must be 0 (off) or >= 2, got 1'
+  [12]='"stop" must be an array of strings'
+  [13]='"stop"[0] is empty'
+  [14]='"chat" must be true or false'
+  [15]="the model has no chat template; choose one with --chat-template NAME"
+  [16]="the prompt is 362 tokens, more than the context holds (-c 128)"  # as tests/longbench/spm_reference.py counts it
+)
+"$bin/slake-cli" -m "$model" -c 128 --batch "$tmp/req.jsonl" >"$tmp/resp.jsonl" 2>"$tmp/err"
+rc=$?
+check "exit 0 after bad requests" [ "$rc" -eq 0 ]
+check "one response per non-blank line" [ "$(wc -l <"$tmp/resp.jsonl")" -eq 15 ]
+for line in "${!expected[@]}"; do
+  check "line $line: ${expected[$line]:0:60}" grep -qF -- "batch: request line $line: ${expected[$line]}" "$tmp/err"
+done
+check "responses in order, each error naming its line" \
+  [ "$(grep -o '"error":"request line [0-9]*' "$tmp/resp.jsonl" | grep -o '[0-9]*$' | tr '\n' ' ')" = "${!expected[*]} " ]
+check "the good request after all the bad ones generates" grep -q '"id":12,.*"n_gen":5' "$tmp/resp.jsonl"
+check "ids given back" [ "$(grep -c '"id":null' "$tmp/resp.jsonl")" -eq 3 ]
+check "a summary on stderr" grep -q "batch: 15 requests, 14 failed" "$tmp/err"
+
+echo "$((checks - fails)) of $checks checks passed"
+[ "$fails" -eq 0 ]
