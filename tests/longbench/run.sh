@@ -6,6 +6,9 @@
 set -u
 py=$1 bin=$2 shared=$3 module=$4 needs=${5:-}
 if [ ! -x "$py" ]; then echo "skipped: no Python venv at $py (scripts/setup.sh makes it)"; exit 77; fi
+py=$(cd "$(dirname "$py")" && pwd)/$(basename "$py")  # the cd below must not change what it names
+bin=$(cd "$bin" 2>/dev/null && pwd || echo "$bin")
+shared=$(cd "$shared" 2>/dev/null && pwd || echo "$shared")
 if [ "$needs" = needs-shared ]; then
   for f in "$shared/models/stories260K.gguf" "$shared/models/tok512.bin" "$shared/longbench/dataset2prompt.json" \
            "$shared/longbench/dataset2maxlen.json"; do

@@ -56,6 +56,7 @@ class BadInput(unittest.TestCase):
             no_id,
             good(8, length="long"),
             "[1, 2]",
+            '{"_id": "ok-9", "input": "Who?", "context": "half a pair \\ud800", "answers": ["Lily"]}',
             good(10),
         ])
         rc, stdout, stderr = self.run_lb()
@@ -67,7 +68,8 @@ class BadInput(unittest.TestCase):
                          f"{path}:6 (_id ok-1): the same _id as an earlier record",
                          f"{path}:7: no \"_id\"",
                          f"{path}:8 (_id ok-8): \"length\" must be a number",
-                         f"{path}:9: not a JSON object"]:
+                         f"{path}:9: not a JSON object",
+                         f"{path}:10 (_id ok-9): field \"context\" is not valid Unicode"]:
             self.assertIn(expected, stderr)
         self.assertEqual(self.pred_ids("triviaqa"), ["ok-1", "ok-10"])
         self.assertIn("| full | — |", stdout)  # scored and tabulated all the same

@@ -55,6 +55,17 @@ def _is_str_list(v):
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
+def _lone_surrogate(v):
+    """JSON may escape half of a UTF-16 pair (\\ud800); such text cannot be written as UTF-8."""
+    strings = [v] if isinstance(v, str) else v if isinstance(v, list) else []
+    for s in strings:
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+    return False
+
+
 def check_record(rec, dataset, fields, longbench_e):
     """Why a record cannot be used, or None."""
     if not isinstance(rec, dict):
@@ -76,6 +87,9 @@ def check_record(rec, dataset, fields, longbench_e):
             return "\"all_classes\" must be a non-empty list of strings for a classification dataset"
     elif classes is not None and not _is_str_list(classes):
         return "\"all_classes\" must be null or a list of strings"
+    for f in list(fields) + ["answers", "all_classes"]:
+        if _lone_surrogate(rec.get(f)):
+            return f"field \"{f}\" is not valid Unicode (a lone UTF-16 surrogate)"
     length = rec.get("length")
     if longbench_e or length is not None:
         if isinstance(length, bool) or not isinstance(length, (int, float)):
@@ -87,7 +101,7 @@ def load_records(path, dataset, fields, longbench_e, warn):
     """The usable records of a data file, in file order; every unusable line goes to warn() with
     its file, line and _id. Raises FileNotFoundError / OSError for a file that cannot be read."""
     records, seen = [], set()
-    with open(path, encoding="utf-8", errors="strict") as f:
+    with open(path, encoding="utf-8-sig", errors="strict") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue
