@@ -4,6 +4,7 @@
 
 #include "cublas_gemm.h"
 #include "kernel_test_util.h"
+#include "kv_device.h"
 #include "slake/dtype.h"
 
 namespace slake::gpu::test {
@@ -50,6 +51,33 @@ TEST(CublasGemm, RowMajorProductsInEveryLayoutAndType) {
         expect_close(dc.download(), want, 1e-4, 1e-4,
                      "type " + std::to_string(static_cast<int>(type)) + " ta " + std::to_string(ta) + " tb " + std::to_string(tb));
       }
+}
+
+TEST(CublasGemm, PrefillAbsorptionMatchesTheLinearState) {
+  const int n_kv = 2, d = 40, n = 77;
+  KvCache cache(1, n_kv, d, n);
+  for (int t = 0; t < n; ++t) {
+    const std::vector<float> k = random_floats(static_cast<size_t>(n_kv) * d, 200 + 2 * t), v = random_floats(static_cast<size_t>(n_kv) * d, 201 + 2 * t);
+    cache.append(0, k.data(), v.data(), t);
+  }
+  for (int g = 0; g < n_kv; ++g) cache.head(0, g).lin = LinearState(d);
+  DeviceKvLayer dev(cache, 0, n);
+  const std::vector<int32_t> count{77, 30};
+  DeviceBuffer<int32_t> dcount(count);
+  Blas blas;
+  for (int g = 0; g < n_kv; ++g)
+    absorb_gemm(blas, dev.M.get() + static_cast<size_t>(g) * d * d, dev.k.get() + static_cast<size_t>(g) * n * d,
+                dev.v.get() + static_cast<size_t>(g) * n * d, count[static_cast<size_t>(g)], d, d);
+  linear_state_sums(dev.lin(), dev.k.get(), dev.v.get(), dcount.get(), n_kv, d, static_cast<int64_t>(n) * d);
+  std::vector<float> want_m, want_n;
+  for (int g = 0; g < n_kv; ++g) {
+    KvHead& kh = cache.head(0, g);
+    kh.lin.absorb_batch(kh.k.data(), kh.v.data(), count[static_cast<size_t>(g)], static_cast<size_t>(d));
+    want_m.insert(want_m.end(), kh.lin.M.begin(), kh.lin.M.end());
+    want_n.push_back(kh.lin.n);
+  }
+  expect_close(dev.M.download(), want_m, 1e-5, 1e-5, "M");
+  expect_close(dev.lin_n.download(), want_n, 0, 0, "n");
 }
 
 }  // namespace
