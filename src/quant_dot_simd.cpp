@@ -40,55 +40,152 @@ inline int hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(h);
 }
 
-// Eight int32 partial sums of u8 x s8 products (u in 0..255, s in -128..127; pairs must not
-// saturate int16 without VNNI, which holds for every use below).
-inline __m256i dot_u8_s8(__m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#elif defined(__AVXVNNI__)
-  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+constexpr bool kVnni = true;
 #else
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+constexpr bool kVnni = false;
+#endif
+
+// acc + the eight int32 sums of four u8 x s8 products each. Without VNNI the pairs go through
+// int16 (maddubs), which saturates beyond 32767: callers keep |u| * |s| * 2 below that there.
+inline __m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(acc, u, s);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
 }
 
-// Signed x signed: |x| . sign(y, x).
-inline __m256i dot_s8_s8(__m256i x, __m256i y) { return dot_u8_s8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)); }
-
-// The 32 quants of a Q4_0 block as signed bytes (-8..7), low nibbles first.
+// The 32 quants of a Q4_0 block as unsigned bytes (0..15, the stored nibbles), low nibbles first.
 inline __m256i unpack_q4_0(const uint8_t* qs) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i m = _mm_set1_epi8(0x0F);
-  const __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
-  return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
 }
 
+// Q8_0 and Q4_0 weights x Q8_0 activations. The int8 products need one operand unsigned:
+// - Q4_0: the stored nibbles n = q + 8 are unsigned; sum (n - 8) a = sum n a - 8 sum a, and the
+//   -8 sum a term, shared by every row, starts the accumulator.
+// - Q8_0 with VNNI: the activations are shifted to unsigned, u = a + 128; sum w a = sum w u -
+//   128 sum w, and the row's -128 sum w starts the accumulator.
+// - Q8_0 without VNNI: |w| . sign(a, w), which cannot saturate int16.
 template <int RM, int RN>
 void tile_q8_0_q4_0(bool q4, int64_t nb, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
                     int64_t os) {
   const size_t wb = q4 ? 18 : 34;
+  const __m256i zero = _mm256_setzero_si256();
   __m256 acc[RM][RN];
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i wq[RM];
-    float wd[RM];
+    __m256i wq[RM], wstart[RM];
+    __m256 wd[RM];
     for (int i = 0; i < RM; ++i) {
       const uint8_t* p = w + i * ws + b * wb;
-      wd[i] = f16(p);
-      wq[i] = q4 ? unpack_q4_0(p + 2) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+      _mm_prefetch(reinterpret_cast<const char*>(p + RM * ws), _MM_HINT_T0);  // see the pair kernel
+      wd[i] = _mm256_set1_ps(f16(p));
+      if (q4) {
+        wq[i] = unpack_q4_0(p + 2);
+      } else {
+        wq[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+        if (kVnni) wstart[i] = _mm256_sub_epi32(zero, dot_u8_s8(zero, _mm256_set1_epi8(static_cast<char>(0x80)), wq[i]));
+      }
     }
     for (int j = 0; j < RN; ++j) {
       const uint8_t* p = a + j * as + b * 34;
-      const float ad = f16(p);
+      const __m256 ad = _mm256_set1_ps(f16(p));
       const __m256i aq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-      for (int i = 0; i < RM; ++i)
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8_s8(wq[i], aq)), _mm256_set1_ps(wd[i] * ad), acc[i][j]);
+      if (q4) {
+        const __m256i start = _mm256_sub_epi32(zero, dot_u8_s8(zero, _mm256_set1_epi8(8), aq));
+        for (int i = 0; i < RM; ++i)
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(start, wq[i], aq)), _mm256_mul_ps(wd[i], ad), acc[i][j]);
+      } else if (kVnni) {
+        const __m256i au = _mm256_xor_si256(aq, _mm256_set1_epi8(static_cast<char>(0x80)));
+        for (int i = 0; i < RM; ++i)
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(wstart[i], au, wq[i])), _mm256_mul_ps(wd[i], ad), acc[i][j]);
+      } else {
+        for (int i = 0; i < RM; ++i) {
+          const __m256i d = dot_u8_s8(zero, _mm256_sign_epi8(wq[i], wq[i]), _mm256_sign_epi8(aq, wq[i]));
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(wd[i], ad), acc[i][j]);
+        }
+      }
     }
   }
   for (int j = 0; j < RN; ++j)
     for (int i = 0; i < RM; ++i) out[j * os + i] = hsum(acc[i][j]);
 }
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+#define SLAKE_PAIR_KERNEL 1
+// The same products two blocks at a time in 512-bit registers. Q8_0 pairs are laid out in order
+// (int32 lanes 0-7 block 0, 8-15 block 1). A Q4_0 pair unpacks as [lo0 lo1 hi0 hi1] (16 bytes
+// each), so its activations are permuted to match and the lanes alternate blocks by four.
+inline __m512 pair_scales(const uint8_t* p0, const uint8_t* p1, __m512i lanes) {
+  const uint32_t both = static_cast<uint32_t>(load_u16(p0)) | static_cast<uint32_t>(load_u16(p1)) << 16;
+  return _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(both)))));
+}
+
+template <int RM, int RN>
+void tile_q8_0_q4_0_pairs(bool q4, int64_t nb, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out,
+                          int64_t os) {
+  const size_t wb = q4 ? 18 : 34;
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i lanes = q4 ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)
+                           : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m512 acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b + 1 < nb; b += 2) {
+    __m512i wq[RM], wstart[RM];
+    __m512 wd[RM];
+    for (int i = 0; i < RM; ++i) {
+      const uint8_t* p = w + i * ws + b * wb;
+      // A row is only ~1 KiB, too short for the hardware prefetcher to ramp up: fetch the same
+      // place in the row RM further down, which the next tile reads.
+      _mm_prefetch(reinterpret_cast<const char*>(p + RM * ws), _MM_HINT_T0);
+      wd[i] = pair_scales(p, p + wb, lanes);
+      if (q4) {
+        const __m256i q = _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + wb + 2)),
+                                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2)));
+        const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        wq[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      } else {
+        wq[i] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + wb + 2)), 1);
+        wstart[i] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(static_cast<char>(0x80)), wq[i]));
+      }
+    }
+    for (int j = 0; j < RN; ++j) {
+      const uint8_t* p = a + j * as + b * 34;
+      const __m512 ad = pair_scales(p, p + 34, lanes);
+      __m512i aq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2))),
+                                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 36)), 1);
+      if (q4) {
+        aq = _mm512_shuffle_i64x2(aq, aq, _MM_SHUFFLE(3, 1, 2, 0));  // [a0 lo, a1 lo, a0 hi, a1 hi]
+        const __m512i start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), aq));
+        for (int i = 0; i < RM; ++i)
+          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, wq[i], aq)), _mm512_mul_ps(wd[i], ad),
+                                      acc[i][j]);
+      } else {
+        const __m512i au = _mm512_xor_si512(aq, _mm512_set1_epi8(static_cast<char>(0x80)));
+        for (int i = 0; i < RM; ++i)
+          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(wstart[i], au, wq[i])),
+                                      _mm512_mul_ps(wd[i], ad), acc[i][j]);
+      }
+    }
+  }
+  for (int j = 0; j < RN; ++j)
+    for (int i = 0; i < RM; ++i) {
+      const __m512 v = acc[i][j];
+      const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+      out[j * os + i] = hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
+    }
+}
+#endif
 
 // Float weights against fp32 activations, in vectors of kV floats.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -136,7 +233,10 @@ void tile_float(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* 
   int64_t k = 0;
   for (; k + kV <= K; k += kV) {
     VecF wv[RM];
-    for (int i = 0; i < RM; ++i) wv[i] = load_weights(t, w + i * ws + k * esz);
+    for (int i = 0; i < RM; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + (i + RM) * ws + k * esz), _MM_HINT_T0);  // see the pair kernel
+      wv[i] = load_weights(t, w + i * ws + k * esz);
+    }
     for (int j = 0; j < RN; ++j) {
       const VecF av = load_f32(reinterpret_cast<const float*>(a + j * as) + k);
       for (int i = 0; i < RM; ++i) acc[i][j] = vfma(wv[i], av, acc[i][j]);
@@ -228,7 +328,23 @@ template <int RM, int RN>
 void tile(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, int64_t os) {
   switch (t) {
     case DType::Q8_0:
-    case DType::Q4_0: tile_q8_0_q4_0<RM, RN>(t == DType::Q4_0, K / 32, w, ws, a, as, out, os); return;
+    case DType::Q4_0: {
+      const bool q4 = t == DType::Q4_0;
+#ifdef SLAKE_PAIR_KERNEL
+      const int64_t nb = K / 32;
+      tile_q8_0_q4_0_pairs<RM, RN>(q4, nb, w, ws, a, as, out, os);
+      if (nb % 2 == 1) {  // the last block alone
+        float last[RM * RN];
+        const int64_t b = nb - 1;
+        tile_q8_0_q4_0<RM, RN>(q4, 1, w + b * (q4 ? 18 : 34), ws, a + b * 34, as, last, RM);
+        for (int j = 0; j < RN; ++j)
+          for (int i = 0; i < RM; ++i) out[j * os + i] += last[j * RM + i];
+      }
+#else
+      tile_q8_0_q4_0<RM, RN>(q4, K / 32, w, ws, a, as, out, os);
+#endif
+      return;
+    }
     default: tile_float<RM, RN>(t, K, w, ws, a, as, out, os); return;
   }
 }

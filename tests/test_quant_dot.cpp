@@ -145,8 +145,8 @@ TEST_P(DotTile, EveryTileShapeMatchesFloat64) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, DotTile,
                          ::testing::Values(Case{DType::F32, 64}, Case{DType::F32, 37}, Case{DType::F32, 1000},
                                            Case{DType::F16, 48}, Case{DType::F16, 23}, Case{DType::BF16, 64},
-                                           Case{DType::BF16, 71}, Case{DType::Q8_0, 32}, Case{DType::Q8_0, 2048},
-                                           Case{DType::Q4_0, 64}, Case{DType::Q4_0, 2048}, Case{DType::Q4_K, 256},
+                                           Case{DType::BF16, 71}, Case{DType::Q8_0, 32}, Case{DType::Q8_0, 96}, Case{DType::Q8_0, 2048},
+                                           Case{DType::Q4_0, 64}, Case{DType::Q4_0, 160}, Case{DType::Q4_0, 2048}, Case{DType::Q4_K, 256},
                                            Case{DType::Q4_K, 1024}, Case{DType::Q6_K, 256}, Case{DType::Q6_K, 1024}),
                          case_name);
 

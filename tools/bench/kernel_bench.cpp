@@ -1,0 +1,121 @@
+// Micro-benchmarks of the CPU kernels (Google Benchmark): matmul for every weight type at the
+// decode shape (one token: bound by reading the weights) and at a prefill shape (64 tokens: bound
+// by arithmetic), on TinyLlama-1.1B's FFN matrix (5632 x 2048). Counters: weight GB/s and GFLOP/s
+// (2 K N tokens per product). slake-kernel-bench --bandwidth first prints the machine's read
+// bandwidth (the decode ceiling) from the same probe as slake-bench.
+//
+//   build/bin/slake-kernel-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "bandwidth_probe.h"
+#include "slake/dtype.h"
+#include "slake/ops.h"
+#include "slake/thread_pool.h"
+
+namespace {
+
+using slake::DType;
+
+constexpr int64_t kK = 2048, kN = 5632;
+
+// Random weights of any type: random bytes with finite fp16 scales (0.01) in every block.
+std::vector<uint8_t> random_weights(DType t) {
+  const size_t rb = slake::row_bytes(t, kK);
+  std::vector<uint8_t> w(rb * kN);
+  std::mt19937 rng(1);
+  for (size_t i = 0; i < w.size(); i += 4) {
+    const uint32_t r = rng();
+    std::memcpy(&w[i], &r, std::min<size_t>(4, w.size() - i));
+  }
+  const uint16_t scale = slake::fp32_to_fp16(0.01f);
+  const auto& info = slake::dtype_info(t);
+  if (t == DType::F16 || t == DType::BF16) {  // keep the values finite
+    for (size_t i = 0; i < w.size(); i += 2) {
+      const uint16_t v = t == DType::F16 ? slake::fp32_to_fp16(static_cast<float>(w[i]) / 256.0f - 0.5f)
+                                         : slake::fp32_to_bf16(static_cast<float>(w[i]) / 256.0f - 0.5f);
+      std::memcpy(&w[i], &v, 2);
+    }
+  } else if (t == DType::F32) {
+    for (size_t i = 0; i < w.size(); i += 4) {
+      const float v = static_cast<float>(w[i]) / 256.0f - 0.5f;
+      std::memcpy(&w[i], &v, 4);
+    }
+  } else {
+    const size_t off = t == DType::Q6_K ? 208 : 0;
+    for (size_t b = 0; b < w.size(); b += static_cast<size_t>(info.block_bytes)) {
+      std::memcpy(&w[b + off], &scale, 2);
+      if (t == DType::Q4_K) std::memcpy(&w[b + 2], &scale, 2);
+    }
+  }
+  return w;
+}
+
+void BM_matmul(benchmark::State& state) {
+  const auto t = static_cast<DType>(state.range(0));
+  const int64_t tokens = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  // Copies of the matrix, used in turn, so that the weights come from memory, not from the
+  // last-level cache (260 MiB here), as they do in a forward pass.
+  const auto w = random_weights(t);
+  const size_t copies = std::max<size_t>(1, (size_t{768} << 20) / w.size());
+  std::vector<uint8_t> all(w.size() * copies);
+  for (size_t c = 0; c < copies; ++c) std::memcpy(&all[c * w.size()], w.data(), w.size());
+  slake::TensorView W;
+  W.type = t;
+  W.ne = {kK, kN};
+  W.nbytes = w.size();
+  size_t next = 0;
+  std::vector<float> x(static_cast<size_t>(tokens * kK)), out(static_cast<size_t>(tokens * kN));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> g;
+  for (auto& v : x) v = g(rng);
+  slake::ThreadPool pool(threads);
+  for (auto _ : state) {
+    W.data = &all[next * w.size()];
+    next = (next + 1) % copies;
+    slake::matmul(out.data(), x.data(), tokens, W, pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(std::string(slake::dtype_name(t)) + " tokens=" + std::to_string(tokens) +
+                 " threads=" + std::to_string(threads));
+  state.counters["weight_GBps"] = benchmark::Counter(static_cast<double>(w.size()) * 1e-9,
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * kK * kN * static_cast<double>(tokens) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void matmul_args(benchmark::internal::Benchmark* b) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+    for (int64_t tokens : {1, 64})
+      for (int threads : {1, 2}) b->Args({static_cast<int64_t>(t), tokens, threads});
+}
+BENCHMARK(BM_matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool bandwidth = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--bandwidth") == 0) bandwidth = true;
+    else args.push_back(argv[i]);
+  }
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  if (bandwidth) {
+    for (int threads : {1, 2}) {
+      slake::ThreadPool pool(threads);
+      std::printf("memory read bandwidth, %d thread(s): %.1f GB/s\n", threads,
+                  slake::bench::measure_read_bandwidth(pool) * 1e-9);
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
