@@ -15,6 +15,8 @@ namespace {
 
 using nlohmann::json;
 
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -95,8 +97,9 @@ json BatchRunner::run(const BatchRequest& r) {
   std::string reason = "length";
   for (int n = 0; r.max_new_tokens < 0 || n < r.max_new_tokens;) {
     if (n < r.min_new_tokens) {  // Hugging Face's min_length: no end of the reply yet
-      for (const int32_t t : eog_) logits[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
-      for (const int32_t t : stop_tokens) logits[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+      for (const auto* set : {&eog_, &stop_tokens})
+        for (const int32_t t : *set)
+          if (static_cast<size_t>(t) < logits.size()) logits[static_cast<size_t>(t)] = -kInf;
     }
     const int32_t tok = argmax(logits);
     if (eog_.count(tok)) {
