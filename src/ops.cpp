@@ -1,5 +1,6 @@
 #include "slake/ops.h"
 
+#include "matmul_amx.h"
 #include "slake/quant_dot.h"
 
 #include <immintrin.h>
@@ -65,6 +66,15 @@ void rmsnorm_rows(float* out, const float* x, const TensorView& w, int64_t rows,
   });
 }
 
+namespace {
+
+// Prompt-sized Q8_0/Q4_0 products on AMX: rows in groups of 16 per chunk, the rest on VNNI.
+bool use_amx(DType t, int64_t n_tokens, int64_t N) {
+  return (t == DType::Q8_0 || t == DType::Q4_0) && n_tokens >= 16 && N >= 16 && amx_available();
+}
+
+}  // namespace
+
 void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, ThreadPool& pool) {
   const int64_t K = W.row_len(), N = W.n_rows();
   const size_t wb = row_bytes(W.type, K);
@@ -73,10 +83,14 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
   // stay in cache while every token passes over them.
   const ActFormat fmt = act_format(W.type);
   const size_t ab = act_row_bytes(fmt, K);
+  const bool amx = use_amx(W.type, n_tokens, N);
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   thread_local std::vector<uint8_t> act_buf;
+  thread_local std::vector<float> act_scales;
   if (fmt != ActFormat::F32) {
-    act_buf.resize(static_cast<size_t>(n_tokens) * ab);
+    // AMX reads whole groups of 16 tokens: the rows past n_tokens are zero.
+    const int64_t rows = amx ? (n_tokens + 15) / 16 * 16 : n_tokens;
+    act_buf.assign(static_cast<size_t>(rows) * ab, 0);
     uint8_t* dst = act_buf.data();
     const auto quantize = [&](int64_t b, int64_t e, int) {
       for (int64_t t = b; t < e; ++t) quantize_act_row(fmt, x + t * K, dst + static_cast<size_t>(t) * ab, K);
@@ -84,14 +98,32 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
     if (n_tokens >= 2 * pool.size()) pool.parallel_for(n_tokens, 1, quantize);
     else quantize(0, n_tokens, 0);
     act = dst;
+    if (amx) {
+      const int64_t nb = K / 32;
+      act_scales.assign(static_cast<size_t>(rows * nb), 0.0f);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        for (int64_t b = 0; b < nb; ++b)
+          act_scales[static_cast<size_t>(t * nb + b)] =
+              fp16_to_fp32(reinterpret_cast<const ActBlockQ8_0*>(dst + static_cast<size_t>(t) * ab)[b].d);
+    }
   }
-  // Chunks: a multiple of the tile height, small enough for every thread to get several.
-  int64_t chunk = std::max<int64_t>(kTileRows, std::min<int64_t>(64, N / (4 * pool.size())));
-  chunk -= chunk % kTileRows;
+  // Chunks: a multiple of the tile height (16 rows on AMX), small enough for every thread to get
+  // several.
+  const float* scales = act_scales.data();  // thread_local: the workers must not name it
+  const int64_t unit = amx ? 16 : kTileRows;
+  int64_t chunk = std::max<int64_t>(unit, std::min<int64_t>(64, N / (4 * pool.size())));
+  chunk -= chunk % unit;
   const int64_t n_chunks = (N + chunk - 1) / chunk;
   pool.parallel_for(n_chunks, 1, [&](int64_t cb, int64_t ce, int) {
     for (int64_t c = cb; c < ce; ++c) {
-      const int64_t r0 = c * chunk, r1 = std::min(N, r0 + chunk);
+      int64_t r0 = c * chunk;
+      const int64_t r1 = std::min(N, r0 + chunk);
+      if (amx && r1 - r0 >= 16) {
+        const int64_t rows = (r1 - r0) / 16 * 16;
+        amx_rows_q8(W.type == DType::Q4_0, K, W.data + static_cast<size_t>(r0) * wb, wb, rows, act, ab,
+                    scales, n_tokens, out + r0, N);
+        r0 += rows;
+      }
       for (int64_t t = 0; t < n_tokens; t += kTileTokens) {
         const int rn = static_cast<int>(std::min<int64_t>(kTileTokens, n_tokens - t));
         for (int64_t r = r0; r < r1; r += kTileRows) {

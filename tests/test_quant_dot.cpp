@@ -207,7 +207,7 @@ TEST(Matmul, RaggedShapesAndThreadsMatchFloat64) {
     W.ne = {K, N};
     W.data = w.data();
     W.nbytes = w.size();
-    for (int64_t tokens : {1, 3, 9}) {
+    for (int64_t tokens : {1, 3, 9, 17, 33}) {  // 17 and 33: AMX groups of 16 tokens with a ragged rest
       const auto x = random_floats(tokens * K, rng);
       const Prepared a = prepare(t, x, tokens, K);
       std::vector<double> want, mag;
