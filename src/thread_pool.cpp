@@ -24,16 +24,28 @@ ThreadPool::~ThreadPool() {
 }
 
 namespace {
-// Spins until done() or about `budget` has passed; returns done().
+// Waits for done() by spinning, for about `budget`; returns done(). After the first few
+// microseconds every check also yields the core, so that when there are more runnable threads
+// than cores (another process, or parallel test runs) the spinner does not hold back the thread
+// it is waiting for.
 template <class Done>
 bool spin_until(Done done, std::chrono::microseconds budget) {
-  const auto until = std::chrono::steady_clock::now() + budget;
+  const auto start = std::chrono::steady_clock::now();
+  bool yielding = false;
   for (int i = 0;; ++i) {
     if (done()) return true;
+    if (yielding) {
+      std::this_thread::yield();
+    } else {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return done();
+    }
+    if ((i & 63) == 63) {
+      const auto elapsed = std::chrono::steady_clock::now() - start;
+      if (elapsed > budget) return done();
+      yielding = elapsed > std::chrono::microseconds(20);
+    }
   }
 }
 constexpr std::chrono::microseconds kSpin{200};
