@@ -13,3 +13,4 @@
 #include "topk.cuh"
 #include "prefill_attention.cuh"
 #include "window_stats.cuh"
+#include "backend_kernels.cuh"

@@ -33,6 +33,11 @@ void device_free(void* p) {
 void copy_to_device(void* dst, const void* src, size_t bytes) { check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D"); }
 void copy_to_host(void* dst, const void* src, size_t bytes) { check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H"); }
 void device_memset(void* dst, int value, size_t bytes) { check(cudaMemset(dst, value, bytes), "cudaMemset"); }
+void copy_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy D2D");
+}
+void memory_info(size_t* free_bytes, size_t* total_bytes) { check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo"); }
+void set_emulated_memory(size_t) {}
 void synchronize() { check(cudaDeviceSynchronize(), "kernel"); }
 void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
 

@@ -20,6 +20,13 @@ void device_free(void* p);
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void device_memset(void* dst, int value, size_t bytes);
+// Device-to-device copy (the regions must not overlap).
+void copy_device(void* dst, const void* src, size_t bytes);
+// Free and total device memory (cudaMemGetInfo). Under emulation both are the emulated device's
+// size: set_emulated_memory() if called, else $SLAKE_EMU_DEVICE_MEMORY (bytes, K/M/G suffixes
+// allowed), else the host's physical memory.
+void memory_info(size_t* free_bytes, size_t* total_bytes);
+void set_emulated_memory(size_t bytes);  // 0: back to the default; no effect on a GPU build
 // Waits for the device and throws if a kernel failed.
 void synchronize();
 // Throws if the last launch was rejected (bad configuration); a no-op under emulation.

@@ -115,6 +115,39 @@ void partition_rows(int32_t* kept_idx, int32_t* n_kept, int32_t* evicted_idx, in
 void gather_rows(float* dst_k, float* dst_v, int32_t* dst_pos, int64_t dst_rows, const KvLayerView& src, const int32_t* idx,
                  int64_t idx_ld, const int32_t* count, int max_count, Stream stream = nullptr);
 
+// ---- the device forward pass's own kernels (backend_kernels.cuh) ----
+
+// A layer's cache, writable (the same layout as KvLayerView).
+struct KvLayerMut {
+  float* k;
+  float* v;
+  int32_t* pos;
+  int n_kv_heads, capacity, head_dim;
+};
+// out[i] = x[i] rounded to bf16 (nearest even), as slake::fp32_to_bf16.
+void to_bf16(uint16_t* out, const float* x, int64_t n, Stream stream = nullptr);
+// p[0..n) = value.
+void fill_i32(int32_t* p, int32_t value, int n, Stream stream = nullptr);
+// Row row0 + t of every KV head g = k[t * src_stride + g * head_dim ...] (and v), position pos[t].
+void kv_append(const KvLayerMut& kv, int row0, const float* k, const float* v, int64_t src_stride, const int32_t* pos,
+               int n_tokens, Stream stream = nullptr);
+// out[g * ld + r] = indicator[g * P + pos of row r of head g], r < n_cand: the prefill scores of a
+// layer's candidate rows (slake::KvEvictor::evict_to).
+void gather_scores(float* out, int64_t ld, const float* indicator, int P, const KvLayerView& kv, int n_cand, Stream stream = nullptr);
+// SLAKE's VABS terms per (window query i, query head h): out[(i * n_heads + h) * 2] = tv_va and
+// [.. + 1] = entropy, as one step of slake::vabs_terms; kept[g * P + j] flags the prefix tokens a
+// uniform budget keeps. The cache holds the S prompt tokens in order.
+void vabs_terms(double* out, const float* q_window, int S, int window, int n_heads, const KvLayerView& kv, const uint8_t* kept,
+                Stream stream = nullptr);
+// The decode victim of every KV head among its first n_cand rows (slake::KvEvictor::decode_victim):
+// mode 0 attention average-pooled over 5 (cake, slake), 1 max-pooled over 7 (snapkv, pyramidkv),
+// 2 recency with 4 sinks (streaming). scratch: victim_scratch_doubles().
+size_t victim_scratch_doubles(int n_kv_heads, int capacity);
+void decode_victims(int32_t* victim, double* scratch, const float* q, int32_t qpos, int n_heads, const KvLayerView& kv, int n_cand,
+                    int mode, Stream stream = nullptr);
+// Removes row[g] (when >= 0) from each KV head g holding n_held rows, keeping the order.
+void remove_rows(const KvLayerMut& kv, const int32_t* row, int n_held, Stream stream = nullptr);
+
 // ---- argmax (argmax.cuh) ----
 
 // out[r] = the index of the largest of x[r][0..n) (the first such index on ties).

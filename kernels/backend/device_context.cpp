@@ -1,0 +1,454 @@
+#include "backend/device_context.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "device_memory.h"
+#include "slake/dtype.h"
+#include "slake/error.h"
+#include "slake/kv_budget.h"
+#include "slake/rope.h"
+
+namespace slake::gpu {
+
+namespace {
+constexpr double kPyramidBeta = 20.0;  // as src/kv_evictor.cpp
+constexpr int kSinkTokens = 4;
+double recency_score(int pos, int horizon) { return pos < kSinkTokens ? horizon + (kSinkTokens - pos) : pos; }
+
+// Dequantises `t` and writes it to `dst` on the device, as bf16 (matrix) or fp32, in slices.
+void upload_tensor(void* dst, const TensorView& t, bool matrix) {
+  const int64_t rows = t.n_rows(), len = t.row_len();
+  const int64_t slice = std::max<int64_t>(1, (int64_t{16} << 20) / std::max<int64_t>(1, len));
+  std::vector<float> f(static_cast<size_t>(std::min(rows, slice) * len));
+  std::vector<uint16_t> h(matrix ? f.size() : 0);
+  for (int64_t r0 = 0; r0 < rows; r0 += slice) {
+    const int64_t nr = std::min(slice, rows - r0);
+    for (int64_t r = 0; r < nr; ++r) dequantize_row(t.type, t.row(r0 + r), f.data() + r * len, len);
+    const size_t n = static_cast<size_t>(nr * len);
+    if (matrix) {
+      for (size_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(f[i]);
+      copy_to_device(static_cast<uint16_t*>(dst) + r0 * len, h.data(), n * sizeof(uint16_t));
+    } else {
+      copy_to_device(static_cast<float*>(dst) + r0 * len, f.data(), n * sizeof(float));
+    }
+  }
+}
+}  // namespace
+
+DeviceContext::DeviceContext(const Model& model, const ContextParams& params) : model_(model), plan_(model, params) {
+  const KvPolicyParams& p = plan_.kv;
+  parts_ = policy_parts(p.policy);
+  if (plan_.evicting && parts_.selector == KvSelector::HeavyHitter)
+    fail("--kv-policy " + p.policy + " is not supported by the cuda backend (use the cpu backend)");
+  if (plan_.evicting && !p.cascade) fail("the cuda backend evicts after every layer (cascade) only");
+  plan_.check_fits();  // before anything is allocated
+  gemm_ = make_gemm();
+  arena_ = device_alloc(plan_.total_bytes());
+  device_memset(arena_, 0, plan_.total_bytes());
+  try {
+    upload_weights();
+    const Rope rope(model.cfg);
+    copy_to_device(at<double>("inv_freq"), rope.inv_freq().data(), rope.inv_freq().size() * sizeof(double));
+  } catch (...) {
+    device_free(arena_);
+    throw;
+  }
+  reset();
+}
+
+DeviceContext::~DeviceContext() { device_free(arena_); }
+
+void DeviceContext::upload_weights() {
+  const ModelConfig& c = model_.cfg;
+  auto matrix = [&](const TensorView& t, const std::string& name) {
+    uint16_t* d = at<uint16_t>(name.c_str());
+    upload_tensor(d, t, true);
+    return DeviceMatrix{d, static_cast<int>(t.n_rows()), static_cast<int>(t.row_len())};
+  };
+  auto vec = [&](const TensorView& t, const std::string& name) {
+    float* d = at<float>(name.c_str());
+    upload_tensor(d, t, false);
+    return static_cast<const float*>(d);
+  };
+  tok_embd_ = matrix(model_.tok_embd, "tok_embd");
+  output_ = c.tied_output ? tok_embd_ : matrix(model_.output, "output");
+  output_norm_ = vec(model_.output_norm, "output_norm");
+  layers_.assign(static_cast<size_t>(c.n_layers), Layer{});
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model_.layers[static_cast<size_t>(l)];
+    Layer& L = layers_[static_cast<size_t>(l)];
+    const std::string p = "layer" + std::to_string(l) + ".";
+    L.attn_norm = vec(w.attn_norm, p + "attn_norm");
+    L.wq = matrix(w.wq, p + "wq");
+    L.wk = matrix(w.wk, p + "wk");
+    L.wv = matrix(w.wv, p + "wv");
+    L.wo = matrix(w.wo, p + "wo");
+    L.ffn_norm = vec(w.ffn_norm, p + "ffn_norm");
+    L.w_gate = matrix(w.w_gate, p + "w_gate");
+    L.w_up = matrix(w.w_up, p + "w_up");
+    L.w_down = matrix(w.w_down, p + "w_down");
+  }
+}
+
+void DeviceContext::reset() {
+  const ModelConfig& c = model_.cfg;
+  n_past_ = 0;
+  S_ = 0;
+  prompt_evicts_ = false;
+  scores_.clear();
+  budgets_.clear();
+  pool_used_ = 0;
+  kv_peak_ = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    Layer& L = layers_[static_cast<size_t>(l)];
+    L.off = plan_.evicting ? 0 : static_cast<int64_t>(l) * plan_.n_ctx;
+    L.cap = plan_.evicting ? 0 : plan_.n_ctx;
+    L.held = 0;
+    L.lin = false;
+  }
+  device_memset(at<int32_t>("kv.n_held"), 0, static_cast<size_t>(c.n_layers) * c.n_kv_heads * sizeof(int32_t));
+  if (plan_.evicting && plan_.kv.taylor()) {
+    const size_t H = static_cast<size_t>(c.n_layers) * c.n_kv_heads, d = static_cast<size_t>(c.head_dim);
+    device_memset(at<float>("lin.n"), 0, H * sizeof(float));
+    device_memset(at<float>("lin.ksum"), 0, H * d * sizeof(float));
+    device_memset(at<float>("lin.vsum"), 0, H * d * sizeof(float));
+    device_memset(at<float>("lin.M"), 0, H * d * d * sizeof(float));
+  }
+}
+
+KvLayerMut DeviceContext::pool_layer(int l) const {
+  const ModelConfig& c = model_.cfg;
+  const Layer& L = layers_[static_cast<size_t>(l)];
+  const int64_t H = c.n_kv_heads, d = c.head_dim;
+  return KvLayerMut{at<float>("kv.k") + L.off * H * d, at<float>("kv.v") + L.off * H * d, at<int32_t>("kv.pos") + L.off * H,
+                    c.n_kv_heads, L.cap, c.head_dim};
+}
+
+KvLayerMut DeviceContext::staging() const {
+  const ModelConfig& c = model_.cfg;
+  const int64_t H = c.n_kv_heads, d = c.head_dim, n = plan_.staging_slots;
+  float* base = at<float>("staging");
+  return KvLayerMut{base, base + n * H * d, reinterpret_cast<int32_t*>(base + 2 * n * H * d), c.n_kv_heads,
+                    static_cast<int>(n), c.head_dim};
+}
+
+KvLayerView DeviceContext::view(const KvLayerMut& m, int l) const {
+  return KvLayerView{m.k, m.v, m.pos, at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * m.n_kv_heads, m.n_kv_heads,
+                     m.capacity, m.head_dim};
+}
+
+LinearStateView DeviceContext::lin(int l) const {
+  if (!(plan_.evicting && plan_.kv.taylor())) return LinearStateView{nullptr, nullptr, nullptr, nullptr};
+  const ModelConfig& c = model_.cfg;
+  const int64_t H = c.n_kv_heads, d = c.head_dim, g0 = static_cast<int64_t>(l) * H;
+  return LinearStateView{at<float>("lin.n") + g0, at<float>("lin.ksum") + g0 * d, at<float>("lin.vsum") + g0 * d,
+                         at<float>("lin.M") + g0 * d * d};
+}
+
+void DeviceContext::set_held(int l, int held) {
+  layers_[static_cast<size_t>(l)].held = held;
+  fill_i32(at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * model_.cfg.n_kv_heads, held, model_.cfg.n_kv_heads);
+}
+
+int64_t DeviceContext::tokens_held() const {
+  int64_t n = 0;
+  for (const Layer& L : layers_) n += static_cast<int64_t>(L.held) * model_.cfg.n_kv_heads;
+  return n;
+}
+
+size_t DeviceContext::kv_bytes_used() const {
+  const ModelConfig& c = model_.cfg;
+  size_t lin_heads = 0;
+  for (const Layer& L : layers_) lin_heads += L.lin ? static_cast<size_t>(c.n_kv_heads) : 0;
+  return static_cast<size_t>(tokens_held()) * (2 * sizeof(float) * c.head_dim + sizeof(int32_t)) +
+         lin_heads * LinearState(c.head_dim).bytes();
+}
+
+void DeviceContext::note_usage() { kv_peak_ = std::max(kv_peak_, kv_bytes_used()); }
+
+void DeviceContext::run_layer(int l, int n, const int32_t* pos_host, bool prompt) {
+  const ModelConfig& c = model_.cfg;
+  const Layer& L = layers_[static_cast<size_t>(l)];
+  const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.ffn_dim;
+  const int B = plan_.n_batch;
+  float *x = at<float>("x"), *xb = at<float>("xb"), *q = at<float>("q"), *k = at<float>("k"), *v = at<float>("v");
+  float *att = at<float>("att"), *gate = at<float>("gate"), *up = at<float>("up");
+  uint16_t* act = at<uint16_t>("act_bf16");
+  const int32_t* pos = at<int32_t>("positions");
+  const bool in_staging = prompt && plan_.evicting;
+  for (int t0 = 0; t0 < n; t0 += B) {
+    const int nb = std::min(B, n - t0);
+    float* xc = x + t0 * dim;
+    rmsnorm(xb, xc, L.attn_norm, nb, static_cast<int>(dim), c.rms_eps);
+    gemm_->matmul(q, xb, nb, L.wq, act);
+    gemm_->matmul(k, xb, nb, L.wk, act);
+    gemm_->matmul(v, xb, nb, L.wv, act);
+    const bool half = c.rope_layout == RopeLayout::Half;
+    rope(q, pos + t0, nb, qd, c.n_heads, c.head_dim, at<double>("inv_freq"), half);
+    rope(k, pos + t0, nb, kvd, c.n_kv_heads, c.head_dim, at<double>("inv_freq"), half);
+    const KvLayerMut cache = in_staging ? staging() : pool_layer(l);
+    const int held = layers_[static_cast<size_t>(l)].held;
+    kv_append(cache, held, k, v, kvd, pos + t0, nb);
+    set_held(l, held + nb);
+    if (!prompt && plan_.evicting) decode_evict(l, pos_host[t0]);  // nb == 1 here (eval splits)
+    if (prompt && prompt_evicts_) {
+      const int first = std::max(t0, S_ - plan_.kv.window), last = t0 + nb;  // window queries in this chunk
+      if (first < last)
+        copy_device(at<float>("q_window") + (first - (S_ - plan_.kv.window)) * qd, q + (first - t0) * qd,
+                    static_cast<size_t>(last - first) * qd * sizeof(float));
+    }
+    const KvLayerView kvv = view(in_staging ? staging() : pool_layer(l), l);
+    const int max_held = layers_[static_cast<size_t>(l)].held;
+    if (nb == 1)
+      ptaa_decode(att, q, pos_host[t0], c.n_heads, kvv, lin(l), c.sliding_window, max_held, plan_.ptaa_split_len,
+                  at<float>("ptaa"));
+    else
+      prefill_attention(att, qd, q, qd, pos + t0, nb, c.n_heads, kvv, lin(l), c.sliding_window);
+    gemm_->matmul(xb, att, nb, L.wo, act);
+    residual_add(xc, xb, nb * dim);
+    rmsnorm(xb, xc, L.ffn_norm, nb, static_cast<int>(dim), c.rms_eps);
+    gemm_->matmul(gate, xb, nb, L.w_gate, act);
+    gemm_->matmul(up, xb, nb, L.w_up, act);
+    swiglu(gate, gate, up, nb * ff);
+    gemm_->matmul(xb, gate, nb, L.w_down, act);
+    residual_add(xc, xb, nb * dim);
+  }
+}
+
+std::vector<int64_t> DeviceContext::fixed_budgets() const {  // KvEvictor::fixed_budgets
+  const KvPolicyParams& p = plan_.kv;
+  const int n_layers = model_.cfg.n_layers;
+  const int64_t per = p.budget - p.window, total = per * n_layers, cap = S_ - p.window;
+  if (parts_.allocator == KvAllocator::Uniform || n_layers == 1)
+    return allocate_budgets(std::vector<double>(static_cast<size_t>(n_layers), 1.0), total, cap);
+  const double lo = per / kPyramidBeta, hi = 2.0 * per - lo;
+  std::vector<double> w(static_cast<size_t>(n_layers));
+  for (int l = 0; l < n_layers; ++l) w[static_cast<size_t>(l)] = hi - l * (hi - lo) / (n_layers - 1);
+  return allocate_budgets(w, total, cap);
+}
+
+int64_t DeviceContext::decode_budget(int l) const {
+  return l < static_cast<int>(budgets_.size()) ? budgets_[static_cast<size_t>(l)] : plan_.kv.budget - plan_.kv.window;
+}
+
+void DeviceContext::on_layer_done(int l) {
+  const ModelConfig& c = model_.cfg;
+  const KvPolicyParams& p = plan_.kv;
+  const int H = c.n_kv_heads, W = p.window;
+  if (!prompt_evicts_) {  // kept whole: into the pool with room for decode up to the default budget
+    const int cap = std::min(std::max(S_, p.budget) + 1, plan_.n_ctx + 1);
+    relocate(l, staging(), S_, pool_used_, cap);
+    pool_used_ += cap;
+    return;
+  }
+  const int P = S_ - W;
+  const KvLayerView st = view(staging(), l);
+  float* ind = at<float>("indicator") + static_cast<int64_t>(l) * H * plan_.n_ctx;  // [g][P]
+  double score = 1.0;
+  switch (parts_.selector) {
+    case KvSelector::Recent: {
+      std::vector<float> r(static_cast<size_t>(H) * P);
+      for (int g = 0; g < H; ++g)
+        for (int j = 0; j < P; ++j) r[static_cast<size_t>(g) * P + j] = static_cast<float>(recency_score(j, P));
+      copy_to_device(ind, r.data(), r.size() * sizeof(float));
+      break;
+    }
+    case KvSelector::WindowMax7:
+    case KvSelector::Indicator: {
+      const bool snap = parts_.selector == KvSelector::WindowMax7;
+      window_stats(ind, at<double>("totals"), at<float>("q_window"), S_, W, c.n_heads, st, snap ? 0.0 : p.gamma, snap ? 1 : 0,
+                   at<double>("window_scratch"));
+      if (parts_.allocator == KvAllocator::Cake) {
+        double t[2];
+        synchronize();
+        copy_to_host(t, at<double>("totals"), sizeof t);
+        score = std::pow(t[0], 1.0 / p.tau1.value_or(1.0)) * std::pow(t[1], 1.0 / p.tau2.value_or(1.0));
+      }
+      if (parts_.allocator == KvAllocator::Vabs) {
+        topk_flags(at<uint8_t>("uniform_kept"), ind, H, P, P, p.budget - p.window);
+        vabs_terms(at<double>("vabs"), at<float>("q_window"), S_, W, c.n_heads, st, at<uint8_t>("uniform_kept"));
+        std::vector<double> v(static_cast<size_t>(W) * c.n_heads * 2);
+        synchronize();
+        copy_to_host(v.data(), at<double>("vabs"), v.size() * sizeof(double));
+        double tv_va = 0, en = 0;  // per head over the window, then over the heads, as slake::vabs_terms
+        for (int h = 0; h < c.n_heads; ++h) {
+          double a = 0, b = 0;
+          for (int i = 0; i < W; ++i) a += v[(static_cast<size_t>(i) * c.n_heads + h) * 2], b += v[(static_cast<size_t>(i) * c.n_heads + h) * 2 + 1];
+          tv_va += a, en += b;
+        }
+        const double rows = static_cast<double>(c.n_heads) * W;
+        score = std::pow(tv_va / rows, p.alpha.value_or(0.5)) * std::pow(en / rows, p.beta.value_or(0.4));
+      }
+      break;
+    }
+    default:
+      fail("internal: no selector for an evicting policy");
+  }
+  scores_.push_back(std::isfinite(score) ? score : 0.0);
+
+  // Budgets of the layers seen so far: KvEvictor::on_layer_done.
+  const size_t seen = static_cast<size_t>(l) + 1;
+  std::vector<int64_t> b;
+  if (parts_.allocator == KvAllocator::Cake || parts_.allocator == KvAllocator::Vabs) {
+    const int64_t total = static_cast<int64_t>(p.budget - p.window) * c.n_layers, cap = P;
+    b = total >= cap * static_cast<int64_t>(seen) ? std::vector<int64_t>(seen, cap) : allocate_budgets(scores_, total, cap);
+    for (size_t k = 0; k < budgets_.size(); ++k) b[k] = std::min(b[k], budgets_[k]);
+  } else {
+    b = fixed_budgets();
+    b.resize(seen);
+  }
+  budgets_ = b;
+
+  // Evict every seen layer to its budget and repack the pool: layer k moves to the sum of the new
+  // capacities before it (never above where it was), through the move area.
+  int64_t off = 0;
+  for (int k = 0; k < l; ++k) {
+    Layer& Lk = layers_[static_cast<size_t>(k)];
+    const int cap = static_cast<int>(budgets_[static_cast<size_t>(k)]) + W + 1;
+    const int64_t n_cand = Lk.held - W;
+    if (!(cap == Lk.cap && off == Lk.off && budgets_[static_cast<size_t>(k)] >= n_cand)) {
+      const KvLayerMut mv{at<float>("move"), at<float>("move") + plan_.move_slots * H * c.head_dim,
+                          reinterpret_cast<int32_t*>(at<float>("move") + 2 * plan_.move_slots * H * c.head_dim), H, cap,
+                          c.head_dim};
+      const KvLayerMut src = pool_layer(k);
+      // Gather into the move area laid out with the new capacity, then copy it into place.
+      relocate(k, src, budgets_[static_cast<size_t>(k)], -1, cap);
+      Lk.off = off;
+      Lk.cap = cap;
+      const KvLayerMut dst = pool_layer(k);
+      const size_t rows = static_cast<size_t>(H) * cap;
+      copy_device(dst.k, mv.k, rows * c.head_dim * sizeof(float));
+      copy_device(dst.v, mv.v, rows * c.head_dim * sizeof(float));
+      copy_device(dst.pos, mv.pos, rows * sizeof(int32_t));
+    }
+    off += cap;
+  }
+  const int cap_l = static_cast<int>(budgets_[static_cast<size_t>(l)]) + W + 1;
+  relocate(l, staging(), budgets_[static_cast<size_t>(l)], off, cap_l);
+  pool_used_ = off + cap_l;
+  if (pool_used_ > plan_.pool_slots) fail("internal: the KV pool overflows its plan");
+}
+
+void DeviceContext::relocate(int l, const KvLayerMut& src, int64_t budget, int64_t off, int cap) {
+  // off < 0: into the move area (laid out with `cap` rows per head) instead of the pool.
+  const ModelConfig& c = model_.cfg;
+  const KvPolicyParams& p = plan_.kv;
+  Layer& L = layers_[static_cast<size_t>(l)];
+  const int H = c.n_kv_heads, held = L.held, W = p.window;
+  const int n_cand = prompt_evicts_ ? held - W : held;
+  const bool evict = prompt_evicts_ && budget < n_cand;
+  const int64_t ld = plan_.max_capacity;
+  uint8_t* flags = at<uint8_t>("flags");
+  int32_t *kept = at<int32_t>("kept_idx"), *evicted = at<int32_t>("evicted_idx");
+  int32_t *n_kept = at<int32_t>("counts"), *n_evicted = n_kept + H;
+  const KvLayerView sv = view(src, l);
+  device_memset(flags, 1, static_cast<size_t>(H) * held);  // [g][held]: everything kept by default
+  if (evict) {
+    gather_scores(at<float>("cand_scores"), held, at<float>("indicator") + static_cast<int64_t>(l) * H * plan_.n_ctx, S_ - W, sv,
+                  n_cand);
+    topk_flags(flags, at<float>("cand_scores"), H, n_cand, held, budget);
+  }
+  partition_rows(kept, n_kept, evicted, n_evicted, flags, held, sv.n_held, H, ld);
+  KvLayerMut dst;
+  if (off < 0) {
+    float* m = at<float>("move");
+    const int64_t n = plan_.move_slots;
+    dst = KvLayerMut{m, m + n * H * c.head_dim, reinterpret_cast<int32_t*>(m + 2 * n * H * c.head_dim), H, cap, c.head_dim};
+  } else {
+    L.off = off;
+    L.cap = cap;
+    dst = pool_layer(l);
+  }
+  const int kept_rows = evict ? static_cast<int>(budget) + W : held;
+  gather_rows(dst.k, dst.v, dst.pos, cap, sv, kept, ld, n_kept, kept_rows);
+  if (evict && p.taylor()) {
+    float* ek = at<float>("evicted");
+    float* ev = ek + plan_.evicted_slots * H * c.head_dim;
+    gather_rows(ek, ev, nullptr, plan_.evicted_slots, sv, evicted, ld, n_evicted, held - kept_rows);
+    linear_absorb_rows(lin(l), ek, ev, n_evicted, H, c.head_dim, plan_.evicted_slots * c.head_dim);
+    L.lin = true;
+  }
+  set_held(l, kept_rows);
+  note_usage();
+}
+
+void DeviceContext::decode_evict(int l, int32_t qpos) {
+  const ModelConfig& c = model_.cfg;
+  const KvPolicyParams& p = plan_.kv;
+  const int64_t b = decode_budget(l);
+  const int mode = parts_.selector == KvSelector::Recent ? 2 : parts_.selector == KvSelector::WindowMax7 ? 1 : 0;
+  Layer& L = layers_[static_cast<size_t>(l)];
+  const KvLayerMut m = pool_layer(l);
+  int32_t* victim = at<int32_t>("victim");
+  note_usage();
+  while (L.held > b + p.window) {
+    const KvLayerView kv = view(m, l);
+    decode_victims(victim, at<double>("victim_scratch"), at<float>("q"), qpos, c.n_heads, kv, L.held - p.window, mode);
+    if (p.taylor()) {
+      linear_absorb_one(lin(l), kv, victim);
+      L.lin = true;
+    }
+    remove_rows(m, victim, L.held);
+    set_held(l, L.held - 1);
+  }
+  note_usage();
+}
+
+void DeviceContext::eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits) {
+  const ModelConfig& c = model_.cfg;
+  const int n = static_cast<int>(tokens.size());
+  if (n == 0) fail("eval: no tokens");
+  if (n_past_ + n > plan_.n_ctx)
+    fail("context full: " + std::to_string(n_past_) + " + " + std::to_string(n) + " tokens exceed the context size " +
+         std::to_string(plan_.n_ctx));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= c.n_vocab) fail("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.n_vocab));
+  const bool prompt = n_past_ == 0;
+  if (!prompt && n > 1 && plan_.evicting) {  // decoded one at a time, as Context does
+    std::vector<float> step;
+    if (logits) logits->clear();
+    for (int t = 0; t < n; ++t) {
+      const bool want = logits && (all_logits || t == n - 1);
+      eval({tokens[static_cast<size_t>(t)]}, want ? &step : nullptr);
+      if (want) logits->insert(logits->end(), step.begin(), step.end());
+    }
+    return;
+  }
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  std::iota(pos.begin(), pos.end(), n_past_);
+  copy_to_device(at<int32_t>("tokens"), tokens.data(), tokens.size() * sizeof(int32_t));
+  copy_to_device(at<int32_t>("positions"), pos.data(), pos.size() * sizeof(int32_t));
+  embedding(at<float>("x"), tok_embd_.data, ElemType::BF16, at<int32_t>("tokens"), n, c.dim);
+  if (prompt) {
+    S_ = n;
+    prompt_evicts_ = plan_.evicting && S_ > plan_.kv.budget + plan_.kv.window;
+    scores_.clear();
+    budgets_.clear();
+    pool_used_ = 0;
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    run_layer(l, n, pos.data(), prompt);
+    note_usage();
+    if (prompt && plan_.evicting) on_layer_done(l);
+  }
+  note_usage();
+  n_past_ += n;
+  if (!logits) {
+    synchronize();
+    return;
+  }
+  const int first = all_logits ? 0 : n - 1, rows = n - first;
+  logits->resize(static_cast<size_t>(rows) * c.n_vocab);
+  float *xb = at<float>("xb"), *lg = at<float>("logits");
+  for (int r0 = 0; r0 < rows; r0 += plan_.n_batch) {
+    const int nr = std::min(plan_.n_batch, rows - r0);
+    rmsnorm(xb, at<float>("x") + static_cast<int64_t>(first + r0) * c.dim, output_norm_, nr, c.dim, c.rms_eps);
+    gemm_->matmul(lg, xb, nr, output_, at<uint16_t>("act_bf16"));
+    synchronize();
+    copy_to_host(logits->data() + static_cast<size_t>(r0) * c.n_vocab, lg, static_cast<size_t>(nr) * c.n_vocab * sizeof(float));
+  }
+}
+
+}  // namespace slake::gpu

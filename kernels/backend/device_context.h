@@ -1,0 +1,105 @@
+// The forward pass on the device: the same model, context parameters and KV policies as
+// slake::Context (src/context.cpp), with the kernels of kernels.h, the GEMMs of gemm.h and one
+// planned arena of device memory (device_plan.h). Weights are uploaded once in bf16 (quantised
+// types dequantised at load); keys, values, activations and the linear states never leave the
+// device. The eviction policy's decisions (layer budgets) are taken on the host from the small
+// per-layer statistics the kernels compute (the CAKE totals, SLAKE's VABS terms), with the same
+// allocator as the CPU (slake::allocate_budgets); token selection, compaction and absorption into
+// the linear state run on the device.
+//
+// Policies: full, slake, cake, snapkv, pyramidkv and streaming (cascading eviction); h2o is refused.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/device_plan.h"
+#include "backend/gemm.h"
+#include "kernels.h"
+#include "slake/context.h"
+#include "slake/kv_policy.h"
+#include "slake/model.h"
+
+namespace slake::gpu {
+
+class DeviceContext {
+ public:
+  // Plans, checks the plan against the device's free memory (refusing before any allocation),
+  // allocates the arena and uploads the weights.
+  DeviceContext(const Model& model, const ContextParams& params);
+  ~DeviceContext();
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  // As slake::Context::eval.
+  void eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits = false);
+
+  int n_past() const { return n_past_; }
+  int n_ctx() const { return plan_.n_ctx; }
+  const Model& model() const { return model_; }
+  void reset();
+
+  const DevicePlan& plan() const { return plan_; }
+  // The arena: every byte of device memory the context allocates (cuBLAS's own workspace and the
+  // CUDA runtime's context are not part of it).
+  size_t peak_device_bytes() const { return plan_.total_bytes(); }
+  // As KvCache::bytes_used / peak_bytes_used: held tokens' keys, values and positions plus the
+  // linear states that hold anything.
+  size_t kv_bytes_used() const;
+  size_t kv_peak_bytes() const { return kv_peak_; }
+  int64_t tokens_held() const;
+  int layer_tokens_held(int layer) const { return layers_[static_cast<size_t>(layer)].held; }
+  const std::vector<int64_t>& budgets() const { return budgets_; }
+  const char* gemm_name() const { return gemm_->name(); }
+
+ private:
+  struct Layer {
+    DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+    const float* attn_norm = nullptr;
+    const float* ffn_norm = nullptr;
+    int64_t off = 0;  // first slot in the pool
+    int cap = 0;      // rows per KV head
+    int held = 0;     // rows held by every KV head (eviction keeps the heads of a layer equal)
+    bool lin = false; // its linear states hold anything
+  };
+
+  template <typename T>
+  T* at(const char* name) const {
+    return reinterpret_cast<T*>(static_cast<char*>(arena_) + plan_.offset(name));
+  }
+  KvLayerMut pool_layer(int l) const;
+  KvLayerMut staging() const;
+  KvLayerView view(const KvLayerMut& m, int l) const;
+  LinearStateView lin(int l) const;
+  void set_held(int l, int held);
+  void note_usage();
+
+  void upload_weights();
+  void run_layer(int l, int n, const int32_t* pos_host, bool prompt);
+  void on_layer_done(int l);
+  // Evicts layer l (rows in `src`) to `budget` prefix tokens, writing the kept rows to the pool at
+  // `off` with `cap` rows per head.
+  void relocate(int l, const KvLayerMut& src, int64_t budget, int64_t off, int cap);
+  void decode_evict(int l, int32_t qpos);
+  std::vector<int64_t> fixed_budgets() const;
+  int64_t decode_budget(int l) const;
+
+  const Model& model_;
+  DevicePlan plan_;
+  KvPolicyParts parts_{};
+  std::unique_ptr<Gemm> gemm_;
+  void* arena_ = nullptr;
+  DeviceMatrix tok_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<Layer> layers_;
+  int n_past_ = 0;
+  // The current prompt (eviction).
+  int S_ = 0;
+  bool prompt_evicts_ = false;
+  std::vector<double> scores_;
+  std::vector<int64_t> budgets_;
+  int64_t pool_used_ = 0;
+  size_t kv_peak_ = 0;
+};
+
+}  // namespace slake::gpu

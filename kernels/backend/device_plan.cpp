@@ -1,0 +1,168 @@
+#include "device_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "device_memory.h"
+#include "kernels.h"
+#include "slake/error.h"
+#include "slake/kv_policy.h"
+
+namespace slake::gpu {
+
+size_t device_weight_bytes(const TensorView& t, bool matrix) {
+  return static_cast<size_t>(t.n_elements()) * (matrix ? sizeof(uint16_t) : sizeof(float));
+}
+
+namespace {
+std::string mib(size_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(b) / (1024.0 * 1024.0));
+  return buf;
+}
+}  // namespace
+
+DevicePlan::DevicePlan(const Model& model, const ContextParams& params) {
+  const ModelConfig& c = model.cfg;
+  if (params.n_ctx < 0) fail("context size must not be negative, got " + std::to_string(params.n_ctx));
+  if (params.n_batch < 1) fail("batch size must be positive, got " + std::to_string(params.n_batch));
+  n_ctx = params.n_ctx == 0 ? c.n_ctx_train : params.n_ctx;
+  if (n_ctx < 1) fail("context size must be positive, got " + std::to_string(n_ctx));
+  n_batch = std::min(params.n_batch, n_ctx);
+  kv = resolve_kv_defaults(params.kv, c);
+  validate(kv);
+  evicting = kv.evicts();
+  if (c.head_dim > kMaxHeadDim || c.head_dim % 2 != 0)
+    fail("the cuda backend supports head_dim up to " + std::to_string(kMaxHeadDim) + " (even), the model has " +
+         std::to_string(c.head_dim));
+
+  const size_t L = static_cast<size_t>(c.n_layers), H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
+  const size_t slot = H * (2 * d * sizeof(float) + sizeof(int32_t));
+  const size_t ctx = static_cast<size_t>(n_ctx), B = static_cast<size_t>(n_batch);
+
+  // Weights, in the order DeviceContext uploads them.
+  add("weights", "tok_embd", device_weight_bytes(model.tok_embd, true));
+  add("weights", "output_norm", device_weight_bytes(model.output_norm, false));
+  if (!c.tied_output) add("weights", "output", device_weight_bytes(model.output, true));
+  for (size_t l = 0; l < L; ++l) {
+    const LayerWeights& w = model.layers[l];
+    const std::string p = "layer" + std::to_string(l) + ".";
+    add("weights", p + "attn_norm", device_weight_bytes(w.attn_norm, false));
+    add("weights", p + "wq", device_weight_bytes(w.wq, true));
+    add("weights", p + "wk", device_weight_bytes(w.wk, true));
+    add("weights", p + "wv", device_weight_bytes(w.wv, true));
+    add("weights", p + "wo", device_weight_bytes(w.wo, true));
+    add("weights", p + "ffn_norm", device_weight_bytes(w.ffn_norm, false));
+    add("weights", p + "w_gate", device_weight_bytes(w.w_gate, true));
+    add("weights", p + "w_up", device_weight_bytes(w.w_up, true));
+    add("weights", p + "w_down", device_weight_bytes(w.w_down, true));
+  }
+
+  // The exact cache. Without eviction every layer owns n_ctx slots. With eviction the layers share
+  // a pool: after a prompt's layer is done, each layer seen so far keeps at most budget + Sw rows
+  // (+1 for a decode step's append before its eviction), and the budgets of the seen layers sum to
+  // at most (C - Sw) * n_layers; a prompt that evicts nothing keeps at most C + Sw rows. The
+  // prompt's current layer is written to the staging area, and relocations go through the move
+  // area and (for the linear state) the evicted-rows area, each one layer of n_ctx + 1 slots.
+  if (!evicting) {
+    pool_slots = static_cast<int64_t>(L * ctx);
+    staging_slots = move_slots = evicted_slots = 0;
+    max_capacity = n_ctx;
+  } else {
+    const int64_t per_layer = std::min<int64_t>(static_cast<int64_t>(kv.budget) + kv.window + 1, n_ctx + 1);
+    pool_slots = static_cast<int64_t>(L) * per_layer;
+    staging_slots = move_slots = n_ctx + 1;
+    evicted_slots = kv.taylor() ? n_ctx : 0;
+    max_capacity = n_ctx + 1;
+  }
+  add("kv", "kv.k", static_cast<size_t>(pool_slots) * H * d * sizeof(float));
+  add("kv", "kv.v", static_cast<size_t>(pool_slots) * H * d * sizeof(float));
+  add("kv", "kv.pos", static_cast<size_t>(pool_slots) * H * sizeof(int32_t));
+  add("kv", "kv.n_held", L * H * sizeof(int32_t));
+  if (evicting) {
+    add("kv", "staging", static_cast<size_t>(staging_slots) * slot);
+    add("kv", "move", static_cast<size_t>(move_slots) * slot);
+    add("kv", "evicted", static_cast<size_t>(evicted_slots) * H * 2 * d * sizeof(float));
+  }
+  const bool lin = evicting && kv.taylor();
+  add("kv", "lin.n", lin ? L * H * sizeof(float) : 0);
+  add("kv", "lin.ksum", lin ? L * H * d * sizeof(float) : 0);
+  add("kv", "lin.vsum", lin ? L * H * d * sizeof(float) : 0);
+  add("kv", "lin.M", lin ? L * H * d * d * sizeof(float) : 0);
+
+  // Activations: the residual stream of a whole prompt, one chunk's scratch, the logits of a chunk.
+  const size_t dim = static_cast<size_t>(c.dim), qd = static_cast<size_t>(c.q_dim()), kvd = static_cast<size_t>(c.kv_dim());
+  const size_t ff = static_cast<size_t>(c.ffn_dim), widest = std::max({dim, qd, ff});
+  add("activations", "x", ctx * dim * sizeof(float));
+  add("activations", "xb", B * dim * sizeof(float));
+  add("activations", "q", B * qd * sizeof(float));
+  add("activations", "k", B * kvd * sizeof(float));
+  add("activations", "v", B * kvd * sizeof(float));
+  add("activations", "att", B * qd * sizeof(float));
+  add("activations", "gate", B * ff * sizeof(float));
+  add("activations", "up", B * ff * sizeof(float));
+  add("activations", "act_bf16", B * widest * sizeof(uint16_t));
+  add("activations", "logits", B * static_cast<size_t>(c.n_vocab) * sizeof(float));
+  add("activations", "tokens", ctx * sizeof(int32_t));
+  add("activations", "positions", ctx * sizeof(int32_t));
+  add("activations", "inv_freq", d / 2 * sizeof(double));
+  ptaa_split_len = 256;
+  ptaa_n_splits = ptaa_splits(max_capacity, ptaa_split_len);
+  add("activations", "ptaa", ptaa_scratch_floats(c.n_heads, c.head_dim, ptaa_n_splits) * sizeof(float));
+
+  // The policy's statistics and work arrays.
+  if (evicting) {
+    const size_t rows = static_cast<size_t>(max_capacity), W = static_cast<size_t>(kv.window);
+    const size_t nh = static_cast<size_t>(c.n_heads);
+    add("policy", "q_window", W * qd * sizeof(float));
+    add("policy", "window_scratch",
+        (n_ctx > kv.window ? window_stats_scratch_doubles(c.n_heads, n_ctx, kv.window) : 0) * sizeof(double));
+    add("policy", "totals", 2 * sizeof(double));
+    add("policy", "indicator", L * H * ctx * sizeof(float));
+    add("policy", "uniform_kept", H * ctx);
+    add("policy", "vabs", W * nh * 2 * sizeof(double));
+    add("policy", "cand_scores", H * rows * sizeof(float));
+    add("policy", "flags", H * rows);
+    add("policy", "kept_idx", H * rows * sizeof(int32_t));
+    add("policy", "evicted_idx", H * rows * sizeof(int32_t));
+    add("policy", "counts", 2 * H * sizeof(int32_t));
+    add("policy", "victim", H * sizeof(int32_t));
+    add("policy", "victim_scratch", victim_scratch_doubles(c.n_kv_heads, max_capacity) * sizeof(double));
+  }
+}
+
+void DevicePlan::add(const std::string& group, const std::string& name, size_t bytes) {
+  entries_.push_back(Entry{name, bytes, total_});
+  groups_.push_back(group);
+  total_ += arena_align(bytes);
+}
+
+size_t DevicePlan::offset(const std::string& name) const {
+  for (const Entry& e : entries_)
+    if (e.name == name) return e.offset;
+  fail("internal: no planned device buffer named " + name);
+}
+
+size_t DevicePlan::group_bytes(const std::string& group) const {
+  size_t n = 0;
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (groups_[i] == group) n += arena_align(entries_[i].bytes);
+  return n;
+}
+
+std::string DevicePlan::summary() const {
+  return mib(total_) + " MiB (weights " + mib(group_bytes("weights")) + ", KV cache " + mib(group_bytes("kv")) +
+         ", activations " + mib(group_bytes("activations")) + ", policy " + mib(group_bytes("policy")) + " MiB)";
+}
+
+void DevicePlan::check_fits() const {
+  size_t free_b = 0, total_b = 0;
+  memory_info(&free_b, &total_b);
+  if (total_ > free_b)
+    fail("a context of " + std::to_string(n_ctx) + " tokens (batch " + std::to_string(n_batch) + ", KV policy " + kv.policy +
+         (evicting ? ", budget " + std::to_string(kv.budget) : std::string()) + ") needs " + summary() +
+         " of device memory, but the device has " + mib(free_b) + " MiB free of " + mib(total_b) +
+         " MiB; lower the context size or the KV budget");
+}
+
+}  // namespace slake::gpu

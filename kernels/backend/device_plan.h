@@ -1,0 +1,60 @@
+// The device memory of a DeviceContext, planned before anything is allocated: every buffer the
+// forward pass, the KV cache and the eviction policy will ever use, for the context size, budget
+// and batch known at the start. The context then makes one allocation of total_bytes() (the arena)
+// and carves it up exactly as planned, so the peak device memory of a run is a property of the
+// plan. A plan that does not fit the device's free memory is refused (check_fits) with the numbers.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "slake/context.h"
+#include "slake/model.h"
+
+namespace slake::gpu {
+
+constexpr size_t kArenaAlign = 256;
+inline size_t arena_align(size_t n) { return (n + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
+
+// Bytes a weight takes on the device: matrices and the embedding table in bf16, 1-D norms in fp32.
+size_t device_weight_bytes(const TensorView& t, bool matrix);
+
+class DevicePlan {
+ public:
+  struct Entry {
+    std::string name;
+    size_t bytes;   // as requested
+    size_t offset;  // in the arena, kArenaAlign-aligned
+  };
+
+  // Resolves n_ctx (0: the model's training context) and the KV policy's defaults like Context.
+  DevicePlan(const Model& model, const ContextParams& params);
+
+  size_t total_bytes() const { return total_; }
+  size_t offset(const std::string& name) const;  // throws for an unknown name
+  const std::vector<Entry>& entries() const { return entries_; }
+  // Sums by group: "weights", "kv" (exact cache, staging, linear states), "activations", "policy".
+  size_t group_bytes(const std::string& group) const;
+  std::string summary() const;  // "total X MiB (weights .., kv .., activations .., policy ..)"
+
+  // Throws slake::Error naming the plan and the device's free memory when total_bytes() does not fit.
+  void check_fits() const;
+
+  int n_ctx, n_batch;
+  KvPolicyParams kv;  // resolved
+  bool evicting;      // the policy evicts (budget > 0 and not full)
+  // Token slots of the exact cache (one slot: a key, a value and a position for every KV head):
+  // the pool shared by the layers, the prompt layer's staging area and the relocation area.
+  int64_t pool_slots, staging_slots, move_slots, evicted_slots;
+  int max_capacity;  // most rows one layer's head can hold
+  int ptaa_split_len, ptaa_n_splits;
+
+ private:
+  void add(const std::string& group, const std::string& name, size_t bytes);
+  std::vector<Entry> entries_;
+  std::vector<std::string> groups_;
+  size_t total_ = 0;
+};
+
+}  // namespace slake::gpu

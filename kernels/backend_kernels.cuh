@@ -1,0 +1,255 @@
+// The kernels the device forward pass needs around the attention kernels: activations to bf16 for
+// the GEMMs, appending a chunk's keys and values to a layer's cache, per-layer eviction scores
+// (candidate scores from the prefill indicator, SLAKE's VABS layer terms, the decode victim) and
+// the removal of one row per KV head. All of it mirrors src/kv_evictor.cpp, src/kv_scores.cpp and
+// src/kv_vabs.cpp, in double where those are.
+#pragma once
+#include "common.cuh"
+#include "window_stats.cuh"
+
+namespace slake::gpu {
+
+// ---- small helpers ----
+
+__global__ void to_bf16_kernel(uint16_t* out, const float* x, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t u = __float_as_uint(x[i]);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      out[i] = static_cast<uint16_t>((u >> 16) | 0x40u);
+    } else {
+      u += 0x7fffu + ((u >> 16) & 1u);
+      out[i] = static_cast<uint16_t>(u >> 16);
+    }
+  }
+}
+
+void to_bf16(uint16_t* out, const float* x, int64_t n, Stream stream) {
+  if (n <= 0) return;
+  SLAKE_LAUNCH(dim3(elementwise_blocks(n, 256)), dim3(256), 0, stream, to_bf16_kernel)(out, x, n);
+  SLAKE_CHECK_LAUNCH("to_bf16_kernel");
+}
+
+__global__ void fill_i32_kernel(int32_t* p, int32_t value, int n) {
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) p[i] = value;
+}
+
+void fill_i32(int32_t* p, int32_t value, int n, Stream stream) {
+  if (n <= 0) return;
+  SLAKE_LAUNCH(dim3(1), dim3(128), 0, stream, fill_i32_kernel)(p, value, n);
+  SLAKE_CHECK_LAUNCH("fill_i32_kernel");
+}
+
+// Block (token t, KV head g): row row0 + t of head g = the token's key and value slice.
+__global__ void kv_append_kernel(KvLayerMut kv, int row0, const float* k, const float* v, int64_t src_stride, const int32_t* pos) {
+  const int t = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y), d = kv.head_dim;
+  const int64_t to = static_cast<int64_t>(g) * kv.capacity + row0 + t;
+  for (int i = static_cast<int>(threadIdx.x); i < d; i += static_cast<int>(blockDim.x)) {
+    kv.k[to * d + i] = k[t * src_stride + g * d + i];
+    kv.v[to * d + i] = v[t * src_stride + g * d + i];
+  }
+  if (threadIdx.x == 0) kv.pos[to] = pos[t];
+}
+
+void kv_append(const KvLayerMut& kv, int row0, const float* k, const float* v, int64_t src_stride, const int32_t* pos,
+               int n_tokens, Stream stream) {
+  if (n_tokens <= 0) return;
+  if (row0 < 0 || row0 + n_tokens > kv.capacity) throw Error("kv_append: rows beyond the layer's capacity");
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(n_tokens), static_cast<unsigned>(kv.n_kv_heads)), dim3(128), 0, stream,
+               kv_append_kernel)(kv, row0, k, v, src_stride, pos);
+  SLAKE_CHECK_LAUNCH("kv_append_kernel");
+}
+
+// ---- prefill eviction ----
+
+__global__ void gather_scores_kernel(float* out, int64_t ld, const float* indicator, int P, KvLayerView kv, int n_cand) {
+  const int g = static_cast<int>(blockIdx.y);
+  const int r = static_cast<int>(blockIdx.x) * 128 + static_cast<int>(threadIdx.x);
+  if (r >= n_cand) return;
+  const int32_t p = kv.pos[static_cast<int64_t>(g) * kv.capacity + r];
+  out[static_cast<int64_t>(g) * ld + r] = p >= 0 && p < P ? indicator[static_cast<int64_t>(g) * P + p] : 0.0f;
+}
+
+void gather_scores(float* out, int64_t ld, const float* indicator, int P, const KvLayerView& kv, int n_cand, Stream stream) {
+  if (n_cand <= 0) return;
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(ceil_div(n_cand, 128)), static_cast<unsigned>(kv.n_kv_heads)), dim3(128), 0, stream,
+               gather_scores_kernel)(out, ld, indicator, P, kv, n_cand);
+  SLAKE_CHECK_LAUNCH("gather_scores_kernel");
+}
+
+// Block (window query i, query head h), as one (i, h) step of slake::vabs_terms: the true softmax
+// row A over keys 0 .. P + i, PTAA's row w with the prefix tokens not flagged in `kept` folded into
+// the linear state, then out = {0.5 * TV * (VA / sum |v|)^0.1, entropy of A}.
+__global__ void vabs_kernel(double* out, const float* q_window, int S, int window, int n_heads, KvLayerView kv,
+                            const uint8_t* kept) {
+  SLAKE_SHARED(double, red, 32);
+  const int i = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), d = kv.head_dim;
+  const int g = h / (n_heads / kv.n_kv_heads), P = S - window, n_vis = P + i + 1;
+  const float* q = q_window + (static_cast<int64_t>(i) * n_heads + h) * d;
+  const float* kh = kv.k + static_cast<int64_t>(g) * kv.capacity * d;
+  const float* vh = kv.v + static_cast<int64_t>(g) * kv.capacity * d;
+  const uint8_t* kp = kept + static_cast<int64_t>(g) * P;
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  double mA = -INFINITY, mE = -INFINITY, musum = 0.0, nev = 0.0;
+  for (int j = tid; j < n_vis; j += nt) {
+    const double x = window_logit(q, kh + static_cast<int64_t>(j) * d, d);
+    mA = fmax(mA, x);
+    if (j < P && !kp[j]) musum += x, nev += 1.0;
+    else mE = fmax(mE, x);
+  }
+  mA = block_reduce_d(mA, red, true);
+  mE = block_reduce_d(mE, red, true);
+  musum = block_reduce_d(musum, red, false);
+  nev = block_reduce_d(nev, red, false);
+  const double mu = nev > 0 ? musum / nev : 0.0;
+  const double mstar = nev > 0 ? fmax(mE, mu) : mE, lam = nev > 0 ? exp(mu - mstar) : 0.0;
+  double zA = 0.0, zE = 0.0;
+  for (int j = tid; j < n_vis; j += nt) {
+    const double x = window_logit(q, kh + static_cast<int64_t>(j) * d, d);
+    zA += exp(x - mA);
+    if (!(j < P && !kp[j])) zE += exp(x - mstar);
+  }
+  zA = block_reduce_d(zA, red, false);
+  zE = block_reduce_d(zE, red, false);
+  const double z = lam * nev + zE;
+  double tv = 0.0, va = 0.0, vsum = 0.0, entropy = 0.0;
+  for (int j = tid; j < n_vis; j += nt) {
+    const double x = window_logit(q, kh + static_cast<int64_t>(j) * d, d);
+    const bool exact = !(j < P && !kp[j]);
+    const double A = exp(x - mA) / zA;
+    const double w = exact ? exp(x - mstar) / z : lam * (1.0 + x - mu) / z;
+    const double diff = fabs(w - A);
+    double n2 = 0.0;
+    const float* vj = vh + static_cast<int64_t>(j) * d;
+    for (int e = 0; e < d; ++e) n2 += static_cast<double>(vj[e]) * vj[e];
+    const double vn = sqrt(n2);
+    tv += diff;
+    va += vn * diff;
+    vsum += vn;
+    if (A > 0) entropy -= A * log(A);
+  }
+  tv = block_reduce_d(tv, red, false);
+  va = block_reduce_d(va, red, false);
+  vsum = block_reduce_d(vsum, red, false);
+  entropy = block_reduce_d(entropy, red, false);
+  if (tid == 0) {
+    out[(static_cast<int64_t>(i) * n_heads + h) * 2] = 0.5 * tv * (vsum > 0 ? pow(va / vsum, 0.1) : 0.0);
+    out[(static_cast<int64_t>(i) * n_heads + h) * 2 + 1] = entropy;
+  }
+}
+
+void vabs_terms(double* out, const float* q_window, int S, int window, int n_heads, const KvLayerView& kv, const uint8_t* kept,
+                Stream stream) {
+  if (window <= 0 || S <= window || n_heads % kv.n_kv_heads != 0) throw Error("vabs_terms: needs 0 < window < S");
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(window), static_cast<unsigned>(n_heads)), dim3(kWindowThreads), 0, stream, vabs_kernel)
+  (out, q_window, S, window, n_heads, kv, kept);
+  SLAKE_CHECK_LAUNCH("vabs_kernel");
+}
+
+// ---- decode eviction ----
+
+constexpr int kVictimThreads = 256;
+
+// Block per KV head g: the score of each of the first n_cand rows (the current query's softmax
+// over all n_held rows, pooled along the candidates, averaged over the group; or the recency rank)
+// and the row with the lowest score (the first on ties): slake::KvEvictor::decode_victim.
+__global__ void decode_victims_kernel(int32_t* victim, double* scratch, const float* q, int32_t qpos, int n_heads, KvLayerView kv,
+                                      int n_cand, int mode) {
+  SLAKE_SHARED(double, red, 32);
+  SLAKE_SHARED(double, best_v, kVictimThreads);
+  SLAKE_SHARED(int, best_i, kVictimThreads);
+  const int g = static_cast<int>(blockIdx.x), d = kv.head_dim, group = n_heads / kv.n_kv_heads;
+  const int n = kv.n_held[g], tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  const float* kh = kv.k + static_cast<int64_t>(g) * kv.capacity * d;
+  const int32_t* ph = kv.pos + static_cast<int64_t>(g) * kv.capacity;
+  double* p = scratch + static_cast<int64_t>(g) * 2 * kv.capacity;
+  double* acc = p + kv.capacity;
+  for (int r = tid; r < n_cand; r += nt) acc[r] = 0.0;
+  if (mode == 2) {  // streaming: 4 sinks above everything, then recency
+    for (int r = tid; r < n_cand; r += nt) {
+      const int pr = ph[r];
+      acc[r] = pr < 4 ? static_cast<double>(qpos + 1) + (4 - pr) : static_cast<double>(pr);
+    }
+  } else {
+    for (int gh = 0; gh < group; ++gh) {
+      const float* qh = q + static_cast<int64_t>(g * group + gh) * d;
+      double m = -INFINITY;
+      for (int r = tid; r < n; r += nt)
+        if (ph[r] <= qpos) m = fmax(m, window_logit(qh, kh + static_cast<int64_t>(r) * d, d));
+      m = block_reduce_d(m, red, true);
+      double z = 0.0;
+      for (int r = tid; r < n; r += nt)
+        if (ph[r] <= qpos) z += exp(window_logit(qh, kh + static_cast<int64_t>(r) * d, d) - m);
+      z = block_reduce_d(z, red, false);
+      for (int r = tid; r < n; r += nt)
+        p[r] = ph[r] <= qpos ? exp(window_logit(qh, kh + static_cast<int64_t>(r) * d, d) - m) / z : 0.0;
+      __syncthreads();
+      const int half = mode == 0 ? 2 : 3;
+      for (int r = tid; r < n_cand; r += nt) {
+        const int lo = max(0, r - half), hi = min(n_cand - 1, r + half);
+        double pooled = mode == 0 ? 0.0 : -INFINITY;
+        for (int k = lo; k <= hi; ++k) pooled = mode == 0 ? pooled + p[k] : fmax(pooled, p[k]);
+        if (mode == 0) pooled /= 5.0;
+        acc[r] += pooled / group;
+      }
+      __syncthreads();
+    }
+  }
+  __syncthreads();
+  double bv = INFINITY;
+  int bi = n_cand;
+  for (int r = tid; r < n_cand; r += nt)
+    if (acc[r] < bv) bv = acc[r], bi = r;  // rows visited in increasing order: the first minimum
+  best_v[tid] = bv, best_i[tid] = bi;
+  __syncthreads();
+  for (int s = nt / 2; s > 0; s /= 2) {
+    if (tid < s) {
+      const double ov = best_v[tid + s];
+      const int oi = best_i[tid + s];
+      if (ov < best_v[tid] || (ov == best_v[tid] && oi < best_i[tid])) best_v[tid] = ov, best_i[tid] = oi;
+    }
+    __syncthreads();
+  }
+  if (tid == 0) victim[g] = n_cand > 0 ? best_i[0] : -1;
+}
+
+size_t victim_scratch_doubles(int n_kv_heads, int capacity) { return 2 * static_cast<size_t>(n_kv_heads) * capacity; }
+
+void decode_victims(int32_t* victim, double* scratch, const float* q, int32_t qpos, int n_heads, const KvLayerView& kv, int n_cand,
+                    int mode, Stream stream) {
+  if (n_heads % kv.n_kv_heads != 0 || mode < 0 || mode > 2) throw Error("decode_victims: unsupported shape or mode");
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(kv.n_kv_heads)), dim3(kVictimThreads), 0, stream, decode_victims_kernel)
+  (victim, scratch, q, qpos, n_heads, kv, n_cand, mode);
+  SLAKE_CHECK_LAUNCH("decode_victims_kernel");
+}
+
+// Block per KV head: rows row[g] + 1 .. n_held - 1 move up by one, in chunks read before written.
+constexpr int kRemoveRows = 8;
+__global__ void remove_rows_kernel(KvLayerMut kv, const int32_t* row, int n_held) {
+  SLAKE_SHARED(float, bk, kRemoveRows * kMaxHeadDim);
+  SLAKE_SHARED(float, bv, kRemoveRows * kMaxHeadDim);
+  SLAKE_SHARED(int32_t, bp, kRemoveRows);
+  const int g = static_cast<int>(blockIdx.x), d = kv.head_dim, r = row[g];
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  if (r < 0) return;
+  float* k = kv.k + static_cast<int64_t>(g) * kv.capacity * d;
+  float* v = kv.v + static_cast<int64_t>(g) * kv.capacity * d;
+  int32_t* p = kv.pos + static_cast<int64_t>(g) * kv.capacity;
+  for (int base = r; base < n_held - 1; base += kRemoveRows) {
+    const int cnt = min(kRemoveRows, n_held - 1 - base);
+    for (int e = tid; e < cnt * d; e += nt) bk[e] = k[static_cast<int64_t>(base + 1) * d + e], bv[e] = v[static_cast<int64_t>(base + 1) * d + e];
+    for (int e = tid; e < cnt; e += nt) bp[e] = p[base + 1 + e];
+    __syncthreads();
+    for (int e = tid; e < cnt * d; e += nt) k[static_cast<int64_t>(base) * d + e] = bk[e], v[static_cast<int64_t>(base) * d + e] = bv[e];
+    for (int e = tid; e < cnt; e += nt) p[base + e] = bp[e];
+    __syncthreads();
+  }
+}
+
+void remove_rows(const KvLayerMut& kv, const int32_t* row, int n_held, Stream stream) {
+  if (kv.head_dim > kMaxHeadDim) throw Error("remove_rows: head_dim over the limit");
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(kv.n_kv_heads)), dim3(128), 0, stream, remove_rows_kernel)(kv, row, n_held);
+  SLAKE_CHECK_LAUNCH("remove_rows_kernel");
+}
+
+}  // namespace slake::gpu

@@ -1,0 +1,293 @@
+// The device forward pass (backend/device_context.h) against the CPU Context, the reference of
+// the engine (itself checked against Hugging Face transformers), on the tiny fixture models and on
+// stories260K when ../shared has it: prefill logits of every prompt token, then greedy decode
+// steps, for `full` and for evicting policies with a budget smaller than the prompt, so that
+// prefill eviction, the linear state and decode eviction all run.
+//
+// Tolerance. The device keeps weights in bf16 and rounds the activations to bf16 at every GEMM
+// input (cuBLAS with bf16 operands, fp32 accumulation). The CPU reference runs on the same
+// bf16-rounded weights in fp32, so what is left is the activations' rounding (relative 2^-9 per
+// GEMM input): max |logit diff| <= 0.02 + 0.02 * max |logit|. Under emulation each comparison also
+// runs with the host GEMM keeping fp32 activations (set_host_gemm_rounding(false)): then the rest
+// of the device pass must match the CPU to max |diff| <= 1e-4 + 1e-4 * max |logit|, and the
+// eviction decisions (layer budgets, tokens held per layer, KV bytes) must be identical. With
+// rounded activations a layer budget may legitimately move by a token, so they are not compared.
+// A wrong kernel, a wrong eviction or a lost Taylor term moves logits by O(1).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/device_context.h"
+#include "device_memory.h"
+#include "slake/context.h"
+#include "slake/dtype.h"
+#include "slake/error.h"
+#include "slake/model.h"
+#include "test_util.h"
+
+#ifndef SLAKE_KERNEL_TESTS_ON_GPU
+#define SLAKE_KERNEL_TESTS_ON_GPU 0
+#endif
+
+namespace slake::gpu::test {
+namespace {
+
+struct Tolerance {
+  double abs, rel;
+  bool exact_decisions;
+};
+constexpr Tolerance kBf16Activations{0.02, 0.02, false}, kFp32Activations{1e-4, 1e-4, true};
+Tolerance g_tol = kBf16Activations;
+
+// The model with its matrices and embedding table rounded to bf16 (what the device holds), as F32.
+std::unique_ptr<Model> bf16_rounded(const Model& src) {
+  auto m = std::make_unique<Model>();
+  m->cfg = src.cfg;
+  m->vocab = src.vocab;
+  m->path = src.path;
+  m->format = src.format;
+  auto store = std::make_shared<std::vector<std::vector<float>>>();
+  auto conv = [&](const TensorView& t, bool round) {
+    std::vector<float> f(static_cast<size_t>(t.n_elements()));
+    for (int64_t r = 0; r < t.n_rows(); ++r) dequantize_row(t.type, t.row(r), f.data() + r * t.row_len(), t.row_len());
+    if (round)
+      for (float& x : f) x = bf16_to_fp32(fp32_to_bf16(x));
+    store->push_back(std::move(f));
+    TensorView o = t;
+    o.type = DType::F32;
+    o.data = reinterpret_cast<const uint8_t*>(store->back().data());
+    o.nbytes = store->back().size() * sizeof(float);
+    return o;
+  };
+  m->tok_embd = conv(src.tok_embd, true);
+  m->output_norm = conv(src.output_norm, false);
+  m->output = src.cfg.tied_output ? m->tok_embd : conv(src.output, true);
+  for (const LayerWeights& w : src.layers) {
+    LayerWeights o;
+    o.attn_norm = conv(w.attn_norm, false);
+    o.wq = conv(w.wq, true), o.wk = conv(w.wk, true), o.wv = conv(w.wv, true), o.wo = conv(w.wo, true);
+    o.ffn_norm = conv(w.ffn_norm, false);
+    o.w_gate = conv(w.w_gate, true), o.w_up = conv(w.w_up, true), o.w_down = conv(w.w_down, true);
+    m->layers.push_back(o);
+  }
+  m->storage = store;
+  return m;
+}
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, std::abs(static_cast<double>(x)));
+  return m;
+}
+
+// Largest |got - want|, failing the test when it is beyond the tolerance.
+double expect_logits_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  double diff = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+  const double tol = g_tol.abs + g_tol.rel * max_abs(want);
+  EXPECT_LE(diff, tol) << what << ": max |diff| " << diff << " over " << want.size() << " logits";
+  return diff;
+}
+
+std::vector<int32_t> prompt_tokens(int n, int n_vocab, uint32_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  uint32_t s = seed;
+  for (int32_t& x : t) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<int32_t>((s >> 8) % static_cast<uint32_t>(n_vocab));
+  }
+  return t;
+}
+
+// Prefill of `prompt` (all logits), then `steps` greedy decode steps, on both backends.
+void compare_once(const Model& model, const ContextParams& cp, const std::vector<int32_t>& prompt, int steps, const std::string& what) {
+  const std::unique_ptr<Model> ref_model = bf16_rounded(model);
+  Context cpu(*ref_model, cp);
+  DeviceContext dev(model, cp);
+  std::vector<float> want, got;
+  cpu.eval(prompt, &want, true);
+  dev.eval(prompt, &got, true);
+  double worst = expect_logits_close(got, want, what + " prefill");
+  const int V = model.cfg.n_vocab;
+  for (int s = 0; s < steps; ++s) {
+    const std::vector<float> last(want.end() - V, want.end());
+    const int32_t tok = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    cpu.eval({tok}, &want);
+    dev.eval({tok}, &got);
+    worst = std::max(worst, expect_logits_close(got, want, what + " decode step " + std::to_string(s)));
+  }
+  for (int l = 0; g_tol.exact_decisions && l < model.cfg.n_layers; ++l) {
+    int cpu_held = 0;
+    for (int h = 0; h < model.cfg.n_kv_heads; ++h) cpu_held += cpu.kv_cache().head(l, h).n;
+    EXPECT_EQ(dev.layer_tokens_held(l) * model.cfg.n_kv_heads, cpu_held) << what << ": tokens held by layer " << l;
+  }
+  if (g_tol.exact_decisions) {
+    EXPECT_EQ(dev.budgets(), cpu.evictor().budgets()) << what << ": layer budgets";
+    EXPECT_EQ(dev.kv_bytes_used(), cpu.kv_cache().bytes_used()) << what << ": KV bytes in use";
+  }
+  EXPECT_EQ(dev.n_past(), cpu.n_past());
+  std::printf("%s: max |logit diff| %.3g, KV %zu bytes, arena %s\n", what.c_str(), worst, dev.kv_bytes_used(),
+              dev.plan().summary().c_str());
+}
+
+// On the device: as cuBLAS computes. Under emulation: that, then with fp32 activations.
+// bf16: false where one token more or less in a layer budget (which bf16 rounding can cause) drops
+// a different token and so moves the logits by O(1): cake without the linear cache (compared only
+// under emulation, with fp32 activations).
+void compare(const Model& model, const ContextParams& cp, const std::vector<int32_t>& prompt, int steps, const std::string& what,
+             bool bf16 = true) {
+  g_tol = kBf16Activations;
+  if (bf16) compare_once(model, cp, prompt, steps, what + " [bf16 activations]");
+#if !SLAKE_KERNEL_TESTS_ON_GPU
+  set_host_gemm_rounding(false);
+  g_tol = kFp32Activations;
+  compare_once(model, cp, prompt, steps, what + " [fp32 activations]");
+  set_host_gemm_rounding(true);
+  g_tol = kBf16Activations;
+#endif
+}
+
+ContextParams params(int n_ctx, const std::string& policy, int budget, int window, int n_batch = 16) {
+  ContextParams cp;
+  cp.n_ctx = n_ctx;
+  cp.n_threads = 2;
+  cp.n_batch = n_batch;
+  cp.kv.policy = policy;
+  cp.kv.budget = budget;
+  cp.kv.window = window;
+  return cp;
+}
+
+std::unique_ptr<Model> fixture(const std::string& name) {
+  return load_model(slake::test::fixtures_dir() + "/models/" + name + "/model.gguf");
+}
+
+class FixtureModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FixtureModels, FullMatchesCpu) {
+  const auto m = fixture(GetParam());
+  compare(*m, params(96, "full", 0, 8), prompt_tokens(40, m->cfg.n_vocab, 1), 4, GetParam() + " full");
+}
+
+TEST_P(FixtureModels, SlakeEvictingMatchesCpu) {
+  const auto m = fixture(GetParam());
+  // Budget 12 with a window of 4 against a 40-token prompt: every layer evicts at prefill (its
+  // rows folded into the linear state) and again at every decode step.
+  compare(*m, params(96, "slake", 12, 4), prompt_tokens(40, m->cfg.n_vocab, 2), 4, GetParam() + " slake C=12");
+}
+
+INSTANTIATE_TEST_SUITE_P(DeviceContext, FixtureModels,
+                         ::testing::Values("llama2-mha", "llama-gqa-tied", "mistral-swa", "llama31-rope-scaling", "llama2-mha-q8_0"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+TEST(DeviceContext, OtherPoliciesMatchCpu) {
+  const auto m = fixture("llama-gqa-tied");
+  for (const char* policy : {"cake", "snapkv", "pyramidkv", "streaming"})
+    compare(*m, params(96, policy, 12, 4), prompt_tokens(40, m->cfg.n_vocab, 3), 3, std::string("llama-gqa-tied ") + policy,
+            std::string(policy) != "cake");
+  ContextParams cp = params(96, "cake", 12, 4);
+  cp.kv.compensate = "taylor";  // cake with the linear cache
+  compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 4), 3, "llama-gqa-tied cake+taylor");
+}
+
+TEST(DeviceContext, ShortPromptThenDecodeEviction) {
+  // A prompt within C + Sw is kept whole; decode then evicts down to the budget.
+  const auto m = fixture("llama2-mha");
+  compare(*m, params(64, "slake", 12, 4), prompt_tokens(10, m->cfg.n_vocab, 5), 10, "llama2-mha slake short prompt");
+}
+
+TEST(DeviceContext, MultiTokenDecodeAndReset) {
+  const auto m = fixture("llama-gqa-tied");
+  const auto ref = bf16_rounded(*m);
+  for (const char* policy : {"full", "slake"}) {
+    const ContextParams cp = params(96, policy, 12, 4, 8);
+    Context cpu(*ref, cp);
+    DeviceContext dev(*m, cp);
+    std::vector<float> want, got;
+    for (int round = 0; round < 2; ++round) {  // the second round after reset() must match too
+      cpu.reset();
+      dev.reset();
+      const std::vector<int32_t> p = prompt_tokens(30, m->cfg.n_vocab, 6), more = prompt_tokens(5, m->cfg.n_vocab, 7);
+      cpu.eval(p, &want);
+      dev.eval(p, &got);
+      expect_logits_close(got, want, std::string(policy) + " prompt");
+      cpu.eval(more, &want, true);  // several tokens after the prompt
+      dev.eval(more, &got, true);
+      expect_logits_close(got, want, std::string(policy) + " 5 tokens at once");
+    }
+  }
+}
+
+TEST(DeviceContext, Stories260K) {
+  SLAKE_STORIES_OR_SKIP(dir);
+  const auto m = load_model(dir + "stories260K.gguf");
+  const std::vector<int32_t> p = prompt_tokens(64, m->cfg.n_vocab, 8);
+  compare(*m, params(128, "full", 0, 8, 64), p, 3, "stories260K full");
+  compare(*m, params(128, "slake", 24, 8, 64), p, 3, "stories260K slake C=24");
+}
+
+TEST(DeviceContext, BadInputIsRefused) {
+  const auto m = fixture("llama2-mha");
+  DeviceContext dev(*m, params(32, "full", 0, 8));
+  EXPECT_THROW(dev.eval({}, nullptr), slake::Error);
+  EXPECT_THROW(dev.eval({m->cfg.n_vocab}, nullptr), slake::Error);
+  EXPECT_THROW(dev.eval(std::vector<int32_t>(33, 1), nullptr), slake::Error);
+  EXPECT_THROW(DeviceContext(*m, params(32, "h2o", 12, 4)), slake::Error);
+  EXPECT_THROW(DeviceContext(*m, params(-1, "full", 0, 8)), slake::Error);
+}
+
+#if !SLAKE_KERNEL_TESTS_ON_GPU
+TEST(DevicePlan, TooLargeForTheDeviceIsRefusedBeforeAllocating) {
+  const auto m = fixture("llama2-mha");
+  const ContextParams cp = params(4096, "full", 0, 8);
+  const DevicePlan plan(*m, cp);
+  set_emulated_memory(plan.total_bytes() - 1);
+  try {
+    DeviceContext dev(*m, cp);
+    ADD_FAILURE() << "a plan one byte over the device was accepted";
+  } catch (const slake::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("4096 tokens"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("MiB free"), std::string::npos) << msg;
+  }
+  set_emulated_memory(plan.total_bytes());
+  EXPECT_NO_THROW(DeviceContext(*m, cp));
+  set_emulated_memory(0);
+}
+#endif
+
+TEST(DevicePlan, EvictionPlansTheBudgetNotTheContext) {
+  const auto m = fixture("llama2-mha");
+  const DevicePlan full(*m, params(8192, "full", 0, 8)), slake(*m, params(8192, "slake", 64, 8));
+  const ModelConfig& c = m->cfg;
+  const size_t slot = static_cast<size_t>(c.n_kv_heads) * c.head_dim * sizeof(float);
+  EXPECT_EQ(full.pool_slots, int64_t{8192} * c.n_layers);
+  EXPECT_EQ(slake.pool_slots, int64_t{64 + 8 + 1} * c.n_layers);
+  EXPECT_GE(full.group_bytes("kv"), 2 * slot * 8192 * c.n_layers);
+  // The pool follows the budget: doubling the context doubles full's cache, not slake's pool.
+  const DevicePlan full2(*m, params(16384, "full", 0, 8)), slake2(*m, params(16384, "slake", 64, 8));
+  auto bytes = [](const DevicePlan& p, const char* name) {
+    for (const auto& e : p.entries())
+      if (e.name == name) return e.bytes;
+    return size_t{0};
+  };
+  EXPECT_EQ(bytes(full2, "kv.k"), 2 * bytes(full, "kv.k"));
+  EXPECT_EQ(bytes(slake2, "kv.k"), bytes(slake, "kv.k"));
+  EXPECT_EQ(full.group_bytes("weights"), slake.group_bytes("weights"));
+  size_t sum = 0;
+  for (const auto& e : full.entries()) sum = std::max(sum, e.offset + e.bytes);
+  EXPECT_LE(sum, full.total_bytes());
+}
+
+}  // namespace
+}  // namespace slake::gpu::test
