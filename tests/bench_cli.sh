@@ -10,6 +10,14 @@ common=(--synthetic tiny -t 2 -r 2 --no-warmup --mem-bandwidth 10)
 "$bin/slake-bench" "${common[@]}" -p 16 -n 0 -o csv >"$tmp/out.csv" 2>/dev/null
 "$bin/slake-bench" "${common[@]}" -p 16 -n 4 -o json >"$tmp/out.json" 2>/dev/null
 "$bin/slake-bench" "${common[@]}" -p 0 -n 4 -o md >"$tmp/out.md" 2>/dev/null
+# A model file whose training context (128) is shorter than the test: refused, unless asked for.
+fixture="$(dirname "$0")/fixtures/models/llama2-mha/model.gguf"
+if "$bin/slake-bench" -m "$fixture" -p 200 -n 0 -r 1 --mem-bandwidth 10 >/dev/null 2>"$tmp/ctx.err"; then
+  echo "a 200-token prompt past the 128-token training context was not refused" >&2; exit 1
+fi
+grep -q "exceed the model's context of 128" "$tmp/ctx.err"
+"$bin/slake-bench" -m "$fixture" -p 200 -n 0 -r 1 --mem-bandwidth 10 --ctx-beyond-train -o jsonl >"$tmp/beyond.jsonl" 2>/dev/null
+grep -q '"n_prompt": *200' "$tmp/beyond.jsonl"
 python3 - "$tmp" <<'PY'
 import csv, json, sys
 tmp = sys.argv[1]

@@ -2,10 +2,12 @@
 // decode shape (one token: bound by reading the weights) and at a prefill shape (64 tokens: bound
 // by arithmetic), on TinyLlama-1.1B's FFN matrix (5632 x 2048). Counters: weight GB/s and GFLOP/s
 // (2 K N tokens per product). slake-kernel-bench --bandwidth first prints the machine's read
-// bandwidth (the decode ceiling) from the same probe as slake-bench.
+// bandwidth (the decode ceiling) from the same probe as slake-bench; BM_fma_peak measures one
+// core's fp32 FMA peak (the ceiling of the float-weight prefill figures).
 //
 //   build/bin/slake-kernel-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <cstdio>
 #include <algorithm>
@@ -96,6 +98,36 @@ void matmul_args(benchmark::internal::Benchmark* b) {
       for (int threads : {1, 2}) b->Args({static_cast<int64_t>(t), tokens, threads});
 }
 BENCHMARK(BM_matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The core's fp32 FMA peak: twelve independent chains of vector FMAs (enough to cover the FMA
+// latency on every port), the ceiling for the float-weight prefill figures above.
+void BM_fma_peak(benchmark::State& state) {
+#if defined(__AVX512F__)
+  using V = __m512;
+  constexpr int kLanes = 16;
+#define SLAKE_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define SLAKE_SET1(x) _mm512_set1_ps(x)
+#else
+  using V = __m256;
+  constexpr int kLanes = 8;
+#define SLAKE_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define SLAKE_SET1(x) _mm256_set1_ps(x)
+#endif
+  constexpr int kChains = 12, kSteps = 1000;
+  V acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = SLAKE_SET1(static_cast<float>(c));
+  const V m = SLAKE_SET1(0.999f), a = SLAKE_SET1(1e-3f);
+  for (auto _ : state) {
+    for (int s = 0; s < kSteps; ++s)
+      for (int c = 0; c < kChains; ++c) acc[c] = SLAKE_FMA(acc[c], m, a);
+    benchmark::DoNotOptimize(acc);
+  }
+#undef SLAKE_FMA
+#undef SLAKE_SET1
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * kLanes * kChains * kSteps * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_fma_peak)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

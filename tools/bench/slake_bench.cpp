@@ -178,6 +178,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-window", window, "observation window Sw")->capture_default_str();
   app.add_option("--backend", backends, "backends: cpu, cuda")->delimiter(',')->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--no-warmup", no_warmup, "do not run an uncounted warm-up before each test");
+  bool beyond_train = false;
+  app.add_flag("--ctx-beyond-train", beyond_train,
+               "allow contexts past the model's training context (as llama-bench does; e.g. stories260K's 128)");
   app.add_option("--mem-bandwidth", bandwidth, "the machine's memory bandwidth in GB/s (default: measured at start)");
   CLI11_PARSE(app, argc, argv);
 
@@ -226,9 +229,9 @@ int main(int argc, char** argv) {
           }
     for (const TestSpec& t : tests) {
       const int need = t.depth + t.n_prompt + t.n_gen, ctx = t.model->model->cfg.n_ctx_train;
-      if (ctx > 0 && need > ctx)
+      if (ctx > 0 && need > ctx && !beyond_train)
         slake::fail(t.model->filename + ": depth " + std::to_string(t.depth) + " + " + std::to_string(t.n_prompt + t.n_gen) +
-                    " tokens exceed the model's context of " + std::to_string(ctx));
+                    " tokens exceed the model's context of " + std::to_string(ctx) + " (--ctx-beyond-train to run anyway)");
     }
     std::vector<slake::bench::BenchRecord> records;
     for (size_t i = 0; i < tests.size(); ++i) {
