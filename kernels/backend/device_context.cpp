@@ -43,6 +43,7 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params) : 
   if (plan_.evicting && parts_.selector == KvSelector::HeavyHitter)
     fail("--kv-policy " + p.policy + " is not supported by the cuda backend (use the cpu backend)");
   if (plan_.evicting && !p.cascade) fail("the cuda backend evicts after every layer (cascade) only");
+  if (!emulated() && device_count() == 0) fail("the cuda backend needs a CUDA device, and none is available");
   plan_.check_fits();  // before anything is allocated
   gemm_ = make_gemm();
   arena_ = device_alloc(plan_.total_bytes());

@@ -12,6 +12,7 @@
 
 #include "bandwidth_probe.h"
 #include "bench_record.h"
+#include "../common/backend.h"
 #include "process_memory.h"
 #include "slake/context.h"
 #include "slake/error.h"
@@ -70,6 +71,7 @@ struct TestSpec {
   const LoadedModel* model;
   int threads, n_prompt, n_gen, depth;
   slake::KvPolicyParams kv;
+  std::string backend = "cpu";
 };
 
 slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, double bandwidth_gbps) {
@@ -77,6 +79,7 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
   rec.model_filename = t.model->filename;
   rec.model_type = t.model->type;
   rec.model_size = t.model->model->weight_bytes();
+  rec.backend = t.backend;
   rec.model_n_params = t.model->n_params;
   rec.synthetic = t.model->synthetic;
   rec.n_threads = t.threads;
@@ -98,7 +101,8 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
   for (int r = warmup ? -1 : 0; r < reps; ++r) {  // r = -1: the warm-up, not counted
     ::malloc_trim(0);  // what earlier tests freed leaves the resident set before its peak is reset
     rec.peak_rss_per_test = slake::bench::reset_peak_rss();
-    slake::Context ctx(m, cp);  // a fresh context for every measurement
+    const std::unique_ptr<slake::tools::Session> session = slake::tools::make_session(t.backend, m, cp);
+    slake::tools::Session& ctx = *session;  // a fresh context for every measurement
     std::mt19937 rng(static_cast<uint32_t>(1234 + r));
     std::uniform_int_distribution<int32_t> tok(0, m.cfg.n_vocab - 1);
     auto tokens = [&](int n) {
@@ -107,7 +111,7 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
       return v;
     };
     if (t.depth > 0) ctx.eval(tokens(t.depth), nullptr);
-    const uint64_t kv_start = ctx.kv_cache().bytes_used();
+    const uint64_t kv_start = ctx.kv_bytes_used();
     std::vector<float> logits;
     double total = 0;
     std::vector<double> per_token;
@@ -119,14 +123,14 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
     } else {
       for (int i = 0; i < t.n_gen; ++i) {
         const std::vector<int32_t> one = tokens(1);
-        const double kv_now = static_cast<double>(ctx.kv_cache().bytes_used());
+        const double kv_now = static_cast<double>(ctx.kv_bytes_used());
         const auto t0 = Clock::now();
         ctx.eval(one, &logits);
         const double ns = ns_since(t0);
         per_token.push_back(ns);
         total += ns;
         if (r >= 0) {
-          kv_read += (kv_now + static_cast<double>(ctx.kv_cache().bytes_used())) / 2;
+          kv_read += (kv_now + static_cast<double>(ctx.kv_bytes_used())) / 2;
           ++kv_read_n;
         }
       }
@@ -135,9 +139,10 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
     rec.samples_ns.push_back(total);
     rec.token_ns.insert(rec.token_ns.end(), per_token.begin(), per_token.end());
     rec.kv_bytes_start = kv_start;
-    rec.kv_bytes_end = ctx.kv_cache().bytes_used();
-    rec.kv_peak_bytes = std::max<uint64_t>(rec.kv_peak_bytes, ctx.kv_cache().peak_bytes_used());
+    rec.kv_bytes_end = ctx.kv_bytes_used();
+    rec.kv_peak_bytes = std::max<uint64_t>(rec.kv_peak_bytes, ctx.kv_peak_bytes());
     rec.peak_rss_bytes = std::max<uint64_t>(rec.peak_rss_bytes, slake::bench::peak_rss_bytes());
+    rec.peak_device_bytes = std::max<uint64_t>(rec.peak_device_bytes, ctx.peak_device_bytes());
   }
   if (!rec.peak_rss_per_test) {
     static bool warned = false;
@@ -191,8 +196,7 @@ int main(int argc, char** argv) {
     for (int v : depths) if (v < 0) slake::fail("-d: depths must not be negative");
     for (int v : threads) if (v < 1) slake::fail("-t: thread counts must be positive");
     for (int v : budgets) if (v < 0) slake::fail("--kv-budget: budgets must not be negative");
-    for (const std::string& b : backends)
-      if (b == "cuda") slake::fail("--backend cuda: this build has no CUDA backend");
+    for (const std::string& b : backends) slake::tools::check_backend(b);
     std::vector<slake::KvPolicyParams> kvs;
     for (const std::string& p : policies)
       for (int b : budgets) {
@@ -224,8 +228,10 @@ int main(int argc, char** argv) {
       for (int t : threads)
         for (const auto& kv : kvs)
           for (int d : depths) {
-            for (int p : prompts) if (p > 0) tests.push_back({&m, t, p, 0, d, kv});
-            for (int n : gens) if (n > 0) tests.push_back({&m, t, 0, n, d, kv});
+            for (const std::string& b : backends) {
+              for (int p : prompts) if (p > 0) tests.push_back({&m, t, p, 0, d, kv, b});
+              for (int n : gens) if (n > 0) tests.push_back({&m, t, 0, n, d, kv, b});
+            }
           }
     for (const TestSpec& t : tests) {
       const int need = t.depth + t.n_prompt + t.n_gen, ctx = t.model->model->cfg.n_ctx_train;

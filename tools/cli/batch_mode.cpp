@@ -48,7 +48,7 @@ std::string decode_skip_special(const Tokenizer& tokenizer, const std::vector<in
   return tokenizer.detokenize(kept, false);
 }
 
-BatchRunner::BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, Context& ctx)
+BatchRunner::BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, tools::Session& ctx)
     : o_(o), tokenizer_(tokenizer), ctx_(ctx), eog_(end_of_generation_tokens(tokenizer.vocab())) {}
 
 BatchPrompt BatchRunner::build_prompt(const BatchRequest& r) {
@@ -166,7 +166,7 @@ int BatchRunner::run_all(std::istream& in, std::FILE* out) {
   return errors;
 }
 
-int run_batch(const CliOptions& o, const Tokenizer& tokenizer, Context& ctx) {
+int run_batch(const CliOptions& o, const Tokenizer& tokenizer, tools::Session& ctx) {
   std::ifstream file;
   std::istream* in = &std::cin;
   if (o.batch_in != "-") {

@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "../common/backend.h"
 #include "slake/context.h"
 #include "slake/tokenizer.h"
 #include "batch_request.h"
@@ -40,7 +41,7 @@ class BatchRunner {
  public:
   // All must outlive the runner. `o` gives -sys and --chat-template (the template is looked up at
   // the first chat request, so a model without one can still run plain requests).
-  BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, Context& ctx);
+  BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, tools::Session& ctx);
 
   BatchPrompt build_prompt(const BatchRequest& r);
   // Runs one request; slake::Error for a request that cannot run.
@@ -52,13 +53,13 @@ class BatchRunner {
  private:
   const CliOptions& o_;
   const Tokenizer& tokenizer_;
-  Context& ctx_;
+  tools::Session& ctx_;
   std::unordered_set<int32_t> eog_;
 };
 
 // The batch mode of slake-cli: opens --batch and --batch-out ("-": standard input and output) and
 // runs every request. Returns the process's exit code (0 when the input was read to its end, even
 // if some requests failed: their responses say why).
-int run_batch(const CliOptions& o, const Tokenizer& tokenizer, Context& ctx);
+int run_batch(const CliOptions& o, const Tokenizer& tokenizer, tools::Session& ctx);
 
 }  // namespace slake::cli

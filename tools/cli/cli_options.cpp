@@ -64,6 +64,7 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
   app.add_option("--batch-out", o.batch_out, "where batch mode writes its responses (- for standard output)")
       ->capture_default_str();
   tools::add_kv_flags(app, o.kv);
+  tools::add_backend_flag(app, o.backend);
   app.footer(
       "Sampling follows llama.cpp: repeat penalty, top-k, top-p, min-p, then temperature and a seeded draw.\n"
       "Generated text goes to stdout (after the prompt, unless --no-display-prompt); load information and, at the "

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "slake/sampler.h"
+#include "../common/backend.h"
 #include "../common/kv_flags.h"
 
 namespace slake::cli {
@@ -26,6 +27,7 @@ struct CliOptions {
   std::string batch_in;         // --batch: JSONL requests ("-": standard input); "" when not in batch mode
   std::string batch_out = "-";  // --batch-out: the responses ("-": standard output)
   tools::KvFlags kv;
+  std::string backend = "cpu";  // --backend cpu|cuda
 };
 
 // llama.cpp spells some flags with one dash and several letters (-sys, -cnv), which CLI11 would

@@ -29,7 +29,7 @@ std::unordered_set<int32_t> end_of_generation_tokens(const Vocab& v) {
   return eog;
 }
 
-Generator::Generator(Context& ctx, const Tokenizer& tokenizer, Sampler& sampler, std::FILE* out)
+Generator::Generator(tools::Session& ctx, const Tokenizer& tokenizer, Sampler& sampler, std::FILE* out)
     : ctx_(ctx),
       tokenizer_(tokenizer),
       sampler_(sampler),

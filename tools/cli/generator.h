@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "../common/backend.h"
 #include "slake/context.h"
 #include "slake/sampler.h"
 #include "slake/tokenizer.h"
@@ -27,7 +28,7 @@ struct Reply {
 class Generator {
  public:
   // All four must outlive the generator.
-  Generator(Context& ctx, const Tokenizer& tokenizer, Sampler& sampler, std::FILE* out);
+  Generator(tools::Session& ctx, const Tokenizer& tokenizer, Sampler& sampler, std::FILE* out);
 
   // Evaluates `tokens` after what the context holds (and after the last sampled token, which is
   // evaluated only now, so that a reply that is not continued costs nothing). `what` names the
@@ -52,7 +53,7 @@ class Generator {
  private:
   void write(const std::string& text);
 
-  Context& ctx_;
+  tools::Session& ctx_;
   const Tokenizer& tokenizer_;
   Sampler& sampler_;
   std::FILE* out_;

@@ -53,7 +53,7 @@ uint64_t choose_seed(int64_t seed, bool greedy) {
   return s;
 }
 
-void report(const slake::cli::Generator& gen, const slake::Context& ctx) {
+void report(const slake::cli::Generator& gen, const slake::tools::Session& ctx) {
   auto rate = [](int n, double s) { return s > 0 ? n / s : 0.0; };
   const slake::ModelConfig& c = ctx.model().cfg;
   std::fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s)\n", gen.prompt_tokens(), gen.prompt_seconds(),
@@ -61,7 +61,7 @@ void report(const slake::cli::Generator& gen, const slake::Context& ctx) {
   std::fprintf(stderr, "generation: %d tokens in %.3f s (%.1f tokens/s)\n", gen.generated_tokens(),
                gen.generation_seconds(), rate(gen.generated_tokens(), gen.generation_seconds()));
   std::fprintf(stderr, "KV cache: %.2f MiB in use (%lld tokens held over %d layers x %d KV heads)\n",
-               ctx.kv_cache().bytes_used() / 1048576.0, static_cast<long long>(ctx.kv_cache().tokens_held()),
+               ctx.kv_bytes_used() / 1048576.0, static_cast<long long>(ctx.tokens_held()),
                c.n_layers, c.n_kv_heads);
 }
 
@@ -124,7 +124,9 @@ int run(CliOptions& o) {
   cp.n_ctx = o.n_ctx;
   cp.n_threads = o.n_threads;
   cp.kv = o.kv.params;
-  slake::Context ctx(*model, cp);
+  const std::unique_ptr<slake::tools::Session> ctx_owner = slake::tools::make_session(o.backend, *model, cp);
+  slake::tools::Session& ctx = *ctx_owner;
+  if (o.backend != "cpu") std::fprintf(stderr, "slake-cli: %s\n", ctx.describe().c_str());
   o.n_ctx = ctx.n_ctx();
   if (!o.batch_in.empty()) return slake::cli::run_batch(o, *tokenizer, ctx);
   o.sampling.seed = choose_seed(o.seed, o.sampling.temp <= 0);

@@ -18,6 +18,7 @@
 #include "slake/mapped_file.h"
 #include "slake/model.h"
 #include "slake/tokenizer.h"
+#include "../common/backend.h"
 #include "../common/kv_flags.h"
 
 namespace {
@@ -54,6 +55,8 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output-format", format, "text or json (on stdout)")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
   slake::tools::KvFlags kvf;
   slake::tools::add_kv_flags(app, kvf);
+  std::string backend = "cpu";
+  slake::tools::add_backend_flag(app, backend);
   CLI11_PARSE(app, argc, argv);
   slake::tools::finish_kv_flags(app, kvf);
   if (prefill < 0) prefill = n_ctx / 2;
@@ -79,12 +82,14 @@ int main(int argc, char** argv) {
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
     cp.kv = kv;
-    slake::Context ctx(*model, cp);
-    std::unique_ptr<slake::Context> full;
+    const std::unique_ptr<slake::tools::Session> session = slake::tools::make_session(backend, *model, cp);
+    slake::tools::Session& ctx = *session;
+    std::unique_ptr<slake::tools::Session> full;
     if (kl) {
       cp.kv = slake::KvPolicyParams{};
-      full = std::make_unique<slake::Context>(*model, cp);
+      full = slake::tools::make_session(backend, *model, cp);
     }
+    std::fprintf(stderr, "slake-perplexity: %s\n", ctx.describe().c_str());
     Totals tot;
     size_t kv_bytes_prefill = 0, kv_bytes_end = 0, kv_peak = 0;
     const auto t0 = std::chrono::steady_clock::now();
@@ -98,7 +103,7 @@ int main(int argc, char** argv) {
       }
       ctx.reset();
       ctx.eval(std::vector<int32_t>(chunk.begin(), chunk.begin() + prefill), &logits);
-      kv_bytes_prefill = std::max(kv_bytes_prefill, ctx.kv_cache().bytes_used());
+      kv_bytes_prefill = std::max(kv_bytes_prefill, ctx.kv_bytes_used());
       for (int t = prefill; t < n_ctx; ++t) {
         const int32_t next = chunk[static_cast<size_t>(t)];
         const double nll = slake::token_nll(logits.data(), n_vocab, next);
@@ -113,8 +118,8 @@ int main(int argc, char** argv) {
         }
         if (t + 1 < n_ctx) ctx.eval({next}, &logits);
       }
-      kv_bytes_end = std::max(kv_bytes_end, ctx.kv_cache().bytes_used());
-      kv_peak = std::max(kv_peak, ctx.kv_cache().peak_bytes_used());
+      kv_bytes_end = std::max(kv_bytes_end, ctx.kv_bytes_used());
+      kv_peak = std::max(kv_peak, ctx.kv_peak_bytes());
       std::fprintf(stderr, "[%d]%.4f%s", c + 1, tot.ppl(), c + 1 == chunks ? "\n" : ",");
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
