@@ -99,13 +99,7 @@ void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logit
   // are decoded one at a time when the policy evicts, so each one is scored and evicted as such.
   const bool prompt = n_past_ == 0;
   if (!prompt && n > 1 && evictor_.evicts_in_decode()) {
-    std::vector<float> step;
-    if (logits) logits->clear();
-    for (int t = 0; t < n; ++t) {
-      const bool want = logits && (all_logits || t == n - 1);
-      eval({tokens[static_cast<size_t>(t)]}, want ? &step : nullptr);
-      if (want) logits->insert(logits->end(), step.begin(), step.end());
-    }
+    eval_one_at_a_time(tokens, logits, all_logits, [&](int32_t t, std::vector<float>* l) { eval({t}, l); });
     return;
   }
   const int64_t dim = c.dim;

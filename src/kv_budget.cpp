@@ -9,6 +9,7 @@
 namespace slake {
 
 namespace {
+constexpr double kPyramidBeta = 20.0;
 
 // Moves `amount` (> 0 to add, < 0 to take) over the layers that can move, evenly, the remainder
 // going to the lowest indices; layers stay within [floor_v, cap]. Repeats until all is placed.
@@ -55,6 +56,16 @@ std::vector<int64_t> allocate_budgets(const std::vector<double>& scores, int64_t
   const int64_t diff = total - std::accumulate(b.begin(), b.end(), int64_t{0});
   spread(b, diff, diff < 0 ? 1 : 0, cap);
   return b;
+}
+
+std::vector<int64_t> fixed_layer_budgets(bool pyramid, int n_layers, int64_t per, int64_t cap) {
+  const int64_t total = per * n_layers;
+  if (!pyramid || n_layers == 1)
+    return allocate_budgets(std::vector<double>(static_cast<size_t>(n_layers), 1.0), total, cap);
+  const double lo = per / kPyramidBeta, hi = 2.0 * per - lo;
+  std::vector<double> w(static_cast<size_t>(n_layers));
+  for (int l = 0; l < n_layers; ++l) w[static_cast<size_t>(l)] = hi - l * (hi - lo) / (n_layers - 1);
+  return allocate_budgets(w, total, cap);
 }
 
 }  // namespace slake

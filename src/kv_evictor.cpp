@@ -12,7 +12,6 @@ namespace slake {
 
 namespace {
 constexpr int kSinkTokens = 4;  // streaming: the attention sinks kept at the start
-constexpr double kPyramidBeta = 20.0;
 
 // Streaming's ranking of the token at `pos` among tokens before `horizon`: the sinks above every
 // other token (the earliest best), then recency. Finite and distinct, also as a float.
@@ -57,15 +56,7 @@ void KvEvictor::observe(int layer, const float* q, const int32_t* pos, int n, co
 }
 
 std::vector<int64_t> KvEvictor::fixed_budgets() const {
-  const int64_t per = p_.budget - p_.window, total = per * n_layers_, cap = S_ - p_.window;
-  if (parts_.allocator == KvAllocator::Uniform || n_layers_ == 1)
-    return allocate_budgets(std::vector<double>(static_cast<size_t>(n_layers_), 1.0), total, cap);
-  // PyramidKV: from max at the first layer down to min = per / beta at the last, linearly; the
-  // spec's integerisation then splits exactly `total`, clamped to the prompt.
-  const double lo = per / kPyramidBeta, hi = 2.0 * per - lo;
-  std::vector<double> w(static_cast<size_t>(n_layers_));
-  for (int l = 0; l < n_layers_; ++l) w[static_cast<size_t>(l)] = hi - l * (hi - lo) / (n_layers_ - 1);
-  return allocate_budgets(w, total, cap);
+  return fixed_layer_budgets(parts_.allocator != KvAllocator::Uniform, n_layers_, p_.budget - p_.window, S_ - p_.window);
 }
 
 void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {

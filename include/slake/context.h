@@ -22,6 +22,21 @@ struct ContextParams {
   KvPolicyParams kv;  // eviction policy; "full" keeps everything
 };
 
+// Evaluates `tokens` one at a time through eval_one(token, logits or null), writing the logits as
+// a multi-token eval does: every token's when all_logits, else the last one's. An evicting
+// context decodes tokens added to a non-empty cache this way, so each is scored and evicted alone.
+template <class EvalOne>
+void eval_one_at_a_time(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
+                        EvalOne&& eval_one) {
+  std::vector<float> step;
+  if (logits) logits->clear();
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const bool want = logits && (all_logits || t + 1 == tokens.size());
+    eval_one(tokens[t], want ? &step : nullptr);
+    if (want) logits->insert(logits->end(), step.begin(), step.end());
+  }
+}
+
 class Context {
  public:
   Context(const Model& model, const ContextParams& params);

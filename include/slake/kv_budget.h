@@ -13,4 +13,9 @@ namespace slake {
 // at the lowest indices. Requires 0 <= total <= cap * scores.size().
 std::vector<int64_t> allocate_budgets(const std::vector<double>& scores, int64_t total, int64_t cap);
 
+// The budgets that are known before any layer is seen, `per` tokens per layer on average and at
+// most `cap` each: uniform, or PyramidKV's (linear from the most at the first layer down to
+// per / beta at the last, beta 20), both through allocate_budgets.
+std::vector<int64_t> fixed_layer_budgets(bool pyramid, int n_layers, int64_t per, int64_t cap);
+
 }  // namespace slake

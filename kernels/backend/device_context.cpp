@@ -13,7 +13,6 @@
 namespace slake::gpu {
 
 namespace {
-constexpr double kPyramidBeta = 20.0;  // as src/kv_evictor.cpp
 constexpr int kSinkTokens = 4;
 double recency_score(int pos, int horizon) { return pos < kSinkTokens ? horizon + (kSinkTokens - pos) : pos; }
 
@@ -218,16 +217,10 @@ void DeviceContext::run_layer(int l, int n, const int32_t* pos_host, bool prompt
   }
 }
 
-std::vector<int64_t> DeviceContext::fixed_budgets() const {  // KvEvictor::fixed_budgets
+std::vector<int64_t> DeviceContext::fixed_budgets() const {  // as KvEvictor::fixed_budgets
   const KvPolicyParams& p = plan_.kv;
-  const int n_layers = model_.cfg.n_layers;
-  const int64_t per = p.budget - p.window, total = per * n_layers, cap = S_ - p.window;
-  if (parts_.allocator == KvAllocator::Uniform || n_layers == 1)
-    return allocate_budgets(std::vector<double>(static_cast<size_t>(n_layers), 1.0), total, cap);
-  const double lo = per / kPyramidBeta, hi = 2.0 * per - lo;
-  std::vector<double> w(static_cast<size_t>(n_layers));
-  for (int l = 0; l < n_layers; ++l) w[static_cast<size_t>(l)] = hi - l * (hi - lo) / (n_layers - 1);
-  return allocate_budgets(w, total, cap);
+  return fixed_layer_budgets(parts_.allocator != KvAllocator::Uniform, model_.cfg.n_layers, p.budget - p.window,
+                             S_ - p.window);
 }
 
 int64_t DeviceContext::decode_budget(int l) const {
@@ -408,13 +401,7 @@ void DeviceContext::eval(const std::vector<int32_t>& tokens, std::vector<float>*
     if (t < 0 || t >= c.n_vocab) fail("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.n_vocab));
   const bool prompt = n_past_ == 0;
   if (!prompt && n > 1 && plan_.evicting) {  // decoded one at a time, as Context does
-    std::vector<float> step;
-    if (logits) logits->clear();
-    for (int t = 0; t < n; ++t) {
-      const bool want = logits && (all_logits || t == n - 1);
-      eval({tokens[static_cast<size_t>(t)]}, want ? &step : nullptr);
-      if (want) logits->insert(logits->end(), step.begin(), step.end());
-    }
+    eval_one_at_a_time(tokens, logits, all_logits, [&](int32_t t, std::vector<float>* l) { eval({t}, l); });
     return;
   }
   std::vector<int32_t> pos(static_cast<size_t>(n));
