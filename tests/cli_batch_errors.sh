@@ -8,14 +8,8 @@ model=$2/models/stories260K.gguf
 if [ ! -e "$model" ]; then echo "skipped: shared material missing: $model"; exit 77; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-checks=0
-
-check() {  # check DESCRIPTION COMMAND...: passes when the command succeeds
-  local what=$1; shift
-  checks=$((checks + 1))
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
-}
+# shellcheck source=check_lib.sh
+. "$(dirname "$0")/check_lib.sh"
 
 flag_error() {  # flag_error EXPECTED_MESSAGE ARGS...: exit 1, one "error:" line with the message, nothing on stdout
   local msg=$1; shift
@@ -82,5 +76,4 @@ check "the good request after all the bad ones generates" grep -q '"id":12,.*"n_
 check "ids given back" [ "$(grep -c '"id":null' "$tmp/resp.jsonl")" -eq 3 ]
 check "a summary on stderr" grep -q "batch: 15 requests, 14 failed" "$tmp/err"
 
-echo "$((checks - fails)) of $checks checks passed"
-[ "$fails" -eq 0 ]
+check_summary

@@ -11,14 +11,8 @@ for f in stories260K.gguf stories260K.bin tok512.bin; do
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-checks=0
-
-check() {  # check DESCRIPTION COMMAND...: passes when the command succeeds
-  local what=$1; shift
-  checks=$((checks + 1))
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
-}
+# shellcheck source=check_lib.sh
+. "$(dirname "$0")/check_lib.sh"
 
 cli() {  # cli NAME ARGS...: runs slake-cli, stdout to $tmp/NAME.out, stderr to $tmp/NAME.err
   local name=$1; shift
@@ -61,5 +55,4 @@ check "a two-turn chat answers and ends at end of input" bash -c "[ $chat_rc -eq
 check "the chat keeps its context: it reads $turn1 + $turn2 prompt tokens, not the conversation again" \
   grep -q "^prompt: $((turn1 + turn2)) tokens" "$tmp/chat.err"
 
-echo "$((checks - fails)) passed, $fails failed"
-[ "$fails" -eq 0 ]
+check_summary
