@@ -95,7 +95,6 @@ bool amx_available() {
 void amx_rows_q8(bool q4, int64_t K, const uint8_t* w, size_t ws, int64_t rows, const uint8_t* act, size_t as,
                  const float* act_scales, int64_t n_tokens, float* out, int64_t os) {
   const int64_t nb = K / 32;
-  const size_t wb = q4 ? 18 : 34;
   thread_local std::vector<int8_t> packed;
   thread_local std::vector<float> scales;
   packed.resize(static_cast<size_t>(nb) * 512 + 64);
@@ -127,7 +126,6 @@ void amx_rows_q8(bool q4, int64_t K, const uint8_t* w, size_t ws, int64_t rows, 
     }
   }
   _tile_release();
-  (void)wb;
 }
 
 #else

@@ -18,6 +18,7 @@
 #include "bandwidth_probe.h"
 #include "slake/dtype.h"
 #include "slake/ops.h"
+#include "slake/quant_dot.h"
 #include "slake/thread_pool.h"
 
 namespace {
@@ -140,6 +141,7 @@ int main(int argc, char** argv) {
   }
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
+  benchmark::AddCustomContext("dot_kernels", slake::dot_kernel_isa());
   if (bandwidth) {
     for (int threads : {1, 2}) {
       slake::ThreadPool pool(threads);
