@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include "slake/attention_rows.h"
 #include "slake/ops.h"
 #include "slake/ptaa.h"
 
@@ -51,17 +53,33 @@ void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, i
 
 void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
                        const AttentionShape& s, ThreadPool& pool) {
-  const int group = s.n_heads / s.n_kv_heads;
-  const int64_t qdim = static_cast<int64_t>(s.n_heads) * s.head_dim;
-  pool.parallel_for(static_cast<int64_t>(n_tokens) * s.n_heads, 4, [&](int64_t b, int64_t e, int) {
+  // Work items are blocks of kLanes query rows of one KV head: row r is token r / group, query
+  // head kvh * group + r % group, so a block holds whole GQA groups of neighbouring tokens.
+  const int group = s.n_heads / s.n_kv_heads, d = s.head_dim;
+  const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
+  const int64_t rows = static_cast<int64_t>(n_tokens) * group;
+  const int64_t blocks = (rows + kLanes - 1) / kLanes;
+  pool.parallel_for(blocks * s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
+    thread_local std::vector<float> acc;
+    acc.resize(static_cast<size_t>(kLanes) * d);
+    const float* qr[kLanes];
+    int32_t pr[kLanes];
+    float* outr[kLanes];
+    float m[kLanes], l[kLanes];
     for (int64_t w = b; w < e; ++w) {
-      const int64_t t = w / s.n_heads;
-      const int h = static_cast<int>(w % s.n_heads);
-      const KvHead& kv = cache.head(layer, h / group);
-      float* o = out + t * qdim + static_cast<int64_t>(h) * s.head_dim;
-      const float* qh = q + t * qdim + static_cast<int64_t>(h) * s.head_dim;
-      if (kv.lin.n > 0) ptaa_one(o, qh, qpos[t], kv, kv.lin, s.head_dim, s.sliding_window);
-      else attention_one(o, qh, qpos[t], kv, s.head_dim, s.sliding_window);
+      const int kvh = static_cast<int>(w / blocks);
+      const int64_t r0 = (w % blocks) * kLanes;
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, rows - r0));
+      for (int i = 0; i < n; ++i) {
+        const int64_t t = (r0 + i) / group;
+        const int64_t off = t * qdim + static_cast<int64_t>(kvh * group + (r0 + i) % group) * d;
+        qr[i] = q + off;
+        outr[i] = out + off;
+        pr[i] = qpos[t];
+      }
+      const KvHead& kv = cache.head(layer, kvh);
+      attend_rows(qr, pr, n, kv, d, s.sliding_window, acc.data(), m, l);
+      for (int i = 0; i < n; ++i) ptaa_finish(outr[i], qr[i], m[i], l[i], acc.data() + static_cast<size_t>(i) * d, kv.lin, d);
     }
   });
 }

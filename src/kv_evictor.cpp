@@ -182,13 +182,26 @@ void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cach
   if (!evicts_in_decode()) return;
   if (parts_.selector == KvSelector::HeavyHitter) accumulate_attention(q, &qpos, 1, cache, layer, s_, acc_[static_cast<size_t>(layer)], pool);
   const int64_t b = decode_budget(layer);
-  for (int kvh = 0; kvh < s_.n_kv_heads; ++kvh) {
-    const KvHead& kh = cache.head(layer, kvh);
-    while (kh.n > b + p_.window) {
-      std::vector<char> keep(static_cast<size_t>(kh.n), 1);
-      keep[static_cast<size_t>(decode_victim(layer, kvh, q, qpos, cache, kh.n - p_.window))] = 0;
+  // Each head over its budget gives up one row per round (one round per decoded token): the heads
+  // are scored in parallel, then compacted one after the other.
+  std::vector<int> victim(static_cast<size_t>(s_.n_kv_heads));
+  for (;;) {
+    pool.parallel_for(s_.n_kv_heads, 1, [&](int64_t lo, int64_t hi, int) {
+      for (int64_t g = lo; g < hi; ++g) {
+        const int n = cache.head(layer, static_cast<int>(g)).n;
+        victim[static_cast<size_t>(g)] =
+            n > b + p_.window ? decode_victim(layer, static_cast<int>(g), q, qpos, cache, n - p_.window) : -1;
+      }
+    });
+    bool evicted = false;
+    for (int kvh = 0; kvh < s_.n_kv_heads; ++kvh) {
+      if (victim[static_cast<size_t>(kvh)] < 0) continue;
+      std::vector<char> keep(static_cast<size_t>(cache.head(layer, kvh).n), 1);
+      keep[static_cast<size_t>(victim[static_cast<size_t>(kvh)])] = 0;
       remove_rows(layer, kvh, keep, cache);
+      evicted = true;
     }
+    if (!evicted) return;
   }
 }
 

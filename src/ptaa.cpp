@@ -10,34 +10,21 @@
 
 namespace slake {
 
-void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const LinearState& lin, int d, int window) {
+void ptaa_finish(float* out, const float* q, float m, float l, const float* acc, const LinearState& lin, int d) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  thread_local std::vector<float> x;
-  x.resize(static_cast<size_t>(kv.n));
-  float m = -std::numeric_limits<float>::infinity();
-  for (int j = 0; j < kv.n; ++j) {
-    x[static_cast<size_t>(j)] = key_visible(kv.pos[static_cast<size_t>(j)], qpos, window) ? dot_f32(q, kv.key(j, d), d) * scale : -std::numeric_limits<float>::infinity();
-    m = std::max(m, x[static_cast<size_t>(j)]);
-  }
-  float mu = 0.0f;
   const bool taylor = lin.n > 0.0f;
-  if (taylor) {
-    mu = dot_f32(q, lin.ksum.data(), d) * scale / lin.n;
-    m = std::max(m, mu);
+  const float mu = taylor ? dot_f32(q, lin.ksum.data(), d) * scale / lin.n : -std::numeric_limits<float>::infinity();
+  const float m_all = std::max(m, mu);
+  if (m_all == -std::numeric_limits<float>::infinity()) {  // nothing visible, nothing evicted
+    std::fill(out, out + d, 0.0f);
+    return;
   }
-  std::fill(out, out + d, 0.0f);
-  float den = 0.0f;
-  if (m == -std::numeric_limits<float>::infinity()) return;  // nothing visible, nothing evicted
-  for (int j = 0; j < kv.n; ++j) {
-    const float xj = x[static_cast<size_t>(j)];
-    if (xj == -std::numeric_limits<float>::infinity()) continue;
-    const float p = std::exp(xj - m);
-    den += p;
-    axpy_f32(p, kv.value(j, d), out, d);
-  }
+  const float e = std::exp(m - m_all);  // 0 when no retained key is visible
+  for (int i = 0; i < d; ++i) out[i] = e * acc[i];
+  float den = e * l;
   if (taylor) {
     // num += lam * ((1 - mu) vsum + q^T M / sqrt(d));  den += lam * n.
-    const float lam = std::exp(mu - m);
+    const float lam = std::exp(mu - m_all);
     const float a = lam * (1.0f - mu);
     for (int i = 0; i < d; ++i) out[i] += a * lin.vsum[static_cast<size_t>(i)];
     for (int i = 0; i < d; ++i) axpy_f32(lam * q[i] * scale, lin.M.data() + static_cast<size_t>(i) * d, out, d);
@@ -45,6 +32,28 @@ void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const 
   }
   const float inv = 1.0f / den;
   for (int i = 0; i < d; ++i) out[i] *= inv;
+}
+
+void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const LinearState& lin, int d, int window) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  thread_local std::vector<float> x, acc;
+  x.resize(static_cast<size_t>(kv.n));
+  acc.assign(static_cast<size_t>(d), 0.0f);
+  float m = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j < kv.n; ++j) {
+    x[static_cast<size_t>(j)] = key_visible(kv.pos[static_cast<size_t>(j)], qpos, window) ? dot_f32(q, kv.key(j, d), d) * scale : -std::numeric_limits<float>::infinity();
+    m = std::max(m, x[static_cast<size_t>(j)]);
+  }
+  float l = 0.0f;
+  if (m != -std::numeric_limits<float>::infinity())
+    for (int j = 0; j < kv.n; ++j) {
+      const float xj = x[static_cast<size_t>(j)];
+      if (xj == -std::numeric_limits<float>::infinity()) continue;
+      const float p = std::exp(xj - m);
+      l += p;
+      axpy_f32(p, kv.value(j, d), acc.data(), d);
+    }
+  ptaa_finish(out, q, m, l, acc.data(), lin, d);
 }
 
 }  // namespace slake

@@ -52,7 +52,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionVsBruteForce,
                          ::testing::Values(Shape{4, 4, 8, 1, 0, 1}, Shape{4, 4, 8, 63, 0, 1}, Shape{8, 2, 16, 65, 0, 1},
                                            Shape{8, 2, 16, 200, 0, 1}, Shape{6, 3, 12, 130, 17, 1},
                                            Shape{8, 1, 64, 257, 64, 1}, Shape{4, 2, 8, 100, 0, 3},
-                                           Shape{4, 2, 8, 100, 50, 3}),
+                                           Shape{4, 2, 8, 100, 50, 3}, Shape{16, 1, 32, 90, 0, 1},
+                                           Shape{12, 4, 8, 70, 0, 1}),
                          [](const ::testing::TestParamInfo<Shape>& i) {
                            const Shape& s = i.param;
                            return "h" + std::to_string(s.n_heads) + "_kv" + std::to_string(s.n_kv_heads) + "_d" +

@@ -1,5 +1,7 @@
-// Exact causal attention on the CPU: each query streams over the retained keys of its KV head in
-// tiles with an online softmax, so memory stays O(tile + head_dim) whatever the context length.
+// Causal attention on the CPU for prefill and decode alike. attention_prefill runs the flash kernel
+// of attention_rows.h over blocks of query rows that share a KV head, then PTAA's merge with the
+// head's linear state (ptaa.h). attention_one is the plain per-(query, head) online softmax, kept
+// as the scalar reference the CUDA kernels are tested against.
 #pragma once
 #include <cstdint>
 
@@ -23,10 +25,11 @@ struct AttentionShape {
 
 // out[t] (n_heads * head_dim) = softmax(q[t] K^T / sqrt(d)) V over the keys of `layer` in `cache`
 // whose positions are visible from qpos[t]; PTAA (ptaa.h) for heads whose linear state is not empty.
+// Query heads of one KV head read each key once (GQA), whatever the number of tokens.
 void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
                        const AttentionShape& s, ThreadPool& pool);
 
-// One query head over one KV head: the online-softmax kernel the above runs per (token, head).
+// One query head over one KV head, the same result one key at a time (the scalar reference).
 void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, int head_dim, int sliding_window);
 
 }  // namespace slake

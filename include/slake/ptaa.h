@@ -16,4 +16,11 @@ namespace slake {
 void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const LinearState& lin, int head_dim,
               int sliding_window);
 
+// PTAA of one query head from the exact part over its retained keys, as attend_rows
+// (attention_rows.h) gives it: m = max visible score, l = sum exp(x_j - m), acc = sum exp(x_j - m) v_j.
+// With m* = max(m, mu), the retained keys weigh exp(m - m*) and the linear state lam = exp(mu - m*):
+// out = (exp(m - m*) acc + lam ((1 - mu) vsum + q^T M / sqrt(d))) / (exp(m - m*) l + lam n).
+// With lin.n == 0 it is acc / l; with nothing visible and nothing evicted, zeros.
+void ptaa_finish(float* out, const float* q, float m, float l, const float* acc, const LinearState& lin, int head_dim);
+
 }  // namespace slake

@@ -3,7 +3,8 @@
 // by arithmetic), on TinyLlama-1.1B's FFN matrix (5632 x 2048). Counters: weight GB/s and GFLOP/s
 // (2 K N tokens per product). slake-kernel-bench --bandwidth first prints the machine's read
 // bandwidth (the decode ceiling) from the same probe as slake-bench; BM_fma_peak measures one
-// core's fp32 FMA peak (the ceiling of the float-weight prefill figures).
+// core's fp32 FMA peak (the ceiling of the float-weight prefill figures). BM_attention compares the
+// flash attention kernel with the scalar reference at decode and prefill shapes.
 //
 //   build/bin/slake-kernel-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "bandwidth_probe.h"
+#include "slake/attention.h"
 #include "slake/dtype.h"
 #include "slake/ops.h"
 #include "slake/quant_dot.h"
@@ -99,6 +101,65 @@ void matmul_args(benchmark::internal::Benchmark* b) {
       for (int threads : {1, 2}) b->Args({static_cast<int64_t>(t), tokens, threads});
 }
 BENCHMARK(BM_matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// Attention of `tokens` queries at the end of a cache of `keys` tokens, TinyLlama's layer shape
+// (32 query heads over 4 KV heads of 64): kernel 0 is the scalar reference (attention_one per
+// query and head, as the CPU path ran before the flash kernel), kernel 1 attention_prefill (the
+// flash kernel over GQA row blocks). Counters: GFLOP/s (2 d per score and per value row, over the
+// visible pairs) and KV GB/s (the cache bytes per call over the time: decode's bound).
+void BM_attention(benchmark::State& state) {
+  const int kernel = static_cast<int>(state.range(0));
+  const int tokens = static_cast<int>(state.range(1)), keys = static_cast<int>(state.range(2));
+  const int threads = static_cast<int>(state.range(3));
+  const slake::AttentionShape s{32, 4, 64, 0};
+  const int d = s.head_dim, qd = s.n_heads * d, kvd = s.n_kv_heads * d, group = s.n_heads / s.n_kv_heads;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g;
+  slake::KvCache cache(1, s.n_kv_heads, d, keys);
+  std::vector<float> k(static_cast<size_t>(kvd)), v(static_cast<size_t>(kvd));
+  for (int j = 0; j < keys; ++j) {
+    for (auto& x : k) x = g(rng);
+    for (auto& x : v) x = g(rng);
+    cache.append(0, k.data(), v.data(), j);
+  }
+  std::vector<float> q(static_cast<size_t>(tokens) * qd), out(q.size());
+  for (auto& x : q) x = g(rng);
+  std::vector<int32_t> pos(static_cast<size_t>(tokens));
+  double pairs = 0;
+  for (int t = 0; t < tokens; ++t) {
+    pos[static_cast<size_t>(t)] = keys - tokens + t;
+    pairs += keys - tokens + t + 1;
+  }
+  slake::ThreadPool pool(threads);
+  for (auto _ : state) {
+    if (kernel == 1) {
+      slake::attention_prefill(out.data(), q.data(), pos.data(), tokens, cache, 0, s, pool);
+    } else {
+      pool.parallel_for(static_cast<int64_t>(tokens) * s.n_heads, 4, [&](int64_t b, int64_t e, int) {
+        for (int64_t w = b; w < e; ++w) {
+          const int64_t t = w / s.n_heads, h = w % s.n_heads, off = t * qd + h * d;
+          slake::attention_one(out.data() + off, q.data() + off, pos[static_cast<size_t>(t)],
+                               cache.head(0, static_cast<int>(h) / group), d, 0);
+        }
+      });
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(std::string(kernel == 1 ? "flash" : "reference") + " tokens=" + std::to_string(tokens) +
+                 " keys=" + std::to_string(keys) + " threads=" + std::to_string(threads));
+  state.counters["GFLOPs"] = benchmark::Counter(pairs * s.n_heads * 4.0 * d * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["kv_GBps"] = benchmark::Counter(2.0 * keys * kvd * sizeof(float) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void attention_args(benchmark::internal::Benchmark* b) {
+  for (int kernel : {0, 1})
+    for (int tokens : {1, 64})
+      for (int keys : {1024, 8192})
+        for (int threads : {1, 2}) b->Args({kernel, tokens, keys, threads});
+}
+BENCHMARK(BM_attention)->Apply(attention_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // The core's fp32 FMA peak: twelve independent chains of vector FMAs (enough to cover the FMA
 // latency on every port), the ceiling for the float-weight prefill figures above.

@@ -1,0 +1,23 @@
+// The CPU attention kernel: flash attention for a block of up to kLanes query rows that read the
+// same KV head (a GQA group, and several tokens of a prompt). The rows are the lanes of a vector
+// (lanes.h): each key and value is loaded once for the whole block, scores for 16 keys at a time
+// sit in 16 registers, and the online softmax runs lane-wise with a vectorised exponential. It
+// needs no horizontal reductions, and no transposed copy of the cache.
+#pragma once
+#include <cstdint>
+
+#include "slake/kv_cache.h"
+#include "slake/lanes.h"
+
+namespace slake {
+
+// The exact part of attention for `n` (<= kLanes) query rows q[r] (head_dim floats, after RoPE)
+// at positions qpos[r], before normalisation, over the keys of `kv` visible from qpos[r] (causal;
+// inside the sliding window when window > 0). With x_j = q . k_j / sqrt(d):
+//   m[r] = max_j x_j,  l[r] = sum_j exp(x_j - m[r]),  acc[r * d + i] = sum_j exp(x_j - m[r]) v_j[i].
+// A row that sees no key gets m = -inf, l = 0 and acc = 0. The keys must be in position order,
+// as the cache keeps them.
+void attend_rows(const float* const* q, const int32_t* qpos, int n, const KvHead& kv, int head_dim, int window,
+                 float* acc, float* m, float* l);
+
+}  // namespace slake

@@ -1,0 +1,170 @@
+// The flash attention kernel (attend_rows) and its lane exponential against float64: the exact
+// part (m, l, unnormalised accumulator) per row for every row count up to kLanes, GQA groups,
+// windows, rows that see nothing, and a cache whose tokens were evicted into the linear state
+// (attention_prefill with PTAA against the Taylor formula token by token).
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "reference_math.h"
+#include "slake/attention.h"
+#include "slake/attention_rows.h"
+#include "slake/lanes.h"
+#include "test_util.h"
+
+namespace slake {
+namespace {
+
+TEST(LanesExp, WithinTwoUlpOverTheFloatRange) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-87.0f, 88.0f);
+  for (int it = 0; it < 20000; ++it) {
+    lanes_f x;
+    for (int i = 0; i < kLanes; ++i) x[i] = it == 0 ? -87.0f + 11.0f * i : u(rng);
+    const lanes_f y = lanes_exp(x);
+    for (int i = 0; i < kLanes; ++i) {
+      const double want = std::exp(static_cast<double>(x[i]));
+      const double ulp = std::nextafter(static_cast<float>(want), INFINITY) - static_cast<float>(want);
+      ASSERT_LE(std::abs(y[i] - want), 2.0 * ulp) << "x = " << x[i];
+    }
+  }
+}
+
+TEST(LanesExp, LimitsAndZero) {
+  lanes_f x = splat(0.0f);
+  x[1] = -std::numeric_limits<float>::infinity();
+  x[2] = -100.0f;
+  x[3] = 100.0f;
+  const lanes_f y = lanes_exp(x);
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[2], 0.0f);
+  EXPECT_TRUE(std::isinf(y[3]));
+}
+
+struct RowsCase {
+  int n_rows, head_dim, n_keys, window;
+};
+
+class AttendRows : public ::testing::TestWithParam<RowsCase> {};
+
+// Every row's m, l and accumulator against float64 sums over its visible keys.
+TEST_P(AttendRows, ExactPartMatchesFloat64) {
+  const RowsCase c = GetParam();
+  const int d = c.head_dim;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  KvCache cache(1, 1, d, c.n_keys);
+  std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
+  for (int j = 0; j < c.n_keys; ++j) {
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = nd(rng);
+    cache.append(0, k.data(), v.data(), 2 * j);  // positions with gaps, as after eviction
+  }
+  const KvHead& kh = cache.head(0, 0);
+  std::vector<std::vector<float>> q(static_cast<size_t>(c.n_rows), std::vector<float>(static_cast<size_t>(d)));
+  std::vector<const float*> qr;
+  std::vector<int32_t> qpos;
+  for (int r = 0; r < c.n_rows; ++r) {
+    for (auto& x : q[static_cast<size_t>(r)]) x = nd(rng);
+    qr.push_back(q[static_cast<size_t>(r)].data());
+    // Rows spread over the cache; row 0 sits before every key (position -1 sees nothing).
+    qpos.push_back(r == 0 && c.n_rows > 2 ? -1 : (2 * c.n_keys * (r + 1)) / c.n_rows - 1);
+  }
+  std::vector<float> acc(static_cast<size_t>(c.n_rows) * d), m(static_cast<size_t>(c.n_rows)), l(m.size());
+  attend_rows(qr.data(), qpos.data(), c.n_rows, kh, d, c.window, acc.data(), m.data(), l.data());
+
+  for (int r = 0; r < c.n_rows; ++r) {
+    double mx = -INFINITY;
+    for (int j = 0; j < kh.n; ++j)
+      if (test::visible(kh.pos[static_cast<size_t>(j)], qpos[static_cast<size_t>(r)], c.window))
+        mx = std::max(mx, test::dot64(qr[static_cast<size_t>(r)], kh.key(j, d), d) / std::sqrt(static_cast<double>(d)));
+    if (mx == -INFINITY) {
+      EXPECT_EQ(m[static_cast<size_t>(r)], -std::numeric_limits<float>::infinity()) << "row " << r;
+      EXPECT_EQ(l[static_cast<size_t>(r)], 0.0f) << "row " << r;
+      for (int i = 0; i < d; ++i) ASSERT_EQ(acc[static_cast<size_t>(r * d + i)], 0.0f);
+      continue;
+    }
+    double sum = 0;
+    std::vector<double> want(static_cast<size_t>(d), 0.0);
+    for (int j = 0; j < kh.n; ++j) {
+      if (!test::visible(kh.pos[static_cast<size_t>(j)], qpos[static_cast<size_t>(r)], c.window)) continue;
+      const double w = std::exp(test::dot64(qr[static_cast<size_t>(r)], kh.key(j, d), d) / std::sqrt(static_cast<double>(d)) - mx);
+      sum += w;
+      for (int i = 0; i < d; ++i) want[static_cast<size_t>(i)] += w * kh.value(j, d)[i];
+    }
+    ASSERT_NEAR(m[static_cast<size_t>(r)], mx, 1e-5 * (1 + std::abs(mx))) << "row " << r;
+    ASSERT_NEAR(l[static_cast<size_t>(r)], sum, 2e-5 * sum) << "row " << r;
+    for (int i = 0; i < d; ++i)
+      ASSERT_NEAR(acc[static_cast<size_t>(r * d + i)], want[static_cast<size_t>(i)], 2e-5 * (sum + std::abs(want[static_cast<size_t>(i)])))
+          << "row " << r << " dim " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttendRows,
+                         ::testing::Values(RowsCase{1, 64, 1, 0}, RowsCase{1, 8, 40, 0}, RowsCase{5, 12, 17, 0},
+                                           RowsCase{8, 64, 100, 0}, RowsCase{16, 64, 300, 0}, RowsCase{16, 128, 64, 0},
+                                           RowsCase{16, 64, 300, 50}, RowsCase{7, 20, 33, 9}, RowsCase{3, 8, 1, 3}),
+                         [](const ::testing::TestParamInfo<RowsCase>& i) {
+                           const RowsCase& c = i.param;
+                           return "rows" + std::to_string(c.n_rows) + "_d" + std::to_string(c.head_dim) + "_keys" +
+                                  std::to_string(c.n_keys) + "_win" + std::to_string(c.window);
+                         });
+
+TEST(AttendRows, RefusesBlocksWiderThanTheLanes) {
+  KvCache cache(1, 1, 8, 4);
+  float q[8] = {};
+  const float* qr[kLanes + 1];
+  int32_t pos[kLanes + 1] = {};
+  for (auto& p : qr) p = q;
+  float acc[(kLanes + 1) * 8], m[kLanes + 1], l[kLanes + 1];
+  EXPECT_THROW(attend_rows(qr, pos, kLanes + 1, cache.head(0, 0), 8, 0, acc, m, l), Error);
+  EXPECT_THROW(attend_rows(qr, pos, 0, cache.head(0, 0), 8, 0, acc, m, l), Error);
+}
+
+// A prompt of many tokens (row blocks span several tokens and both KV heads) over a cache that
+// evicted half its tokens into the linear state: each query head against the Taylor formula.
+TEST(AttentionPrefill, WithEvictedTokensMatchesTheTaylorFormula) {
+  const int n_heads = 8, n_kv = 2, d = 16, n_keys = 120, n_q = 21;
+  const int group = n_heads / n_kv, qd = n_heads * d;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 0.7f);
+  KvCache cache(1, n_kv, d, n_keys);
+  std::vector<float> k(static_cast<size_t>(n_kv * d)), v(k.size());
+  std::vector<std::vector<std::vector<float>>> ke(n_kv), ve(n_kv);  // evicted rows per KV head
+  for (int j = 0; j < n_keys; ++j) {
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = nd(rng);
+    cache.append(0, k.data(), v.data(), j);
+  }
+  for (int g = 0; g < n_kv; ++g) {
+    std::vector<char> keep(static_cast<size_t>(n_keys), 1);
+    for (int j = g; j < n_keys; j += 2) {
+      if (j >= n_keys - 30) break;  // the most recent keys stay
+      keep[static_cast<size_t>(j)] = 0;
+      const KvHead& kh = cache.head(0, g);
+      ke[static_cast<size_t>(g)].emplace_back(kh.key(j, d), kh.key(j, d) + d);
+      ve[static_cast<size_t>(g)].emplace_back(kh.value(j, d), kh.value(j, d) + d);
+    }
+    cache.compact(0, g, keep, true);
+  }
+  std::vector<float> q(static_cast<size_t>(n_q * qd)), out(q.size());
+  std::vector<int32_t> qpos(static_cast<size_t>(n_q));
+  for (auto& x : q) x = nd(rng);
+  for (int t = 0; t < n_q; ++t) qpos[static_cast<size_t>(t)] = n_keys - n_q + t;
+  ThreadPool pool(2);
+  attention_prefill(out.data(), q.data(), qpos.data(), n_q, cache, 0, {n_heads, n_kv, d, 0}, pool);
+  for (int t = 0; t < n_q; ++t)
+    for (int h = 0; h < n_heads; ++h) {
+      const size_t off = static_cast<size_t>(t * qd + h * d);
+      const int g = h / group;
+      const std::vector<double> want = test::taylor_attention(q.data() + off, qpos[static_cast<size_t>(t)], cache.head(0, g),
+                                                              ke[static_cast<size_t>(g)], ve[static_cast<size_t>(g)], d);
+      for (int i = 0; i < d; ++i)
+        ASSERT_NEAR(out[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], 1e-4 * (1 + std::abs(want[static_cast<size_t>(i)])))
+            << "token " << t << " head " << h << " dim " << i;
+    }
+}
+
+}  // namespace
+}  // namespace slake
