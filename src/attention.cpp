@@ -53,33 +53,57 @@ void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, i
 
 void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
                        const AttentionShape& s, ThreadPool& pool) {
-  // Work items are blocks of kLanes query rows of one KV head: row r is token r / group, query
-  // head kvh * group + r % group, so a block holds whole GQA groups of neighbouring tokens.
+  // Row r of KV head kvh is token r / group, query head kvh * group + r % group: a block of kLanes
+  // rows holds whole GQA groups of neighbouring tokens. A work item is up to kBlocks blocks of one
+  // KV head; they take the keys chunk by chunk, so a chunk is read from memory once per item and
+  // then from the core's cache.
+  constexpr int kBlocks = 8, kChunk = 256;
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim;
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
   const int64_t rows = static_cast<int64_t>(n_tokens) * group;
   const int64_t blocks = (rows + kLanes - 1) / kLanes;
-  pool.parallel_for(blocks * s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
+  const int64_t items = (blocks + kBlocks - 1) / kBlocks;
+  pool.parallel_for(items * s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
+    thread_local std::vector<RowBlock> block(kBlocks);
     thread_local std::vector<float> acc;
     acc.resize(static_cast<size_t>(kLanes) * d);
-    const float* qr[kLanes];
+    const float* qr[kBlocks][kLanes];
+    float* outr[kBlocks][kLanes];
     int32_t pr[kLanes];
-    float* outr[kLanes];
+    std::pair<int, int> range[kBlocks];
     float m[kLanes], l[kLanes];
     for (int64_t w = b; w < e; ++w) {
-      const int kvh = static_cast<int>(w / blocks);
-      const int64_t r0 = (w % blocks) * kLanes;
-      const int n = static_cast<int>(std::min<int64_t>(kLanes, rows - r0));
-      for (int i = 0; i < n; ++i) {
-        const int64_t t = (r0 + i) / group;
-        const int64_t off = t * qdim + static_cast<int64_t>(kvh * group + (r0 + i) % group) * d;
-        qr[i] = q + off;
-        outr[i] = out + off;
-        pr[i] = qpos[t];
-      }
+      const int kvh = static_cast<int>(w / items);
       const KvHead& kv = cache.head(layer, kvh);
-      attend_rows(qr, pr, n, kv, d, s.sliding_window, acc.data(), m, l);
-      for (int i = 0; i < n; ++i) ptaa_finish(outr[i], qr[i], m[i], l[i], acc.data() + static_cast<size_t>(i) * d, kv.lin, d);
+      const int64_t b0 = (w % items) * kBlocks;
+      const int nb = static_cast<int>(std::min<int64_t>(kBlocks, blocks - b0));
+      int j_begin = kv.n, j_end = 0;
+      for (int i = 0; i < nb; ++i) {
+        const int64_t r0 = (b0 + i) * kLanes;
+        const int n = static_cast<int>(std::min<int64_t>(kLanes, rows - r0));
+        for (int r = 0; r < n; ++r) {
+          const int64_t t = (r0 + r) / group;
+          const int64_t off = t * qdim + static_cast<int64_t>(kvh * group + (r0 + r) % group) * d;
+          qr[i][r] = q + off;
+          outr[i][r] = out + off;
+          pr[r] = qpos[t];
+        }
+        block[static_cast<size_t>(i)].begin(qr[i], pr, n, d);
+        range[i] = block[static_cast<size_t>(i)].key_range(kv, s.sliding_window);
+        j_begin = std::min(j_begin, range[i].first);
+        j_end = std::max(j_end, range[i].second);
+      }
+      for (int c0 = j_begin; c0 < j_end; c0 += kChunk)
+        for (int i = 0; i < nb; ++i) {
+          const int lo = std::max(c0, range[i].first), hi = std::min(c0 + kChunk, range[i].second);
+          if (lo < hi) block[static_cast<size_t>(i)].attend(kv, s.sliding_window, lo, hi);
+        }
+      for (int i = 0; i < nb; ++i) {
+        const int n = static_cast<int>(std::min<int64_t>(kLanes, rows - (b0 + i) * kLanes));
+        block[static_cast<size_t>(i)].finish(acc.data(), m, l);
+        for (int r = 0; r < n; ++r)
+          ptaa_finish(outr[i][r], qr[i][r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d);
+      }
     }
   });
 }

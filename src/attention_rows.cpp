@@ -24,32 +24,38 @@ inline void pv_block(lanes_f* acc_t, const lanes_f* p, const float* const* v, in
 }
 }  // namespace
 
-void attend_rows(const float* const* q, const int32_t* qpos, int n, const KvHead& kv, int d, int window, float* acc,
-                 float* m_out, float* l_out) {
+void RowBlock::begin(const float* const* q, const int32_t* qpos, int n, int d) {
   if (n < 1 || n > kLanes) fail("attend_rows: " + std::to_string(n) + " rows, want 1.." + std::to_string(kLanes));
-  const float inf = std::numeric_limits<float>::infinity();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-
-  // Transposed, pre-scaled queries and accumulators: element i of every row in one vector.
-  thread_local std::vector<lanes_f> q_t, acc_t;
-  q_t.assign(static_cast<size_t>(d), lanes_f{});
-  acc_t.assign(static_cast<size_t>(d), lanes_f{});
-  lanes_i qp = splat_i(-1);  // a missing row sees nothing: every key position is >= 0
-  int32_t q_min = std::numeric_limits<int32_t>::max(), q_max = -1;
+  n_ = n;
+  d_ = d;
+  q_t_.assign(static_cast<size_t>(d), lanes_f{});
+  acc_t_.assign(static_cast<size_t>(d), lanes_f{});
+  m_ = splat(-std::numeric_limits<float>::infinity());
+  l_ = lanes_f{};
+  qp_ = splat_i(-1);  // a missing row sees nothing: every key position is >= 0
+  q_min_ = std::numeric_limits<int32_t>::max();
+  q_max_ = -1;
   for (int r = 0; r < n; ++r) {
-    for (int i = 0; i < d; ++i) q_t[static_cast<size_t>(i)][r] = q[r][i] * scale;
-    qp[r] = qpos[r];
-    q_min = std::min(q_min, qpos[r]);
-    q_max = std::max(q_max, qpos[r]);
+    for (int i = 0; i < d; ++i) q_t_[static_cast<size_t>(i)][r] = q[r][i] * scale;
+    qp_[r] = qpos[r];
+    q_min_ = std::min(q_min_, qpos[r]);
+    q_max_ = std::max(q_max_, qpos[r]);
   }
+}
 
-  // The keys any row can see: positions are sorted, so that is one range.
+std::pair<int, int> RowBlock::key_range(const KvHead& kv, int window) const {
+  // Positions are sorted, so the keys any row can see are one range.
   const int32_t* kpos = kv.pos.data();
-  const int j_end = static_cast<int>(std::upper_bound(kpos, kpos + kv.n, q_max) - kpos);
-  const int j_begin = window > 0 ? static_cast<int>(std::upper_bound(kpos, kpos + j_end, q_min - window) - kpos) : 0;
+  const int end = static_cast<int>(std::upper_bound(kpos, kpos + kv.n, q_max_) - kpos);
+  const int begin = window > 0 ? static_cast<int>(std::upper_bound(kpos, kpos + end, q_min_ - window) - kpos) : 0;
+  return {begin, end};
+}
 
-  const lanes_f neg_inf = splat(-inf);
-  lanes_f m = neg_inf, l{};
+void RowBlock::attend(const KvHead& kv, int window, int j_begin, int j_end) {
+  const int d = d_;
+  const int32_t* kpos = kv.pos.data();
+  const lanes_f neg_inf = splat(-std::numeric_limits<float>::infinity());
   for (int j0 = j_begin; j0 < j_end; j0 += kKeys) {
     const int nk = std::min(kKeys, j_end - j0);
     const float* k[kKeys];
@@ -63,12 +69,12 @@ void attend_rows(const float* const* q, const int32_t* qpos, int n, const KvHead
     lanes_f s[kKeys];
     for (int j = 0; j < kKeys; ++j) s[j] = lanes_f{};
     for (int i = 0; i < d; ++i) {
-      const lanes_f qi = q_t[static_cast<size_t>(i)];
+      const lanes_f qi = q_t_[static_cast<size_t>(i)];
       for (int j = 0; j < kKeys; ++j) s[j] += qi * k[j][i];
     }
     // Masking is needed only where some row cannot see some key of the tile.
     const bool all_visible =
-        nk == kKeys && kpos[j0 + nk - 1] <= q_min && (window <= 0 || kpos[j0] > q_max - window);
+        nk == kKeys && kpos[j0 + nk - 1] <= q_min_ && (window <= 0 || kpos[j0] > q_max_ - window);
     if (!all_visible)
       for (int j = 0; j < kKeys; ++j) {
         if (j >= nk) {
@@ -76,40 +82,51 @@ void attend_rows(const float* const* q, const int32_t* qpos, int n, const KvHead
           continue;
         }
         const lanes_i kp = splat_i(kpos[j0 + j]);
-        const lanes_i seen = window > 0 ? ((kp <= qp) & (kp > qp - window)) : (kp <= qp);
+        const lanes_i seen = window > 0 ? ((kp <= qp_) & (kp > qp_ - window)) : (kp <= qp_);
         s[j] = seen ? s[j] : neg_inf;
       }
 
     lanes_f tile_max = s[0];
     for (int j = 1; j < kKeys; ++j) tile_max = lanes_max(tile_max, s[j]);
-    const lanes_f m_new = lanes_max(m, tile_max);
+    const lanes_f m_new = lanes_max(m_, tile_max);
     // A row that has seen nothing yet keeps m = -inf; measure it from 0 so no -inf - -inf appears.
     const lanes_f ref = m_new == neg_inf ? lanes_f{} : m_new;
-    const lanes_i grew = m_new > m;
+    const lanes_i grew = m_new > m_;
     bool any_grew = false;
     for (int r = 0; r < kLanes; ++r) any_grew |= grew[r] != 0;
     if (any_grew) {
-      const lanes_f corr = lanes_exp(m - ref);
-      l *= corr;
-      for (int i = 0; i < d; ++i) acc_t[static_cast<size_t>(i)] *= corr;
+      const lanes_f corr = lanes_exp(m_ - ref);
+      l_ *= corr;
+      for (int i = 0; i < d; ++i) acc_t_[static_cast<size_t>(i)] *= corr;
     }
-    m = m_new;
+    m_ = m_new;
 
     lanes_f p[kKeys];
     for (int j = 0; j < kKeys; ++j) {
       p[j] = lanes_exp(s[j] - ref);
-      l += p[j];
+      l_ += p[j];
     }
     int i0 = 0;
-    for (; i0 + kDims <= d; i0 += kDims) pv_block<kDims>(acc_t.data(), p, v, i0);
-    for (; i0 < d; ++i0) pv_block<1>(acc_t.data(), p, v, i0);
+    for (; i0 + kDims <= d; i0 += kDims) pv_block<kDims>(acc_t_.data(), p, v, i0);
+    for (; i0 < d; ++i0) pv_block<1>(acc_t_.data(), p, v, i0);
   }
+}
 
-  for (int r = 0; r < n; ++r) {
-    m_out[r] = m[r];
-    l_out[r] = l[r];
-    for (int i = 0; i < d; ++i) acc[static_cast<size_t>(r) * d + i] = acc_t[static_cast<size_t>(i)][r];
+void RowBlock::finish(float* acc, float* m, float* l) const {
+  for (int r = 0; r < n_; ++r) {
+    m[r] = m_[r];
+    l[r] = l_[r];
+    for (int i = 0; i < d_; ++i) acc[static_cast<size_t>(r) * d_ + i] = acc_t_[static_cast<size_t>(i)][r];
   }
+}
+
+void attend_rows(const float* const* q, const int32_t* qpos, int n, const KvHead& kv, int d, int window, float* acc,
+                 float* m, float* l) {
+  thread_local RowBlock block;
+  block.begin(q, qpos, n, d);
+  const auto [j_begin, j_end] = block.key_range(kv, window);
+  block.attend(kv, window, j_begin, j_end);
+  block.finish(acc, m, l);
 }
 
 }  // namespace slake

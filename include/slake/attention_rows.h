@@ -5,6 +5,8 @@
 // needs no horizontal reductions, and no transposed copy of the cache.
 #pragma once
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "slake/kv_cache.h"
 #include "slake/lanes.h"
@@ -19,5 +21,25 @@ namespace slake {
 // as the cache keeps them.
 void attend_rows(const float* const* q, const int32_t* qpos, int n, const KvHead& kv, int head_dim, int window,
                  float* acc, float* m, float* l);
+
+// attend_rows in steps, so that several blocks can take the same keys while they are in cache:
+// begin, then attend over consecutive key ranges (any split of key_range gives the same
+// result up to rounding), then finish.
+class RowBlock {
+ public:
+  void begin(const float* const* q, const int32_t* qpos, int n, int head_dim);
+  // The keys of `kv` some row of the block can see: [first, second).
+  std::pair<int, int> key_range(const KvHead& kv, int window) const;
+  // Takes keys [j_begin, j_end) of `kv` (within key_range) into the online softmax.
+  void attend(const KvHead& kv, int window, int j_begin, int j_end);
+  void finish(float* acc, float* m, float* l) const;
+
+ private:
+  int n_ = 0, d_ = 0;
+  std::vector<lanes_f> q_t_, acc_t_;  // transposed, pre-scaled queries and accumulators: [d] lanes
+  lanes_f m_{}, l_{};
+  lanes_i qp_{};
+  int32_t q_min_ = 0, q_max_ = 0;
+};
 
 }  // namespace slake
