@@ -13,6 +13,15 @@ namespace {
 constexpr int kKeys = 16;  // keys per tile: one score register each
 constexpr int kDims = 8;   // value dimensions per register block in the P V product
 
+// s[j] = sum_i q_t[i] * k[j][i]: the scores of kKeys keys, one independent chain each.
+inline void score_tile(const lanes_f* q_t, const float* const* k, int d, lanes_f* s) {
+  for (int j = 0; j < kKeys; ++j) s[j] = lanes_f{};
+  for (int i = 0; i < d; ++i) {
+    const lanes_f qi = q_t[i];
+    for (int j = 0; j < kKeys; ++j) s[j] += qi * k[j][i];
+  }
+}
+
 // acc_t[i] += sum_j p[j] * v[j][i] for i in [i0, i0 + W): W independent accumulator chains.
 template <int W>
 inline void pv_block(lanes_f* acc_t, const lanes_f* p, const float* const* v, int i0) {
@@ -67,11 +76,7 @@ void RowBlock::attend(const KvHead& kv, int window, int j_begin, int j_end) {
     }
 
     lanes_f s[kKeys];
-    for (int j = 0; j < kKeys; ++j) s[j] = lanes_f{};
-    for (int i = 0; i < d; ++i) {
-      const lanes_f qi = q_t_[static_cast<size_t>(i)];
-      for (int j = 0; j < kKeys; ++j) s[j] += qi * k[j][i];
-    }
+    score_tile(q_t_.data(), k, d, s);
     // Masking is needed only where some row cannot see some key of the tile.
     const bool all_visible =
         nk == kKeys && kpos[j0 + nk - 1] <= q_min_ && (window <= 0 || kpos[j0] > q_max_ - window);
@@ -109,6 +114,18 @@ void RowBlock::attend(const KvHead& kv, int window, int j_begin, int j_end) {
     int i0 = 0;
     for (; i0 + kDims <= d; i0 += kDims) pv_block<kDims>(acc_t_.data(), p, v, i0);
     for (; i0 < d; ++i0) pv_block<1>(acc_t_.data(), p, v, i0);
+  }
+}
+
+void RowBlock::scores(const KvHead& kv, int n_keys, lanes_f* x) const {
+  const lanes_f neg_inf = splat(-std::numeric_limits<float>::infinity());
+  for (int j0 = 0; j0 < n_keys; j0 += kKeys) {
+    const int nk = std::min(kKeys, n_keys - j0);
+    const float* k[kKeys];
+    for (int j = 0; j < kKeys; ++j) k[j] = kv.key(j0 + std::min(j, nk - 1), d_);
+    lanes_f s[kKeys];
+    score_tile(q_t_.data(), k, d_, s);
+    for (int j = 0; j < nk; ++j) x[j0 + j] = (splat_i(kv.pos[static_cast<size_t>(j0 + j)]) <= qp_) ? s[j] : neg_inf;
   }
 }
 

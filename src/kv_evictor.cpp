@@ -166,13 +166,7 @@ int KvEvictor::decode_victim(int layer, int kvh, const float* q, int32_t qpos, c
       // Spec section 5: the current query's softmax over the whole exact cache (causal only),
       // pooled over the candidates in position order, averaged over the group.
       const TokenPool pool = parts_.selector == KvSelector::WindowMax7 ? TokenPool::Max7 : TokenPool::Avg5;
-      std::vector<double> p(static_cast<size_t>(kh.n)), pooled(static_cast<size_t>(n_cand));
-      for (int g = 0; g < group; ++g) {
-        attention_logits(q + static_cast<size_t>(kvh * group + g) * d, qpos, kh, d, kh.n, p.data());
-        softmax_inplace(p.data(), kh.n);
-        pool_tokens(p.data(), n_cand, pool, pooled.data());
-        for (int r = 0; r < n_cand; ++r) score[static_cast<size_t>(r)] += pooled[static_cast<size_t>(r)] / group;
-      }
+      decode_scores(q + static_cast<size_t>(kvh * group) * d, group, qpos, kh, d, n_cand, pool, score.data());
     }
   }
   return static_cast<int>(std::min_element(score.begin(), score.end()) - score.begin());

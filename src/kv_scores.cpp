@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "slake/attention_rows.h"
 #include "slake/error.h"
 #include "slake/ops.h"
 
@@ -34,6 +35,45 @@ void pool_tokens(const double* in, int n, TokenPool pool, double* out) {
       out[j] = acc / 5.0;
     } else {
       out[j] = *std::max_element(in + lo, in + hi + 1);
+    }
+  }
+}
+
+void decode_scores(const float* q, int group, int32_t qpos, const KvHead& kh, int d, int n_cand, TokenPool pool,
+                   double* score) {
+  std::fill(score, score + n_cand, 0.0);
+  thread_local std::vector<lanes_f> x;
+  thread_local RowBlock block;
+  x.resize(static_cast<size_t>(kh.n));
+  const int half = pool == TokenPool::Avg5 ? 2 : 3;
+  const float* qr[kLanes];
+  int32_t pr[kLanes];
+  for (int g0 = 0; g0 < group; g0 += kLanes) {
+    const int n = std::min(kLanes, group - g0);
+    for (int r = 0; r < n; ++r) {
+      qr[r] = q + static_cast<size_t>(g0 + r) * d;
+      pr[r] = qpos;
+    }
+    block.begin(qr, pr, n, d);
+    block.scores(kh, kh.n, x.data());
+    // Softmax per lane over every row; lanes without a query see nothing and stay 0.
+    lanes_f m = splat(-std::numeric_limits<float>::infinity());
+    for (const lanes_f& v : x) m = lanes_max(m, v);
+    const lanes_f ref = m == splat(-std::numeric_limits<float>::infinity()) ? lanes_f{} : m;
+    lanes_f z{};
+    for (lanes_f& v : x) z += (v = lanes_exp(v - ref));
+    const lanes_f inv = z > lanes_f{} ? 1.0f / z : lanes_f{};
+    // Pool along the candidates (pooling commutes with the positive 1/z), then average the heads.
+    for (int j = 0; j < n_cand; ++j) {
+      const int lo = std::max(0, j - half), hi = std::min(n_cand - 1, j + half);
+      lanes_f p = x[static_cast<size_t>(lo)];
+      for (int k = lo + 1; k <= hi; ++k)
+        p = pool == TokenPool::Avg5 ? p + x[static_cast<size_t>(k)] : lanes_max(p, x[static_cast<size_t>(k)]);
+      p *= inv;
+      if (pool == TokenPool::Avg5) p *= 0.2f;
+      double sum = 0;
+      for (int r = 0; r < n; ++r) sum += p[r];
+      score[j] += sum / group;
     }
   }
 }

@@ -1,5 +1,5 @@
 // The scoring pieces of the policies against float64 brute force written from the spec's
-// formulas: pooling, H2O's accumulated attention, VABS (SLAKE eq. 15-18) and top-k selection.
+// formulas: pooling, the decode score, H2O's accumulated attention, VABS (SLAKE eq. 15-18) and top-k selection.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -54,6 +54,36 @@ TEST(PoolTokens, AverageOfFiveAndMaximumOfSeven) {
       EXPECT_DOUBLE_EQ(mx[static_cast<size_t>(j)], m) << n << " " << j;
     }
   }
+}
+
+// Spec section 5's decode score: each group head's softmax over all rows (float64 here), pooled
+// along the candidates with zero padding (Avg5) or over the candidates (Max7), mean over the
+// group. Groups of 1, 8 and 20 (more than one lane block) and key scales that make peaked rows.
+TEST(DecodeScores, MatchTheSpecFormulaInFloat64) {
+  for (int G : {1, 8, 20})
+    for (float key_scale : {1.0f, 4.0f}) {
+      const int d = 16, S = 70, n_cand = 50, qpos = S - 1;
+      RandomLayer r(G, 1, d, S, 5 + G, key_scale);
+      for (TokenPool pool : {TokenPool::Avg5, TokenPool::Max7}) {
+        std::vector<double> got(n_cand);
+        decode_scores(r.q.data(), G, qpos, r.cache.head(0, 0), d, n_cand, pool, got.data());
+        std::vector<double> want(n_cand, 0.0);
+        for (int h = 0; h < G; ++h) {
+          const std::vector<double> p = r.probs(0, h, qpos);
+          for (int j = 0; j < n_cand; ++j) {
+            double acc = pool == TokenPool::Avg5 ? 0.0 : -1.0;
+            for (int k = j - (pool == TokenPool::Avg5 ? 2 : 3); k <= j + (pool == TokenPool::Avg5 ? 2 : 3); ++k) {
+              if (k < 0 || k >= n_cand) continue;
+              acc = pool == TokenPool::Avg5 ? acc + p[static_cast<size_t>(k)] : std::max(acc, p[static_cast<size_t>(k)]);
+            }
+            want[static_cast<size_t>(j)] += (pool == TokenPool::Avg5 ? acc / 5.0 : acc) / G;
+          }
+        }
+        for (int j = 0; j < n_cand; ++j)
+          ASSERT_NEAR(got[static_cast<size_t>(j)], want[static_cast<size_t>(j)], 1e-6 * want[static_cast<size_t>(j)] + 1e-12)
+              << "group " << G << " key scale " << key_scale << " candidate " << j;
+      }
+    }
 }
 
 TEST(TopKFlags, KeepsTheBestAndBreaksTiesByIndex) {

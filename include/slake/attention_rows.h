@@ -33,6 +33,9 @@ class RowBlock {
   // Takes keys [j_begin, j_end) of `kv` (within key_range) into the online softmax.
   void attend(const KvHead& kv, int window, int j_begin, int j_end);
   void finish(float* acc, float* m, float* l) const;
+  // Instead of attending: x[j] = q_r . k_j / sqrt(d) in lane r for keys j < n_keys, -inf where
+  // key j is after qpos[r] (causal, no window).
+  void scores(const KvHead& kv, int n_keys, lanes_f* x) const;
 
  private:
   int n_ = 0, d_ = 0;

@@ -23,6 +23,13 @@ void softmax_inplace(double* x, int n);
 enum class TokenPool { Avg5, Max7 };
 void pool_tokens(const double* in, int n, TokenPool pool, double* out);
 
+// Spec section 5's decode score of the first n_cand rows of `kh`: for each of the `group` query
+// heads in q ([group][d], after RoPE) at qpos, its softmax over all of kh's rows (causal), pooled
+// along the candidates; score[j] is the mean over the heads. The softmax runs in fp32 lanes
+// (attention_rows.h), the mean in double.
+void decode_scores(const float* q, int group, int32_t qpos, const KvHead& kh, int d, int n_cand, TokenPool pool,
+                   double* score);
+
 // The observation-window statistics of one layer.
 struct LayerStats {
   std::vector<std::vector<float>> indicator;  // [kv head][j in P]: pooled, averaged over the group
