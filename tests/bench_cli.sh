@@ -18,7 +18,7 @@ fi
 grep -q "exceed the model's context of 128" "$tmp/ctx.err"
 "$bin/slake-bench" -m "$fixture" -p 200 -n 0 -r 1 --mem-bandwidth 10 --ctx-beyond-train -o jsonl >"$tmp/beyond.jsonl" 2>/dev/null
 grep -q '"n_prompt": *200' "$tmp/beyond.jsonl"
-python3 - "$tmp" <<'PY'
+python3 - "$tmp" "$0" <<'PY'
 import csv, json, sys
 tmp = sys.argv[1]
 recs = [json.loads(l) for l in open(f"{tmp}/out.jsonl")]
@@ -44,6 +44,18 @@ j = json.load(open(f"{tmp}/out.json"))
 assert [(r["n_prompt"], r["n_gen"]) for r in j] == [(16, 0), (0, 4)]
 md = open(f"{tmp}/out.md").read().splitlines()
 assert len(md) == 3 and "| tg4 |" in md[2], md
+# plot.py --table: one row per generation test, its bound the bytes read over the bandwidth given.
+import os, subprocess
+plot = os.path.join(os.path.dirname(os.path.abspath(sys.argv[2])), "..", "tools", "bench", "plot.py")
+out = subprocess.run([sys.executable, plot, f"{tmp}/out.jsonl", "--table"], check=True, capture_output=True, text=True).stdout
+rows = [l.split("|")[1:-1] for l in out.splitlines()[2:]]
+gens = sorted((r for r in recs if r["n_gen"]), key=lambda r: r["n_depth"])
+assert len(rows) == len(gens) == 4, out
+for cells, r in zip(rows, gens):
+    assert int(cells[0]) == r["n_depth"], (cells, r["n_depth"])
+    bound_ms = r["bytes_per_token"] / 10e9 * 1e3
+    assert abs(float(cells[7]) - bound_ms) <= 0.051, (cells[7], bound_ms)
+    assert abs(float(cells[8]) - r["token_avg_ns"] / 1e6 / bound_ms) <= 0.006 * max(1, r["token_avg_ns"] / 1e6 / bound_ms), cells
 print("slake-bench outputs: ok")
 PY
 grep -q "\[12/12\]" "$tmp/err" || { echo "FAIL: no progress on stderr"; cat "$tmp/err"; exit 1; }
