@@ -17,15 +17,15 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The Python venv of the tools' scripts and their tests (tools/longbench): .venv at the repository
-# root. Rebuilt only when tools/longbench/requirements.txt has changed since it was installed.
+# The Python venv of the tools' scripts and their tests (tools/longbench, tools/bench/plot.py):
+# .venv at the repository root. Rebuilt only when their requirements have changed since installed.
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=$root/.venv
-req=$root/tools/longbench/requirements.txt
-stamp=$venv/.longbench-requirements
-if [ ! -x "$venv/bin/python" ] || ! cmp -s "$req" "$stamp"; then
-  echo "setup: Python venv $venv (pip install -r tools/longbench/requirements.txt)" >&2
+reqs=("$root/tools/longbench/requirements.txt" "$root/tools/bench/requirements.txt")
+stamp=$venv/.tool-requirements
+if [ ! -x "$venv/bin/python" ] || ! cat "${reqs[@]}" | cmp -s - "$stamp"; then
+  echo "setup: Python venv $venv (pip install -r tools/longbench/requirements.txt -r tools/bench/requirements.txt)" >&2
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
-  cp "$req" "$stamp"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "${reqs[0]}" -r "${reqs[1]}"
+  cat "${reqs[@]}" > "$stamp"
 fi
