@@ -110,7 +110,12 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
       for (auto& x : v) x = tok(rng);
       return v;
     };
-    if (t.depth > 0) ctx.eval(tokens(t.depth), nullptr);
+    if (t.depth > 0) {  // progress for long runs: a 32K-token depth takes minutes on a CPU
+      std::fprintf(stderr, "slake-bench: prefilling a depth of %d tokens (untimed)\n", t.depth);
+      const auto t0 = Clock::now();
+      ctx.eval(tokens(t.depth), nullptr);
+      std::fprintf(stderr, "slake-bench: depth prefilled in %.1f s; timing\n", ns_since(t0) * 1e-9);
+    }
     const uint64_t kv_start = ctx.kv_bytes_used();
     std::vector<float> logits;
     double total = 0;
@@ -246,7 +251,10 @@ int main(int argc, char** argv) {
                    t.threads, t.kv.policy.c_str(), t.kv.budget, t.n_gen ? ("tg" + std::to_string(t.n_gen)).c_str() : ("pp" + std::to_string(t.n_prompt)).c_str(),
                    t.depth ? (" @ d" + std::to_string(t.depth)).c_str() : "");
       records.push_back(run_test(t, reps, !no_warmup, bandwidth));
-      if (format == "jsonl") slake::bench::write_records(std::cout, {records.back()}, format);  // streamed
+      if (format == "jsonl") {  // streamed, one record per finished test
+        slake::bench::write_records(std::cout, {records.back()}, format);
+        std::cout.flush();
+      }
     }
     if (format != "jsonl") slake::bench::write_records(std::cout, records, format);
   } catch (const slake::Error& e) {
