@@ -27,6 +27,7 @@ int resolve_ctx(const Model& m, int n_ctx) {
 
 Context::Context(const Model& model, const ContextParams& params)
     : model_(model),
+      weights_(cpu_weights(model)),
       params_(params),
       n_ctx_(resolve_ctx(model, params.n_ctx)),
       pool_(params.n_threads > 0 ? params.n_threads : default_thread_count()),
@@ -54,7 +55,7 @@ void Context::reset() {
 
 void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt) {
   const ModelConfig& c = model_.cfg;
-  const LayerWeights& L = model_.layers[static_cast<size_t>(l)];
+  const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
   const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.ffn_dim;
   for (int t0 = 0; t0 < n; t0 += params_.n_batch) {
     const int nb = std::min(params_.n_batch, n - t0);
@@ -123,7 +124,7 @@ void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logit
   std::vector<float> normed(static_cast<size_t>(rows) * dim);
   rmsnorm_rows(normed.data(), x.data() + first * dim, model_.output_norm, rows, dim, c.rms_eps, pool_);
   logits->resize(static_cast<size_t>(rows) * c.n_vocab);
-  matmul(logits->data(), normed.data(), rows, model_.output, pool_);
+  matmul(logits->data(), normed.data(), rows, weights_.output, pool_);
 }
 
 }  // namespace slake

@@ -42,6 +42,13 @@ class MappedFile final : public ByteBuffer {
     }
     ::close(fd);
   }
+  void release_pages(const uint8_t* p, size_t n) const override {
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGE_SIZE));
+    const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+    const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+    if (p < data_ || p + n > data_ + size_ || e <= b) return;
+    ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);  // private and never written: reread from the file
+  }
   ~MappedFile() override {
     if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
   }

@@ -32,6 +32,7 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   auto m = std::make_unique<Model>();
   m->format = "gguf";
   m->storage = g;
+  m->release_pages = [buf = g->buffer()](const uint8_t* p, size_t n) { buf->release_pages(p, n); };
   ModelConfig& c = m->cfg;
   c.arch = g->get_string("general.architecture");
   if (c.arch != "llama") fail(f + ": architecture '" + c.arch + "' is not supported (llama is)");

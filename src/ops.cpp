@@ -83,7 +83,8 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
   // stay in cache while every token passes over them.
   const ActFormat fmt = act_format(W.type);
   const size_t ab = act_row_bytes(fmt, K);
-  const bool amx = use_amx(W.type, n_tokens, N);
+  const bool x4 = W.layout == WeightLayout::X4;  // groups of kGroupRows rows (weight_pack.h): never on AMX
+  const bool amx = !x4 && use_amx(W.type, n_tokens, N);
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   thread_local std::vector<uint8_t> act_buf;
   thread_local std::vector<float> act_scales;
@@ -126,6 +127,12 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
       }
       for (int64_t t = 0; t < n_tokens; t += kTileTokens) {
         const int rn = static_cast<int>(std::min<int64_t>(kTileTokens, n_tokens - t));
+        if (x4) {  // chunks are whole groups: a group starts where its first row would
+          for (int64_t r = r0; r < r1; r += kGroupRows)
+            dot_tile_x4(W.type, K, W.data + static_cast<size_t>(r) * wb, act + static_cast<size_t>(t) * ab, ab, rn,
+                        out + t * N + r, N);
+          continue;
+        }
         for (int64_t r = r0; r < r1; r += kTileRows) {
           const int rm = static_cast<int>(std::min<int64_t>(kTileRows, r1 - r));
           dot_tile(W.type, K, W.data + static_cast<size_t>(r) * wb, wb, rm, act + static_cast<size_t>(t) * ab, ab, rn,

@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "quant_blocks.h"
 #include "slake/error.h"
+#include "slake/weight_pack.h"
 
 namespace slake {
 
@@ -186,6 +188,19 @@ void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, con
   for (int j = 0; j < rn; ++j)
     for (int i = 0; i < rm; ++i)
       out[j * out_stride + i] = vec_dot(t, K, w + i * w_stride, act + j * act_stride);
+}
+
+void dot_tile_x4(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                 int64_t out_stride) {
+  TensorView v;
+  v.type = t;
+  v.ne = {K, kGroupRows};
+  v.data = group;
+  v.layout = WeightLayout::X4;
+  const size_t rb = row_bytes(t, K);
+  std::vector<uint8_t> rows(kGroupRows * rb);
+  for (int i = 0; i < kGroupRows; ++i) unpack_x4_row(v, i, rows.data() + i * rb);
+  portable::dot_tile(t, K, rows.data(), rb, kGroupRows, act, act_stride, rn, out, out_stride);
 }
 
 }  // namespace portable

@@ -12,6 +12,7 @@
 #endif
 
 #include <cstring>
+#include <cstdlib>
 
 #include "quant_blocks.h"
 #include "slake/quant_dot.h"
@@ -119,9 +120,17 @@ void tile_q8_0_q4_0(bool q4, int64_t nb, const uint8_t* w, size_t ws, const uint
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define SLAKE_PAIR_KERNEL 1
+// How many runs ahead the group kernels prefetch (SLAKE_X4_PREFETCH overrides, for measuring).
+const int64_t kX4PrefetchRuns = [] {
+  const char* e = std::getenv("SLAKE_X4_PREFETCH");
+  return e ? std::atoll(e) : 16;
+}();
 // The same products two blocks at a time in 512-bit registers. Q8_0 pairs are laid out in order
 // (int32 lanes 0-7 block 0, 8-15 block 1). A Q4_0 pair unpacks as [lo0 lo1 hi0 hi1] (16 bytes
 // each), so its activations are permuted to match and the lanes alternate blocks by four.
+// Both weight types go in unsigned, n = w + o (Q4_0: the stored nibbles, o = 8; Q8_0: w xor 0x80,
+// o = 128), so sum w a = sum n a - o sum a, and -o sum a, shared by every row, starts the
+// accumulator of each activation block.
 inline __m512 pair_scales(const uint8_t* p0, const uint8_t* p1, __m512i lanes) {
   const uint32_t both = static_cast<uint32_t>(load_u16(p0)) | static_cast<uint32_t>(load_u16(p1)) << 16;
   return _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(both)))));
@@ -135,11 +144,12 @@ void tile_q8_0_q4_0_pairs(bool q4, int64_t nb, const uint8_t* w, size_t ws, cons
   const __m512i lanes = q4 ? _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)
                            : _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(q4 ? 8 : 0x80));
   __m512 acc[RM][RN];
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int64_t b = 0; b + 1 < nb; b += 2) {
-    __m512i wq[RM], wstart[RM];
+    __m512i wq[RM];
     __m512 wd[RM];
     for (int i = 0; i < RM; ++i) {
       const uint8_t* p = w + i * ws + b * wb;
@@ -153,10 +163,9 @@ void tile_q8_0_q4_0_pairs(bool q4, int64_t nb, const uint8_t* w, size_t ws, cons
         const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         wq[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
       } else {
-        wq[i] = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2))),
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + wb + 2)), 1);
-        wstart[i] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(static_cast<char>(0x80)), wq[i]));
+        wq[i] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2))),
+                                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + wb + 2)), 1),
+                                 _mm512_set1_epi8(static_cast<char>(0x80)));
       }
     }
     for (int j = 0; j < RN; ++j) {
@@ -164,18 +173,11 @@ void tile_q8_0_q4_0_pairs(bool q4, int64_t nb, const uint8_t* w, size_t ws, cons
       const __m512 ad = pair_scales(p, p + 34, lanes);
       __m512i aq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2))),
                                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 36)), 1);
-      if (q4) {
-        aq = _mm512_shuffle_i64x2(aq, aq, _MM_SHUFFLE(3, 1, 2, 0));  // [a0 lo, a1 lo, a0 hi, a1 hi]
-        const __m512i start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), aq));
-        for (int i = 0; i < RM; ++i)
-          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, wq[i], aq)), _mm512_mul_ps(wd[i], ad),
-                                      acc[i][j]);
-      } else {
-        const __m512i au = _mm512_xor_si512(aq, _mm512_set1_epi8(static_cast<char>(0x80)));
-        for (int i = 0; i < RM; ++i)
-          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(wstart[i], au, wq[i])),
-                                      _mm512_mul_ps(wd[i], ad), acc[i][j]);
-      }
+      if (q4) aq = _mm512_shuffle_i64x2(aq, aq, _MM_SHUFFLE(3, 1, 2, 0));  // [a0 lo, a1 lo, a0 hi, a1 hi]
+      const __m512i start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, aq));
+      for (int i = 0; i < RM; ++i)
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, wq[i], aq)), _mm512_mul_ps(wd[i], ad),
+                                    acc[i][j]);
     }
   }
   for (int j = 0; j < RN; ++j)
@@ -184,6 +186,104 @@ void tile_q8_0_q4_0_pairs(bool q4, int64_t nb, const uint8_t* w, size_t ws, cons
       const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
       out[j * os + i] = hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
     }
+}
+
+// The kernels of repacked groups of 4 rows (quant_dot.h): a group's bytes are one contiguous
+// stream, a run's 4 x R scales are one load and one conversion (each row's lanes are then a
+// permutation of them), and each row's quants in a run are one 512-bit load. Offsets as in the
+// pair kernel: weights unsigned (n = w + o), -o sum a starts each activation block's accumulator.
+inline __m512 finish_row(__m512 acc) {
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+  return _mm512_castps256_ps512(_mm256_add_ps(_mm512_castps512_ps256(acc), hi));
+}
+
+inline void prefetch_run(const uint8_t* p, size_t n) {
+  for (size_t o = 0; o < n; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
+}
+
+// Q8_0, runs of 2 blocks: row i's pair is 64 bytes (int32 lanes 0-7 block 0, 8-15 block 1).
+template <int RN>
+void tile_x4_q8_0(int64_t nruns, const uint8_t* g, const uint8_t* a, size_t as, float* out, int64_t os) {
+  constexpr int RM = kGroupRows;
+  constexpr size_t runb = x4_run_bytes(DType::Q8_0);
+  const __m512i zero = _mm512_setzero_si512(), offset = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512i row_lanes[RM];  // row i's scales are 2i and 2i + 1 of the run's eight
+  for (int i = 0; i < RM; ++i) row_lanes[i] = _mm512_add_epi32(lanes, _mm512_set1_epi32(2 * i));
+  __m512 acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t r = 0; r < nruns; ++r, g += runb) {
+    prefetch_run(g + kX4PrefetchRuns * runb, runb);
+    const __m512 scales = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g))));
+    __m512i wq[RM];
+    __m512 wd[RM];
+    for (int i = 0; i < RM; ++i) {
+      wd[i] = _mm512_permutexvar_ps(row_lanes[i], scales);
+      wq[i] = _mm512_xor_si512(_mm512_loadu_si512(g + 16 + 64 * i), offset);
+    }
+    for (int j = 0; j < RN; ++j) {
+      const uint8_t* p = a + j * as + r * 68;
+      const __m512 ad = pair_scales(p, p + 34, lanes);
+      const __m512i aq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2))),
+                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 36)), 1);
+      const __m512i start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, aq));
+      for (int i = 0; i < RM; ++i)
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, wq[i], aq)), _mm512_mul_ps(wd[i], ad),
+                                    acc[i][j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j)
+    for (int i = 0; i < RM; ++i) out[j * os + i] = hsum(_mm512_castps512_ps256(finish_row(acc[i][j])));
+}
+
+// Q4_0, runs of 4 blocks: row i's 128 nibbles are one 64-byte load, whose low nibbles are the
+// first 16 quants of each block and whose high nibbles the last 16 (int32 lanes 4b..4b+3 are block
+// b in both). The activations are arranged to match: their blocks' first halves, then their
+// second halves.
+template <int RN>
+void tile_x4_q4_0(int64_t nruns, const uint8_t* g, const uint8_t* a, size_t as, float* out, int64_t os) {
+  constexpr int RM = kGroupRows;
+  constexpr size_t runb = x4_run_bytes(DType::Q4_0);
+  const __m512i zero = _mm512_setzero_si512(), offset = _mm512_set1_epi8(8), m4 = _mm512_set1_epi8(0x0F);
+  const __m512i lanes = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  __m512i row_lanes[RM];  // row i's scales are 4i .. 4i + 3 of the run's sixteen
+  for (int i = 0; i < RM; ++i) row_lanes[i] = _mm512_add_epi32(lanes, _mm512_set1_epi32(4 * i));
+  __m512 acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t r = 0; r < nruns; ++r, g += runb) {
+    prefetch_run(g + kX4PrefetchRuns * runb, runb);
+    const __m512 scales = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+    __m512i lo[RM], hi[RM];
+    __m512 wd[RM];
+    for (int i = 0; i < RM; ++i) {
+      wd[i] = _mm512_permutexvar_ps(row_lanes[i], scales);
+      const __m512i q = _mm512_loadu_si512(g + 32 + 64 * i);
+      lo[i] = _mm512_and_si512(q, m4);
+      hi[i] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    }
+    for (int j = 0; j < RN; ++j) {
+      const uint8_t* p = a + j * as + r * 136;
+      const __m128i d4 = _mm_setr_epi16(static_cast<short>(load_u16(p)), static_cast<short>(load_u16(p + 34)),
+                                        static_cast<short>(load_u16(p + 68)), static_cast<short>(load_u16(p + 102)), 0, 0, 0, 0);
+      const __m512 ad = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_cvtph_ps(d4)));
+      const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2))),
+                                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 36)), 1);
+      const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 70))),
+                                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 104)), 1);
+      const __m512i a_lo = _mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(2, 0, 2, 0));  // first halves of blocks 0..3
+      const __m512i a_hi = _mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(3, 1, 3, 1));  // second halves
+      const __m512i start =
+          _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, offset, a_lo), offset, a_hi));
+      for (int i = 0; i < RM; ++i) {
+        const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, lo[i], a_lo), hi[i], a_hi);
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(wd[i], ad), acc[i][j]);
+      }
+    }
+  }
+  for (int j = 0; j < RN; ++j)
+    for (int i = 0; i < RM; ++i) out[j * os + i] = hsum(_mm512_castps512_ps256(finish_row(acc[i][j])));
 }
 #endif
 
@@ -380,6 +480,31 @@ void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, con
   }
 }
 
+void dot_tile_x4(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                 int64_t out_stride) {
+#ifdef SLAKE_PAIR_KERNEL
+  const int64_t nruns = K / (32 * x4_run_blocks(t));
+  const auto run = [&](auto kernel) { kernel(nruns, group, act, act_stride, out, out_stride); };
+  const bool q4 = t == DType::Q4_0;
+  switch (rn) {
+    case 1: return q4 ? run(tile_x4_q4_0<1>) : run(tile_x4_q8_0<1>);
+    case 2: return q4 ? run(tile_x4_q4_0<2>) : run(tile_x4_q8_0<2>);
+    case 3: return q4 ? run(tile_x4_q4_0<3>) : run(tile_x4_q8_0<3>);
+    default: return q4 ? run(tile_x4_q4_0<4>) : run(tile_x4_q8_0<4>);
+  }
+#else
+  portable::dot_tile_x4(t, K, group, act, act_stride, rn, out, out_stride);
+#endif
+}
+
+bool x4_kernel_available() {
+#ifdef SLAKE_PAIR_KERNEL
+  return true;
+#else
+  return false;
+#endif
+}
+
 const char* dot_kernel_isa() {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
   return "avx512-vnni";
@@ -391,6 +516,13 @@ const char* dot_kernel_isa() {
 }
 
 #else  // no AVX2: the portable kernels
+
+void dot_tile_x4(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                 int64_t out_stride) {
+  portable::dot_tile_x4(t, K, group, act, act_stride, rn, out, out_stride);
+}
+
+bool x4_kernel_available() { return false; }
 
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
               int rn, float* out, int64_t out_stride) {

@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "slake/dtype.h"
+#include "slake/error.h"
 #include "slake/ops.h"
 #include "slake/quant_dot.h"
+#include "slake/weight_pack.h"
 
 namespace slake {
 namespace {
@@ -216,6 +218,123 @@ TEST(Matmul, RaggedShapesAndThreadsMatchFloat64) {
         ThreadPool pool(threads);
         std::vector<float> got(static_cast<size_t>(tokens * N));
         matmul(got.data(), x.data(), tokens, W, pool);
+        for (size_t o = 0; o < got.size(); ++o)
+          ASSERT_NEAR(got[o], want[o], 1e-5 * mag[o] + 1e-30)
+              << dtype_name(t) << " tokens " << tokens << " threads " << threads << " at " << o;
+      }
+    }
+  }
+}
+
+// Repacking into interleaved groups of 4 rows (weight_pack.h) moves bytes only: every row comes
+// back unchanged, and no two rows' bytes land in the same place.
+TEST(RepackX4, EveryRowUnpacksToTheFileBytes) {
+  for (DType t : {DType::Q8_0, DType::Q4_0})
+    for (int64_t K : {128, 384, 2048}) {  // whole runs: 1, 3 and 16 of Q4_0's 4 blocks
+      const int64_t N = 12;
+      std::mt19937 rng(static_cast<unsigned>(K) + static_cast<unsigned>(t));
+      const auto w = random_rows(t, N, K, rng);
+      TensorView W;
+      W.name = "w";
+      W.type = t;
+      W.ne = {K, N};
+      W.data = w.data();
+      W.nbytes = w.size();
+      std::vector<uint8_t> packed(w.size());
+      const TensorView P = pack_x4(W, packed.data());
+      ASSERT_EQ(P.layout, WeightLayout::X4);
+      EXPECT_NE(packed, w);  // it is a different layout
+      const size_t rb = row_bytes(t, K);
+      std::vector<uint8_t> row(rb);
+      for (int64_t r = 0; r < N; ++r) {
+        unpack_x4_row(P, r, row.data());
+        ASSERT_EQ(0, std::memcmp(row.data(), w.data() + static_cast<size_t>(r) * rb, rb)) << dtype_name(t) << " K " << K << " row " << r;
+      }
+    }
+}
+
+TEST(RepackX4, RefusesShapesOutsideTheLayout) {
+  std::vector<uint8_t> bytes(row_bytes(DType::Q4_0, 96) * 8);
+  TensorView W;
+  W.name = "blk.0.attn_q.weight";
+  W.type = DType::Q4_0;
+  W.ne = {96, 8};  // 3 blocks per row: not whole runs
+  W.data = bytes.data();
+  W.nbytes = bytes.size();
+  EXPECT_FALSE(repack_x4_applies(W));
+  EXPECT_THROW(pack_x4(W, bytes.data()), Error);
+  W.ne = {64, 8};  // 2 blocks: a run of Q8_0, not of Q4_0
+  EXPECT_THROW(pack_x4(W, bytes.data()), Error);
+  W.type = DType::Q8_0;
+  EXPECT_NO_THROW(pack_x4(W, std::vector<uint8_t>(row_bytes(DType::Q8_0, 64) * 8).data()));
+  W.type = DType::Q4_0;
+  W.ne = {64, 6};  // 6 rows: not whole groups
+  EXPECT_FALSE(repack_x4_applies(W));
+  W.type = DType::F16;
+  W.ne = {64, 8};
+  EXPECT_FALSE(repack_x4_applies(W));
+}
+
+// The group kernel (SIMD where built, and the portable gather) against float64, every token count.
+TEST(RepackX4, GroupKernelMatchesFloat64) {
+  for (DType t : {DType::Q8_0, DType::Q4_0})
+    for (int64_t K : {128, 384, 2048}) {  // whole runs: 1, 3 and 16 of Q4_0's 4 blocks
+      std::mt19937 rng(static_cast<unsigned>(K) * 7 + static_cast<unsigned>(t));
+      const auto w = random_rows(t, kGroupRows, K, rng);
+      TensorView W;
+      W.name = "w";
+      W.type = t;
+      W.ne = {K, kGroupRows};
+      W.data = w.data();
+      W.nbytes = w.size();
+      std::vector<uint8_t> packed(w.size());
+      pack_x4(W, packed.data());
+      const auto x = random_floats(kTileTokens * K, rng);
+      const Prepared a = prepare(t, x, kTileTokens, K);
+      std::vector<double> want, mag;
+      reference(t, w, kGroupRows, K, a, kTileTokens, &want, &mag);
+      for (int rn = 1; rn <= kTileTokens; ++rn) {
+        std::vector<float> simd(kGroupRows * kTileTokens, NAN), port(kGroupRows * kTileTokens, NAN);
+        dot_tile_x4(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, simd.data(), kGroupRows);
+        portable::dot_tile_x4(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, port.data(), kGroupRows);
+        for (int j = 0; j < kTileTokens; ++j)
+          for (int i = 0; i < kGroupRows; ++i) {
+            const size_t o = static_cast<size_t>(j * kGroupRows + i);
+            if (j >= rn) {
+              EXPECT_TRUE(std::isnan(simd[o]) && std::isnan(port[o]));
+              continue;
+            }
+            const double tol = 1e-5 * mag[o] + 1e-30;
+            EXPECT_NEAR(simd[o], want[o], tol) << dtype_name(t) << " K " << K << " rn " << rn << " at " << i << "," << j;
+            EXPECT_NEAR(port[o], want[o], tol) << dtype_name(t) << " K " << K << " rn " << rn << " at " << i << "," << j;
+          }
+      }
+    }
+}
+
+// matmul over a repacked view: ragged token counts, several chunks, 1 and 2 threads.
+TEST(RepackX4, MatmulOverGroupsMatchesFloat64) {
+  for (DType t : {DType::Q8_0, DType::Q4_0}) {
+    const int64_t K = 128, N = 72;
+    std::mt19937 rng(static_cast<unsigned>(t) + 200);
+    const auto w = random_rows(t, N, K, rng);
+    TensorView W;
+    W.name = "w";
+    W.type = t;
+    W.ne = {K, N};
+    W.data = w.data();
+    W.nbytes = w.size();
+    std::vector<uint8_t> packed(w.size());
+    const TensorView P = pack_x4(W, packed.data());
+    for (int64_t tokens : {1, 2, 5, 17}) {
+      const auto x = random_floats(tokens * K, rng);
+      const Prepared a = prepare(t, x, tokens, K);
+      std::vector<double> want, mag;
+      reference(t, w, N, K, a, tokens, &want, &mag);
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        std::vector<float> got(static_cast<size_t>(tokens * N));
+        matmul(got.data(), x.data(), tokens, P, pool);
         for (size_t o = 0; o < got.size(); ++o)
           ASSERT_NEAR(got[o], want[o], 1e-5 * mag[o] + 1e-30)
               << dtype_name(t) << " tokens " << tokens << " threads " << threads << " at " << o;

@@ -12,6 +12,7 @@
 #include "slake/model.h"
 #include "slake/rope.h"
 #include "slake/thread_pool.h"
+#include "slake/weight_pack.h"
 
 namespace slake {
 
@@ -58,6 +59,7 @@ class Context {
   void run_layer(int layer, float* x, int n_tokens, const int32_t* pos, bool prompt);
 
   const Model& model_;
+  const CpuWeights& weights_;  // the model's matrices as the CPU kernels read them (weight_pack.h)
   ContextParams params_;
   int n_ctx_;
   int n_past_ = 0;

@@ -13,6 +13,9 @@ class ByteBuffer {
   virtual ~ByteBuffer() = default;
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
+  // Hands the resident pages wholly inside [p, p + n) back to the OS where they can be read again
+  // (a file mapping: the next touch reads the file); does nothing for owned memory.
+  virtual void release_pages(const uint8_t* /*p*/, size_t /*n*/) const {}
 
  protected:
   const uint8_t* data_ = nullptr;

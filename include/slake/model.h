@@ -2,7 +2,9 @@
 // the vocabulary as stored, and zero-copy views of every weight.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,12 @@ struct LayerWeights {
   TensorView ffn_norm, w_gate, w_up, w_down;
 };
 
+struct CpuWeights;  // weight_pack.h
+struct CpuWeightsSlot {
+  std::once_flag once;
+  std::shared_ptr<const CpuWeights> weights;
+};
+
 struct Model {
   ModelConfig cfg;
   Vocab vocab;
@@ -69,6 +77,11 @@ struct Model {
   std::string path;
   std::string format;  // "gguf" or "hf"
   std::shared_ptr<const void> storage;  // keeps the mapped files alive
+  // Hands the pages of a weight's bytes back to the OS when they can be read again (file
+  // mappings); unset for weights in owned memory.
+  std::function<void(const uint8_t*, size_t)> release_pages;
+  // The CPU path's repacked weights (weight_pack.h), made once by the first CPU Context.
+  std::shared_ptr<CpuWeightsSlot> cpu_slot = std::make_shared<CpuWeightsSlot>();
 
   // Every weight tensor once (the output matrix only when it is not the embedding table).
   std::vector<const TensorView*> weights() const;

@@ -47,12 +47,37 @@ constexpr int kTileRows = 4, kTileTokens = 4;
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
               int rn, float* out, int64_t out_stride);
 
+// Q8_0/Q4_0 matrices repacked for the CPU (weight_pack.h) come in groups of kGroupRows rows whose
+// blocks are interleaved in runs of x4_run_blocks blocks (2 for Q8_0, 4 for Q4_0): per run, the
+// 4 x R fp16 scales (row 0's R blocks, then row 1's, ...), then the quants of the same 4 x R blocks
+// in the same order. A row's quants in a run are one 64- or 128-byte stretch: one 512-bit load
+// (Q8_0 pair, Q4_0 quad of 128 nibbles) or two. A group holds the same bytes as its rows, so
+// group g starts where row 4g would.
+constexpr int kGroupRows = kTileRows;
+constexpr int x4_run_blocks(DType t) { return t == DType::Q4_0 ? 4 : 2; }
+// Bytes of one run of a group.
+constexpr size_t x4_run_bytes(DType t) {
+  return static_cast<size_t>(kGroupRows * x4_run_blocks(t)) * (t == DType::Q4_0 ? 18 : 34);
+}
+
+// out[j * out_stride + i] = (row i of the group at `group`) . (activation row j), for the group's
+// 4 rows and j < rn <= kTileTokens. K is a multiple of 32 * x4_run_blocks(t).
+void dot_tile_x4(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                 int64_t out_stride);
+
 // Whether dot_tile runs SIMD code, and which ("avx512-vnni", "avx2", "portable").
 const char* dot_kernel_isa();
+
+// Whether dot_tile_x4 has a kernel of its own here (AVX-512 VNNI); elsewhere it gathers the rows
+// back and runs dot_tile, so repacking would only cost time.
+bool x4_kernel_available();
 
 namespace portable {
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
               int rn, float* out, int64_t out_stride);
+// The group's rows gathered back (weight_pack.h's unpack), then dot_tile: the reference.
+void dot_tile_x4(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                 int64_t out_stride);
 }
 
 }  // namespace slake

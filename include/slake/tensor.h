@@ -8,6 +8,10 @@
 
 namespace slake {
 
+// How a matrix's rows lie in memory: as the file stores them, or repacked by the CPU path into
+// interleaved groups of 4 rows (weight_pack.h; row() does not apply).
+enum class WeightLayout : uint8_t { Rows, X4 };
+
 struct TensorView {
   std::string name;
   DType type = DType::F32;
@@ -16,6 +20,7 @@ struct TensorView {
   std::vector<int64_t> ne;
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
+  WeightLayout layout = WeightLayout::Rows;
 
   int64_t n_elements() const {
     int64_t n = 1;

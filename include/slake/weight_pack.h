@@ -1,0 +1,38 @@
+// The CPU path's copy of a model's matrices: Q8_0/Q4_0 matrices repacked into interleaved groups
+// of 4 rows (quant_dot.h describes the layout), so the decode kernel streams one contiguous run of
+// bytes per register tile and loads 4 rows' scales with one instruction, instead of gathering 18- or
+// 34-byte blocks from 4 rows. The blocks themselves are unchanged, so the arithmetic is the same
+// as on the file's rows. Every other tensor is the model's own view.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "slake/model.h"
+
+namespace slake {
+
+// Whether the CPU path repacks this matrix: Q8_0/Q4_0, rows a multiple of 4, an even number of
+// blocks per row, a kernel for the layout on this build (x4_kernel_available), and no AMX (whose
+// prompt kernel reads the file's rows). SLAKE_NO_REPACK=1 turns repacking off.
+bool repack_x4_applies(const TensorView& w);
+
+// Writes the interleaved groups of `w` (which must satisfy the shape rules above) to dst,
+// w.nbytes bytes; returns the view of the copy (layout X4).
+TensorView pack_x4(const TensorView& w, uint8_t* dst);
+// Row r of a repacked view, in the file's block layout (row_bytes(type, K) bytes at dst).
+void unpack_x4_row(const TensorView& packed, int64_t r, uint8_t* dst);
+
+struct CpuWeights {
+  std::vector<LayerWeights> layers;
+  TensorView output;
+  size_t packed_bytes = 0;  // bytes of the repacked copies
+  std::vector<std::unique_ptr<uint8_t[]>> buffers;
+};
+
+// The model's CPU weights, made by the first caller and shared by every later one (thread-safe).
+// Made with the file's pages of each repacked matrix handed back to the OS (they are read again
+// from the file if anything else touches them), so the resident set holds the weights once.
+const CpuWeights& cpu_weights(const Model& m);
+
+}  // namespace slake

@@ -1,0 +1,110 @@
+#include "slake/weight_pack.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "matmul_amx.h"
+#include "slake/error.h"
+#include "slake/quant_dot.h"
+
+namespace slake {
+
+namespace {
+
+size_t quant_bytes(DType t) { return t == DType::Q4_0 ? 16 : 32; }  // a block's quants, after its fp16 scale
+
+bool shape_fits(const TensorView& w) {
+  if (w.layout != WeightLayout::Rows || (w.type != DType::Q8_0 && w.type != DType::Q4_0)) return false;
+  return w.ne.size() == 2 && w.n_rows() % kGroupRows == 0 && w.row_len() % (32 * x4_run_blocks(w.type)) == 0;
+}
+
+// Where block b of row i of a group lies in a run: its scale and its quants.
+struct RunPlace {
+  size_t scale, quants;
+};
+RunPlace place(DType t, int i, int b) {
+  const int R = x4_run_blocks(t), slot = i * R + b;
+  return {static_cast<size_t>(2 * slot), static_cast<size_t>(2 * kGroupRows * R) + static_cast<size_t>(slot) * quant_bytes(t)};
+}
+
+}  // namespace
+
+bool repack_x4_applies(const TensorView& w) {
+  static const bool enabled = [] {
+    const char* off = std::getenv("SLAKE_NO_REPACK");
+    return x4_kernel_available() && !amx_available() && !(off && *off && std::strcmp(off, "0") != 0);
+  }();
+  return enabled && shape_fits(w);
+}
+
+TensorView pack_x4(const TensorView& w, uint8_t* dst) {
+  if (!shape_fits(w)) fail(w.name + ": cannot be repacked into groups of 4 rows");
+  const DType t = w.type;
+  const int R = x4_run_blocks(t);
+  const int64_t K = w.row_len(), nruns = K / (32 * R);
+  const size_t rb = row_bytes(t, K), bb = rb / static_cast<size_t>(K / 32), qb = quant_bytes(t), runb = x4_run_bytes(t);
+  for (int64_t g = 0; g < w.n_rows() / kGroupRows; ++g) {
+    const uint8_t* rows = w.data + static_cast<size_t>(g) * kGroupRows * rb;
+    uint8_t* out = dst + static_cast<size_t>(g) * kGroupRows * rb;
+    for (int64_t r = 0; r < nruns; ++r, out += runb)
+      for (int i = 0; i < kGroupRows; ++i)
+        for (int b = 0; b < R; ++b) {
+          const uint8_t* blk = rows + i * rb + static_cast<size_t>(r * R + b) * bb;
+          const RunPlace at = place(t, i, b);
+          std::memcpy(out + at.scale, blk, 2);
+          std::memcpy(out + at.quants, blk + 2, qb);
+        }
+  }
+  TensorView v = w;
+  v.data = dst;
+  v.layout = WeightLayout::X4;
+  return v;
+}
+
+void unpack_x4_row(const TensorView& packed, int64_t row, uint8_t* dst) {
+  const DType t = packed.type;
+  const int R = x4_run_blocks(t);
+  const int64_t K = packed.row_len(), nruns = K / (32 * R);
+  const size_t rb = row_bytes(t, K), bb = rb / static_cast<size_t>(K / 32), qb = quant_bytes(t), runb = x4_run_bytes(t);
+  const uint8_t* in = packed.data + static_cast<size_t>(row / kGroupRows) * kGroupRows * rb;
+  const int i = static_cast<int>(row % kGroupRows);
+  for (int64_t r = 0; r < nruns; ++r, in += runb)
+    for (int b = 0; b < R; ++b) {
+      uint8_t* blk = dst + static_cast<size_t>(r * R + b) * bb;
+      const RunPlace at = place(t, i, b);
+      std::memcpy(blk, in + at.scale, 2);
+      std::memcpy(blk + 2, in + at.quants, qb);
+    }
+}
+
+namespace {
+
+// The view of `w` the CPU path uses: a repacked copy where that applies.
+TensorView for_cpu(const Model& m, const TensorView& w, CpuWeights& cw) {
+  if (!repack_x4_applies(w)) return w;
+  cw.buffers.emplace_back(new uint8_t[w.nbytes]);
+  const TensorView v = pack_x4(w, cw.buffers.back().get());
+  cw.packed_bytes += w.nbytes;
+  if (m.release_pages) m.release_pages(w.data, w.nbytes);
+  return v;
+}
+
+}  // namespace
+
+const CpuWeights& cpu_weights(const Model& m) {
+  CpuWeightsSlot& slot = *m.cpu_slot;
+  std::call_once(slot.once, [&] {
+    auto cw = std::make_unique<CpuWeights>();
+    for (const LayerWeights& L : m.layers) {
+      LayerWeights c = L;
+      for (TensorView* t : {&c.wq, &c.wk, &c.wv, &c.wo, &c.w_gate, &c.w_up, &c.w_down}) *t = for_cpu(m, *t, *cw);
+      cw->layers.push_back(std::move(c));
+    }
+    // A tied output is the embedding table, whose rows the embedding lookup reads: never repacked.
+    cw->output = m.cfg.tied_output || m.output.data == m.tok_embd.data ? m.output : for_cpu(m, m.output, *cw);
+    slot.weights = std::move(cw);
+  });
+  return *slot.weights;
+}
+
+}  // namespace slake
