@@ -1,12 +1,14 @@
 #include "slake/ops.h"
 
 #include "matmul_amx.h"
+#include "matmul_panel.h"
 #include "slake/quant_dot.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 namespace slake {
@@ -69,6 +71,9 @@ void rmsnorm_rows(float* out, const float* x, const TensorView& w, int64_t rows,
 namespace {
 
 // Prompt-sized Q8_0/Q4_0 products on AMX: rows in groups of 16 per chunk, the rest on VNNI.
+// Fewest tokens for which float weights go through the panel kernel.
+constexpr int64_t kPanelMinTokens = 16;
+
 bool use_amx(DType t, int64_t n_tokens, int64_t N) {
   return (t == DType::Q8_0 || t == DType::Q4_0) && n_tokens >= 16 && N >= 16 && amx_available();
 }
@@ -85,6 +90,8 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
   const size_t ab = act_row_bytes(fmt, K);
   const bool x4 = W.layout == WeightLayout::X4;  // groups of kGroupRows rows (weight_pack.h): never on AMX
   const bool amx = !x4 && use_amx(W.type, n_tokens, N);
+  // Float weights at prompt sizes: outer products over k-major panels (matmul_panel.cpp).
+  const bool panel = fmt == ActFormat::F32 && n_tokens >= kPanelMinTokens && panel_available();
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   thread_local std::vector<uint8_t> act_buf;
   thread_local std::vector<float> act_scales;
@@ -114,11 +121,31 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
   const int64_t unit = amx ? 16 : kTileRows;
   int64_t chunk = std::max<int64_t>(unit, std::min<int64_t>(64, N / (4 * pool.size())));
   chunk -= chunk % unit;
+  const float* packed = nullptr;
+  if (panel) {
+    chunk = kPanelRows;
+    thread_local std::vector<float> packed_buf;
+    packed_buf.resize(static_cast<size_t>(n_tokens * K));
+    float* dst = packed_buf.data();
+    pool.parallel_for(n_tokens, 1, [&](int64_t b, int64_t e, int) {
+      for (int64_t j = b; j < e; ++j) pack_panel_tile(x, K, n_tokens, j, dst);  // by whoever gets its first token
+    });
+    packed = dst;
+  }
   const int64_t n_chunks = (N + chunk - 1) / chunk;
   pool.parallel_for(n_chunks, 1, [&](int64_t cb, int64_t ce, int) {
     for (int64_t c = cb; c < ce; ++c) {
       int64_t r0 = c * chunk;
       const int64_t r1 = std::min(N, r0 + chunk);
+      if (panel) {
+        struct alignas(64) Panel {
+          float v[kPanelRows * kPanelK];
+        };
+        thread_local const std::unique_ptr<Panel> scratch = std::make_unique<Panel>();
+        panel_rows(W.type, K, W.data + static_cast<size_t>(r0) * wb, wb, static_cast<int>(r1 - r0), packed, n_tokens,
+                   out + r0, N, scratch->v);
+        continue;
+      }
       if (amx && r1 - r0 >= 16) {
         const int64_t rows = (r1 - r0) / 16 * 16;
         amx_rows_q8(W.type == DType::Q4_0, K, W.data + static_cast<size_t>(r0) * wb, wb, rows, act, ab,

@@ -319,14 +319,17 @@ inline VecF load_bf16(const uint8_t* p) {
 }
 #endif
 
-inline VecF load_weights(DType t, const uint8_t* p) {
-  if (t == DType::F32) return load_f32(reinterpret_cast<const float*>(p));
-  return t == DType::F16 ? load_f16(p) : load_bf16(p);
+template <DType T>
+inline VecF load_weights(const uint8_t* p) {
+  if constexpr (T == DType::F32) return load_f32(reinterpret_cast<const float*>(p));
+  else if constexpr (T == DType::F16) return load_f16(p);
+  else return load_bf16(p);
 }
 
-template <int RM, int RN>
-void tile_float(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, int64_t os) {
-  const size_t esz = t == DType::F32 ? 4 : 2;
+// The weight type is a template parameter, so the inner loop holds no dispatch.
+template <DType T, int RM, int RN>
+void tile_float(int64_t K, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, int64_t os) {
+  constexpr size_t esz = T == DType::F32 ? 4 : 2;
   VecF acc[RM][RN];
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j) acc[i][j] = vzero();
@@ -334,8 +337,8 @@ void tile_float(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* 
   for (; k + kV <= K; k += kV) {
     VecF wv[RM];
     for (int i = 0; i < RM; ++i) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + (i + RM) * ws + k * esz), _MM_HINT_T0);  // see the pair kernel
-      wv[i] = load_weights(t, w + i * ws + k * esz);
+      if (RN == 1) _mm_prefetch(reinterpret_cast<const char*>(w + (i + RM) * ws + k * esz), _MM_HINT_T0);  // see the pair kernel
+      wv[i] = load_weights<T>(w + i * ws + k * esz);
     }
     for (int j = 0; j < RN; ++j) {
       const VecF av = load_f32(reinterpret_cast<const float*>(a + j * as) + k);
@@ -350,7 +353,7 @@ void tile_float(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* 
     for (int i = 0; i < RM; ++i) {
       std::memset(wpad, 0, sizeof wpad);
       std::memcpy(wpad, w + i * ws + k * esz, static_cast<size_t>(rest) * esz);
-      wv[i] = load_weights(t, wpad);
+      wv[i] = load_weights<T>(wpad);
     }
     for (int j = 0; j < RN; ++j) {
       std::memset(apad, 0, sizeof apad);
@@ -445,7 +448,9 @@ void tile(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* a, siz
 #endif
       return;
     }
-    default: tile_float<RM, RN>(t, K, w, ws, a, as, out, os); return;
+    case DType::F32: tile_float<DType::F32, RM, RN>(K, w, ws, a, as, out, os); return;
+    case DType::F16: tile_float<DType::F16, RM, RN>(K, w, ws, a, as, out, os); return;
+    default: tile_float<DType::BF16, RM, RN>(K, w, ws, a, as, out, os); return;
   }
 }
 

@@ -226,6 +226,35 @@ TEST(Matmul, RaggedShapesAndThreadsMatchFloat64) {
   }
 }
 
+// Float weights at prompt sizes go through the panel kernel (matmul_panel.cpp): rows past a
+// panel's 32, K past one panel block of 2048 with a ragged end, and token tiles of 12, 4 and 1.
+TEST(Matmul, PromptSizedFloatProductsMatchFloat64) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    const int64_t K = 4100, N = 45;
+    std::mt19937 rng(static_cast<unsigned>(t) + 300);
+    const auto w = random_rows(t, N, K, rng);
+    TensorView W;
+    W.type = t;
+    W.ne = {K, N};
+    W.data = w.data();
+    W.nbytes = w.size();
+    for (int64_t tokens : {16, 29}) {  // 29 = 12 + 12 + 4 + 1
+      const auto x = random_floats(tokens * K, rng);
+      const Prepared a = prepare(t, x, tokens, K);
+      std::vector<double> want, mag;
+      reference(t, w, N, K, a, tokens, &want, &mag);
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        std::vector<float> got(static_cast<size_t>(tokens * N));
+        matmul(got.data(), x.data(), tokens, W, pool);
+        for (size_t o = 0; o < got.size(); ++o)
+          ASSERT_NEAR(got[o], want[o], 1e-5 * mag[o] + 1e-30)
+              << dtype_name(t) << " tokens " << tokens << " threads " << threads << " at " << o;
+      }
+    }
+  }
+}
+
 // Repacking into interleaved groups of 4 rows (weight_pack.h) moves bytes only: every row comes
 // back unchanged, and no two rows' bytes land in the same place.
 TEST(RepackX4, EveryRowUnpacksToTheFileBytes) {
