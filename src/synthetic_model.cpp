@@ -1,4 +1,5 @@
 #include "slake/synthetic_model.h"
+#include "slake/weight_pack.h"
 
 #include <cmath>
 #include <cstring>
@@ -182,6 +183,10 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
       }
     });
   }
+  // The matrices the CPU path would repack (weight_pack.h) are generated in that layout, so the
+  // weights are in memory once; every other reader goes through row_in_file_layout.
+  for (auto& [name, v] : views)
+    if (name != "tok_embd") repack_x4_in_place(v);
   detail::TensorNames names_fmt{"tok_embd", "output_norm", "output", "blk.{}.attn_norm", "blk.{}.wq", "blk.{}.wk",
                                 "blk.{}.wv", "blk.{}.wo", "blk.{}.ffn_norm", "blk.{}.w_gate", "blk.{}.w_up", "blk.{}.w_down"};
   detail::bind_weights(

@@ -77,11 +77,27 @@ void unpack_x4_row(const TensorView& packed, int64_t row, uint8_t* dst) {
     }
 }
 
+const uint8_t* row_in_file_layout(const TensorView& t, int64_t r, std::vector<uint8_t>& scratch) {
+  if (t.layout == WeightLayout::Rows) return t.row(r);
+  scratch.resize(row_bytes(t.type, t.row_len()));
+  unpack_x4_row(t, r, scratch.data());
+  return scratch.data();
+}
+
+bool repack_x4_in_place(TensorView& w) {
+  if (!repack_x4_applies(w)) return false;
+  std::vector<uint8_t> copy(w.data, w.data + w.nbytes);
+  TensorView src = w;
+  src.data = copy.data();
+  w = pack_x4(src, const_cast<uint8_t*>(w.data));
+  return true;
+}
+
 namespace {
 
 // The view of `w` the CPU path uses: a repacked copy where that applies.
 TensorView for_cpu(const Model& m, const TensorView& w, CpuWeights& cw) {
-  if (!repack_x4_applies(w)) return w;
+  if (!repack_x4_applies(w)) return w;  // already repacked (synthetic weights), or not to be
   cw.buffers.emplace_back(new uint8_t[w.nbytes]);
   const TensorView v = pack_x4(w, cw.buffers.back().get());
   cw.packed_bytes += w.nbytes;

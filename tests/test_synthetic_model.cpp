@@ -52,9 +52,10 @@ TEST(SyntheticModel, DeterministicPerSeedWithTheIntendedSpread) {
     EXPECT_NE(std::memcmp(wa.data, wc.data, wa.nbytes), 0);
     // Entries of a matrix scale as 1/sqrt(fan-in): standard deviation 1/16 for dim 256.
     std::vector<float> row(static_cast<size_t>(wa.row_len()));
+    std::vector<uint8_t> raw;
     double ss = 0;
     for (int64_t r = 0; r < 64; ++r) {
-      dequantize_row(wa.type, wa.row(r), row.data(), wa.row_len());
+      dequantize_row(wa.type, row_in_file_layout(wa, r, raw), row.data(), wa.row_len());
       for (float x : row) ss += static_cast<double>(x) * x;
     }
     EXPECT_NEAR(std::sqrt(ss / (64.0 * wa.row_len())), 1.0 / 16, 0.1 / 16);

@@ -29,6 +29,7 @@ struct TensorView {
   }
   int64_t row_len() const { return ne.empty() ? 1 : ne[0]; }
   int64_t n_rows() const { return row_len() == 0 ? 0 : n_elements() / row_len(); }
+  // Row r, for the Rows layout (weight_pack.h's row_in_file_layout reads any layout).
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes(type, row_len()); }
 };
 

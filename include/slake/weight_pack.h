@@ -22,6 +22,10 @@ bool repack_x4_applies(const TensorView& w);
 TensorView pack_x4(const TensorView& w, uint8_t* dst);
 // Row r of a repacked view, in the file's block layout (row_bytes(type, K) bytes at dst).
 void unpack_x4_row(const TensorView& packed, int64_t r, uint8_t* dst);
+// Row r of any view in the file's block layout: the row itself, or its copy in `scratch`.
+const uint8_t* row_in_file_layout(const TensorView& t, int64_t r, std::vector<uint8_t>& scratch);
+// Repacks w's own bytes (writable memory) when repack_x4_applies; returns whether it did.
+bool repack_x4_in_place(TensorView& w);
 
 struct CpuWeights {
   std::vector<LayerWeights> layers;

@@ -9,6 +9,7 @@
 #include "slake/error.h"
 #include "slake/kv_budget.h"
 #include "slake/rope.h"
+#include "slake/weight_pack.h"
 
 namespace slake::gpu {
 
@@ -22,9 +23,10 @@ void upload_tensor(void* dst, const TensorView& t, bool matrix) {
   const int64_t slice = std::max<int64_t>(1, (int64_t{16} << 20) / std::max<int64_t>(1, len));
   std::vector<float> f(static_cast<size_t>(std::min(rows, slice) * len));
   std::vector<uint16_t> h(matrix ? f.size() : 0);
+  std::vector<uint8_t> raw;
   for (int64_t r0 = 0; r0 < rows; r0 += slice) {
     const int64_t nr = std::min(slice, rows - r0);
-    for (int64_t r = 0; r < nr; ++r) dequantize_row(t.type, t.row(r0 + r), f.data() + r * len, len);
+    for (int64_t r = 0; r < nr; ++r) dequantize_row(t.type, row_in_file_layout(t, r0 + r, raw), f.data() + r * len, len);
     const size_t n = static_cast<size_t>(nr * len);
     if (matrix) {
       for (size_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(f[i]);

@@ -53,12 +53,15 @@ std::unique_ptr<Model> bf16_rounded(const Model& src) {
   auto store = std::make_shared<std::vector<std::vector<float>>>();
   auto conv = [&](const TensorView& t, bool round) {
     std::vector<float> f(static_cast<size_t>(t.n_elements()));
-    for (int64_t r = 0; r < t.n_rows(); ++r) dequantize_row(t.type, t.row(r), f.data() + r * t.row_len(), t.row_len());
+    std::vector<uint8_t> raw;
+    for (int64_t r = 0; r < t.n_rows(); ++r)
+      dequantize_row(t.type, row_in_file_layout(t, r, raw), f.data() + r * t.row_len(), t.row_len());
     if (round)
       for (float& x : f) x = bf16_to_fp32(fp32_to_bf16(x));
     store->push_back(std::move(f));
     TensorView o = t;
     o.type = DType::F32;
+    o.layout = WeightLayout::Rows;
     o.data = reinterpret_cast<const uint8_t*>(store->back().data());
     o.nbytes = store->back().size() * sizeof(float);
     return o;
