@@ -3,6 +3,7 @@
 #include "matmul_amx.h"
 #include "matmul_panel.h"
 #include "slake/quant_dot.h"
+#include "slake/weight_pack.h"
 
 #include <immintrin.h>
 
@@ -88,8 +89,8 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
   // stay in cache while every token passes over them.
   const ActFormat fmt = act_format(W.type);
   const size_t ab = act_row_bytes(fmt, K);
-  const bool x4 = W.layout == WeightLayout::X4;  // groups of kGroupRows rows (weight_pack.h): never on AMX
-  const bool amx = !x4 && use_amx(W.type, n_tokens, N);
+  const bool x4 = W.layout == WeightLayout::X4;  // groups of kGroupRows rows (weight_pack.h)
+  const bool amx = use_amx(W.type, n_tokens, N);
   // Float weights at prompt sizes: outer products over k-major panels (matmul_panel.cpp).
   const bool panel = fmt == ActFormat::F32 && n_tokens >= kPanelMinTokens && panel_available();
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
@@ -148,8 +149,14 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
       }
       if (amx && r1 - r0 >= 16) {
         const int64_t rows = (r1 - r0) / 16 * 16;
-        amx_rows_q8(W.type == DType::Q4_0, K, W.data + static_cast<size_t>(r0) * wb, wb, rows, act, ab,
-                    scales, n_tokens, out + r0, N);
+        const uint8_t* w = W.data + static_cast<size_t>(r0) * wb;
+        if (x4) {  // AMX reads rows: the chunk's groups unpacked, a copy per chunk beside its product
+          thread_local std::vector<uint8_t> rows_buf;
+          rows_buf.resize(static_cast<size_t>(rows) * wb);
+          for (int64_t r = 0; r < rows; ++r) unpack_x4_row(W, r0 + r, rows_buf.data() + static_cast<size_t>(r) * wb);
+          w = rows_buf.data();
+        }
+        amx_rows_q8(W.type == DType::Q4_0, K, w, wb, rows, act, ab, scales, n_tokens, out + r0, N);
         r0 += rows;
       }
       for (int64_t t = 0; t < n_tokens; t += kTileTokens) {

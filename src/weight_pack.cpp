@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "matmul_amx.h"
 #include "slake/error.h"
 #include "slake/quant_dot.h"
 
@@ -32,7 +31,7 @@ RunPlace place(DType t, int i, int b) {
 bool repack_x4_applies(const TensorView& w) {
   static const bool enabled = [] {
     const char* off = std::getenv("SLAKE_NO_REPACK");
-    return x4_kernel_available() && !amx_available() && !(off && *off && std::strcmp(off, "0") != 0);
+    return x4_kernel_available() && !(off && *off && std::strcmp(off, "0") != 0);
   }();
   return enabled && shape_fits(w);
 }

@@ -12,9 +12,9 @@
 
 namespace slake {
 
-// Whether the CPU path repacks this matrix: Q8_0/Q4_0, rows a multiple of 4, an even number of
-// blocks per row, a kernel for the layout on this build (x4_kernel_available), and no AMX (whose
-// prompt kernel reads the file's rows). SLAKE_NO_REPACK=1 turns repacking off.
+// Whether the CPU path repacks this matrix: Q8_0/Q4_0, rows a multiple of 4, whole runs of blocks
+// per row (quant_dot.h), and a kernel for the layout on this build (x4_kernel_available; the AMX
+// prompt kernel unpacks the rows it reads). SLAKE_NO_REPACK=1 turns repacking off.
 bool repack_x4_applies(const TensorView& w);
 
 // Writes the interleaved groups of `w` (which must satisfy the shape rules above) to dst,
