@@ -122,6 +122,9 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
   const int64_t unit = amx ? 16 : kTileRows;
   int64_t chunk = std::max<int64_t>(unit, std::min<int64_t>(64, N / (4 * pool.size())));
   chunk -= chunk % unit;
+  // Decode reads every weight once: one contiguous run of rows per thread keeps each core's
+  // stream sequential for the prefetchers (F16 tg128 on the TinyLlama shape: 22 -> 24 tokens/s).
+  if (n_tokens == 1) chunk = std::max<int64_t>(unit, (N / pool.size() + unit - 1) / unit * unit);
   const float* packed = nullptr;
   if (panel) {
     chunk = kPanelRows;
