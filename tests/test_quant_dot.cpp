@@ -294,9 +294,12 @@ TEST(RepackX4, RefusesShapesOutsideTheLayout) {
   EXPECT_THROW(pack_x4(W, bytes.data()), Error);
   W.ne = {64, 8};  // 2 blocks: a run of Q8_0, not of Q4_0
   EXPECT_THROW(pack_x4(W, bytes.data()), Error);
-  W.type = DType::Q8_0;
-  EXPECT_NO_THROW(pack_x4(W, std::vector<uint8_t>(row_bytes(DType::Q8_0, 64) * 8).data()));
-  W.type = DType::Q4_0;
+  std::vector<uint8_t> q8(row_bytes(DType::Q8_0, 64) * 8), q8_packed(q8.size());
+  TensorView Q8 = W;
+  Q8.type = DType::Q8_0;
+  Q8.data = q8.data();
+  Q8.nbytes = q8.size();
+  EXPECT_NO_THROW(pack_x4(Q8, q8_packed.data()));
   W.ne = {64, 6};  // 6 rows: not whole groups
   EXPECT_FALSE(repack_x4_applies(W));
   W.type = DType::F16;
