@@ -103,6 +103,39 @@ void reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t K, 
   }
 }
 
+// A matrix view of w's bytes (N rows of K elements of type t).
+TensorView view_of(DType t, int64_t K, int64_t N, const std::vector<uint8_t>& w) {
+  TensorView W;
+  W.name = "w";
+  W.type = t;
+  W.ne = {K, N};
+  W.data = w.data();
+  W.nbytes = w.size();
+  return W;
+}
+
+// matmul over W (whose rows are `rows`, in the file's layout, for the reference) equals the
+// float64 sums, for each token count, with 1 and 2 threads.
+void expect_matmul_matches_float64(const TensorView& W, const std::vector<uint8_t>& rows, std::initializer_list<int64_t> token_counts,
+                                   std::mt19937& rng) {
+  const DType t = W.type;
+  const int64_t K = W.row_len(), N = W.n_rows();
+  for (int64_t tokens : token_counts) {
+    const auto x = random_floats(tokens * K, rng);
+    const Prepared a = prepare(t, x, tokens, K);
+    std::vector<double> want, mag;
+    reference(t, rows, N, K, a, tokens, &want, &mag);
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      std::vector<float> got(static_cast<size_t>(tokens * N));
+      matmul(got.data(), x.data(), tokens, W, pool);
+      for (size_t o = 0; o < got.size(); ++o)
+        ASSERT_NEAR(got[o], want[o], 1e-5 * mag[o] + 1e-30)
+            << dtype_name(t) << " tokens " << tokens << " threads " << threads << " at " << o;
+    }
+  }
+}
+
 struct Case {
   DType type;
   int64_t K;
@@ -204,25 +237,8 @@ TEST(Matmul, RaggedShapesAndThreadsMatchFloat64) {
     const int64_t K = dtype_info(t).block_elems == 256 ? 512 : 96, N = 37;
     std::mt19937 rng(static_cast<unsigned>(t) + 100);
     const auto w = random_rows(t, N, K, rng);
-    TensorView W;
-    W.type = t;
-    W.ne = {K, N};
-    W.data = w.data();
-    W.nbytes = w.size();
-    for (int64_t tokens : {1, 3, 9, 17, 33}) {  // 17 and 33: AMX groups of 16 tokens with a ragged rest
-      const auto x = random_floats(tokens * K, rng);
-      const Prepared a = prepare(t, x, tokens, K);
-      std::vector<double> want, mag;
-      reference(t, w, N, K, a, tokens, &want, &mag);
-      for (int threads : {1, 2}) {
-        ThreadPool pool(threads);
-        std::vector<float> got(static_cast<size_t>(tokens * N));
-        matmul(got.data(), x.data(), tokens, W, pool);
-        for (size_t o = 0; o < got.size(); ++o)
-          ASSERT_NEAR(got[o], want[o], 1e-5 * mag[o] + 1e-30)
-              << dtype_name(t) << " tokens " << tokens << " threads " << threads << " at " << o;
-      }
-    }
+    // 17 and 33: AMX groups of 16 tokens with a ragged rest, and the panel kernel for float weights
+    expect_matmul_matches_float64(view_of(t, K, N, w), w, {1, 3, 9, 17, 33}, rng);
   }
 }
 
@@ -233,25 +249,7 @@ TEST(Matmul, PromptSizedFloatProductsMatchFloat64) {
     const int64_t K = 4100, N = 45;
     std::mt19937 rng(static_cast<unsigned>(t) + 300);
     const auto w = random_rows(t, N, K, rng);
-    TensorView W;
-    W.type = t;
-    W.ne = {K, N};
-    W.data = w.data();
-    W.nbytes = w.size();
-    for (int64_t tokens : {16, 29}) {  // 29 = 12 + 12 + 4 + 1
-      const auto x = random_floats(tokens * K, rng);
-      const Prepared a = prepare(t, x, tokens, K);
-      std::vector<double> want, mag;
-      reference(t, w, N, K, a, tokens, &want, &mag);
-      for (int threads : {1, 2}) {
-        ThreadPool pool(threads);
-        std::vector<float> got(static_cast<size_t>(tokens * N));
-        matmul(got.data(), x.data(), tokens, W, pool);
-        for (size_t o = 0; o < got.size(); ++o)
-          ASSERT_NEAR(got[o], want[o], 1e-5 * mag[o] + 1e-30)
-              << dtype_name(t) << " tokens " << tokens << " threads " << threads << " at " << o;
-      }
-    }
+    expect_matmul_matches_float64(view_of(t, K, N, w), w, {16, 29}, rng);  // 29 = 12 + 12 + 4 + 1
   }
 }
 
@@ -263,14 +261,8 @@ TEST(RepackX4, EveryRowUnpacksToTheFileBytes) {
       const int64_t N = 12;
       std::mt19937 rng(static_cast<unsigned>(K) + static_cast<unsigned>(t));
       const auto w = random_rows(t, N, K, rng);
-      TensorView W;
-      W.name = "w";
-      W.type = t;
-      W.ne = {K, N};
-      W.data = w.data();
-      W.nbytes = w.size();
       std::vector<uint8_t> packed(w.size());
-      const TensorView P = pack_x4(W, packed.data());
+      const TensorView P = pack_x4(view_of(t, K, N, w), packed.data());
       ASSERT_EQ(P.layout, WeightLayout::X4);
       EXPECT_NE(packed, w);  // it is a different layout
       const size_t rb = row_bytes(t, K);
@@ -313,14 +305,8 @@ TEST(RepackX4, GroupKernelMatchesFloat64) {
     for (int64_t K : {128, 384, 2048}) {  // whole runs: 1, 3 and 16 of Q4_0's 4 blocks
       std::mt19937 rng(static_cast<unsigned>(K) * 7 + static_cast<unsigned>(t));
       const auto w = random_rows(t, kGroupRows, K, rng);
-      TensorView W;
-      W.name = "w";
-      W.type = t;
-      W.ne = {K, kGroupRows};
-      W.data = w.data();
-      W.nbytes = w.size();
       std::vector<uint8_t> packed(w.size());
-      pack_x4(W, packed.data());
+      pack_x4(view_of(t, K, kGroupRows, w), packed.data());
       const auto x = random_floats(kTileTokens * K, rng);
       const Prepared a = prepare(t, x, kTileTokens, K);
       std::vector<double> want, mag;
@@ -350,28 +336,10 @@ TEST(RepackX4, MatmulOverGroupsMatchesFloat64) {
     const int64_t K = 128, N = 72;
     std::mt19937 rng(static_cast<unsigned>(t) + 200);
     const auto w = random_rows(t, N, K, rng);
-    TensorView W;
-    W.name = "w";
-    W.type = t;
-    W.ne = {K, N};
-    W.data = w.data();
-    W.nbytes = w.size();
     std::vector<uint8_t> packed(w.size());
-    const TensorView P = pack_x4(W, packed.data());
-    for (int64_t tokens : {1, 2, 5, 17, 33}) {  // 17 and 33: on AMX, the groups are unpacked for its tiles
-      const auto x = random_floats(tokens * K, rng);
-      const Prepared a = prepare(t, x, tokens, K);
-      std::vector<double> want, mag;
-      reference(t, w, N, K, a, tokens, &want, &mag);
-      for (int threads : {1, 2}) {
-        ThreadPool pool(threads);
-        std::vector<float> got(static_cast<size_t>(tokens * N));
-        matmul(got.data(), x.data(), tokens, P, pool);
-        for (size_t o = 0; o < got.size(); ++o)
-          ASSERT_NEAR(got[o], want[o], 1e-5 * mag[o] + 1e-30)
-              << dtype_name(t) << " tokens " << tokens << " threads " << threads << " at " << o;
-      }
-    }
+    const TensorView P = pack_x4(view_of(t, K, N, w), packed.data());
+    // 17 and 33: on AMX, the groups are unpacked for its tiles
+    expect_matmul_matches_float64(P, w, {1, 2, 5, 17, 33}, rng);
   }
 }
 
