@@ -22,7 +22,7 @@ void pack_panel_tile(const float* act, int64_t K, int64_t n_tokens, int64_t j, f
 
 // out[t * os + r] = weight row r . activation row t for r < rows <= kPanelRows, t < n_tokens.
 // Row r of the weights starts at w + r * ws and has K elements of type t; `packed` holds the
-// activations as pack_panel_act wrote them. `panel` is 64-byte aligned scratch of
+// activations as pack_panel_tile wrote them. `panel` is 64-byte aligned scratch of
 // kPanelRows * kPanelK floats.
 constexpr int64_t kPanelK = 2048;
 void panel_rows(DType t, int64_t K, const uint8_t* w, size_t ws, int rows, const float* packed, int64_t n_tokens,

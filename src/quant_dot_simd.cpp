@@ -34,6 +34,13 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(h);
 }
 
+#if defined(__AVX512F__)
+inline float hsum512(__m512 v) {
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
+}
+#endif
+
 inline int hsum_i32(__m256i v) {
   __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -131,6 +138,18 @@ const int64_t kX4PrefetchRuns = [] {
 // Both weight types go in unsigned, n = w + o (Q4_0: the stored nibbles, o = 8; Q8_0: w xor 0x80,
 // o = 128), so sum w a = sum n a - o sum a, and -o sum a, shared by every row, starts the
 // accumulator of each activation block.
+// A register tile of 512-bit accumulators: cleared, and written out as row sums.
+template <int RM, int RN>
+inline void zero_tile(__m512 (&acc)[RM][RN]) {
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+}
+template <int RM, int RN>
+inline void store_sums(const __m512 (&acc)[RM][RN], float* out, int64_t os) {
+  for (int j = 0; j < RN; ++j)
+    for (int i = 0; i < RM; ++i) out[j * os + i] = hsum512(acc[i][j]);
+}
+
 inline __m512 pair_scales(const uint8_t* p0, const uint8_t* p1, __m512i lanes) {
   const uint32_t both = static_cast<uint32_t>(load_u16(p0)) | static_cast<uint32_t>(load_u16(p1)) << 16;
   return _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(both)))));
@@ -146,8 +165,7 @@ void tile_q8_0_q4_0_pairs(bool q4, int64_t nb, const uint8_t* w, size_t ws, cons
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(q4 ? 8 : 0x80));
   __m512 acc[RM][RN];
-  for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+  zero_tile<RM, RN>(acc);
   for (int64_t b = 0; b + 1 < nb; b += 2) {
     __m512i wq[RM];
     __m512 wd[RM];
@@ -165,7 +183,7 @@ void tile_q8_0_q4_0_pairs(bool q4, int64_t nb, const uint8_t* w, size_t ws, cons
       } else {
         wq[i] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2))),
                                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + wb + 2)), 1),
-                                 _mm512_set1_epi8(static_cast<char>(0x80)));
+                                 offset);
       }
     }
     for (int j = 0; j < RN; ++j) {
@@ -180,23 +198,13 @@ void tile_q8_0_q4_0_pairs(bool q4, int64_t nb, const uint8_t* w, size_t ws, cons
                                     acc[i][j]);
     }
   }
-  for (int j = 0; j < RN; ++j)
-    for (int i = 0; i < RM; ++i) {
-      const __m512 v = acc[i][j];
-      const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-      out[j * os + i] = hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
-    }
+  store_sums<RM, RN>(acc, out, os);
 }
 
 // The kernels of repacked groups of 4 rows (quant_dot.h): a group's bytes are one contiguous
 // stream, a run's 4 x R scales are one load and one conversion (each row's lanes are then a
 // permutation of them), and each row's quants in a run are one 512-bit load. Offsets as in the
 // pair kernel: weights unsigned (n = w + o), -o sum a starts each activation block's accumulator.
-inline __m512 finish_row(__m512 acc) {
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-  return _mm512_castps256_ps512(_mm256_add_ps(_mm512_castps512_ps256(acc), hi));
-}
-
 inline void prefetch_run(const uint8_t* p, size_t n) {
   for (size_t o = 0; o < n; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
 }
@@ -211,8 +219,7 @@ void tile_x4_q8_0(int64_t nruns, const uint8_t* g, const uint8_t* a, size_t as, 
   __m512i row_lanes[RM];  // row i's scales are 2i and 2i + 1 of the run's eight
   for (int i = 0; i < RM; ++i) row_lanes[i] = _mm512_add_epi32(lanes, _mm512_set1_epi32(2 * i));
   __m512 acc[RM][RN];
-  for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+  zero_tile<RM, RN>(acc);
   for (int64_t r = 0; r < nruns; ++r, g += runb) {
     prefetch_run(g + kX4PrefetchRuns * runb, runb);
     const __m512 scales = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g))));
@@ -233,8 +240,7 @@ void tile_x4_q8_0(int64_t nruns, const uint8_t* g, const uint8_t* a, size_t as, 
                                     acc[i][j]);
     }
   }
-  for (int j = 0; j < RN; ++j)
-    for (int i = 0; i < RM; ++i) out[j * os + i] = hsum(_mm512_castps512_ps256(finish_row(acc[i][j])));
+  store_sums<RM, RN>(acc, out, os);
 }
 
 // Q4_0, runs of 4 blocks: row i's 128 nibbles are one 64-byte load, whose low nibbles are the
@@ -250,8 +256,7 @@ void tile_x4_q4_0(int64_t nruns, const uint8_t* g, const uint8_t* a, size_t as, 
   __m512i row_lanes[RM];  // row i's scales are 4i .. 4i + 3 of the run's sixteen
   for (int i = 0; i < RM; ++i) row_lanes[i] = _mm512_add_epi32(lanes, _mm512_set1_epi32(4 * i));
   __m512 acc[RM][RN];
-  for (int i = 0; i < RM; ++i)
-    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+  zero_tile<RM, RN>(acc);
   for (int64_t r = 0; r < nruns; ++r, g += runb) {
     prefetch_run(g + kX4PrefetchRuns * runb, runb);
     const __m512 scales = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
@@ -282,8 +287,7 @@ void tile_x4_q4_0(int64_t nruns, const uint8_t* g, const uint8_t* a, size_t as, 
       }
     }
   }
-  for (int j = 0; j < RN; ++j)
-    for (int i = 0; i < RM; ++i) out[j * os + i] = hsum(_mm512_castps512_ps256(finish_row(acc[i][j])));
+  store_sums<RM, RN>(acc, out, os);
 }
 #endif
 
@@ -293,10 +297,7 @@ using VecF = __m512;
 constexpr int kV = 16;
 inline VecF vzero() { return _mm512_setzero_ps(); }
 inline VecF vfma(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
-inline float vsum(VecF v) {
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
-}
+inline float vsum(VecF v) { return hsum512(v); }
 inline VecF load_f32(const float* p) { return _mm512_loadu_ps(p); }
 inline VecF load_f16(const uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));

@@ -99,7 +99,6 @@ TensorView for_cpu(const Model& m, const TensorView& w, CpuWeights& cw) {
   if (!repack_x4_applies(w)) return w;  // already repacked (synthetic weights), or not to be
   cw.buffers.emplace_back(new uint8_t[w.nbytes]);
   const TensorView v = pack_x4(w, cw.buffers.back().get());
-  cw.packed_bytes += w.nbytes;
   if (m.release_pages) m.release_pages(w.data, w.nbytes);
   return v;
 }

@@ -30,7 +30,6 @@ bool repack_x4_in_place(TensorView& w);
 struct CpuWeights {
   std::vector<LayerWeights> layers;
   TensorView output;
-  size_t packed_bytes = 0;  // bytes of the repacked copies
   std::vector<std::unique_ptr<uint8_t[]>> buffers;
 };
 
