@@ -8,7 +8,7 @@
 
 namespace slake {
 
-// Whether this build has the panel kernel (AVX-512).
+// Whether this build has the panel kernel (AVX-512, or AVX2 with FMA and F16C).
 bool panel_available();
 
 // Rows of one panel: matmul hands out chunks of this many rows.
