@@ -1,4 +1,5 @@
-// Activation preparation (ggml's quantize_row_q8_0 / q8_K rounding) and the portable dot
+// Activation preparation (ggml's quantize_row_q8_0 / q8_K, rounding half to even as its SIMD
+// quantisers and nearest_int do) and the portable dot
 // products: plain integer arithmetic per block, the reference for the SIMD kernels.
 #include "slake/quant_dot.h"
 
@@ -41,7 +42,7 @@ void quantize_q8_0(const float* x, ActBlockQ8_0* y, int64_t nb) {
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[b].d = fp32_to_fp16(d);
-    for (int j = 0; j < 32; ++j) y[b].qs[j] = static_cast<int8_t>(std::lround(x[j] * id));
+    for (int j = 0; j < 32; ++j) y[b].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));  // vectorises; lround is a call
   }
 }
 
@@ -57,8 +58,8 @@ void quantize_q8_k(const float* x, ActBlockQ8_K* y, int64_t nb) {
     if (amax == 0.0f) continue;
     const float iscale = -127.0f / max;
     for (int j = 0; j < quant::kQK; ++j) {
-      const long v = std::lround(iscale * x[j]);
-      y[b].qs[j] = static_cast<int8_t>(std::min(127L, std::max(-127L, v)));
+      const float v = std::nearbyint(iscale * x[j]);
+      y[b].qs[j] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, v)));
     }
     for (int g = 0; g < 16; ++g) {
       int s = 0;
