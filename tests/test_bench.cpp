@@ -42,6 +42,7 @@ BenchRecord sample(int n_gen) {
   r.samples_ns = {2e9, 4e9};
   if (n_gen) r.token_ns = {1e6, 2e6, 3e6};
   r.bytes_per_token = 4e6;
+  r.peak_rss_bytes = 123456789;
   return r;
 }
 
@@ -95,7 +96,35 @@ TEST(BenchRecord, FormatsParseBack) {
     return count;
   };
   EXPECT_EQ(cells(rows[1]), cells(rows[0]));
+  EXPECT_EQ(cells(rows[2]), cells(rows[0]));  // the generation row's extra fields have columns too
   EXPECT_EQ(rows[0].rfind("model_filename,", 0), 0u);
+  // The column of a field only generation has: empty for the prompt test, the value for the other.
+  auto cell = [](const std::string& s, int index) {
+    std::string out;
+    int at = 0;
+    bool quoted = false;
+    for (char ch : s) {
+      if (ch == '"') quoted = !quoted;
+      if (ch == ',' && !quoted) {
+        ++at;
+        continue;
+      }
+      if (at == index) out += ch;
+    }
+    return out;
+  };
+  int gbps = -1;
+  for (int i = 0; i < cells(rows[0]); ++i)
+    if (cell(rows[0], i) == "decode_gbps") gbps = i;
+  ASSERT_GE(gbps, 0);
+  EXPECT_EQ(cell(rows[1], gbps), "");
+  EXPECT_EQ(std::stod(cell(rows[2], gbps)), 2.0);
+  int peak = -1;
+  for (int i = 0; i < cells(rows[0]); ++i)
+    if (cell(rows[0], i) == "peak_rss_bytes") peak = i;
+  ASSERT_GE(peak, 0);
+  EXPECT_EQ(cell(rows[1], peak), "123456789");
+  EXPECT_EQ(cell(rows[2], peak), "123456789");  // after the generation-only fields, still in its column
   EXPECT_NE(rows[1].find("\"m,odd \"\"name\"\".gguf\""), std::string::npos);
   EXPECT_NE(md.str().find("| tg128 @ d4096 |"), std::string::npos);
   EXPECT_THROW(write_records(md, recs, "xml"), Error);

@@ -1,5 +1,6 @@
 #include "bench_record.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "bench_stats.h"
@@ -90,15 +91,32 @@ void write_records(std::ostream& out, const std::vector<BenchRecord>& records, c
   } else if (format == "jsonl") {
     for (const BenchRecord& r : records) out << r.to_json().dump() << "\n";
   } else if (format == "csv") {
-    if (records.empty()) return;
-    std::string header;
-    const nlohmann::ordered_json first = records.front().to_json();
-    for (const auto& [k, v] : first.items()) header += (header.empty() ? "" : ",") + k;
-    out << header << "\n";
+    // Generation tests carry fields that prompt tests do not: the columns are every record's
+    // fields, each where it first appears, and a record leaves the ones it lacks empty.
+    std::vector<nlohmann::ordered_json> rows;
+    std::vector<std::string> columns;
     for (const BenchRecord& r : records) {
+      rows.push_back(r.to_json());
+      size_t at = 0;  // where a new field goes: after the record's previous field
+      for (auto it = rows.back().begin(); it != rows.back().end(); ++it) {
+        const std::string key = it.key();
+        const auto found = std::find(columns.begin(), columns.end(), key);
+        if (found != columns.end()) {
+          at = static_cast<size_t>(found - columns.begin()) + 1;
+        } else {
+          columns.insert(columns.begin() + static_cast<std::ptrdiff_t>(at), key);
+          ++at;
+        }
+      }
+    }
+    if (rows.empty()) return;
+    std::string header;
+    for (const std::string& k : columns) header += (header.empty() ? "" : ",") + k;
+    out << header << "\n";
+    for (const nlohmann::ordered_json& j : rows) {
       std::string line;
-      const nlohmann::ordered_json j = r.to_json();
-      for (const auto& [k, v] : j.items()) line += (line.empty() ? "" : ",") + csv_cell(v);
+      for (size_t c = 0; c < columns.size(); ++c)
+        line += (c ? "," : "") + (j.contains(columns[c]) ? csv_cell(j[columns[c]]) : std::string());
       out << line << "\n";
     }
   } else if (format == "md") {
