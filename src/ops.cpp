@@ -136,6 +136,7 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
     });
     packed = dst;
   }
+  const int64_t tile_rows = tile_rows_max(W.type);
   const int64_t n_chunks = (N + chunk - 1) / chunk;
   pool.parallel_for(n_chunks, 1, [&](int64_t cb, int64_t ce, int) {
     for (int64_t c = cb; c < ce; ++c) {
@@ -170,8 +171,8 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
                         out + t * N + r, N);
           continue;
         }
-        for (int64_t r = r0; r < r1; r += kTileRows) {
-          const int rm = static_cast<int>(std::min<int64_t>(kTileRows, r1 - r));
+        for (int64_t r = r0; r < r1; r += tile_rows) {
+          const int rm = static_cast<int>(std::min<int64_t>(tile_rows, r1 - r));
           dot_tile(W.type, K, W.data + static_cast<size_t>(r) * wb, wb, rm, act + static_cast<size_t>(t) * ab, ab, rn,
                    out + t * N + r, N);
         }

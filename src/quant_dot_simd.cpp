@@ -49,10 +49,11 @@ inline int hsum_i32(__m256i v) {
 }
 
 #if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
-constexpr bool kVnni = true;
+#define kVnniBuild 1
 #else
-constexpr bool kVnni = false;
+#define kVnniBuild 0
 #endif
+constexpr bool kVnni = kVnniBuild;
 
 // acc + the eight int32 sums of four u8 x s8 products each. Without VNNI the pairs go through
 // int16 (maddubs), which saturates beyond 32767: callers keep |u| * |s| * 2 below that there.
@@ -67,10 +68,11 @@ inline __m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) {
 }
 
 // The 32 quants of a Q4_0 block as unsigned bytes (0..15, the stored nibbles), low nibbles first.
+// The 16 bytes go to both halves in one load, and the upper half is shifted by a nibble in
+// place (a shift per 64-bit word: the bits that cross into a byte are masked off).
 inline __m256i unpack_q4_0(const uint8_t* qs) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0F);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+  const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
 }
 
 // Q8_0 and Q4_0 weights x Q8_0 activations. The int8 products need one operand unsigned:
@@ -124,6 +126,75 @@ void tile_q8_0_q4_0(bool q4, int64_t nb, const uint8_t* w, size_t ws, const uint
   for (int j = 0; j < RN; ++j)
     for (int i = 0; i < RM; ++i) out[j * os + i] = hsum(acc[i][j]);
 }
+
+#if !kVnniBuild
+#define SLAKE_Q4_0_ROWS8 1
+// Q4_0 x Q8_0 for 8 rows at once without VNNI, one row per 32-bit lane, so that the scaling
+// and the float accumulation are one operation per 8 rows instead of one per row, and no
+// horizontal sums are needed. Per block, the rows' 16 quant bytes are transposed in registers
+// into 4 vectors g0..g3 (vector g: bytes 4g..4g+3 of row i in lane i); the low nibbles of gk are
+// quants 4k..4k+3, the high nibbles quants 16+4k.., and each meets the matching 4 activation
+// bytes broadcast to every lane. The 8 maddubs products of a block add up in int16: each pair
+// sum is at most 2 * 15 * 127 = 3810 in magnitude, so 8 of them (30480) cannot wrap. The -8 of
+// the stored nibbles is -8 sum a, the same in every lane. Rows past rm repeat row rm - 1.
+template <int RN>
+void tile8_q4_0(int64_t nb, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, float* out, int64_t os) {
+  const uint8_t* r[8];
+  for (int i = 0; i < 8; ++i) r[i] = w + static_cast<size_t>(std::min(i, rm - 1)) * ws;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
+  __m256 acc[RN];
+  for (int j = 0; j < RN; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const size_t o = static_cast<size_t>(b) * 18;
+    for (int i = 0; i < 8; ++i) _mm_prefetch(reinterpret_cast<const char*>(r[i] + o + 8 * ws), _MM_HINT_T0);
+    const __m256 wd = _mm256_cvtph_ps(_mm_setr_epi16(
+        static_cast<int16_t>(load_u16(r[0] + o)), static_cast<int16_t>(load_u16(r[1] + o)),
+        static_cast<int16_t>(load_u16(r[2] + o)), static_cast<int16_t>(load_u16(r[3] + o)),
+        static_cast<int16_t>(load_u16(r[4] + o)), static_cast<int16_t>(load_u16(r[5] + o)),
+        static_cast<int16_t>(load_u16(r[6] + o)), static_cast<int16_t>(load_u16(r[7] + o))));
+    auto rows2 = [&](int i) {  // row i in the low half, row i + 4 in the high half
+      return _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(r[i + 4] + o + 2),
+                                 reinterpret_cast<const __m128i*>(r[i] + o + 2));
+    };
+    const __m256i y0 = rows2(0), y1 = rows2(1), y2 = rows2(2), y3 = rows2(3);
+    const __m256i t0 = _mm256_unpacklo_epi32(y0, y1), t1 = _mm256_unpackhi_epi32(y0, y1);
+    const __m256i t2 = _mm256_unpacklo_epi32(y2, y3), t3 = _mm256_unpackhi_epi32(y2, y3);
+    const __m256i g[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                          _mm256_unpackhi_epi64(t1, t3)};
+    __m256i lo[4], hi[4];
+    for (int k = 0; k < 4; ++k) {
+      lo[k] = _mm256_and_si256(g[k], m4);
+      hi[k] = _mm256_and_si256(_mm256_srli_epi16(g[k], 4), m4);
+    }
+    for (int j = 0; j < RN; ++j) {
+      const uint8_t* ab = a + j * as + b * 34;
+      const uint8_t* aq = ab + 2;
+      auto act4 = [&](int at) {
+        int32_t v;
+        std::memcpy(&v, aq + at, 4);
+        return _mm256_set1_epi32(v);
+      };
+      __m256i s16 = _mm256_maddubs_epi16(lo[0], act4(0));
+      for (int k = 1; k < 4; ++k) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[k], act4(4 * k)));
+      for (int k = 0; k < 4; ++k) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[k], act4(16 + 4 * k)));
+      // sum a over the block, times 8: |sum a| <= 32 * 127, in int32 via sad on a + 128.
+      const __m256i au = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq)),
+                                          _mm256_set1_epi8(static_cast<char>(0x80)));
+      const __m256i sad = _mm256_sad_epu8(au, _mm256_setzero_si256());
+      __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+      h = _mm_add_epi64(h, _mm_unpackhi_epi64(h, h));
+      const int32_t off = 8 * (_mm_cvtsi128_si32(h) - 32 * 128);
+      const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(s16, ones16), _mm256_set1_epi32(off));
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(wd, _mm256_set1_ps(f16(ab))), acc[j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j) {
+    alignas(32) float sums[8];
+    _mm256_store_ps(sums, acc[j]);
+    for (int i = 0; i < rm; ++i) out[j * os + i] = sums[i];
+  }
+}
+#endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define SLAKE_PAIR_KERNEL 1
@@ -478,6 +549,17 @@ void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, con
       }
     return;
   }
+#ifdef SLAKE_Q4_0_ROWS8
+  if (t == DType::Q4_0 && rm > kTileRows) {
+    const int64_t nb = K / 32;
+    switch (rn) {
+      case 1: tile8_q4_0<1>(nb, w, w_stride, rm, act, act_stride, out, out_stride); return;
+      case 2: tile8_q4_0<2>(nb, w, w_stride, rm, act, act_stride, out, out_stride); return;
+      case 3: tile8_q4_0<3>(nb, w, w_stride, rm, act, act_stride, out, out_stride); return;
+      default: tile8_q4_0<4>(nb, w, w_stride, rm, act, act_stride, out, out_stride); return;
+    }
+  }
+#endif
   switch (rm) {
     case 1: tile_rows<1>(t, K, w, w_stride, act, act_stride, rn, out, out_stride); return;
     case 2: tile_rows<2>(t, K, w, w_stride, act, act_stride, rn, out, out_stride); return;
@@ -511,6 +593,14 @@ bool x4_kernel_available() {
 #endif
 }
 
+int tile_rows_max(DType t) {
+#ifdef SLAKE_Q4_0_ROWS8
+  if (t == DType::Q4_0) return kWideTileRows;
+#endif
+  (void)t;
+  return kTileRows;
+}
+
 const char* dot_kernel_isa() {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
   return "avx512-vnni";
@@ -529,6 +619,8 @@ void dot_tile_x4(DType t, int64_t K, const uint8_t* group, const uint8_t* act, s
 }
 
 bool x4_kernel_available() { return false; }
+
+int tile_rows_max(DType) { return kTileRows; }
 
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
               int rn, float* out, int64_t out_stride) {

@@ -151,20 +151,21 @@ class DotTile : public ::testing::TestWithParam<Case> {};
 TEST_P(DotTile, EveryTileShapeMatchesFloat64) {
   const auto [t, K] = GetParam();
   std::mt19937 rng(static_cast<unsigned>(K) * 31 + static_cast<unsigned>(t));
-  const auto w = random_rows(t, kTileRows, K, rng);
+  const int R = tile_rows_max(t);  // 8 where a wide kernel takes them (Q4_0 on AVX2)
+  const auto w = random_rows(t, R, K, rng);
   const auto x = random_floats(kTileTokens * K, rng);
   const Prepared a = prepare(t, x, kTileTokens, K);
   std::vector<double> want, mag;
-  reference(t, w, kTileRows, K, a, kTileTokens, &want, &mag);
+  reference(t, w, R, K, a, kTileTokens, &want, &mag);
   const size_t wb = row_bytes(t, K);
-  for (int rm = 1; rm <= kTileRows; ++rm)
+  for (int rm = 1; rm <= R; ++rm)
     for (int rn = 1; rn <= kTileTokens; ++rn) {
-      std::vector<float> simd(kTileRows * kTileTokens, NAN), port(kTileRows * kTileTokens, NAN);
-      dot_tile(t, K, w.data(), wb, rm, a.bytes.data(), a.row_bytes, rn, simd.data(), kTileRows);
-      portable::dot_tile(t, K, w.data(), wb, rm, a.bytes.data(), a.row_bytes, rn, port.data(), kTileRows);
+      std::vector<float> simd(static_cast<size_t>(R) * kTileTokens, NAN), port(simd);
+      dot_tile(t, K, w.data(), wb, rm, a.bytes.data(), a.row_bytes, rn, simd.data(), R);
+      portable::dot_tile(t, K, w.data(), wb, rm, a.bytes.data(), a.row_bytes, rn, port.data(), R);
       for (int j = 0; j < kTileTokens; ++j)
-        for (int i = 0; i < kTileRows; ++i) {
-          const size_t o = static_cast<size_t>(j * kTileRows + i);
+        for (int i = 0; i < R; ++i) {
+          const size_t o = static_cast<size_t>(j * R + i);
           if (i >= rm || j >= rn) {  // outside the tile: untouched
             EXPECT_TRUE(std::isnan(simd[o]) && std::isnan(port[o])) << rm << "x" << rn;
             continue;
@@ -187,6 +188,33 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, DotTile,
 
 // Q8_0 activations: each value within half a step of its fp32 original (the step is the block's
 // fp16 scale), and the scale is the block's largest magnitude / 127.
+// The largest Q4_0 x Q8_0 products (nibbles 15 or 0 against activations of +-127): the wide
+// kernel adds 8 int16 pair sums per block, which must not wrap. Scales of 1, so the exact dot
+// products are small integers.
+TEST(DotTile, Q4_0ExtremesDoNotWrap) {
+  const int R = tile_rows_max(DType::Q4_0);
+  constexpr int64_t K = 64;
+  std::vector<uint8_t> w(static_cast<size_t>(R) * 2 * 18);
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < 2; ++b) {
+      uint8_t* blk = &w[static_cast<size_t>(r * 2 + b) * 18];
+      blk[0] = 0x00;  // fp16 1.0 = 0x3C00
+      blk[1] = 0x3C;
+      std::memset(blk + 2, r % 2 ? 0x00 : 0xFF, 16);  // nibbles 15 (q = 7) or 0 (q = -8)
+    }
+  for (int8_t sign : {1, -1}) {
+    std::vector<ActBlockQ8_0> a(2);
+    for (auto& blk : a) {
+      blk.d = 0x3C00;
+      for (auto& q : blk.qs) q = static_cast<int8_t>(127 * sign);
+    }
+    std::vector<float> out(static_cast<size_t>(R), NAN);
+    dot_tile(DType::Q4_0, K, w.data(), 36, R, reinterpret_cast<const uint8_t*>(a.data()), sizeof(ActBlockQ8_0) * 2, 1,
+             out.data(), R);
+    for (int r = 0; r < R; ++r) EXPECT_EQ(out[static_cast<size_t>(r)], (r % 2 ? -8.0f : 7.0f) * 127 * sign * 64) << r;
+  }
+}
+
 TEST(ActivationQuantisation, Q8_0WithinHalfAStep) {
   std::mt19937 rng(7);
   auto x = random_floats(256, rng);

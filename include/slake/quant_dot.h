@@ -40,10 +40,16 @@ void dequantize_act_row(ActFormat f, const void* src, float* dst, int64_t n);
 
 // Most rows and tokens one dot_tile call takes.
 constexpr int kTileRows = 4, kTileTokens = 4;
+constexpr int kWideTileRows = 8;
+
+// Most rows one dot_tile call takes for weights of type t: kWideTileRows for Q4_0 on AVX2
+// without VNNI (a row per lane of one accumulator), kTileRows otherwise. Callers sweep rows in
+// steps of this.
+int tile_rows_max(DType t);
 
 // out[j * out_stride + i] = (weight row i) . (activation row j) for i < rm, j < rn, where weight
 // row i starts at w + i * w_stride and activation row j at act + j * act_stride; each is K long.
-// rm <= kTileRows, rn <= kTileTokens.
+// rm <= tile_rows_max(t), rn <= kTileTokens. (portable::dot_tile takes any rm.)
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
               int rn, float* out, int64_t out_stride);
 
