@@ -204,6 +204,19 @@ void dot_tile_x4(DType t, int64_t K, const uint8_t* group, const uint8_t* act, s
   portable::dot_tile(t, K, rows.data(), rb, kGroupRows, act, act_stride, rn, out, out_stride);
 }
 
+void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                 int64_t out_stride) {
+  TensorView v;
+  v.type = DType::Q4_0;
+  v.ne = {K, kGroupRowsX8};
+  v.data = group;
+  v.layout = WeightLayout::X8;
+  const size_t rb = row_bytes(DType::Q4_0, K);
+  std::vector<uint8_t> rows(kGroupRowsX8 * rb);
+  for (int i = 0; i < kGroupRowsX8; ++i) unpack_x8_row(v, i, rows.data() + i * rb);
+  portable::dot_tile(DType::Q4_0, K, rows.data(), rb, kGroupRowsX8, act, act_stride, rn, out, out_stride);
+}
+
 }  // namespace portable
 
 }  // namespace slake

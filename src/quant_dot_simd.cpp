@@ -131,23 +131,73 @@ void tile_q8_0_q4_0(bool q4, int64_t nb, const uint8_t* w, size_t ws, const uint
 #define SLAKE_Q4_0_ROWS8 1
 // Q4_0 x Q8_0 for 8 rows at once without VNNI, one row per 32-bit lane, so that the scaling
 // and the float accumulation are one operation per 8 rows instead of one per row, and no
-// horizontal sums are needed. Per block, the rows' 16 quant bytes are transposed in registers
-// into 4 vectors g0..g3 (vector g: bytes 4g..4g+3 of row i in lane i); the low nibbles of gk are
-// quants 4k..4k+3, the high nibbles quants 16+4k.., and each meets the matching 4 activation
-// bytes broadcast to every lane. The 8 maddubs products of a block add up in int16: each pair
-// sum is at most 2 * 15 * 127 = 3810 in magnitude, so 8 of them (30480) cannot wrap. The -8 of
-// the stored nibbles is -8 sum a, the same in every lane. Rows past rm repeat row rm - 1.
+// horizontal sums are needed. Per block the weights are 4 vectors g0..g3 (vector k: bytes
+// 4k..4k+3 of row i in lane i), either transposed in registers from the file's rows or loaded as
+// they are from the X8 layout (quant_dot.h). The low nibbles of gk are quants 4k..4k+3, the high
+// nibbles quants 16+4k.., and each meets the matching 4 activation bytes broadcast to every
+// lane. The 8 maddubs products of a block add up in int16: each pair sum is at most
+// 2 * 15 * 127 = 3810 in magnitude, so 8 of them (30480) cannot wrap. The -8 of the stored
+// nibbles is -8 sum a, the same in every lane.
+struct Q4Rows8 {
+  __m256i lo[4], hi[4];
+  __m256 d;  // the 8 rows' scales
+};
+
+inline void split_nibbles(const __m256i g[4], Q4Rows8& w) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int k = 0; k < 4; ++k) {
+    w.lo[k] = _mm256_and_si256(g[k], m4);
+    w.hi[k] = _mm256_and_si256(_mm256_srli_epi16(g[k], 4), m4);
+  }
+}
+
+// acc[j] += the block's 8 dot products with activation block b of token j.
+template <int RN>
+inline void accumulate_rows8(const Q4Rows8& w, const uint8_t* a, size_t as, int64_t b, __m256* acc) {
+  for (int j = 0; j < RN; ++j) {
+    const uint8_t* ab = a + j * as + b * 34;
+    const uint8_t* aq = ab + 2;
+    auto act4 = [&](int at) {
+      int32_t v;
+      std::memcpy(&v, aq + at, 4);
+      return _mm256_set1_epi32(v);
+    };
+    __m256i s16 = _mm256_maddubs_epi16(w.lo[0], act4(0));
+    for (int k = 1; k < 4; ++k) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w.lo[k], act4(4 * k)));
+    for (int k = 0; k < 4; ++k) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w.hi[k], act4(16 + 4 * k)));
+    // sum a over the block, times 8: |sum a| <= 32 * 127, in int32 via sad on a + 128.
+    const __m256i au = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq)),
+                                        _mm256_set1_epi8(static_cast<char>(0x80)));
+    const __m256i sad = _mm256_sad_epu8(au, _mm256_setzero_si256());
+    __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+    h = _mm_add_epi64(h, _mm_unpackhi_epi64(h, h));
+    const int32_t off = 8 * (_mm_cvtsi128_si32(h) - 32 * 128);
+    const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)), _mm256_set1_epi32(off));
+    acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(w.d, _mm256_set1_ps(f16(ab))), acc[j]);
+  }
+}
+
+template <int RN>
+inline void store_rows8(const __m256* acc, int rm, float* out, int64_t os) {
+  for (int j = 0; j < RN; ++j) {
+    alignas(32) float sums[8];
+    _mm256_store_ps(sums, acc[j]);
+    for (int i = 0; i < rm; ++i) out[j * os + i] = sums[i];
+  }
+}
+
+// From the file's rows; rows past rm repeat row rm - 1.
 template <int RN>
 void tile8_q4_0(int64_t nb, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, float* out, int64_t os) {
   const uint8_t* r[8];
   for (int i = 0; i < 8; ++i) r[i] = w + static_cast<size_t>(std::min(i, rm - 1)) * ws;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), ones16 = _mm256_set1_epi16(1);
   __m256 acc[RN];
   for (int j = 0; j < RN; ++j) acc[j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const size_t o = static_cast<size_t>(b) * 18;
     for (int i = 0; i < 8; ++i) _mm_prefetch(reinterpret_cast<const char*>(r[i] + o + 8 * ws), _MM_HINT_T0);
-    const __m256 wd = _mm256_cvtph_ps(_mm_setr_epi16(
+    Q4Rows8 wt;
+    wt.d = _mm256_cvtph_ps(_mm_setr_epi16(
         static_cast<int16_t>(load_u16(r[0] + o)), static_cast<int16_t>(load_u16(r[1] + o)),
         static_cast<int16_t>(load_u16(r[2] + o)), static_cast<int16_t>(load_u16(r[3] + o)),
         static_cast<int16_t>(load_u16(r[4] + o)), static_cast<int16_t>(load_u16(r[5] + o)),
@@ -161,38 +211,27 @@ void tile8_q4_0(int64_t nb, const uint8_t* w, size_t ws, int rm, const uint8_t* 
     const __m256i t2 = _mm256_unpacklo_epi32(y2, y3), t3 = _mm256_unpackhi_epi32(y2, y3);
     const __m256i g[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
                           _mm256_unpackhi_epi64(t1, t3)};
-    __m256i lo[4], hi[4];
-    for (int k = 0; k < 4; ++k) {
-      lo[k] = _mm256_and_si256(g[k], m4);
-      hi[k] = _mm256_and_si256(_mm256_srli_epi16(g[k], 4), m4);
-    }
-    for (int j = 0; j < RN; ++j) {
-      const uint8_t* ab = a + j * as + b * 34;
-      const uint8_t* aq = ab + 2;
-      auto act4 = [&](int at) {
-        int32_t v;
-        std::memcpy(&v, aq + at, 4);
-        return _mm256_set1_epi32(v);
-      };
-      __m256i s16 = _mm256_maddubs_epi16(lo[0], act4(0));
-      for (int k = 1; k < 4; ++k) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[k], act4(4 * k)));
-      for (int k = 0; k < 4; ++k) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[k], act4(16 + 4 * k)));
-      // sum a over the block, times 8: |sum a| <= 32 * 127, in int32 via sad on a + 128.
-      const __m256i au = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq)),
-                                          _mm256_set1_epi8(static_cast<char>(0x80)));
-      const __m256i sad = _mm256_sad_epu8(au, _mm256_setzero_si256());
-      __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
-      h = _mm_add_epi64(h, _mm_unpackhi_epi64(h, h));
-      const int32_t off = 8 * (_mm_cvtsi128_si32(h) - 32 * 128);
-      const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(s16, ones16), _mm256_set1_epi32(off));
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(wd, _mm256_set1_ps(f16(ab))), acc[j]);
-    }
+    split_nibbles(g, wt);
+    accumulate_rows8<RN>(wt, a, as, b, acc);
   }
-  for (int j = 0; j < RN; ++j) {
-    alignas(32) float sums[8];
-    _mm256_store_ps(sums, acc[j]);
-    for (int i = 0; i < rm; ++i) out[j * os + i] = sums[i];
+  store_rows8<RN>(acc, rm, out, os);
+}
+
+// From an X8 group: one stream of 144 bytes a block, prefetched a few blocks ahead.
+template <int RN>
+void tile_x8_q4_0(int64_t nb, const uint8_t* g8, const uint8_t* a, size_t as, float* out, int64_t os) {
+  __m256 acc[RN];
+  for (int j = 0; j < RN; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, g8 += 144) {
+    for (int o = 0; o < 144; o += 64) _mm_prefetch(reinterpret_cast<const char*>(g8 + 8 * 144 + o), _MM_HINT_T0);
+    Q4Rows8 wt;
+    wt.d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g8)));
+    __m256i g[4];
+    for (int k = 0; k < 4; ++k) g[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g8 + 16 + 32 * k));
+    split_nibbles(g, wt);
+    accumulate_rows8<RN>(wt, a, as, b, acc);
   }
+  store_rows8<RN>(acc, 8, out, os);
 }
 #endif
 
@@ -593,6 +632,29 @@ bool x4_kernel_available() {
 #endif
 }
 
+void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                 int64_t out_stride) {
+#ifdef SLAKE_Q4_0_ROWS8
+  const int64_t nb = K / 32;
+  switch (rn) {
+    case 1: tile_x8_q4_0<1>(nb, group, act, act_stride, out, out_stride); return;
+    case 2: tile_x8_q4_0<2>(nb, group, act, act_stride, out, out_stride); return;
+    case 3: tile_x8_q4_0<3>(nb, group, act, act_stride, out, out_stride); return;
+    default: tile_x8_q4_0<4>(nb, group, act, act_stride, out, out_stride); return;
+  }
+#else
+  portable::dot_tile_x8(K, group, act, act_stride, rn, out, out_stride);
+#endif
+}
+
+bool x8_kernel_available() {
+#ifdef SLAKE_Q4_0_ROWS8
+  return true;
+#else
+  return false;
+#endif
+}
+
 int tile_rows_max(DType t) {
 #ifdef SLAKE_Q4_0_ROWS8
   if (t == DType::Q4_0) return kWideTileRows;
@@ -621,6 +683,13 @@ void dot_tile_x4(DType t, int64_t K, const uint8_t* group, const uint8_t* act, s
 bool x4_kernel_available() { return false; }
 
 int tile_rows_max(DType) { return kTileRows; }
+
+void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                 int64_t out_stride) {
+  portable::dot_tile_x8(K, group, act, act_stride, rn, out, out_stride);
+}
+
+bool x8_kernel_available() { return false; }
 
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
               int rn, float* out, int64_t out_stride) {

@@ -186,7 +186,7 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
   // The matrices the CPU path would repack (weight_pack.h) are generated in that layout, so the
   // weights are in memory once; every other reader goes through row_in_file_layout.
   for (auto& [name, v] : views)
-    if (name != "tok_embd") repack_x4_in_place(v);
+    if (name != "tok_embd") repack_in_place(v);
   detail::TensorNames names_fmt{"tok_embd", "output_norm", "output", "blk.{}.attn_norm", "blk.{}.wq", "blk.{}.wk",
                                 "blk.{}.wv", "blk.{}.wo", "blk.{}.ffn_norm", "blk.{}.w_gate", "blk.{}.w_up", "blk.{}.w_down"};
   detail::bind_weights(

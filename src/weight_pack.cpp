@@ -26,14 +26,62 @@ RunPlace place(DType t, int i, int b) {
   return {static_cast<size_t>(2 * slot), static_cast<size_t>(2 * kGroupRows * R) + static_cast<size_t>(slot) * quant_bytes(t)};
 }
 
-}  // namespace
-
-bool repack_x4_applies(const TensorView& w) {
+bool repack_enabled() {
   static const bool enabled = [] {
     const char* off = std::getenv("SLAKE_NO_REPACK");
-    return x4_kernel_available() && !(off && *off && std::strcmp(off, "0") != 0);
+    return !(off && *off && std::strcmp(off, "0") != 0);
   }();
-  return enabled && shape_fits(w);
+  return enabled;
+}
+
+// X8: per block, the 8 rows' fp16 scales (16 bytes), then the 8 rows' 16 quant bytes as 4
+// vectors of 32: vector k holds bytes 4k..4k+3 of row i at 4i.
+constexpr size_t kX8BlockBytes = 8 * 18;
+size_t x8_scale_at(int64_t b, int i) { return static_cast<size_t>(b) * kX8BlockBytes + static_cast<size_t>(2 * i); }
+size_t x8_quants_at(int64_t b, int i, int k) {
+  return static_cast<size_t>(b) * kX8BlockBytes + 16 + static_cast<size_t>(32 * k + 4 * i);
+}
+
+}  // namespace
+
+bool repack_x4_applies(const TensorView& w) { return x4_kernel_available() && repack_enabled() && shape_fits(w); }
+
+bool repack_x8_applies(const TensorView& w) {
+  return x8_kernel_available() && repack_enabled() && w.layout == WeightLayout::Rows && w.type == DType::Q4_0 &&
+         w.ne.size() == 2 && w.n_rows() % kGroupRowsX8 == 0;
+}
+
+TensorView pack_x8(const TensorView& w, uint8_t* dst) {
+  if (w.layout != WeightLayout::Rows || w.type != DType::Q4_0 || w.ne.size() != 2 || w.n_rows() % kGroupRowsX8 != 0)
+    fail(w.name + ": cannot be repacked into groups of 8 rows");
+  const int64_t nb = w.row_len() / 32;
+  const size_t rb = row_bytes(w.type, w.row_len());
+  for (int64_t g = 0; g < w.n_rows() / kGroupRowsX8; ++g) {
+    const uint8_t* rows = w.data + static_cast<size_t>(g) * kGroupRowsX8 * rb;
+    uint8_t* out = dst + static_cast<size_t>(g) * kGroupRowsX8 * rb;
+    for (int i = 0; i < kGroupRowsX8; ++i)
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = rows + i * rb + static_cast<size_t>(b) * 18;
+        std::memcpy(out + x8_scale_at(b, i), blk, 2);
+        for (int k = 0; k < 4; ++k) std::memcpy(out + x8_quants_at(b, i, k), blk + 2 + 4 * k, 4);
+      }
+  }
+  TensorView v = w;
+  v.data = dst;
+  v.layout = WeightLayout::X8;
+  return v;
+}
+
+void unpack_x8_row(const TensorView& packed, int64_t row, uint8_t* dst) {
+  const int64_t nb = packed.row_len() / 32;
+  const size_t rb = row_bytes(packed.type, packed.row_len());
+  const uint8_t* in = packed.data + static_cast<size_t>(row / kGroupRowsX8) * kGroupRowsX8 * rb;
+  const int i = static_cast<int>(row % kGroupRowsX8);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* blk = dst + static_cast<size_t>(b) * 18;
+    std::memcpy(blk, in + x8_scale_at(b, i), 2);
+    for (int k = 0; k < 4; ++k) std::memcpy(blk + 2 + 4 * k, in + x8_quants_at(b, i, k), 4);
+  }
 }
 
 TensorView pack_x4(const TensorView& w, uint8_t* dst) {
@@ -79,16 +127,19 @@ void unpack_x4_row(const TensorView& packed, int64_t row, uint8_t* dst) {
 const uint8_t* row_in_file_layout(const TensorView& t, int64_t r, std::vector<uint8_t>& scratch) {
   if (t.layout == WeightLayout::Rows) return t.row(r);
   scratch.resize(row_bytes(t.type, t.row_len()));
-  unpack_x4_row(t, r, scratch.data());
+  if (t.layout == WeightLayout::X8) unpack_x8_row(t, r, scratch.data());
+  else unpack_x4_row(t, r, scratch.data());
   return scratch.data();
 }
 
-bool repack_x4_in_place(TensorView& w) {
-  if (!repack_x4_applies(w)) return false;
+bool repack_in_place(TensorView& w) {
+  const bool x4 = repack_x4_applies(w);
+  if (!x4 && !repack_x8_applies(w)) return false;
   std::vector<uint8_t> copy(w.data, w.data + w.nbytes);
   TensorView src = w;
   src.data = copy.data();
-  w = pack_x4(src, const_cast<uint8_t*>(w.data));
+  uint8_t* dst = const_cast<uint8_t*>(w.data);
+  w = x4 ? pack_x4(src, dst) : pack_x8(src, dst);
   return true;
 }
 
@@ -96,9 +147,10 @@ namespace {
 
 // The view of `w` the CPU path uses: a repacked copy where that applies.
 TensorView for_cpu(const Model& m, const TensorView& w, CpuWeights& cw) {
-  if (!repack_x4_applies(w)) return w;  // already repacked (synthetic weights), or not to be
+  const bool x4 = repack_x4_applies(w);
+  if (!x4 && !repack_x8_applies(w)) return w;  // already repacked (synthetic weights), or not to be
   cw.buffers.emplace_back(new uint8_t[w.nbytes]);
-  const TensorView v = pack_x4(w, cw.buffers.back().get());
+  const TensorView v = x4 ? pack_x4(w, cw.buffers.back().get()) : pack_x8(w, cw.buffers.back().get());
   if (m.release_pages) m.release_pages(w.data, w.nbytes);
   return v;
 }

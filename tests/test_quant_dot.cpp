@@ -371,5 +371,76 @@ TEST(RepackX4, MatmulOverGroupsMatchesFloat64) {
   }
 }
 
+// The X8 layout (Q4_0 in groups of 8 rows, AVX2 builds without VNNI).
+TEST(RepackX8, EveryRowUnpacksToTheFileBytes) {
+  for (int64_t K : {32, 96, 2048}) {
+    const int64_t N = 16;
+    std::mt19937 rng(static_cast<unsigned>(K) + 77);
+    const auto w = random_rows(DType::Q4_0, N, K, rng);
+    std::vector<uint8_t> packed(w.size());
+    const TensorView P = pack_x8(view_of(DType::Q4_0, K, N, w), packed.data());
+    ASSERT_EQ(P.layout, WeightLayout::X8);
+    EXPECT_NE(packed, w);
+    const size_t rb = row_bytes(DType::Q4_0, K);
+    std::vector<uint8_t> row(rb), scratch;
+    for (int64_t r = 0; r < N; ++r) {
+      unpack_x8_row(P, r, row.data());
+      ASSERT_EQ(0, std::memcmp(row.data(), w.data() + static_cast<size_t>(r) * rb, rb)) << "K " << K << " row " << r;
+      ASSERT_EQ(0, std::memcmp(row_in_file_layout(P, r, scratch), row.data(), rb));
+    }
+  }
+}
+
+TEST(RepackX8, RefusesShapesOutsideTheLayout) {
+  std::vector<uint8_t> bytes(row_bytes(DType::Q4_0, 64) * 12);
+  TensorView W = view_of(DType::Q4_0, 64, 12, bytes);  // 12 rows: not whole groups of 8
+  EXPECT_FALSE(repack_x8_applies(W));
+  EXPECT_THROW(pack_x8(W, bytes.data()), Error);
+  W.ne = {64, 8};
+  EXPECT_EQ(repack_x8_applies(W), x8_kernel_available());  // only where its kernel is built
+  W.type = DType::Q8_0;
+  EXPECT_FALSE(repack_x8_applies(W));
+  EXPECT_THROW(pack_x8(W, bytes.data()), Error);
+}
+
+// The group kernel (SIMD where built, and the portable gather) against float64, every token count.
+TEST(RepackX8, GroupKernelMatchesFloat64) {
+  for (int64_t K : {32, 96, 2048}) {
+    std::mt19937 rng(static_cast<unsigned>(K) * 13 + 5);
+    const auto w = random_rows(DType::Q4_0, kGroupRowsX8, K, rng);
+    std::vector<uint8_t> packed(w.size());
+    pack_x8(view_of(DType::Q4_0, K, kGroupRowsX8, w), packed.data());
+    const auto x = random_floats(kTileTokens * K, rng);
+    const Prepared a = prepare(DType::Q4_0, x, kTileTokens, K);
+    std::vector<double> want, mag;
+    reference(DType::Q4_0, w, kGroupRowsX8, K, a, kTileTokens, &want, &mag);
+    for (int rn = 1; rn <= kTileTokens; ++rn) {
+      std::vector<float> simd(kGroupRowsX8 * kTileTokens, NAN), port(simd);
+      dot_tile_x8(K, packed.data(), a.bytes.data(), a.row_bytes, rn, simd.data(), kGroupRowsX8);
+      portable::dot_tile_x8(K, packed.data(), a.bytes.data(), a.row_bytes, rn, port.data(), kGroupRowsX8);
+      for (int j = 0; j < kTileTokens; ++j)
+        for (int i = 0; i < kGroupRowsX8; ++i) {
+          const size_t o = static_cast<size_t>(j * kGroupRowsX8 + i);
+          if (j >= rn) {
+            EXPECT_TRUE(std::isnan(simd[o]) && std::isnan(port[o]));
+            continue;
+          }
+          const double tol = 1e-5 * mag[o] + 1e-30;
+          EXPECT_NEAR(simd[o], want[o], tol) << "K " << K << " rn " << rn << " at " << i << "," << j;
+          EXPECT_NEAR(port[o], want[o], tol) << "K " << K << " rn " << rn << " at " << i << "," << j;
+        }
+    }
+  }
+}
+
+TEST(RepackX8, MatmulOverGroupsMatchesFloat64) {
+  const int64_t K = 96, N = 72;
+  std::mt19937 rng(321);
+  const auto w = random_rows(DType::Q4_0, N, K, rng);
+  std::vector<uint8_t> packed(w.size());
+  const TensorView P = pack_x8(view_of(DType::Q4_0, K, N, w), packed.data());
+  expect_matmul_matches_float64(P, w, {1, 2, 5, 17, 33}, rng);
+}
+
 }  // namespace
 }  // namespace slake

@@ -78,11 +78,27 @@ const char* dot_kernel_isa();
 // back and runs dot_tile, so repacking would only cost time.
 bool x4_kernel_available();
 
+// Q4_0 matrices repacked for AVX2 without VNNI come in groups of kGroupRowsX8 rows. Per block, the
+// 8 rows' fp16 scales (16 bytes), then their 16 quant bytes as 4 vectors of 32 bytes: vector k
+// holds bytes 4k..4k+3 of row i at byte 4i, so that each 32-bit lane of a register is one row.
+// 144 bytes a block, as the 8 rows take in the file: group g starts where row 8g would.
+constexpr int kGroupRowsX8 = kWideTileRows;
+
+// out[j * out_stride + i] = (row i of the Q4_0 group at `group`) . (activation row j), for the
+// group's 8 rows and j < rn <= kTileTokens.
+void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                 int64_t out_stride);
+
+// Whether dot_tile_x8 has a kernel of its own here (AVX2 without VNNI).
+bool x8_kernel_available();
+
 namespace portable {
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
               int rn, float* out, int64_t out_stride);
 // The group's rows gathered back (weight_pack.h's unpack), then dot_tile: the reference.
 void dot_tile_x4(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                 int64_t out_stride);
+void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
                  int64_t out_stride);
 }
 

@@ -9,8 +9,8 @@
 namespace slake {
 
 // How a matrix's rows lie in memory: as the file stores them, or repacked by the CPU path into
-// interleaved groups of 4 rows (weight_pack.h; row() does not apply).
-enum class WeightLayout : uint8_t { Rows, X4 };
+// interleaved groups of 4 rows (X4) or 8 rows (X8) (weight_pack.h; row() does not apply).
+enum class WeightLayout : uint8_t { Rows, X4, X8 };
 
 struct TensorView {
   std::string name;

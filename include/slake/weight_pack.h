@@ -1,8 +1,9 @@
 // The CPU path's copy of a model's matrices: Q8_0/Q4_0 matrices repacked into interleaved groups
-// of 4 rows (quant_dot.h describes the layout), so the decode kernel streams one contiguous run of
-// bytes per register tile and loads 4 rows' scales with one instruction, instead of gathering 18- or
-// 34-byte blocks from 4 rows. The blocks themselves are unchanged, so the arithmetic is the same
-// as on the file's rows. Every other tensor is the model's own view.
+// of 4 rows (X4, AVX-512 VNNI builds) or Q4_0 into groups of 8 (X8, AVX2 builds without VNNI);
+// quant_dot.h describes both layouts. The decode kernel then streams one contiguous run of bytes
+// per register tile and loads the rows' scales with one instruction, instead of gathering 18- or
+// 34-byte blocks from 4 or 8 rows. The blocks themselves are unchanged, so the arithmetic is the
+// same as on the file's rows. Every other tensor is the model's own view.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -20,12 +21,21 @@ bool repack_x4_applies(const TensorView& w);
 // Writes the interleaved groups of `w` (which must satisfy the shape rules above) to dst,
 // w.nbytes bytes; returns the view of the copy (layout X4).
 TensorView pack_x4(const TensorView& w, uint8_t* dst);
-// Row r of a repacked view, in the file's block layout (row_bytes(type, K) bytes at dst).
+// Row r of an X4 view, in the file's block layout (row_bytes(type, K) bytes at dst).
 void unpack_x4_row(const TensorView& packed, int64_t r, uint8_t* dst);
+
+// Whether the CPU path repacks this matrix into groups of 8: Q4_0, rows a multiple of 8, and the
+// group kernel built here (x8_kernel_available). SLAKE_NO_REPACK=1 turns it off too.
+bool repack_x8_applies(const TensorView& w);
+// As pack_x4 and unpack_x4_row, for the X8 layout.
+TensorView pack_x8(const TensorView& w, uint8_t* dst);
+void unpack_x8_row(const TensorView& packed, int64_t r, uint8_t* dst);
+
 // Row r of any view in the file's block layout: the row itself, or its copy in `scratch`.
 const uint8_t* row_in_file_layout(const TensorView& t, int64_t r, std::vector<uint8_t>& scratch);
-// Repacks w's own bytes (writable memory) when repack_x4_applies; returns whether it did.
-bool repack_x4_in_place(TensorView& w);
+// Repacks w's own bytes (writable memory) into the layout the CPU path uses here (X4 or X8), if
+// any applies; returns whether it did.
+bool repack_in_place(TensorView& w);
 
 struct CpuWeights {
   std::vector<LayerWeights> layers;
