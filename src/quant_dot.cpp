@@ -191,30 +191,30 @@ void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, con
       out[j * out_stride + i] = vec_dot(t, K, w + i * w_stride, act + j * act_stride);
 }
 
-void dot_tile_x4(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
-                 int64_t out_stride) {
+namespace {
+// The reference for a repacked group: its rows gathered back into the file's layout, then dot_tile.
+void dot_tile_gathered(DType t, WeightLayout layout, int rows, int64_t K, const uint8_t* group, const uint8_t* act,
+                       size_t act_stride, int rn, float* out, int64_t out_stride) {
   TensorView v;
   v.type = t;
-  v.ne = {K, kGroupRows};
+  v.ne = {K, rows};
   v.data = group;
-  v.layout = WeightLayout::X4;
+  v.layout = layout;
   const size_t rb = row_bytes(t, K);
-  std::vector<uint8_t> rows(kGroupRows * rb);
-  for (int i = 0; i < kGroupRows; ++i) unpack_x4_row(v, i, rows.data() + i * rb);
-  portable::dot_tile(t, K, rows.data(), rb, kGroupRows, act, act_stride, rn, out, out_stride);
+  std::vector<uint8_t> gathered(static_cast<size_t>(rows) * rb), scratch;
+  for (int i = 0; i < rows; ++i) std::memcpy(gathered.data() + i * rb, row_in_file_layout(v, i, scratch), rb);
+  portable::dot_tile(t, K, gathered.data(), rb, rows, act, act_stride, rn, out, out_stride);
+}
+}  // namespace
+
+void dot_tile_x4(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                 int64_t out_stride) {
+  dot_tile_gathered(t, WeightLayout::X4, kGroupRows, K, group, act, act_stride, rn, out, out_stride);
 }
 
 void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
                  int64_t out_stride) {
-  TensorView v;
-  v.type = DType::Q4_0;
-  v.ne = {K, kGroupRowsX8};
-  v.data = group;
-  v.layout = WeightLayout::X8;
-  const size_t rb = row_bytes(DType::Q4_0, K);
-  std::vector<uint8_t> rows(kGroupRowsX8 * rb);
-  for (int i = 0; i < kGroupRowsX8; ++i) unpack_x8_row(v, i, rows.data() + i * rb);
-  portable::dot_tile(DType::Q4_0, K, rows.data(), rb, kGroupRowsX8, act, act_stride, rn, out, out_stride);
+  dot_tile_gathered(DType::Q4_0, WeightLayout::X8, kGroupRowsX8, K, group, act, act_stride, rn, out, out_stride);
 }
 
 }  // namespace portable

@@ -49,11 +49,11 @@ inline int hsum_i32(__m256i v) {
 }
 
 #if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
-#define kVnniBuild 1
+#define SLAKE_VNNI_BUILD 1
 #else
-#define kVnniBuild 0
+#define SLAKE_VNNI_BUILD 0
 #endif
-constexpr bool kVnni = kVnniBuild;
+constexpr bool kVnni = SLAKE_VNNI_BUILD;
 
 // acc + the eight int32 sums of four u8 x s8 products each. Without VNNI the pairs go through
 // int16 (maddubs), which saturates beyond 32767: callers keep |u| * |s| * 2 below that there.
@@ -127,7 +127,7 @@ void tile_q8_0_q4_0(bool q4, int64_t nb, const uint8_t* w, size_t ws, const uint
     for (int i = 0; i < RM; ++i) out[j * os + i] = hsum(acc[i][j]);
 }
 
-#if !kVnniBuild
+#if !SLAKE_VNNI_BUILD
 #define SLAKE_Q4_0_ROWS8 1
 // Q4_0 x Q8_0 for 8 rows at once without VNNI, one row per 32-bit lane, so that the scaling
 // and the float accumulation are one operation per 8 rows instead of one per row, and no

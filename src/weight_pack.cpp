@@ -37,6 +37,9 @@ bool repack_enabled() {
 // X8: per block, the 8 rows' fp16 scales (16 bytes), then the 8 rows' 16 quant bytes as 4
 // vectors of 32: vector k holds bytes 4k..4k+3 of row i at 4i.
 constexpr size_t kX8BlockBytes = 8 * 18;
+bool x8_shape_fits(const TensorView& w) {
+  return w.layout == WeightLayout::Rows && w.type == DType::Q4_0 && w.ne.size() == 2 && w.n_rows() % kGroupRowsX8 == 0;
+}
 size_t x8_scale_at(int64_t b, int i) { return static_cast<size_t>(b) * kX8BlockBytes + static_cast<size_t>(2 * i); }
 size_t x8_quants_at(int64_t b, int i, int k) {
   return static_cast<size_t>(b) * kX8BlockBytes + 16 + static_cast<size_t>(32 * k + 4 * i);
@@ -47,13 +50,11 @@ size_t x8_quants_at(int64_t b, int i, int k) {
 bool repack_x4_applies(const TensorView& w) { return x4_kernel_available() && repack_enabled() && shape_fits(w); }
 
 bool repack_x8_applies(const TensorView& w) {
-  return x8_kernel_available() && repack_enabled() && w.layout == WeightLayout::Rows && w.type == DType::Q4_0 &&
-         w.ne.size() == 2 && w.n_rows() % kGroupRowsX8 == 0;
+  return x8_kernel_available() && repack_enabled() && x8_shape_fits(w);
 }
 
 TensorView pack_x8(const TensorView& w, uint8_t* dst) {
-  if (w.layout != WeightLayout::Rows || w.type != DType::Q4_0 || w.ne.size() != 2 || w.n_rows() % kGroupRowsX8 != 0)
-    fail(w.name + ": cannot be repacked into groups of 8 rows");
+  if (!x8_shape_fits(w)) fail(w.name + ": cannot be repacked into groups of 8 rows");
   const int64_t nb = w.row_len() / 32;
   const size_t rb = row_bytes(w.type, w.row_len());
   for (int64_t g = 0; g < w.n_rows() / kGroupRowsX8; ++g) {
@@ -132,14 +133,22 @@ const uint8_t* row_in_file_layout(const TensorView& t, int64_t r, std::vector<ui
   return scratch.data();
 }
 
+namespace {
+
+// Whether the CPU path repacks w here, and the copy in the layout it uses (X4 before X8).
+bool repack_applies(const TensorView& w) { return repack_x4_applies(w) || repack_x8_applies(w); }
+TensorView pack_for_cpu(const TensorView& w, uint8_t* dst) {
+  return repack_x4_applies(w) ? pack_x4(w, dst) : pack_x8(w, dst);
+}
+
+}  // namespace
+
 bool repack_in_place(TensorView& w) {
-  const bool x4 = repack_x4_applies(w);
-  if (!x4 && !repack_x8_applies(w)) return false;
+  if (!repack_applies(w)) return false;
   std::vector<uint8_t> copy(w.data, w.data + w.nbytes);
   TensorView src = w;
   src.data = copy.data();
-  uint8_t* dst = const_cast<uint8_t*>(w.data);
-  w = x4 ? pack_x4(src, dst) : pack_x8(src, dst);
+  w = pack_for_cpu(src, const_cast<uint8_t*>(w.data));
   return true;
 }
 
@@ -147,10 +156,9 @@ namespace {
 
 // The view of `w` the CPU path uses: a repacked copy where that applies.
 TensorView for_cpu(const Model& m, const TensorView& w, CpuWeights& cw) {
-  const bool x4 = repack_x4_applies(w);
-  if (!x4 && !repack_x8_applies(w)) return w;  // already repacked (synthetic weights), or not to be
+  if (!repack_applies(w)) return w;  // already repacked (synthetic weights), or not to be
   cw.buffers.emplace_back(new uint8_t[w.nbytes]);
-  const TensorView v = x4 ? pack_x4(w, cw.buffers.back().get()) : pack_x8(w, cw.buffers.back().get());
+  const TensorView v = pack_for_cpu(w, cw.buffers.back().get());
   if (m.release_pages) m.release_pages(w.data, w.nbytes);
   return v;
 }

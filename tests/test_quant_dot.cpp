@@ -136,6 +136,22 @@ void expect_matmul_matches_float64(const TensorView& W, const std::vector<uint8_
   }
 }
 
+// A tile of rows x kTileTokens outputs (row stride `rows`) of which the kernel wrote i < rm,
+// j < rn: those match the float64 sums within the fp32 accumulation bound (relative to the sum
+// of magnitudes over K terms), the rest are untouched (NaN).
+void expect_tile(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& mag, int rows,
+                 int rm, int rn, const std::string& what) {
+  for (int j = 0; j < kTileTokens; ++j)
+    for (int i = 0; i < rows; ++i) {
+      const size_t o = static_cast<size_t>(j * rows + i);
+      if (i >= rm || j >= rn) {
+        EXPECT_TRUE(std::isnan(got[o])) << what << " " << rm << "x" << rn << " wrote outside the tile at " << i << "," << j;
+        continue;
+      }
+      EXPECT_NEAR(got[o], want[o], 1e-5 * mag[o] + 1e-30) << what << " " << rm << "x" << rn << " at " << i << "," << j;
+    }
+}
+
 struct Case {
   DType type;
   int64_t K;
@@ -163,18 +179,8 @@ TEST_P(DotTile, EveryTileShapeMatchesFloat64) {
       std::vector<float> simd(static_cast<size_t>(R) * kTileTokens, NAN), port(simd);
       dot_tile(t, K, w.data(), wb, rm, a.bytes.data(), a.row_bytes, rn, simd.data(), R);
       portable::dot_tile(t, K, w.data(), wb, rm, a.bytes.data(), a.row_bytes, rn, port.data(), R);
-      for (int j = 0; j < kTileTokens; ++j)
-        for (int i = 0; i < R; ++i) {
-          const size_t o = static_cast<size_t>(j * R + i);
-          if (i >= rm || j >= rn) {  // outside the tile: untouched
-            EXPECT_TRUE(std::isnan(simd[o]) && std::isnan(port[o])) << rm << "x" << rn;
-            continue;
-          }
-          // fp32 accumulation over K terms: a relative bound on the sum of magnitudes.
-          const double tol = 1e-5 * mag[o] + 1e-30;
-          EXPECT_NEAR(simd[o], want[o], tol) << "simd " << rm << "x" << rn << " at " << i << "," << j;
-          EXPECT_NEAR(port[o], want[o], tol) << "portable " << rm << "x" << rn << " at " << i << "," << j;
-        }
+      expect_tile(simd, want, mag, R, rm, rn, std::string("simd ") + dtype_name(t));
+      expect_tile(port, want, mag, R, rm, rn, std::string("portable ") + dtype_name(t));
     }
 }
 
@@ -343,17 +349,9 @@ TEST(RepackX4, GroupKernelMatchesFloat64) {
         std::vector<float> simd(kGroupRows * kTileTokens, NAN), port(kGroupRows * kTileTokens, NAN);
         dot_tile_x4(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, simd.data(), kGroupRows);
         portable::dot_tile_x4(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, port.data(), kGroupRows);
-        for (int j = 0; j < kTileTokens; ++j)
-          for (int i = 0; i < kGroupRows; ++i) {
-            const size_t o = static_cast<size_t>(j * kGroupRows + i);
-            if (j >= rn) {
-              EXPECT_TRUE(std::isnan(simd[o]) && std::isnan(port[o]));
-              continue;
-            }
-            const double tol = 1e-5 * mag[o] + 1e-30;
-            EXPECT_NEAR(simd[o], want[o], tol) << dtype_name(t) << " K " << K << " rn " << rn << " at " << i << "," << j;
-            EXPECT_NEAR(port[o], want[o], tol) << dtype_name(t) << " K " << K << " rn " << rn << " at " << i << "," << j;
-          }
+        const std::string what = std::string(dtype_name(t)) + " K " + std::to_string(K);
+        expect_tile(simd, want, mag, kGroupRows, kGroupRows, rn, "simd " + what);
+        expect_tile(port, want, mag, kGroupRows, kGroupRows, rn, "portable " + what);
       }
     }
 }
@@ -418,17 +416,8 @@ TEST(RepackX8, GroupKernelMatchesFloat64) {
       std::vector<float> simd(kGroupRowsX8 * kTileTokens, NAN), port(simd);
       dot_tile_x8(K, packed.data(), a.bytes.data(), a.row_bytes, rn, simd.data(), kGroupRowsX8);
       portable::dot_tile_x8(K, packed.data(), a.bytes.data(), a.row_bytes, rn, port.data(), kGroupRowsX8);
-      for (int j = 0; j < kTileTokens; ++j)
-        for (int i = 0; i < kGroupRowsX8; ++i) {
-          const size_t o = static_cast<size_t>(j * kGroupRowsX8 + i);
-          if (j >= rn) {
-            EXPECT_TRUE(std::isnan(simd[o]) && std::isnan(port[o]));
-            continue;
-          }
-          const double tol = 1e-5 * mag[o] + 1e-30;
-          EXPECT_NEAR(simd[o], want[o], tol) << "K " << K << " rn " << rn << " at " << i << "," << j;
-          EXPECT_NEAR(port[o], want[o], tol) << "K " << K << " rn " << rn << " at " << i << "," << j;
-        }
+      expect_tile(simd, want, mag, kGroupRowsX8, kGroupRowsX8, rn, "simd K " + std::to_string(K));
+      expect_tile(port, want, mag, kGroupRowsX8, kGroupRowsX8, rn, "portable K " + std::to_string(K));
     }
   }
 }
