@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "slake/attention_rows.h"
+#include "slake/error.h"
+#include "slake/kv_scores.h"
 #include "slake/ops.h"
 #include "slake/ptaa.h"
 
@@ -104,6 +106,38 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
         for (int r = 0; r < n; ++r)
           ptaa_finish(outr[i][r], qr[i][r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d);
       }
+    }
+  });
+}
+
+void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& cache, int layer, const AttentionShape& s,
+                      const std::vector<DecodeRowScores>& scores, ThreadPool& pool) {
+  const int group = s.n_heads / s.n_kv_heads, d = s.head_dim;
+  const int blocks = (group + kLanes - 1) / kLanes;
+  if (static_cast<int>(scores.size()) != s.n_kv_heads) fail("internal: decode scores for " + std::to_string(scores.size()) + " KV heads");
+  pool.parallel_for(static_cast<int64_t>(s.n_kv_heads) * blocks, 1, [&](int64_t b, int64_t e, int) {
+    thread_local RowBlock block;
+    thread_local std::vector<float> acc;
+    acc.resize(static_cast<size_t>(kLanes) * d);
+    const float* qr[kLanes];
+    int32_t pr[kLanes];
+    float m[kLanes], l[kLanes];
+    for (int64_t w = b; w < e; ++w) {
+      const int kvh = static_cast<int>(w / blocks), g0 = static_cast<int>(w % blocks) * kLanes;
+      const KvHead& kv = cache.head(layer, kvh);
+      const DecodeRowScores& xs = scores[static_cast<size_t>(kvh)];
+      if (xs.n != kv.n || xs.group != group) fail("internal: decode scores are out of step with the cache");
+      const int n = std::min(kLanes, group - g0);
+      for (int r = 0; r < n; ++r) {
+        qr[r] = q + static_cast<size_t>(kvh * group + g0 + r) * d;
+        pr[r] = qpos;
+      }
+      block.begin(qr, pr, n, d);
+      const auto [j_begin, j_end] = block.key_range(kv, s.sliding_window);
+      block.attend_scored(kv, xs.x[static_cast<size_t>(g0 / kLanes)].data(), s.sliding_window, j_begin, j_end);
+      block.finish(acc.data(), m, l);
+      for (int r = 0; r < n; ++r)
+        ptaa_finish(out + (qr[r] - q), qr[r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d);
     }
   });
 }

@@ -112,18 +112,27 @@ std::pair<int, int> RowBlock::key_range(const KvHead& kv, int window) const {
   return {begin, end};
 }
 
-void RowBlock::attend(const KvHead& kv, int window, int j_begin, int j_end) {
+void RowBlock::attend(const KvHead& kv, int window, int j_begin, int j_end) { attend_tiles(kv, nullptr, window, j_begin, j_end); }
+
+void RowBlock::attend_scored(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end) {
+  attend_tiles(kv, x, window, j_begin, j_end);
+}
+
+void RowBlock::attend_tiles(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end) {
   const int d = d_;
   const int32_t* kpos = kv.pos.data();
   const lanes_f neg_inf = splat(-std::numeric_limits<float>::infinity());
   for (int j0 = j_begin; j0 < j_end; j0 += kKeys) {
     const int nk = std::min(kKeys, j_end - j0);
     thread_local std::vector<float> tail_k, tail_v;
-    const float* k = tile_rows(kv.k, j0, nk, d, tail_k);
     const float* v = tile_rows(kv.v, j0, nk, d, tail_v);
 
     lanes_f s[kKeys];
-    score_tile(q_t_.data(), k, d, s);
+    if (x) {  // scores computed already: the tile's keys are not read at all
+      for (int j = 0; j < kKeys; ++j) s[j] = j < nk ? x[j0 + j] : neg_inf;
+    } else {
+      score_tile(q_t_.data(), tile_rows(kv.k, j0, nk, d, tail_k), d, s);
+    }
     // Masking is needed only where some row cannot see some key of the tile.
     const bool all_visible =
         nk == kKeys && kpos[j0 + nk - 1] <= q_min_ && (window <= 0 || kpos[j0] > q_max_ - window);

@@ -71,7 +71,12 @@ void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt)
       if (!prompt) evictor_.on_decode(l, q_.data() + t * qd, pos[t0 + t], kv_, pool_);
     }
     if (prompt) evictor_.observe(l, q_.data(), pos + t0, nb, kv_, pool_);
-    attention_prefill(att_.data(), q_.data(), pos + t0, nb, kv_, l, shape_, pool_);
+    // A decode step of a policy that scored this token for eviction reuses those scores.
+    const std::vector<DecodeRowScores>* scored = prompt || nb != 1 ? nullptr : evictor_.decode_row_scores(l);
+    if (scored)
+      attention_decode(att_.data(), q_.data(), pos[t0], kv_, l, shape_, *scored, pool_);
+    else
+      attention_prefill(att_.data(), q_.data(), pos + t0, nb, kv_, l, shape_, pool_);
     matmul(xb_.data(), att_.data(), nb, L.wo, pool_);
     for (int64_t i = 0; i < nb * dim; ++i) xc[i] += xb_[static_cast<size_t>(i)];
 

@@ -29,6 +29,7 @@ void KvEvictor::reset() {
   prompt_evicts_ = false;
   scores_.clear();
   budgets_.clear();
+  decode_x_layer_ = -1;
   token_scores_.clear();
   acc_.assign(static_cast<size_t>(n_layers_), {});
 }
@@ -151,9 +152,12 @@ int64_t KvEvictor::decode_budget(int layer) const {
   return layer < static_cast<int>(budgets_.size()) ? budgets_[static_cast<size_t>(layer)] : p_.budget - p_.window;
 }
 
-int KvEvictor::decode_victim(int layer, int kvh, const float* q, int32_t qpos, const KvCache& cache, int n_cand) const {
+bool KvEvictor::scores_in_decode() const {
+  return parts_.selector == KvSelector::Indicator || parts_.selector == KvSelector::WindowMax7;
+}
+
+int KvEvictor::decode_victim(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand) const {
   const KvHead& kh = cache.head(layer, kvh);
-  const int d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads;
   std::vector<double> score(static_cast<size_t>(n_cand), 0.0);
   switch (parts_.selector) {
     case KvSelector::Recent:
@@ -166,37 +170,50 @@ int KvEvictor::decode_victim(int layer, int kvh, const float* q, int32_t qpos, c
       // Spec section 5: the current query's softmax over the whole exact cache (causal only),
       // pooled over the candidates in position order, averaged over the group.
       const TokenPool pool = parts_.selector == KvSelector::WindowMax7 ? TokenPool::Max7 : TokenPool::Avg5;
-      decode_scores(q + static_cast<size_t>(kvh * group) * d, group, qpos, kh, d, n_cand, pool, score.data());
+      decode_scores(decode_x_[static_cast<size_t>(kvh)], n_cand, pool, score.data());
     }
   }
   return static_cast<int>(std::min_element(score.begin(), score.end()) - score.begin());
 }
 
 void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cache, ThreadPool& pool) {
+  decode_x_layer_ = -1;
   if (!evicts_in_decode()) return;
   if (parts_.selector == KvSelector::HeavyHitter) accumulate_attention(q, &qpos, 1, cache, layer, s_, acc_[static_cast<size_t>(layer)], pool);
+  const bool scored = scores_in_decode();
+  const int d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads;
+  if (scored) decode_x_.resize(static_cast<size_t>(s_.n_kv_heads));
   const int64_t b = decode_budget(layer);
   // Each head over its budget gives up one row per round (one round per decoded token): the heads
-  // are scored in parallel, then compacted one after the other.
+  // are scored in parallel, then compacted one after the other. The query's scores are computed
+  // once, in the first round, and lose the evicted rows with the cache.
   std::vector<int> victim(static_cast<size_t>(s_.n_kv_heads));
-  for (;;) {
+  for (bool first = true;; first = false) {
     pool.parallel_for(s_.n_kv_heads, 1, [&](int64_t lo, int64_t hi, int) {
       for (int64_t g = lo; g < hi; ++g) {
-        const int n = cache.head(layer, static_cast<int>(g)).n;
+        const KvHead& kh = cache.head(layer, static_cast<int>(g));
+        if (first && scored) decode_x_[static_cast<size_t>(g)].compute(q + static_cast<size_t>(g * group) * d, group, qpos, kh, d);
         victim[static_cast<size_t>(g)] =
-            n > b + p_.window ? decode_victim(layer, static_cast<int>(g), q, qpos, cache, n - p_.window) : -1;
+            kh.n > b + p_.window ? decode_victim(layer, static_cast<int>(g), qpos, cache, kh.n - p_.window) : -1;
       }
     });
     bool evicted = false;
     for (int kvh = 0; kvh < s_.n_kv_heads; ++kvh) {
-      if (victim[static_cast<size_t>(kvh)] < 0) continue;
+      const int v = victim[static_cast<size_t>(kvh)];
+      if (v < 0) continue;
       std::vector<char> keep(static_cast<size_t>(cache.head(layer, kvh).n), 1);
-      keep[static_cast<size_t>(victim[static_cast<size_t>(kvh)])] = 0;
+      keep[static_cast<size_t>(v)] = 0;
       remove_rows(layer, kvh, keep, cache);
+      if (scored) decode_x_[static_cast<size_t>(kvh)].erase(v);
       evicted = true;
     }
-    if (!evicted) return;
+    if (!evicted) break;
   }
+  if (scored) decode_x_layer_ = layer;
+}
+
+const std::vector<DecodeRowScores>* KvEvictor::decode_row_scores(int layer) const {
+  return layer == decode_x_layer_ ? &decode_x_ : nullptr;
 }
 
 }  // namespace slake

@@ -39,43 +39,67 @@ void pool_tokens(const double* in, int n, TokenPool pool, double* out) {
   }
 }
 
-void decode_scores(const float* q, int group, int32_t qpos, const KvHead& kh, int d, int n_cand, TokenPool pool,
-                   double* score) {
-  std::fill(score, score + n_cand, 0.0);
-  thread_local std::vector<lanes_f> x;
+void DecodeRowScores::compute(const float* q, int group_, int32_t qpos, const KvHead& kh, int d) {
+  group = group_;
+  n = kh.n;
+  x.resize(static_cast<size_t>((group + kLanes - 1) / kLanes));
   thread_local RowBlock block;
-  x.resize(static_cast<size_t>(kh.n));
-  const int half = pool == TokenPool::Avg5 ? 2 : 3;
   const float* qr[kLanes];
   int32_t pr[kLanes];
   for (int g0 = 0; g0 < group; g0 += kLanes) {
-    const int n = std::min(kLanes, group - g0);
-    for (int r = 0; r < n; ++r) {
+    const int rows = std::min(kLanes, group - g0);
+    for (int r = 0; r < rows; ++r) {
       qr[r] = q + static_cast<size_t>(g0 + r) * d;
       pr[r] = qpos;
     }
-    block.begin(qr, pr, n, d);
-    block.scores(kh, kh.n, x.data());
+    std::vector<lanes_f>& xb = x[static_cast<size_t>(g0 / kLanes)];
+    xb.resize(static_cast<size_t>(n));
+    block.begin(qr, pr, rows, d);
+    block.scores(kh, n, xb.data());
+  }
+}
+
+void DecodeRowScores::erase(int r) {
+  if (r < 0 || r >= n) fail("internal: decode scores have no row " + std::to_string(r));
+  for (std::vector<lanes_f>& xb : x) xb.erase(xb.begin() + r);
+  --n;
+}
+
+void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double* score) {
+  std::fill(score, score + n_cand, 0.0);
+  thread_local std::vector<lanes_f> e;
+  e.resize(static_cast<size_t>(xs.n));
+  const int half = pool == TokenPool::Avg5 ? 2 : 3;
+  for (int g0 = 0; g0 < xs.group; g0 += kLanes) {
+    const int n = std::min(kLanes, xs.group - g0);
+    const std::vector<lanes_f>& x = xs.x[static_cast<size_t>(g0 / kLanes)];
     // Softmax per lane over every row; lanes without a query see nothing and stay 0.
     lanes_f m = splat(-std::numeric_limits<float>::infinity());
-    for (const lanes_f& v : x) m = lanes_max(m, v);
+    for (int j = 0; j < xs.n; ++j) m = lanes_max(m, x[static_cast<size_t>(j)]);
     const lanes_f ref = m == splat(-std::numeric_limits<float>::infinity()) ? lanes_f{} : m;
     lanes_f z{};
-    for (lanes_f& v : x) z += (v = lanes_exp(v - ref));
+    for (int j = 0; j < xs.n; ++j) z += (e[static_cast<size_t>(j)] = lanes_exp(x[static_cast<size_t>(j)] - ref));
     const lanes_f inv = z > lanes_f{} ? 1.0f / z : lanes_f{};
     // Pool along the candidates (pooling commutes with the positive 1/z), then average the heads.
     for (int j = 0; j < n_cand; ++j) {
       const int lo = std::max(0, j - half), hi = std::min(n_cand - 1, j + half);
-      lanes_f p = x[static_cast<size_t>(lo)];
+      lanes_f p = e[static_cast<size_t>(lo)];
       for (int k = lo + 1; k <= hi; ++k)
-        p = pool == TokenPool::Avg5 ? p + x[static_cast<size_t>(k)] : lanes_max(p, x[static_cast<size_t>(k)]);
+        p = pool == TokenPool::Avg5 ? p + e[static_cast<size_t>(k)] : lanes_max(p, e[static_cast<size_t>(k)]);
       p *= inv;
       if (pool == TokenPool::Avg5) p *= 0.2f;
       double sum = 0;
       for (int r = 0; r < n; ++r) sum += p[r];
-      score[j] += sum / group;
+      score[j] += sum / xs.group;
     }
   }
+}
+
+void decode_scores(const float* q, int group, int32_t qpos, const KvHead& kh, int d, int n_cand, TokenPool pool,
+                   double* score) {
+  thread_local DecodeRowScores xs;
+  xs.compute(q, group, qpos, kh, d);
+  decode_scores(xs, n_cand, pool, score);
 }
 
 LayerStats window_stats(const float* q_window, int S, int window, const KvCache& cache, int layer, const AttentionShape& s,

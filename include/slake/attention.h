@@ -4,6 +4,7 @@
 // as the scalar reference the CUDA kernels are tested against.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "slake/kv_cache.h"
 #include "slake/thread_pool.h"
@@ -28,6 +29,14 @@ struct AttentionShape {
 // Query heads of one KV head read each key once (GQA), whatever the number of tokens.
 void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
                        const AttentionShape& s, ThreadPool& pool);
+
+struct DecodeRowScores;  // kv_scores.h
+
+// attention_prefill for one decode token at qpos whose scores against every row of each KV head of
+// `layer` are computed already (scores[kvh], rows as the cache holds them now): the keys are not
+// read again (spec section 5: scores computed once, for eviction and attention).
+void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& cache, int layer, const AttentionShape& s,
+                      const std::vector<DecodeRowScores>& scores, ThreadPool& pool);
 
 // One query head over one KV head, the same result one key at a time (the scalar reference).
 void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, int head_dim, int sliding_window);

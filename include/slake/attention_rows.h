@@ -32,12 +32,17 @@ class RowBlock {
   std::pair<int, int> key_range(const KvHead& kv, int window) const;
   // Takes keys [j_begin, j_end) of `kv` (within key_range) into the online softmax.
   void attend(const KvHead& kv, int window, int j_begin, int j_end);
+  // attend with the scores given: x[j] as scores() writes it, for every row j of `kv` (decode
+  // scores its query once for eviction and attention alike, spec section 5). Keys are not read.
+  void attend_scored(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end);
   void finish(float* acc, float* m, float* l) const;
   // Instead of attending: x[j] = q_r . k_j / sqrt(d) in lane r for keys j < n_keys, -inf where
   // key j is after qpos[r] (causal, no window).
   void scores(const KvHead& kv, int n_keys, lanes_f* x) const;
 
  private:
+  void attend_tiles(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end);
+
   int n_ = 0, d_ = 0;
   std::vector<lanes_f> q_t_, acc_t_;  // transposed, pre-scaled queries and accumulators: [d] lanes
   lanes_f m_{}, l_{};

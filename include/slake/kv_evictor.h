@@ -10,6 +10,7 @@
 #include "slake/attention.h"
 #include "slake/kv_cache.h"
 #include "slake/kv_policy.h"
+#include "slake/kv_scores.h"
 #include "slake/thread_pool.h"
 
 namespace slake {
@@ -34,6 +35,9 @@ class KvEvictor {
   // Decode: the token at `qpos` with query q (n_heads * head_dim) was appended to `layer`.
   void on_decode(int layer, const float* q, int32_t qpos, KvCache& cache, ThreadPool& pool);
   bool evicts_in_decode() const { return p_.evicts(); }
+  // After on_decode(layer, ...) of a policy that scores by attention: the query's scores against
+  // every row the layer's KV heads now hold, for attention_decode; else null.
+  const std::vector<DecodeRowScores>* decode_row_scores(int layer) const;
 
   // Budgets (prefix tokens kept, window excluded) of the layers seen so far, and their preference scores.
   const std::vector<int64_t>& budgets() const { return budgets_; }
@@ -45,7 +49,8 @@ class KvEvictor {
   bool uses_window() const;
   std::vector<int64_t> fixed_budgets() const;  // uniform and pyramid: known before any layer is seen
   int64_t decode_budget(int layer) const;
-  int decode_victim(int layer, int kvh, const float* q, int32_t qpos, const KvCache& cache, int n_cand) const;
+  bool scores_in_decode() const;  // the decode victim is chosen by the query's attention (spec 5)
+  int decode_victim(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand) const;
   void remove_rows(int layer, int kvh, const std::vector<char>& keep, KvCache& cache);
 
   KvPolicyParams p_;
@@ -59,6 +64,8 @@ class KvEvictor {
   std::vector<int64_t> budgets_;
   std::vector<std::vector<std::vector<float>>> token_scores_;  // [layer][kv head][position in P]
   std::vector<std::vector<std::vector<double>>> acc_;          // h2o: [layer][kv head][cache row]
+  std::vector<DecodeRowScores> decode_x_;  // [kv head]: the decode query's scores, of layer decode_x_layer_
+  int decode_x_layer_ = -1;
 };
 
 }  // namespace slake

@@ -8,6 +8,7 @@
 
 #include "slake/attention.h"
 #include "slake/kv_cache.h"
+#include "slake/lanes.h"
 #include "slake/thread_pool.h"
 
 namespace slake {
@@ -23,10 +24,25 @@ void softmax_inplace(double* x, int n);
 enum class TokenPool { Avg5, Max7 };
 void pool_tokens(const double* in, int n, TokenPool pool, double* out);
 
-// Spec section 5's decode score of the first n_cand rows of `kh`: for each of the `group` query
-// heads in q ([group][d], after RoPE) at qpos, its softmax over all of kh's rows (causal), pooled
-// along the candidates; score[j] is the mean over the heads. The softmax runs in fp32 lanes
-// (attention_rows.h), the mean in double.
+// A decode query's scores against the rows of one KV head, for its `group` query heads: computed
+// once per step (spec 5.2) and read by the eviction score and the attention alike (attention.h,
+// attention_decode). Lane block b holds query heads b * kLanes ..: lane r of x[b][j] is
+// q_{b * kLanes + r} . k_j / sqrt(d), -inf where row j is after qpos (causal, no window).
+struct DecodeRowScores {
+  int group = 0, n = 0;
+  std::vector<std::vector<lanes_f>> x;  // [lane block][row]
+
+  // The scores of q ([group][d], after RoPE) at qpos against every row of kh.
+  void compute(const float* q, int group, int32_t qpos, const KvHead& kh, int d);
+  // Drops row r, as the cache drops it when it evicts that row.
+  void erase(int r);
+};
+
+// Spec section 5's decode score of the first n_cand rows: for each query head, its softmax over
+// all the rows of `xs`, pooled along the candidates; score[j] is the mean over the heads. The
+// softmax runs in fp32 lanes, the mean in double.
+void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double* score);
+// The same from the queries: q ([group][d], after RoPE) at qpos against the rows of kh.
 void decode_scores(const float* q, int group, int32_t qpos, const KvHead& kh, int d, int n_cand, TokenPool pool,
                    double* score);
 

@@ -1,0 +1,208 @@
+// A decode step of an attention-scored policy (spec section 5) against float64 brute force: the
+// query's scores are computed once (DecodeRowScores) and serve both the eviction score and the
+// attention (attention_decode). The victim of each KV head must be the argmin of the spec's
+// score, evicted in rounds while a head is over its budget, and the step's output must be PTAA
+// over what is left, with every evicted token (the step's victims included) in the Taylor term.
+#include <cmath>
+#include <random>
+
+#include "reference_math.h"
+#include "slake/attention.h"
+#include "slake/kv_evictor.h"
+#include "slake/kv_scores.h"
+#include "test_util.h"
+
+namespace slake {
+namespace {
+
+using Rows = std::vector<std::vector<float>>;
+
+struct Layer {
+  KvCache cache;
+  std::vector<Rows> ke, ve;  // [kv head]: keys and values already folded into the linear state
+};
+
+// One layer of n_kv heads holding `held` rows at increasing positions, after `absorbed` older rows
+// of each head went into its linear state. Returns the position of the last row.
+int32_t fill_layer(Layer& L, int n_kv, int d, int held, int absorbed, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(static_cast<size_t>(n_kv * d)), v(k.size());
+  const int total = held + absorbed;
+  for (int j = 0; j < total; ++j) {
+    for (auto& x : k) x = 1.5f * nd(rng);
+    for (auto& x : v) x = nd(rng);
+    L.cache.append(0, k.data(), v.data(), j);
+  }
+  L.ke.assign(static_cast<size_t>(n_kv), {});
+  L.ve.assign(static_cast<size_t>(n_kv), {});
+  for (int g = 0; g < n_kv; ++g) {
+    // Every third of the oldest rows first, then the next oldest, so positions keep gaps.
+    std::vector<char> keep(static_cast<size_t>(total), 1);
+    int dropped = 0;
+    for (int j = 0; j < total && dropped < absorbed; j += 3, ++dropped) keep[static_cast<size_t>(j)] = 0;
+    for (int j = 0; j < total && dropped < absorbed; ++j) {
+      if (!keep[static_cast<size_t>(j)]) continue;
+      keep[static_cast<size_t>(j)] = 0;
+      ++dropped;
+    }
+    const KvHead& kh = L.cache.head(0, g);
+    for (int j = 0; j < total; ++j)
+      if (!keep[static_cast<size_t>(j)]) {
+        L.ke[static_cast<size_t>(g)].emplace_back(kh.key(j, d), kh.key(j, d) + d);
+        L.ve[static_cast<size_t>(g)].emplace_back(kh.value(j, d), kh.value(j, d) + d);
+      }
+    L.cache.compact(0, g, keep, true);
+  }
+  return total - 1;
+}
+
+// Spec 5.3 in float64: each group head's softmax over all rows, average-pooled (kernel 5, zero
+// padding, divided by 5) along the n_cand candidates, mean over the group; the lowest score.
+// rows[j] = {key, value}.
+int victim64(const float* q, int group, const std::vector<Rows>& rows, int d, int n_cand) {
+  const int n = static_cast<int>(rows.size());
+  std::vector<double> score(static_cast<size_t>(n_cand), 0.0);
+  for (int h = 0; h < group; ++h) {
+    std::vector<double> p(static_cast<size_t>(n));
+    double m = -INFINITY, z = 0;
+    for (int j = 0; j < n; ++j)
+      m = std::max(m, p[static_cast<size_t>(j)] = test::dot64(q + h * d, rows[static_cast<size_t>(j)][0].data(), d) / std::sqrt(d * 1.0));
+    for (double& e : p) z += (e = std::exp(e - m));
+    for (int j = 0; j < n_cand; ++j) {
+      double s = 0;
+      for (int i = std::max(0, j - 2); i <= std::min(n_cand - 1, j + 2); ++i) s += p[static_cast<size_t>(i)] / z;
+      score[static_cast<size_t>(j)] += s / 5.0 / group;
+    }
+  }
+  return static_cast<int>(std::min_element(score.begin(), score.end()) - score.begin());
+}
+
+struct StepCase {
+  int n_heads, n_kv_heads, head_dim, over;  // over: rows above budget + window before the step
+};
+
+class DecodeStep : public ::testing::TestWithParam<StepCase> {};
+
+TEST_P(DecodeStep, EvictsTheSpecVictimsAndAttendsThroughTheirTaylorTerm) {
+  const StepCase c = GetParam();
+  const int d = c.head_dim, group = c.n_heads / c.n_kv_heads, C = 40, Sw = 8;
+  std::mt19937 rng(17 + c.n_heads + c.over);
+  Layer L{KvCache(1, c.n_kv_heads, d, 200), {}, {}};
+  const int32_t qpos = fill_layer(L, c.n_kv_heads, d, C + c.over, 23, rng);
+  std::vector<float> q(static_cast<size_t>(c.n_heads * d)), out(q.size());
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& x : q) x = nd(rng);
+
+  // Float64: the victims round by round, on a copy of each head's rows (as [row][0] = key).
+  std::vector<std::vector<int32_t>> want_pos(static_cast<size_t>(c.n_kv_heads));
+  std::vector<Rows> want_ke = L.ke, want_ve = L.ve;
+  for (int g = 0; g < c.n_kv_heads; ++g) {
+    const KvHead& kh = L.cache.head(0, g);
+    std::vector<Rows> rows;  // each row: {key, value}
+    std::vector<int32_t> pos = kh.pos;
+    for (int j = 0; j < kh.n; ++j)
+      rows.push_back({std::vector<float>(kh.key(j, d), kh.key(j, d) + d), std::vector<float>(kh.value(j, d), kh.value(j, d) + d)});
+    while (static_cast<int>(rows.size()) > C) {  // budget C - Sw prefix tokens plus the window
+      const int v = victim64(q.data() + static_cast<size_t>(g * group) * d, group, rows, d, static_cast<int>(rows.size()) - Sw);
+      want_ke[static_cast<size_t>(g)].push_back(rows[static_cast<size_t>(v)][0]);
+      want_ve[static_cast<size_t>(g)].push_back(rows[static_cast<size_t>(v)][1]);
+      rows.erase(rows.begin() + v);
+      pos.erase(pos.begin() + v);
+    }
+    want_pos[static_cast<size_t>(g)] = pos;
+  }
+
+  KvPolicyParams p;
+  p.policy = "slake";
+  p.budget = C;
+  p.window = Sw;
+  KvEvictor ev(p, 1, {c.n_heads, c.n_kv_heads, d, 0});
+  ThreadPool pool(2);
+  ev.on_decode(0, q.data(), qpos, L.cache, pool);
+  const std::vector<DecodeRowScores>* scores = ev.decode_row_scores(0);
+  ASSERT_NE(scores, nullptr);
+  EXPECT_EQ(ev.decode_row_scores(1), nullptr);
+  attention_decode(out.data(), q.data(), qpos, L.cache, 0, {c.n_heads, c.n_kv_heads, d, 0}, *scores, pool);
+
+  for (int g = 0; g < c.n_kv_heads; ++g) {
+    const KvHead& kh = L.cache.head(0, g);
+    ASSERT_EQ(kh.pos, want_pos[static_cast<size_t>(g)]) << "KV head " << g;
+    ASSERT_EQ(kh.lin.n, static_cast<float>(want_ke[static_cast<size_t>(g)].size()));
+    ASSERT_EQ((*scores)[static_cast<size_t>(g)].n, kh.n);
+    for (int h = g * group; h < (g + 1) * group; ++h) {
+      const size_t off = static_cast<size_t>(h) * d;
+      const std::vector<double> want =
+          test::taylor_attention(q.data() + off, qpos, kh, want_ke[static_cast<size_t>(g)], want_ve[static_cast<size_t>(g)], d);
+      for (int i = 0; i < d; ++i)
+        ASSERT_NEAR(out[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], 1e-4 * (1 + std::abs(want[static_cast<size_t>(i)])))
+            << "head " << h << " dim " << i;
+    }
+  }
+}
+
+// Groups of 1, 8 and 20 (two lane blocks); one row over (the usual step) and three (rounds).
+INSTANTIATE_TEST_SUITE_P(Shapes, DecodeStep,
+                         ::testing::Values(StepCase{2, 2, 16, 1}, StepCase{8, 2, 16, 1}, StepCase{8, 1, 64, 3},
+                                           StepCase{20, 1, 16, 1}, StepCase{20, 1, 16, 3}, StepCase{8, 2, 16, 0}),
+                         [](const ::testing::TestParamInfo<StepCase>& i) {
+                           const StepCase& c = i.param;
+                           return "h" + std::to_string(c.n_heads) + "_kv" + std::to_string(c.n_kv_heads) + "_d" +
+                                  std::to_string(c.head_dim) + "_over" + std::to_string(c.over);
+                         });
+
+// With the scores handed in, attention_decode gives attention_prefill's result for that token:
+// GQA groups of 1 to 20 and sliding windows, against float64 softmax.
+TEST(AttentionDecode, MatchesFloat64WithScoresComputedOnce) {
+  struct S {
+    int n_heads, n_kv, d, n_keys, window;
+  };
+  for (const S s : {S{4, 4, 8, 1, 0}, S{8, 2, 16, 65, 0}, S{32, 4, 64, 300, 0}, S{20, 1, 16, 70, 0}, S{8, 1, 64, 257, 64},
+                    S{6, 3, 12, 130, 17}}) {
+    std::mt19937 rng(5 + s.n_keys);
+    std::normal_distribution<float> nd(0.0f, 1.5f);
+    KvCache cache(1, s.n_kv, s.d, s.n_keys);
+    std::vector<float> k(static_cast<size_t>(s.n_kv * s.d)), v(k.size());
+    for (int j = 0; j < s.n_keys; ++j) {
+      for (auto& x : k) x = nd(rng);
+      for (auto& x : v) x = nd(rng);
+      cache.append(0, k.data(), v.data(), 2 * j);
+    }
+    const int group = s.n_heads / s.n_kv;
+    const int32_t qpos = 2 * (s.n_keys - 1);
+    std::vector<float> q(static_cast<size_t>(s.n_heads * s.d)), out(q.size());
+    for (auto& x : q) x = nd(rng);
+    std::vector<DecodeRowScores> xs(static_cast<size_t>(s.n_kv));
+    for (int g = 0; g < s.n_kv; ++g) xs[static_cast<size_t>(g)].compute(q.data() + static_cast<size_t>(g * group) * s.d, group, qpos, cache.head(0, g), s.d);
+    ThreadPool pool(2);
+    attention_decode(out.data(), q.data(), qpos, cache, 0, {s.n_heads, s.n_kv, s.d, s.window}, xs, pool);
+    for (int h = 0; h < s.n_heads; ++h) {
+      const size_t off = static_cast<size_t>(h) * s.d;
+      const std::vector<double> want = test::softmax_attention(q.data() + off, qpos, cache.head(0, h / group), s.d, s.window);
+      for (int i = 0; i < s.d; ++i)
+        ASSERT_NEAR(out[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], 2e-5 * (1 + std::abs(want[static_cast<size_t>(i)])))
+            << "heads " << s.n_heads << " keys " << s.n_keys << " head " << h << " dim " << i;
+    }
+    // Scores that do not match the cache are refused rather than read out of bounds.
+    xs[0].erase(0);
+    EXPECT_THROW(attention_decode(out.data(), q.data(), qpos, cache, 0, {s.n_heads, s.n_kv, s.d, s.window}, xs, pool), Error);
+  }
+}
+
+TEST(DecodeStep, PoliciesThatDoNotScoreByAttentionLeaveNoScores) {
+  ThreadPool pool(1);
+  for (const char* name : {"full", "streaming", "h2o"}) {
+    KvPolicyParams p;
+    p.policy = name;
+    p.budget = 16;
+    p.window = 4;
+    KvEvictor ev(p, 1, {4, 2, 8, 0});
+    KvCache cache(1, 2, 8, 32);
+    std::vector<float> kv(16, 0.5f), q(32, 0.25f);
+    for (int j = 0; j < 20; ++j) cache.append(0, kv.data(), kv.data(), j);
+    ev.on_decode(0, q.data(), 19, cache, pool);
+    EXPECT_EQ(ev.decode_row_scores(0), nullptr) << name;
+  }
+}
+
+}  // namespace
+}  // namespace slake
