@@ -1,6 +1,7 @@
 // Micro-benchmarks of the CPU kernels (Google Benchmark): matmul for every weight type at the
 // decode shape (one token: bound by reading the weights) and at a prefill shape (64 tokens: bound
-// by arithmetic), on TinyLlama-1.1B's FFN matrix (5632 x 2048). Counters: weight GB/s and GFLOP/s
+// by arithmetic), on TinyLlama-1.1B's FFN matrix (5632 x 2048), in the layout the CPU path gives
+// a model's matrix (Q8_0/Q4_0 repacked where this build does: "repacked" in the label). Counters: weight GB/s and GFLOP/s
 // (2 K N tokens per product). slake-kernel-bench --bandwidth first prints the machine's read
 // bandwidth (the decode ceiling) from the same probe as slake-bench; BM_fma_peak measures one
 // core's fp32 FMA peak (the ceiling of the float-weight prefill figures). BM_attention compares the
@@ -19,9 +20,11 @@
 #include "bandwidth_probe.h"
 #include "slake/attention.h"
 #include "slake/dtype.h"
+#include "slake/kv_scores.h"
 #include "slake/ops.h"
 #include "slake/quant_dot.h"
 #include "slake/thread_pool.h"
+#include "slake/weight_pack.h"
 
 namespace {
 
@@ -66,15 +69,22 @@ void BM_matmul(benchmark::State& state) {
   const int64_t tokens = state.range(1);
   const int threads = static_cast<int>(state.range(2));
   // Copies of the matrix, used in turn, so that the weights come from memory, not from the
-  // last-level cache (260 MiB here), as they do in a forward pass.
+  // last-level cache (260 MiB here), as they do in a forward pass. Each copy is in the layout a
+  // model's matrix has on the CPU path: Q8_0/Q4_0 repacked where this build does (weight_pack.h).
   const auto w = random_weights(t);
   const size_t copies = std::max<size_t>(1, (size_t{768} << 20) / w.size());
   std::vector<uint8_t> all(w.size() * copies);
-  for (size_t c = 0; c < copies; ++c) std::memcpy(&all[c * w.size()], w.data(), w.size());
-  slake::TensorView W;
-  W.type = t;
-  W.ne = {kK, kN};
-  W.nbytes = w.size();
+  std::vector<slake::TensorView> views(copies);
+  bool repacked = false;
+  for (size_t c = 0; c < copies; ++c) {
+    std::memcpy(&all[c * w.size()], w.data(), w.size());
+    slake::TensorView& W = views[c];
+    W.type = t;
+    W.ne = {kK, kN};
+    W.nbytes = w.size();
+    W.data = &all[c * w.size()];
+    repacked = slake::repack_in_place(W);
+  }
   size_t next = 0;
   std::vector<float> x(static_cast<size_t>(tokens * kK)), out(static_cast<size_t>(tokens * kN));
   std::mt19937 rng(2);
@@ -82,12 +92,11 @@ void BM_matmul(benchmark::State& state) {
   for (auto& v : x) v = g(rng);
   slake::ThreadPool pool(threads);
   for (auto _ : state) {
-    W.data = &all[next * w.size()];
+    slake::matmul(out.data(), x.data(), tokens, views[next], pool);
     next = (next + 1) % copies;
-    slake::matmul(out.data(), x.data(), tokens, W, pool);
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetLabel(std::string(slake::dtype_name(t)) + " tokens=" + std::to_string(tokens) +
+  state.SetLabel(std::string(slake::dtype_name(t)) + (repacked ? " repacked" : "") + " tokens=" + std::to_string(tokens) +
                  " threads=" + std::to_string(threads));
   state.counters["weight_GBps"] = benchmark::Counter(static_cast<double>(w.size()) * 1e-9,
                                                      benchmark::Counter::kIsIterationInvariantRate);
@@ -105,7 +114,8 @@ BENCHMARK(BM_matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicros
 // Attention of `tokens` queries at the end of a cache of `keys` tokens, TinyLlama's layer shape
 // (32 query heads over 4 KV heads of 64): kernel 0 is the scalar reference (attention_one per
 // query and head, as the CPU path ran before the flash kernel), kernel 1 attention_prefill (the
-// flash kernel over GQA row blocks). Counters: GFLOP/s (2 d per score and per value row, over the
+// flash kernel over GQA row blocks), kernel 2 a decode step of an attention-scored policy (the
+// group's scores once per KV head, DecodeRowScores, then attention_decode from them). Counters: GFLOP/s (2 d per score and per value row, over the
 // visible pairs) and KV GB/s (the cache bytes per call over the time: decode's bound).
 void BM_attention(benchmark::State& state) {
   const int kernel = static_cast<int>(state.range(0));
@@ -131,9 +141,16 @@ void BM_attention(benchmark::State& state) {
     pairs += keys - tokens + t + 1;
   }
   slake::ThreadPool pool(threads);
+  std::vector<slake::DecodeRowScores> xs(static_cast<size_t>(s.n_kv_heads));
   for (auto _ : state) {
     if (kernel == 1) {
       slake::attention_prefill(out.data(), q.data(), pos.data(), tokens, cache, 0, s, pool);
+    } else if (kernel == 2) {
+      pool.parallel_for(s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t g = b; g < e; ++g)
+          xs[static_cast<size_t>(g)].compute(q.data() + g * group * d, group, pos[0], cache.head(0, static_cast<int>(g)), d);
+      });
+      slake::attention_decode(out.data(), q.data(), pos[0], cache, 0, s, xs, pool);
     } else {
       pool.parallel_for(static_cast<int64_t>(tokens) * s.n_heads, 4, [&](int64_t b, int64_t e, int) {
         for (int64_t w = b; w < e; ++w) {
@@ -145,7 +162,7 @@ void BM_attention(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetLabel(std::string(kernel == 1 ? "flash" : "reference") + " tokens=" + std::to_string(tokens) +
+  state.SetLabel(std::string(kernel == 2 ? "decode-scored" : kernel == 1 ? "flash" : "reference") + " tokens=" + std::to_string(tokens) +
                  " keys=" + std::to_string(keys) + " threads=" + std::to_string(threads));
   state.counters["GFLOPs"] = benchmark::Counter(pairs * s.n_heads * 4.0 * d * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
@@ -154,10 +171,11 @@ void BM_attention(benchmark::State& state) {
 }
 
 void attention_args(benchmark::internal::Benchmark* b) {
-  for (int kernel : {0, 1})
+  for (int kernel : {0, 1, 2})
     for (int tokens : {1, 64})
       for (int keys : {1024, 8192})
-        for (int threads : {1, 2}) b->Args({kernel, tokens, keys, threads});
+        for (int threads : {1, 2})
+          if (kernel < 2 || tokens == 1) b->Args({kernel, tokens, keys, threads});
 }
 BENCHMARK(BM_attention)->Apply(attention_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
