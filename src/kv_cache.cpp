@@ -68,18 +68,25 @@ void KvCache::compact(int layer, int h, const std::vector<char>& keep, bool abso
   KvHead& kh = head(layer, h);
   const size_t d = static_cast<size_t>(head_dim_);
   const bool had_lin = kh.lin.n > 0;
+  // Each run of kept rows moves down in one call: a decode step evicts one row, so the rows
+  // after it are one run, not a call per row.
   int w = 0;
-  for (int r = 0; r < kh.n; ++r) {
+  for (int r = 0; r < kh.n;) {
     if (!keep[static_cast<size_t>(r)]) {
       if (absorb) kh.lin.absorb(kh.key(r, head_dim_), kh.value(r, head_dim_));
+      ++r;
       continue;
     }
+    int e = r + 1;
+    while (e < kh.n && keep[static_cast<size_t>(e)]) ++e;
+    const size_t rows = static_cast<size_t>(e - r);
     if (w != r) {
-      std::memmove(kh.k.data() + w * d, kh.k.data() + r * d, d * sizeof(float));
-      std::memmove(kh.v.data() + w * d, kh.v.data() + r * d, d * sizeof(float));
-      kh.pos[static_cast<size_t>(w)] = kh.pos[static_cast<size_t>(r)];
+      std::memmove(kh.k.data() + w * d, kh.k.data() + r * d, rows * d * sizeof(float));
+      std::memmove(kh.v.data() + w * d, kh.v.data() + r * d, rows * d * sizeof(float));
+      std::memmove(kh.pos.data() + w, kh.pos.data() + r, rows * sizeof(int32_t));
     }
-    ++w;
+    w += static_cast<int>(rows);
+    r = e;
   }
   kh.k.resize(static_cast<size_t>(w) * d);
   kh.v.resize(static_cast<size_t>(w) * d);
