@@ -95,13 +95,6 @@ void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double
   }
 }
 
-void decode_scores(const float* q, int group, int32_t qpos, const KvHead& kh, int d, int n_cand, TokenPool pool,
-                   double* score) {
-  thread_local DecodeRowScores xs;
-  xs.compute(q, group, qpos, kh, d);
-  decode_scores(xs, n_cand, pool, score);
-}
-
 LayerStats window_stats(const float* q_window, int S, int window, const KvCache& cache, int layer, const AttentionShape& s,
                         double gamma, TokenPool pool, ThreadPool& threads) {
   const int P = S - window, d = s.head_dim, group = s.n_heads / s.n_kv_heads;

@@ -64,9 +64,11 @@ TEST(DecodeScores, MatchTheSpecFormulaInFloat64) {
     for (float key_scale : {1.0f, 4.0f}) {
       const int d = 16, S = 70, n_cand = 50, qpos = S - 1;
       RandomLayer r(G, 1, d, S, 5 + G, key_scale);
+      DecodeRowScores xs;
+      xs.compute(r.q.data(), G, qpos, r.cache.head(0, 0), d);
       for (TokenPool pool : {TokenPool::Avg5, TokenPool::Max7}) {
         std::vector<double> got(n_cand);
-        decode_scores(r.q.data(), G, qpos, r.cache.head(0, 0), d, n_cand, pool, got.data());
+        decode_scores(xs, n_cand, pool, got.data());
         std::vector<double> want(n_cand, 0.0);
         for (int h = 0; h < G; ++h) {
           const std::vector<double> p = r.probs(0, h, qpos);

@@ -42,9 +42,6 @@ struct DecodeRowScores {
 // all the rows of `xs`, pooled along the candidates; score[j] is the mean over the heads. The
 // softmax runs in fp32 lanes, the mean in double.
 void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double* score);
-// The same from the queries: q ([group][d], after RoPE) at qpos against the rows of kh.
-void decode_scores(const float* q, int group, int32_t qpos, const KvHead& kh, int d, int n_cand, TokenPool pool,
-                   double* score);
 
 // The observation-window statistics of one layer.
 struct LayerStats {
