@@ -1,8 +1,8 @@
 // The kernels the device forward pass needs around the attention kernels: activations to bf16 for
 // the GEMMs, appending a chunk's keys and values to a layer's cache, per-layer eviction scores
 // (candidate scores from the prefill indicator, SLAKE's VABS layer terms, the decode victim) and
-// the removal of one row per KV head. All of it mirrors src/kv_evictor.cpp, src/kv_scores.cpp and
-// src/kv_vabs.cpp, in double where those are.
+// the removal of one row per KV head. All of it mirrors src/kv/kv_evictor.cpp, src/kv/kv_scores.cpp and
+// src/kv/kv_vabs.cpp, in double where those are.
 #pragma once
 #include "common.cuh"
 #include "window_stats.cuh"

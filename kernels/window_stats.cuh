@@ -1,4 +1,4 @@
-// The observation-window statistics of a layer after prefill (src/kv_scores.cpp window_stats):
+// The observation-window statistics of a layer after prefill (src/kv/kv_scores.cpp window_stats):
 // the softmax rows A[h, i, :] of the last `window` queries over the prompt, then per prefix token j
 // the mean and unbiased variance over i (the CAKE indicator mean + gamma var, pooled along j and
 // averaged over each KV head's query heads), the entropy sum and the variance sum. In double, as

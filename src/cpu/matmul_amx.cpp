@@ -17,7 +17,7 @@
 #include <unistd.h>
 #endif
 
-#include "quant_blocks.h"
+#include "../quant/quant_blocks.h"
 
 namespace slake {
 

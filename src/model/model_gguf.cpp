@@ -5,7 +5,7 @@
 #include "model_internal.h"
 #include "slake/error.h"
 #include "slake/gguf.h"
-#include "vocab_internal.h"
+#include "../tokenizer/vocab_internal.h"
 
 namespace slake {
 namespace detail {

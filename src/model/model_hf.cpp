@@ -9,7 +9,7 @@
 #include "model_internal.h"
 #include "slake/error.h"
 #include "slake/safetensors.h"
-#include "vocab_internal.h"
+#include "../tokenizer/vocab_internal.h"
 
 namespace slake::detail {
 

@@ -1,5 +1,5 @@
 // Embedding, RMSNorm, RoPE, SwiGLU and the residual add against the CPU forward pass's own
-// functions (src/ops.cpp, src/rope.cpp), on shapes that are not multiples of the block size.
+// functions (src/cpu/ops.cpp, src/cpu/rope.cpp), on shapes that are not multiples of the block size.
 #include <gtest/gtest.h>
 
 #include <cmath>
