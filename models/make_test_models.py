@@ -26,7 +26,8 @@ Output, under --out:
   models/NAME/logits.f32   little-endian float32, row-major [64][V]: the logits
                            of LlamaForCausalLM / MistralForCausalLM at every
                            position for input_ids = tokens (positions 0..63, no BOS).
-  quant/quant.gguf         one tensor per type ("Q4_0", "Q8_0", "Q4_K", "Q6_K"),
+  quant/quant.gguf         one tensor per type (Q4_0, Q8_0, Q4_K, Q6_K, Q4_1, Q5_0, Q5_1,
+                           Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS),
                            4 rows x 512 columns of random raw blocks whose fp16
                            scale fields are finite random values.
   quant/TYPE.f32           gguf.quants.dequantize of those bytes, float32 [4][512].
@@ -649,6 +650,14 @@ QUANT_BLOCKS = {
     QT.Q8_0: (32, 34, (0,)),
     QT.Q4_K: (256, 144, (0, 2)),   # d, dmin
     QT.Q6_K: (256, 210, (208,)),   # d is the last field
+    QT.Q4_1: (32, 20, (0, 2)),     # d, m
+    QT.Q5_0: (32, 22, (0,)),
+    QT.Q5_1: (32, 24, (0, 2)),     # d, m
+    QT.Q2_K: (256, 84, (80, 82)),  # scales, qs, then d, dmin
+    QT.Q3_K: (256, 110, (108,)),   # hmask, qs, scales, then d
+    QT.Q5_K: (256, 176, (0, 2)),   # d, dmin
+    QT.IQ4_NL: (32, 18, (0,)),
+    QT.IQ4_XS: (256, 136, (0,)),
 }
 Q_ROWS, Q_COLS = 4, 512
 
@@ -694,7 +703,13 @@ def make_quant(root: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path, help="fixture root, e.g. tests/fixtures")
+    ap.add_argument("--only-quant", action="store_true",
+                    help="write only the quantisation fixtures (quant/), leaving the models as they are")
     args = ap.parse_args()
+    if args.only_quant:
+        print("writing quantisation fixtures")
+        make_quant(args.out)
+        return
     hf_logging.disable_progress_bar()
     torch.set_num_threads(1)  # bit-reproducible reductions
     torch.use_deterministic_algorithms(True)

@@ -95,7 +95,8 @@ TEST_P(Dequant, MatchesGgufReferenceBitForBit) {
   EXPECT_EQ(mismatches, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, Dequant, ::testing::Values("Q4_0", "Q8_0", "Q4_K", "Q6_K"));
+INSTANTIATE_TEST_SUITE_P(AllTypes, Dequant, ::testing::Values("Q4_0", "Q8_0", "Q4_K", "Q6_K", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K",
+                                                              "Q5_K", "IQ4_NL", "IQ4_XS"));
 
 }  // namespace
 }  // namespace slake

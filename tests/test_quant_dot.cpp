@@ -18,6 +18,20 @@
 namespace slake {
 namespace {
 
+// Byte offsets of the fp16 fields of a block of type t (ggml's block_* layouts).
+std::vector<int> fp16_fields(DType t) {
+  switch (t) {
+    case DType::Q4_1:
+    case DType::Q5_1:
+    case DType::Q4_K:
+    case DType::Q5_K: return {0, 2};  // d, m / dmin
+    case DType::Q2_K: return {80, 82};
+    case DType::Q3_K: return {108};
+    case DType::Q6_K: return {208};
+    default: return {0};  // Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d first
+  }
+}
+
 // Random rows of type t: random bytes, with every fp16 scale field set to a modest random value
 // (random bits there could be Inf or NaN). Any other bit pattern is a valid block.
 std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t K, std::mt19937& rng) {
@@ -41,20 +55,11 @@ std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t K, std::mt19937&
     case DType::BF16:
       for (int64_t i = 0; i < n; i += 2) put16(&data[static_cast<size_t>(i)], fp32_to_bf16(value(rng)));
       break;
-    case DType::Q8_0:
-    case DType::Q4_0:
-      for (int64_t i = 0; i < n; i += dtype_info(t).block_bytes)
-        put16(&data[static_cast<size_t>(i)], fp32_to_fp16(scale(rng)));
-      break;
-    case DType::Q4_K:
-      for (int64_t i = 0; i < n; i += 144) {
-        put16(&data[static_cast<size_t>(i)], fp32_to_fp16(scale(rng)));
-        put16(&data[static_cast<size_t>(i + 2)], fp32_to_fp16(scale(rng)));
-      }
-      break;
-    case DType::Q6_K:
-      for (int64_t i = 0; i < n; i += 210) put16(&data[static_cast<size_t>(i + 208)], fp32_to_fp16(scale(rng)));
-      break;
+    default: {  // quantised: the fp16 fields (scales, mins) of each block
+      const int64_t bb = dtype_info(t).block_bytes;
+      for (int64_t i = 0; i < n; i += bb)
+        for (int off : fp16_fields(t)) put16(&data[static_cast<size_t>(i + off)], fp32_to_fp16(scale(rng)));
+    }
   }
   return data;
 }
@@ -189,7 +194,13 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, DotTile,
                                            Case{DType::F16, 48}, Case{DType::F16, 23}, Case{DType::BF16, 64},
                                            Case{DType::BF16, 71}, Case{DType::Q8_0, 32}, Case{DType::Q8_0, 96}, Case{DType::Q8_0, 2048},
                                            Case{DType::Q4_0, 64}, Case{DType::Q4_0, 160}, Case{DType::Q4_0, 2048}, Case{DType::Q4_K, 256},
-                                           Case{DType::Q4_K, 1024}, Case{DType::Q6_K, 256}, Case{DType::Q6_K, 1024}),
+                                           Case{DType::Q4_K, 1024}, Case{DType::Q6_K, 256}, Case{DType::Q6_K, 1024},
+                                           Case{DType::Q4_1, 32}, Case{DType::Q4_1, 576}, Case{DType::Q5_0, 64},
+                                           Case{DType::Q5_0, 1536}, Case{DType::Q5_1, 96}, Case{DType::Q5_1, 576},
+                                           Case{DType::IQ4_NL, 32}, Case{DType::IQ4_NL, 2048}, Case{DType::Q2_K, 256},
+                                           Case{DType::Q2_K, 1536}, Case{DType::Q3_K, 256}, Case{DType::Q3_K, 1024},
+                                           Case{DType::Q5_K, 256}, Case{DType::Q5_K, 1536}, Case{DType::IQ4_XS, 256},
+                                           Case{DType::IQ4_XS, 1024}),
                          case_name);
 
 // Q8_0 activations: each value within half a step of its fp32 original (the step is the block's
@@ -218,6 +229,51 @@ TEST(DotTile, Q4_0ExtremesDoNotWrap) {
     dot_tile(DType::Q4_0, K, w.data(), 36, R, reinterpret_cast<const uint8_t*>(a.data()), sizeof(ActBlockQ8_0) * 2, 1,
              out.data(), R);
     for (int r = 0; r < R; ++r) EXPECT_EQ(out[static_cast<size_t>(r)], (r % 2 ? -8.0f : 7.0f) * 127 * sign * 64) << r;
+  }
+}
+
+// The IQ4 table's extreme (-127) against activations of -127 and 127: each pair sum of the
+// non-VNNI path (2 * 127 * 127 = 32258) is just inside int16. Scales of 1, so the exact dot
+// products are integers; IQ4_XS's sub-block scale is 1 (ls = 33).
+TEST(DotTile, IQ4ExtremesDoNotSaturate) {
+  const int64_t K = 256;
+  std::vector<uint8_t> nl(static_cast<size_t>(K / 32) * 18, 0), xs(136, 0);
+  for (size_t b = 0; b < nl.size(); b += 18) nl[b + 1] = 0x3C;  // fp16 1.0; nibbles 0: -127
+  xs[1] = 0x3C;
+  xs[2] = 0xAA, xs[3] = 0xAA;  // scales_h: 2 per sub-block (high bits 10b = 32)
+  xs[4] = xs[5] = xs[6] = xs[7] = 0x11;  // scales_l: 1 -> ls = 33, scale 1
+  for (int8_t sign : {1, -1}) {
+    std::vector<float> x(static_cast<size_t>(K), 127.0f * sign);
+    const int64_t want = -127 * 127 * K * sign;
+    for (DType t : {DType::IQ4_NL, DType::IQ4_XS}) {
+      std::vector<uint8_t> a(act_row_bytes(act_format(t), K));
+      quantize_act_row(act_format(t), x.data(), a.data(), K);
+      float out = NAN, port = NAN;
+      const uint8_t* w = t == DType::IQ4_NL ? nl.data() : xs.data();
+      dot_tile(t, K, w, row_bytes(t, K), 1, a.data(), a.size(), 1, &out, 1);
+      portable::dot_tile(t, K, w, row_bytes(t, K), 1, a.data(), a.size(), 1, &port, 1);
+      EXPECT_EQ(out, static_cast<float>(want)) << dtype_name(t);
+      EXPECT_EQ(port, static_cast<float>(want)) << dtype_name(t);
+    }
+  }
+}
+
+// Q8_1 (for Q4_1/Q5_1): the same quants and scale as Q8_0, and s the exact sum they stand for.
+TEST(ActivationQuantisation, Q8_1IsQ8_0WithItsSum) {
+  std::mt19937 rng(9);
+  const auto x = random_floats(128, rng);
+  std::vector<ActBlockQ8_0> q0(4);
+  std::vector<ActBlockQ8_1> q1(4);
+  quantize_act_row(ActFormat::Q8_0, x.data(), q0.data(), 128);
+  quantize_act_row(ActFormat::Q8_1, x.data(), q1.data(), 128);
+  for (size_t b = 0; b < 4; ++b) {
+    EXPECT_EQ(q1[b].d, fp16_to_fp32(q0[b].d));
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      EXPECT_EQ(q1[b].qs[j], q0[b].qs[j]);
+      sum += q1[b].qs[j];
+    }
+    EXPECT_EQ(q1[b].s, q1[b].d * static_cast<float>(sum));
   }
 }
 
@@ -267,7 +323,8 @@ TEST(ActivationQuantisation, Q8_KScalesAndSums) {
 // matmul over ragged row counts and token counts (tiles cut at both edges, chunks across threads)
 // equals the float64 sums.
 TEST(Matmul, RaggedShapesAndThreadsMatchFloat64) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::Q4_1,
+                  DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_XS}) {
     const int64_t K = dtype_info(t).block_elems == 256 ? 512 : 96, N = 37;
     std::mt19937 rng(static_cast<unsigned>(t) + 100);
     const auto w = random_rows(t, N, K, rng);

@@ -1,7 +1,8 @@
 // Dot products of weight rows of any supported type with activation rows, without dequantising
 // the weights. As in llama.cpp, the activations of a product with quantised weights are first
-// quantised per block (Q8_0 for Q8_0/Q4_0 weights, Q8_K for the K-quants), so the inner loop is an
-// integer dot product; float weights (F32/F16/BF16) take fp32 activations.
+// quantised per block (Q8_0 for Q8_0/Q4_0/Q5_0/IQ4_NL weights, Q8_1 for Q4_1/Q5_1, Q8_K for the
+// K-quants and IQ4_XS), so the inner loop is an integer dot product; float weights (F32/F16/BF16)
+// take fp32 activations.
 //
 // Two implementations share this interface: the portable one (plain C++, any machine) and the
 // SIMD one (AVX2 / AVX-512 VNNI, chosen at build time from the compiler's target). The SIMD one is
@@ -15,11 +16,19 @@
 
 namespace slake {
 
-enum class ActFormat { F32, Q8_0, Q8_K };
+enum class ActFormat { F32, Q8_0, Q8_1, Q8_K };
 
 // Layouts of the quantised activation blocks (ggml's block_q8_0 and block_q8_K).
 struct ActBlockQ8_0 {
   uint16_t d;  // fp16 scale
+  int8_t qs[32];
+};
+// Q8_1: the quants and d of Q8_0 (d rounded to fp16 as there), and s = d * sum(qs), the term that
+// a weight block's min meets. ggml keeps d and s in fp16; here they are fp32, so that s is the
+// exact sum of the values the quants stand for to fp32 rounding.
+struct ActBlockQ8_1 {
+  float d;
+  float s;
   int8_t qs[32];
 };
 struct ActBlockQ8_K {
@@ -28,6 +37,7 @@ struct ActBlockQ8_K {
   int16_t bsums[16];  // sums of each 16 quants
 };
 static_assert(sizeof(ActBlockQ8_0) == 34, "block_q8_0 layout");
+static_assert(sizeof(ActBlockQ8_1) == 40, "Q8_1 activation layout");
 static_assert(sizeof(ActBlockQ8_K) == 292, "block_q8_K layout");
 
 ActFormat act_format(DType weight);

@@ -18,6 +18,14 @@ constexpr DTypeInfo kQ4_0{"Q4_0", 32, 18};
 constexpr DTypeInfo kQ8_0{"Q8_0", 32, 34};
 constexpr DTypeInfo kQ4_K{"Q4_K", 256, 144};
 constexpr DTypeInfo kQ6_K{"Q6_K", 256, 210};
+constexpr DTypeInfo kQ4_1{"Q4_1", 32, 20};
+constexpr DTypeInfo kQ5_0{"Q5_0", 32, 22};
+constexpr DTypeInfo kQ5_1{"Q5_1", 32, 24};
+constexpr DTypeInfo kQ2_K{"Q2_K", 256, 84};
+constexpr DTypeInfo kQ3_K{"Q3_K", 256, 110};
+constexpr DTypeInfo kQ5_K{"Q5_K", 256, 176};
+constexpr DTypeInfo kIQ4_NL{"IQ4_NL", 32, 18};
+constexpr DTypeInfo kIQ4_XS{"IQ4_XS", 256, 136};
 
 using quant::kQK;
 using quant::load_u16;
@@ -72,6 +80,88 @@ void dequant_q6_k(const uint8_t* b, float* y, int64_t nb) {
     }
   }
 }
+// The 32-element types: element j is d * q_j (+ m where the type has a min), in the reference's
+// order of operations.
+void dequant_q4_1(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 20, y += 32) {
+    const float d = fp16_to_fp32(load_u16(b)), m = fp16_to_fp32(load_u16(b + 2));
+    int q[32];
+    quant::unpack_nibbles32(b + quant::kQ4_1_QS, q);
+    for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(q[j]) + m;
+  }
+}
+
+void dequant_q5_0(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 22, y += 32) {
+    const float d = fp16_to_fp32(load_u16(b));
+    int q[32];
+    quant::unpack_nibbles32(b + quant::kQ5_0_QS, q);
+    quant::add_fifth_bits(b + quant::kQ5_0_QH, q);
+    for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(q[j] - 16);
+  }
+}
+
+void dequant_q5_1(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 24, y += 32) {
+    const float d = fp16_to_fp32(load_u16(b)), m = fp16_to_fp32(load_u16(b + 2));
+    int q[32];
+    quant::unpack_nibbles32(b + quant::kQ5_1_QS, q);
+    quant::add_fifth_bits(b + quant::kQ5_1_QH, q);
+    for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(q[j]) + m;
+  }
+}
+
+void dequant_iq4_nl(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 18, y += 32) {
+    const float d = fp16_to_fp32(load_u16(b));
+    int q[32];
+    quant::unpack_nibbles32(b + quant::kIQ4NL_QS, q);
+    for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(quant::kIQ4Values[q[j]]);
+  }
+}
+
+void dequant_q2_k(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 84, y += kQK) {
+    const float d = fp16_to_fp32(load_u16(b + quant::kQ2K_D)), dmin = fp16_to_fp32(load_u16(b + quant::kQ2K_DMIN));
+    for (int e = 0; e < kQK; ++e) {
+      const uint8_t sc = b[quant::kQ2K_SCALES + e / 16];
+      const float dl = d * static_cast<float>(sc & 0xF), ml = dmin * static_cast<float>(sc >> 4);
+      y[e] = dl * static_cast<float>(quant::q2k_quant(b, e)) - ml;
+    }
+  }
+}
+
+void dequant_q3_k(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 110, y += kQK) {
+    const float d = fp16_to_fp32(load_u16(b + quant::kQ3K_D));
+    for (int e = 0; e < kQK; ++e) {
+      const float dl = d * static_cast<float>(quant::q3k_scale(b, e / 16));
+      y[e] = dl * static_cast<float>(quant::q3k_quant(b, e));
+    }
+  }
+}
+
+void dequant_q5_k(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 176, y += kQK) {
+    const float d = fp16_to_fp32(load_u16(b + quant::kQ5K_D)), dmin = fp16_to_fp32(load_u16(b + quant::kQ5K_DMIN));
+    for (int e = 0; e < kQK; ++e) {
+      uint8_t sc, m;
+      q4k_scale_min(e / 32, b + quant::kQ5K_SCALES, &sc, &m);
+      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+      y[e] = d1 * static_cast<float>(quant::q5k_quant(b, e)) - m1;
+    }
+  }
+}
+
+void dequant_iq4_xs(const uint8_t* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, b += 136, y += kQK) {
+    const float d = fp16_to_fp32(load_u16(b + quant::kIQ4XS_D));
+    for (int e = 0; e < kQK; ++e) {
+      const float dl = d * static_cast<float>(quant::iq4xs_scale(b, e / 32));
+      y[e] = dl * static_cast<float>(quant::iq4xs_value(b, e));
+    }
+  }
+}
 }  // namespace
 
 bool dtype_supported(uint32_t id) {
@@ -83,6 +173,14 @@ bool dtype_supported(uint32_t id) {
     case DType::Q8_0:
     case DType::Q4_K:
     case DType::Q6_K:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q5_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
       return true;
   }
   return false;
@@ -107,6 +205,14 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q8_0: return kQ8_0;
     case DType::Q4_K: return kQ4_K;
     case DType::Q6_K: return kQ6_K;
+    case DType::Q4_1: return kQ4_1;
+    case DType::Q5_0: return kQ5_0;
+    case DType::Q5_1: return kQ5_1;
+    case DType::Q2_K: return kQ2_K;
+    case DType::Q3_K: return kQ3_K;
+    case DType::Q5_K: return kQ5_K;
+    case DType::IQ4_NL: return kIQ4_NL;
+    case DType::IQ4_XS: return kIQ4_XS;
   }
   fail("internal: unsupported dtype " + std::to_string(static_cast<uint32_t>(t)));
 }
@@ -185,6 +291,14 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q8_0: return dequant_q8_0(p, dst, nb);
     case DType::Q4_K: return dequant_q4_k(p, dst, nb);
     case DType::Q6_K: return dequant_q6_k(p, dst, nb);
+    case DType::Q4_1: return dequant_q4_1(p, dst, nb);
+    case DType::Q5_0: return dequant_q5_0(p, dst, nb);
+    case DType::Q5_1: return dequant_q5_1(p, dst, nb);
+    case DType::Q2_K: return dequant_q2_k(p, dst, nb);
+    case DType::Q3_K: return dequant_q3_k(p, dst, nb);
+    case DType::Q5_K: return dequant_q5_k(p, dst, nb);
+    case DType::IQ4_NL: return dequant_iq4_nl(p, dst, nb);
+    case DType::IQ4_XS: return dequant_iq4_xs(p, dst, nb);
   }
   fail("internal: dequantize_row: unsupported dtype");
 }

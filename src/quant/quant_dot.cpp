@@ -18,9 +18,17 @@ using quant::load_u16;
 ActFormat act_format(DType weight) {
   switch (weight) {
     case DType::Q8_0:
-    case DType::Q4_0: return ActFormat::Q8_0;
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::IQ4_NL: return ActFormat::Q8_0;
+    case DType::Q4_1:
+    case DType::Q5_1: return ActFormat::Q8_1;
+    case DType::Q2_K:
+    case DType::Q3_K:
     case DType::Q4_K:
-    case DType::Q6_K: return ActFormat::Q8_K;
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_XS: return ActFormat::Q8_K;
     default: return ActFormat::F32;
   }
 }
@@ -28,6 +36,7 @@ ActFormat act_format(DType weight) {
 size_t act_row_bytes(ActFormat f, int64_t n) {
   switch (f) {
     case ActFormat::Q8_0: return static_cast<size_t>(n / 32) * sizeof(ActBlockQ8_0);
+    case ActFormat::Q8_1: return static_cast<size_t>(n / 32) * sizeof(ActBlockQ8_1);
     case ActFormat::Q8_K: return static_cast<size_t>(n / quant::kQK) * sizeof(ActBlockQ8_K);
     default: return static_cast<size_t>(n) * sizeof(float);
   }
@@ -43,6 +52,22 @@ void quantize_q8_0(const float* x, ActBlockQ8_0* y, int64_t nb) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[b].d = fp32_to_fp16(d);
     for (int j = 0; j < 32; ++j) y[b].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));  // vectorises; lround is a call
+  }
+}
+
+void quantize_q8_1(const float* x, ActBlockQ8_1* y, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b, x += 32) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[b].d = fp16_to_fp32(fp32_to_fp16(d));
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      y[b].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+      sum += y[b].qs[j];
+    }
+    y[b].s = y[b].d * static_cast<float>(sum);
   }
 }
 
@@ -75,6 +100,7 @@ void quantize_q8_k(const float* x, ActBlockQ8_K* y, int64_t nb) {
 void quantize_act_row(ActFormat f, const float* x, void* dst, int64_t n) {
   switch (f) {
     case ActFormat::Q8_0: quantize_q8_0(x, static_cast<ActBlockQ8_0*>(dst), n / 32); return;
+    case ActFormat::Q8_1: quantize_q8_1(x, static_cast<ActBlockQ8_1*>(dst), n / 32); return;
     case ActFormat::Q8_K: quantize_q8_k(x, static_cast<ActBlockQ8_K*>(dst), n / quant::kQK); return;
     default: std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); return;
   }
@@ -84,6 +110,9 @@ void dequantize_act_row(ActFormat f, const void* src, float* dst, int64_t n) {
   if (f == ActFormat::Q8_0) {
     const auto* b = static_cast<const ActBlockQ8_0*>(src);
     for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(b[i / 32].d) * b[i / 32].qs[i % 32];
+  } else if (f == ActFormat::Q8_1) {
+    const auto* b = static_cast<const ActBlockQ8_1*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = b[i / 32].d * b[i / 32].qs[i % 32];
   } else if (f == ActFormat::Q8_K) {
     const auto* b = static_cast<const ActBlockQ8_K*>(src);
     for (int64_t i = 0; i < n; ++i) dst[i] = b[i / quant::kQK].d * b[i / quant::kQK].qs[i % quant::kQK];
@@ -169,6 +198,121 @@ float dot_q6_k(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
   return sum;
 }
 
+// The 32-element types with their quants q and scale d (and min m): d * q (+ m) per element.
+// Q5_0 and IQ4_NL meet Q8_0 activations: d_w d_a sum q a. Q4_1 and Q5_1 meet Q8_1: the min
+// adds m_w s_a, s_a = d_a sum a.
+int unpack_block32(DType t, const uint8_t* w, int q[32]) {  // returns the byte size
+  switch (t) {
+    case DType::Q4_1: quant::unpack_nibbles32(w + quant::kQ4_1_QS, q); return 20;
+    case DType::Q5_0:
+      quant::unpack_nibbles32(w + quant::kQ5_0_QS, q);
+      quant::add_fifth_bits(w + quant::kQ5_0_QH, q);
+      for (int j = 0; j < 32; ++j) q[j] -= 16;
+      return 22;
+    case DType::Q5_1:
+      quant::unpack_nibbles32(w + quant::kQ5_1_QS, q);
+      quant::add_fifth_bits(w + quant::kQ5_1_QH, q);
+      return 24;
+    default:  // IQ4_NL
+      quant::unpack_nibbles32(w + quant::kIQ4NL_QS, q);
+      for (int j = 0; j < 32; ++j) q[j] = quant::kIQ4Values[q[j]];
+      return 18;
+  }
+}
+
+float dot_block32(DType t, int64_t K, const uint8_t* w, const uint8_t* act) {
+  const bool with_min = t == DType::Q4_1 || t == DType::Q5_1;
+  float sum = 0.0f;
+  for (int64_t b = 0; b < K / 32; ++b) {
+    int q[32];
+    const int bytes = unpack_block32(t, w, q);
+    const int8_t* aq;
+    float da;
+    if (with_min) {
+      const auto& a = reinterpret_cast<const ActBlockQ8_1*>(act)[b];
+      aq = a.qs;
+      da = a.d;
+    } else {
+      const auto& a = reinterpret_cast<const ActBlockQ8_0*>(act)[b];
+      aq = a.qs;
+      da = fp16_to_fp32(a.d);
+    }
+    int isum = 0;
+    for (int j = 0; j < 32; ++j) isum += q[j] * aq[j];
+    sum += static_cast<float>(isum) * (fp16_to_fp32(load_u16(w)) * da);
+    if (with_min) sum += fp16_to_fp32(load_u16(w + 2)) * reinterpret_cast<const ActBlockQ8_1*>(act)[b].s;
+    w += bytes;
+  }
+  return sum;
+}
+
+// Q2_K: d * sc_g * q - dmin * m_g per group g of 16; the mins meet the activation sums.
+float dot_q2_k(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < K / quant::kQK; ++b, w += 84) {
+    int32_t isum = 0, msum = 0;
+    for (int g = 0; g < 16; ++g) {
+      const uint8_t sc = w[quant::kQ2K_SCALES + g];
+      int s = 0;
+      for (int l = 0; l < 16; ++l) s += quant::q2k_quant(w, 16 * g + l) * a[b].qs[16 * g + l];
+      isum += (sc & 0xF) * s;
+      msum += (sc >> 4) * a[b].bsums[g];
+    }
+    sum += a[b].d * (fp16_to_fp32(load_u16(w + quant::kQ2K_D)) * static_cast<float>(isum) -
+                     fp16_to_fp32(load_u16(w + quant::kQ2K_DMIN)) * static_cast<float>(msum));
+  }
+  return sum;
+}
+
+// Q3_K: d * sc_g * q per group g of 16, q in -4..3.
+float dot_q3_k(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < K / quant::kQK; ++b, w += 110) {
+    int32_t isum = 0;
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int l = 0; l < 16; ++l) s += quant::q3k_quant(w, 16 * g + l) * a[b].qs[16 * g + l];
+      isum += quant::q3k_scale(w, g) * s;
+    }
+    sum += a[b].d * fp16_to_fp32(load_u16(w + quant::kQ3K_D)) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+// Q5_K: Q4_K with a fifth bit.
+float dot_q5_k(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < K / quant::kQK; ++b, w += 176) {
+    int32_t isum = 0, msum = 0;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      quant::q4k_scale_min(j, w + quant::kQ5K_SCALES, &sc, &m);
+      int s = 0;
+      for (int l = 0; l < 32; ++l) s += quant::q5k_quant(w, 32 * j + l) * a[b].qs[32 * j + l];
+      isum += sc * s;
+      msum += m * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
+    }
+    sum += a[b].d * (fp16_to_fp32(load_u16(w + quant::kQ5K_D)) * static_cast<float>(isum) -
+                     fp16_to_fp32(load_u16(w + quant::kQ5K_DMIN)) * static_cast<float>(msum));
+  }
+  return sum;
+}
+
+// IQ4_XS: d * (ls_j - 32) * value per sub-block j of 32.
+float dot_iq4_xs(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < K / quant::kQK; ++b, w += 136) {
+    int32_t isum = 0;
+    for (int j = 0; j < 8; ++j) {
+      int s = 0;
+      for (int l = 0; l < 32; ++l) s += quant::iq4xs_value(w, 32 * j + l) * a[b].qs[32 * j + l];
+      isum += quant::iq4xs_scale(w, j) * s;
+    }
+    sum += a[b].d * fp16_to_fp32(load_u16(w + quant::kIQ4XS_D)) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
 float vec_dot(DType t, int64_t K, const uint8_t* w, const uint8_t* act) {
   switch (t) {
     case DType::F32:
@@ -178,6 +322,14 @@ float vec_dot(DType t, int64_t K, const uint8_t* w, const uint8_t* act) {
     case DType::Q4_0: return dot_q8_0_q4_0(t, K, w, reinterpret_cast<const ActBlockQ8_0*>(act));
     case DType::Q4_K: return dot_q4_k(K, w, reinterpret_cast<const ActBlockQ8_K*>(act));
     case DType::Q6_K: return dot_q6_k(K, w, reinterpret_cast<const ActBlockQ8_K*>(act));
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::IQ4_NL: return dot_block32(t, K, w, act);
+    case DType::Q2_K: return dot_q2_k(K, w, reinterpret_cast<const ActBlockQ8_K*>(act));
+    case DType::Q3_K: return dot_q3_k(K, w, reinterpret_cast<const ActBlockQ8_K*>(act));
+    case DType::Q5_K: return dot_q5_k(K, w, reinterpret_cast<const ActBlockQ8_K*>(act));
+    case DType::IQ4_XS: return dot_iq4_xs(K, w, reinterpret_cast<const ActBlockQ8_K*>(act));
   }
   fail(std::string("no dot product for weight type ") + dtype_name(t));
 }

@@ -15,6 +15,8 @@
 #include <cstdlib>
 
 #include "quant_blocks.h"
+#include "dot_simd_internal.h"
+#include "simd_util.h"
 #include "slake/quant_dot.h"
 
 namespace slake {
@@ -25,47 +27,7 @@ namespace {
 
 using quant::load_u16;
 
-inline float f16(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
-
-inline float hsum(__m256 v) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
-}
-
-#if defined(__AVX512F__)
-inline float hsum512(__m512 v) {
-  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
-}
-#endif
-
-inline int hsum_i32(__m256i v) {
-  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
-  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(h);
-}
-
-#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
-#define SLAKE_VNNI_BUILD 1
-#else
-#define SLAKE_VNNI_BUILD 0
-#endif
-constexpr bool kVnni = SLAKE_VNNI_BUILD;
-
-// acc + the eight int32 sums of four u8 x s8 products each. Without VNNI the pairs go through
-// int16 (maddubs), which saturates beyond 32767: callers keep |u| * |s| * 2 below that there.
-inline __m256i dot_u8_s8(__m256i acc, __m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(acc, u, s);
-#elif defined(__AVXVNNI__)
-  return _mm256_dpbusd_avx_epi32(acc, u, s);
-#else
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-#endif
-}
+using namespace simd;
 
 // The 32 quants of a Q4_0 block as unsigned bytes (0..15, the stored nibbles), low nibbles first.
 // The 16 bytes go to both halves in one load, and the upper half is shifted by a nibble in
@@ -580,14 +542,19 @@ void tile_rows(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* a
 
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
               int rn, float* out, int64_t out_stride) {
-  if (t == DType::Q4_K || t == DType::Q6_K) {
+  if (t == DType::Q4_K || t == DType::Q6_K || simd::is_kquant_row_type(t)) {  // a row and a token at a time
     for (int j = 0; j < rn; ++j)
       for (int i = 0; i < rm; ++i) {
-        const auto* a = reinterpret_cast<const ActBlockQ8_K*>(act + j * act_stride);
-        out[j * out_stride + i] = t == DType::Q4_K ? dot_q4_k(K, w + i * w_stride, a) : dot_q6_k(K, w + i * w_stride, a);
+        const uint8_t* wr = w + i * w_stride;
+        const uint8_t* ar = act + j * act_stride;
+        const auto* a = reinterpret_cast<const ActBlockQ8_K*>(ar);
+        out[j * out_stride + i] = t == DType::Q4_K   ? dot_q4_k(K, wr, a)
+                                  : t == DType::Q6_K ? dot_q6_k(K, wr, a)
+                                                     : simd::dot_kquant_row(t, K, wr, ar);
       }
     return;
   }
+  if (simd::is_block32_type(t)) return simd::tile_block32(t, K, w, w_stride, rm, act, act_stride, rn, out, out_stride);
 #ifdef SLAKE_Q4_0_ROWS8
   if (t == DType::Q4_0 && rm > kTileRows) {
     const int64_t nb = K / 32;
