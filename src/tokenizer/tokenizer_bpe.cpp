@@ -106,7 +106,8 @@ class BpeEncoder::Regex {
 BpeEncoder::BpeEncoder(const Vocab& vocab, const TokenIndex& index) : vocab_(vocab), index_(index) {
   const PreTokenizer* pre = find_pretokenizer(vocab.pre);
   if (!pre) fail("pre-tokenizer '" + vocab.pre + "' is not supported (" + known_pretokenizer_names() + " are)");
-  regex_ = std::make_unique<Regex>(pre->pattern);
+  for (const char* pattern : pre->patterns)
+    if (pattern) regexes_.push_back(std::make_unique<Regex>(pattern));
   ignore_merges_ = pre->ignore_merges;
 
   if (vocab.merges.size() > static_cast<size_t>(INT32_MAX)) fail("too many merges");
@@ -134,8 +135,13 @@ const BpeEncoder::Merge* BpeEncoder::find_merge(int32_t left, int32_t right) con
   return it == merges_.end() ? nullptr : &it->second;
 }
 
-void BpeEncoder::encode(std::string_view text, std::vector<int32_t>& out) const {
-  regex_->split(text, [&](size_t begin, size_t end) { encode_word(text.substr(begin, end - begin), out); });
+void BpeEncoder::encode(std::string_view text, std::vector<int32_t>& out) const { split_and_encode(0, text, out); }
+
+void BpeEncoder::split_and_encode(size_t level, std::string_view piece, std::vector<int32_t>& out) const {
+  if (level == regexes_.size()) return encode_word(piece, out);
+  regexes_[level]->split(piece, [&](size_t begin, size_t end) {
+    split_and_encode(level + 1, piece.substr(begin, end - begin), out);
+  });
 }
 
 namespace {

@@ -74,11 +74,13 @@ class BpeEncoder {
   class Regex;
 
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  // Splits `piece` with regexes_[level] and each word further with the next ones, then encodes.
+  void split_and_encode(size_t level, std::string_view piece, std::vector<int32_t>& out) const;
   const Merge* find_merge(int32_t left, int32_t right) const;
 
   const Vocab& vocab_;
   const TokenIndex& index_;
-  std::unique_ptr<Regex> regex_;
+  std::vector<std::unique_ptr<Regex>> regexes_;  // the pre-tokenizer's, in order
   bool ignore_merges_ = false;
   std::unordered_map<uint64_t, Merge> merges_;  // key: left id << 32 | right id
   std::array<int32_t, 256> byte_token_;          // the token of each byte's alphabet character, or -1

@@ -71,11 +71,16 @@ bool prepends_space(const json& node) {
 std::string pretokenizer_name(const json& node) {
   const std::string type = string_field(node, "type");
   if (type == "Sequence") {
-    if (node.contains("pretokenizers") && node["pretokenizers"].is_array())
-      for (const json& child : node["pretokenizers"]) {
-        std::string name = pretokenizer_name(child);
-        if (!name.empty()) return name;
-      }
+    if (!node.contains("pretokenizers") || !node["pretokenizers"].is_array()) return "";
+    const json& children = node["pretokenizers"];
+    // SmolLM's: every digit alone, then GPT-2's byte-level regex.
+    if (children.size() == 2 && string_field(children[0], "type") == "Digits" &&
+        bool_field(children[0], "individual_digits", false) && pretokenizer_name(children[1]) == "gpt-2")
+      return "smollm";
+    for (const json& child : children) {
+      std::string name = pretokenizer_name(child);
+      if (!name.empty()) return name;
+    }
     return "";
   }
   if (type == "Split") {
