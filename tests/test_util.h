@@ -53,6 +53,17 @@ inline std::string stories_dir() {
   if (var.empty())                              \
   GTEST_SKIP() << "shared material missing: " << ::slake::test::shared_dir() << "/models/stories260K.{gguf,bin}, tok512.bin"
 
+// The project's real test model (scripts/fetch-models.sh): the path of models/downloads/NAME, or
+// "" when it is missing.
+inline std::string real_model(const std::string& name) {
+  const std::string p = std::string(SLAKE_MODELS_DIR) + "/" + name;
+  return exists(p) ? p : "";
+}
+#define SLAKE_REAL_MODEL_OR_SKIP(var, name)     \
+  const std::string var = ::slake::test::real_model(name); \
+  if (var.empty())                              \
+  GTEST_SKIP() << "model missing: " << SLAKE_MODELS_DIR << "/" << (name) << " (scripts/fetch-models.sh fetches it)"
+
 // The id of the token whose piece is `piece` (a test failure, and the vocabulary size, if none).
 inline int32_t token_id(const std::vector<std::string>& tokens, const std::string& piece) {
   const auto it = std::find(tokens.begin(), tokens.end(), piece);
