@@ -135,13 +135,17 @@ const BpeEncoder::Merge* BpeEncoder::find_merge(int32_t left, int32_t right) con
   return it == merges_.end() ? nullptr : &it->second;
 }
 
-void BpeEncoder::encode(std::string_view text, std::vector<int32_t>& out) const { split_and_encode(0, text, out); }
+void BpeEncoder::encode(std::string_view text, std::vector<int32_t>& out) const {
+  split(text, [&](std::string_view word) { encode_word(word, out); });
+}
 
-void BpeEncoder::split_and_encode(size_t level, std::string_view piece, std::vector<int32_t>& out) const {
-  if (level == regexes_.size()) return encode_word(piece, out);
-  regexes_[level]->split(piece, [&](size_t begin, size_t end) {
-    split_and_encode(level + 1, piece.substr(begin, end - begin), out);
-  });
+void BpeEncoder::split(std::string_view text, const std::function<void(std::string_view)>& word) const {
+  split_from(0, text, word);
+}
+
+void BpeEncoder::split_from(size_t level, std::string_view piece, const std::function<void(std::string_view)>& word) const {
+  if (level == regexes_.size()) return word(piece);
+  regexes_[level]->split(piece, [&](size_t begin, size_t end) { split_from(level + 1, piece.substr(begin, end - begin), word); });
 }
 
 namespace {

@@ -3,6 +3,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <unordered_map>
@@ -65,6 +66,8 @@ class BpeEncoder {
   BpeEncoder(const Vocab& vocab, const TokenIndex& index);  // throws for an unknown pre-tokenizer
   ~BpeEncoder();
   void encode(std::string_view text, std::vector<int32_t>& out) const;
+  // The pre-tokenizer's words of `text`, in order (what encode merges, word by word).
+  void split(std::string_view text, const std::function<void(std::string_view)>& word) const;
 
  private:
   struct Merge {
@@ -74,8 +77,8 @@ class BpeEncoder {
   class Regex;
 
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
-  // Splits `piece` with regexes_[level] and each word further with the next ones, then encodes.
-  void split_and_encode(size_t level, std::string_view piece, std::vector<int32_t>& out) const;
+  // Splits `piece` with regexes_[level] and each word further with the next ones.
+  void split_from(size_t level, std::string_view piece, const std::function<void(std::string_view)>& word) const;
   const Merge* find_merge(int32_t left, int32_t right) const;
 
   const Vocab& vocab_;
