@@ -121,8 +121,10 @@ TEST(ChatTemplate, Names) {
   EXPECT_EQ(chat_format_from_name("llama3"), ChatFormat::Llama3);
   EXPECT_EQ(chat_format_from_name("mistral"), ChatFormat::Mistral);
   EXPECT_EQ(chat_format_from_name("mistral-v3"), ChatFormat::Mistral);
-  EXPECT_EQ(test::error_of([] { chat_format_from_name("chatml"); }),
-            "unknown chat template 'chatml' (known: llama2, llama3, mistral)");
+  EXPECT_EQ(chat_format_from_name("chatml"), ChatFormat::ChatML);
+  EXPECT_EQ(test::error_of([] { chat_format_from_name("gemma"); }),
+            "unknown chat template 'gemma' (known: llama2, llama3, mistral-v3, mistral-v1, mistral-v3-tekken, mistral-v7, "
+            "chatml, zephyr, vicuna, deepseek, falcon3, alpaca)");
 }
 
 TEST(ChatTemplate, DetectsTheOfficialTemplates) {
@@ -137,21 +139,40 @@ TEST(ChatTemplate, DetectsTheOfficialTemplates) {
   EXPECT_EQ(f, ChatFormat::Llama2);
 }
 
+TEST(ChatTemplate, DetectsTheOtherBuiltInFormatsAsLlamaCppDoes) {
+  const std::pair<const char*, ChatFormat> cases[] = {
+      // ChatML
+      {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+       "'\\n'}}{% endfor %}",
+       ChatFormat::ChatML},
+      // Mistral v1 (a space before [INST]) and Tekken ("[INST]" right before the content)
+      {"{{- bos_token }}{%- if tools %}[AVAILABLE_TOOLS]{% endif %}{{- ' [INST] ' + message['content'] + ' [/INST]' }}",
+       ChatFormat::MistralV1},
+      {"{{- bos_token }}[AVAILABLE_TOOLS]{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}", ChatFormat::MistralV3Tekken},
+      {"{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}{{- '[INST]' + message['content'] + '[/INST]' }}",
+       ChatFormat::MistralV7},
+      {"{{ '<|user|>\\n' + message['content'] + '<|endoftext|>' }}", ChatFormat::Zephyr},
+      {"{{ '<|user|>\\n' + content + '\\n<|assistant|>\\n' + content + '</s>' }}", ChatFormat::Falcon3},
+      {"{{ 'USER: ' + content + '\\nASSISTANT: ' }}", ChatFormat::Vicuna},
+      {"{{ '### Instruction:\\n' + content + '\\n### Response:\\n' + content + '\\n<|EOT|>\\n' }}", ChatFormat::DeepSeek},
+      {"{{ '### Instruction:\\n' + content + '\\n\\n### Response:\\n' }}", ChatFormat::Alpaca},
+  };
+  for (const auto& [t, want] : cases) {
+    ChatFormat f = ChatFormat::Llama3;
+    EXPECT_TRUE(detect_chat_format(t, f)) << t;
+    EXPECT_EQ(f, want) << t;
+  }
+}
+
 TEST(ChatTemplate, LeavesOtherTemplatesUnrecognised) {
   ChatFormat f = ChatFormat::Llama3;
   const char* const others[] = {
       "",
-      // ChatML
-      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
-      "'\\n'}}{% endfor %}",
-      // Mistral v1 (a space before [INST]) and Tekken ("[INST]" right before the content)
-      "{{- bos_token }}{%- if tools %}[AVAILABLE_TOOLS]{% endif %}{{- ' [INST] ' + message['content'] + ' [/INST]' }}",
-      "{{- bos_token }}[AVAILABLE_TOOLS]{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}",
-      // Mistral v7
-      "{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}{{- '[INST]' + message['content'] + '[/INST]' }}",
       // Mistral v0.1/v0.2 (Llama 2 without a system block)
       "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] "
       "+ ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% endif %}{% endfor %}",
+      // Gemma
+      "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}",
   };
   for (const char* t : others) {
     EXPECT_FALSE(detect_chat_format(t, f)) << t;
