@@ -180,6 +180,49 @@ TEST(ChatTemplate, LeavesOtherTemplatesUnrecognised) {
   }
 }
 
+TEST(ChatTemplate, BuiltInsRenderAsTheirJinjaTemplates) {
+  // The official templates, rendered by the Jinja engine, against the built-in formats.
+  const char* const kChatMLJinja =
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+      "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  const std::pair<ChatFormat, const char*> cases[] = {
+      {ChatFormat::ChatML, kChatMLJinja}, {ChatFormat::Llama2, kLlama2Jinja}, {ChatFormat::Llama3, kLlama3Jinja}};
+  for (const auto& [f, src] : cases) {
+    const ChatTemplate j = ChatTemplate::jinja(src, "official");
+    for (bool agp : {false, true}) {
+      std::vector<ChatMessage> history = conversation();
+      EXPECT_EQ(j.render(history, agp, kSpm), render_chat(f, history, agp, kSpm)) << chat_format_name(f);
+      history.erase(history.begin());
+      EXPECT_EQ(j.render(history, agp, kSpm), render_chat(f, history, agp, kSpm)) << chat_format_name(f);
+    }
+  }
+}
+
+TEST(ChatTemplate, LlamaCppFormats) {
+  // The strings llama.cpp's llm_chat_apply_template builds for these formats.
+  const std::vector<ChatMessage> c{{"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}};
+  auto r = [&](ChatFormat f) { return render_chat(f, c, true, kSpm); };
+  EXPECT_EQ(r(ChatFormat::ChatML),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
+            "<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(r(ChatFormat::Zephyr), "<|system|>\nS<|endoftext|>\n<|user|>\nU1<|endoftext|>\n<|assistant|>\nA1<|endoftext|>\n"
+                                   "<|user|>\nU2<|endoftext|>\n<|assistant|>\n");
+  EXPECT_EQ(r(ChatFormat::Falcon3), "<|system|>\nS\n<|user|>\nU1\n<|assistant|>\nA1\n<|user|>\nU2\n<|assistant|>\n");
+  EXPECT_EQ(r(ChatFormat::Vicuna), "S\n\nUSER: U1\nASSISTANT: A1</s>\nUSER: U2\nASSISTANT:");
+  EXPECT_EQ(r(ChatFormat::DeepSeek), "S### Instruction:\nU1\n### Response:\nA1\n<|EOT|>\n### Instruction:\nU2\n### Response:\n");
+  EXPECT_EQ(r(ChatFormat::Alpaca), "S\n\n### Instruction:\nU1\n\n### Response:\nA1\n\n### Instruction:\nU2\n\n### Response:\n");
+  EXPECT_EQ(r(ChatFormat::MistralV1), " [INST] S\n\nU1 [/INST] A1</s> [INST] U2 [/INST]");
+  EXPECT_EQ(r(ChatFormat::MistralV3Tekken), "[INST]S\n\nU1[/INST]A1</s>[INST]U2[/INST]");
+  EXPECT_EQ(r(ChatFormat::MistralV7), "[SYSTEM_PROMPT] S[/SYSTEM_PROMPT][INST] U1[/INST] A1</s>[INST] U2[/INST]");
+  for (ChatFormat f : {ChatFormat::ChatML, ChatFormat::Zephyr, ChatFormat::Falcon3, ChatFormat::Vicuna,
+                       ChatFormat::DeepSeek, ChatFormat::Alpaca, ChatFormat::MistralV1, ChatFormat::MistralV3Tekken,
+                       ChatFormat::MistralV7}) {
+    EXPECT_EQ(chat_format_from_name(chat_format_name(f)), f);
+    const std::string before = render_chat(f, {c[0], c[1], c[2]}, false, kSpm);
+    EXPECT_EQ(r(f).compare(0, before.size(), before), 0) << chat_format_name(f) << ": each turn extends the last";
+  }
+}
+
 TEST(ChatTemplate, HuggingFaceTokenizerConfigGivesTheTemplate) {
   test::TempDir dir;
   std::ofstream(dir.file("tokenizer.json")) << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})";
