@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang + ASan/UBSan into build-fuzz/ and runs each for
-# SECONDS (default 300), seeded with the committed GGUF and safetensors fixtures.
-# Usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors ...]
+# SECONDS (default 300), seeded with the committed GGUF and safetensors fixtures and, for jinja,
+# the Jinja snippets of the chat-template fixture and ../shared/chat-templates when present.
+# Usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors|jinja ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-300}
 shift || true
 targets=("${@:-gguf safetensors}")
-[ $# -eq 0 ] && targets=(gguf safetensors)
+[ $# -eq 0 ] && targets=(gguf safetensors jinja)
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLAKE_FUZZ=ON \
   -DSLAKE_CUDA=OFF -DSLAKE_BUILD_TESTS=OFF -DSLAKE_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-fuzz -j "$(nproc)"
@@ -17,6 +18,10 @@ for t in "${targets[@]}"; do
   case $t in
     gguf) find tests/fixtures -name '*.gguf' -size -600k -exec cp {} "$corpus/" \; ;;
     safetensors) find tests/fixtures -name '*.safetensors' -size -600k -exec cp {} "$corpus/" \; ;;
+    jinja)
+      python3 -c "import json, sys; [open(f'{sys.argv[1]}/s{i}.jinja', 'w').write(c['template']) for i, c in
+                  enumerate(json.load(open('tests/fixtures/chat_templates/expected.json'))['snippets'])]" "$corpus"
+      if [ -d ../shared/chat-templates ]; then cp ../shared/chat-templates/*.jinja "$corpus/"; fi ;;
   esac
   echo "fuzz-$t: ${seconds}s" >&2
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \

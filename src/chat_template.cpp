@@ -1,7 +1,11 @@
-// The three chat formats of chat_template.h, each a transcription of its official Jinja template.
+// The built-in chat formats of chat_template.h (the first three transcribe their official Jinja
+// templates, the others follow llama.cpp's llm_chat_apply_template), and ChatTemplate.
 #include "slake/chat_template.h"
 
+#include <nlohmann/json.hpp>
+
 #include "slake/error.h"
+#include "slake/jinja.h"
 
 namespace slake {
 
@@ -88,43 +92,141 @@ std::string render_mistral(const std::vector<ChatMessage>& messages, const ChatS
   return out;
 }
 
+
+// llama.cpp's v1, v3-Tekken: "[INST]" opens each user turn (v1 with a space before it and before
+// "[/INST]", Tekken with none after it); the system message opens the first turn.
+std::string render_mistral_family(ChatFormat f, const std::vector<ChatMessage>& messages) {
+  const std::string lead = f == ChatFormat::MistralV1 ? " " : "";
+  const std::string trail = f == ChatFormat::MistralV3Tekken ? "" : " ";
+  std::string out;
+  bool inside_turn = false;
+  for (const ChatMessage& m : messages) {
+    if (!inside_turn) out += lead + "[INST]" + trail, inside_turn = true;
+    if (m.role == "system") out += m.content + "\n\n";
+    else if (m.role == "user") out += m.content + lead + "[/INST]";
+    else out += trail + m.content + "</s>", inside_turn = false;
+  }
+  return out;
+}
+
+std::string render_simple(ChatFormat f, const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    const std::string& r = m.role;
+    const std::string& c = m.content;
+    switch (f) {
+      case ChatFormat::MistralV7:
+        if (r == "system") out += "[SYSTEM_PROMPT] " + c + "[/SYSTEM_PROMPT]";
+        else if (r == "user") out += "[INST] " + c + "[/INST]";
+        else out += " " + c + "</s>";
+        break;
+      case ChatFormat::ChatML: out += "<|im_start|>" + r + "\n" + c + "<|im_end|>\n"; break;
+      case ChatFormat::Zephyr: out += "<|" + r + "|>\n" + c + "<|endoftext|>\n"; break;
+      case ChatFormat::Falcon3: out += "<|" + r + "|>\n" + c + "\n"; break;
+      case ChatFormat::Vicuna:
+        if (r == "system") out += c + "\n\n";
+        else if (r == "user") out += "USER: " + c + "\n";
+        else if (r == "assistant") out += "ASSISTANT: " + c + "</s>\n";
+        break;
+      case ChatFormat::DeepSeek:
+        if (r == "system") out += c;
+        else if (r == "user") out += "### Instruction:\n" + c + "\n";
+        else if (r == "assistant") out += "### Response:\n" + c + "\n<|EOT|>\n";
+        break;
+      case ChatFormat::Alpaca:
+        if (r == "system") out += c + "\n\n";
+        else if (r == "user") out += "### Instruction:\n" + c + "\n\n";
+        else if (r == "assistant") out += "### Response:\n" + c + "\n\n";
+        break;
+      default: fail("not a simple chat format");
+    }
+  }
+  if (add_generation_prompt) {
+    switch (f) {
+      case ChatFormat::ChatML: out += "<|im_start|>assistant\n"; break;
+      case ChatFormat::Zephyr:
+      case ChatFormat::Falcon3: out += "<|assistant|>\n"; break;
+      case ChatFormat::Vicuna: out += "ASSISTANT:"; break;
+      case ChatFormat::DeepSeek:
+      case ChatFormat::Alpaca: out += "### Response:\n"; break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+const ChatFormat kAllFormats[] = {ChatFormat::Llama2,    ChatFormat::Llama3,          ChatFormat::Mistral,
+                                  ChatFormat::MistralV1, ChatFormat::MistralV3Tekken, ChatFormat::MistralV7,
+                                  ChatFormat::ChatML,    ChatFormat::Zephyr,          ChatFormat::Vicuna,
+                                  ChatFormat::DeepSeek,  ChatFormat::Falcon3,         ChatFormat::Alpaca};
+
 }  // namespace
 
 const char* chat_format_name(ChatFormat f) {
   switch (f) {
     case ChatFormat::Llama2: return "llama2";
     case ChatFormat::Llama3: return "llama3";
-    case ChatFormat::Mistral: return "mistral";
+    case ChatFormat::Mistral: return "mistral-v3";
+    case ChatFormat::MistralV1: return "mistral-v1";
+    case ChatFormat::MistralV3Tekken: return "mistral-v3-tekken";
+    case ChatFormat::MistralV7: return "mistral-v7";
+    case ChatFormat::ChatML: return "chatml";
+    case ChatFormat::Zephyr: return "zephyr";
+    case ChatFormat::Vicuna: return "vicuna";
+    case ChatFormat::DeepSeek: return "deepseek";
+    case ChatFormat::Falcon3: return "falcon3";
+    case ChatFormat::Alpaca: return "alpaca";
   }
   return "?";
 }
 
-std::string chat_format_names() { return "llama2, llama3, mistral"; }
+std::string chat_format_names() {
+  std::string out;
+  for (ChatFormat f : kAllFormats) out += (out.empty() ? "" : ", ") + std::string(chat_format_name(f));
+  return out;
+}
 
 ChatFormat chat_format_from_name(const std::string& name) {
-  for (ChatFormat f : {ChatFormat::Llama2, ChatFormat::Llama3, ChatFormat::Mistral})
+  for (ChatFormat f : kAllFormats)
     if (name == chat_format_name(f)) return f;
-  if (name == "mistral-v3") return ChatFormat::Mistral;
+  if (name == "mistral") return ChatFormat::Mistral;
   fail("unknown chat template '" + name + "' (known: " + chat_format_names() + ")");
 }
 
+// The order of llama.cpp's llm_chat_detect_template, for the formats slake has.
 bool detect_chat_format(const std::string& t, ChatFormat& out) {
-  for (ChatFormat f : {ChatFormat::Llama2, ChatFormat::Llama3, ChatFormat::Mistral})
+  for (ChatFormat f : kAllFormats)
     if (t == chat_format_name(f)) return out = f, true;
-  if (t == "mistral-v3") return out = ChatFormat::Mistral, true;
-  if (contains(t, "<|im_start|>")) return false;  // ChatML, even when it mentions [INST]
+  if (t == "mistral") return out = ChatFormat::Mistral, true;
+  if (contains(t, "<|im_start|>")) {
+    if (contains(t, "<|im_sep|>")) return false;  // Phi 4
+    return out = ChatFormat::ChatML, true;
+  }
   if (t.rfind("mistral", 0) == 0 || contains(t, "[INST]")) {
-    if (contains(t, "[SYSTEM_PROMPT]")) return false;  // Mistral v7
+    if (contains(t, "[SYSTEM_PROMPT]")) return out = ChatFormat::MistralV7, true;
     if (contains(t, "[AVAILABLE_TOOLS]") || contains(t, "' [INST] ' + system_message")) {
-      // Mistral's official v1 (" [INST]"), v3 and v3-Tekken ("[INST]" with no space after it).
-      if (contains(t, " [INST]") || contains(t, "\"[INST]\"")) return false;
+      if (contains(t, " [INST]")) return out = ChatFormat::MistralV1, true;
+      if (contains(t, "\"[INST]\"")) return out = ChatFormat::MistralV3Tekken, true;
       return out = ChatFormat::Mistral, true;
     }
     // Llama 2 and the templates derived from it; only those with a system block are Llama 2's own.
     if (contains(t, "<<SYS>>")) return out = ChatFormat::Llama2, true;
     return false;
   }
+  if (contains(t, "<|assistant|>") && contains(t, "<|end|>")) return false;  // Phi 3
+  if (contains(t, "<|assistant|>") && contains(t, "<|user|>")) {
+    if (contains(t, "</s>")) return out = ChatFormat::Falcon3, true;
+    return false;  // GLM-Edge
+  }
+  if (contains(t, "<|user|>") && contains(t, "<|endoftext|>")) return out = ChatFormat::Zephyr, true;
+  if (contains(t, "USER: ") && contains(t, "ASSISTANT: ")) {
+    if (contains(t, "SYSTEM: ")) return false;  // Vicuna-Orca
+    return out = ChatFormat::Vicuna, true;
+  }
+  if (contains(t, "### Instruction:") && contains(t, "<|EOT|>")) return out = ChatFormat::DeepSeek, true;
+  if (contains(t, "<|START_OF_TURN_TOKEN|>") && contains(t, "<|USER_TOKEN|>")) return false;  // Command R
   if (contains(t, "<|start_header_id|>") && contains(t, "<|end_header_id|>")) return out = ChatFormat::Llama3, true;
+  if (contains(t, "### Instruction:") && contains(t, "### Response:")) return out = ChatFormat::Alpaca, true;
   return false;
 }
 
@@ -134,8 +236,49 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
     case ChatFormat::Llama2: return render_llama2(messages, special);
     case ChatFormat::Llama3: return render_llama3(messages, add_generation_prompt, special);
     case ChatFormat::Mistral: return render_mistral(messages, special);
+    case ChatFormat::MistralV1:
+    case ChatFormat::MistralV3Tekken: return render_mistral_family(format, messages);
+    default: return render_simple(format, messages, add_generation_prompt);
   }
-  fail("unknown chat format");
+}
+
+struct ChatTemplate::Jinja {
+  jinja::Template t;
+};
+
+ChatTemplate ChatTemplate::builtin(ChatFormat format) {
+  ChatTemplate c;
+  c.format_ = format;
+  return c;
+}
+
+ChatTemplate ChatTemplate::jinja(const std::string& source, const std::string& name) {
+  ChatTemplate c;
+  c.jinja_ = std::make_unique<Jinja>(Jinja{jinja::Template(source, name)});
+  return c;
+}
+
+ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
+ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
+ChatTemplate::~ChatTemplate() = default;
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                 const ChatSpecialTokens& special) const {
+  if (!jinja_) return render_chat(format_, messages, add_generation_prompt, special);
+  // What transformers' apply_chat_template passes (tools and documents as None when not given).
+  nlohmann::ordered_json ctx;
+  ctx["messages"] = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) ctx["messages"].push_back({{"role", m.role}, {"content", m.content}});
+  ctx["tools"] = nullptr;
+  ctx["documents"] = nullptr;
+  ctx["add_generation_prompt"] = add_generation_prompt;
+  ctx["bos_token"] = special.bos;
+  ctx["eos_token"] = special.eos;
+  return jinja_->t.render(ctx.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+}
+
+std::string ChatTemplate::describe() const {
+  return jinja_ ? jinja_->t.name() + " (Jinja)" : std::string(chat_format_name(format_)) + " (built-in)";
 }
 
 }  // namespace slake

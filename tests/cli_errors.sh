@@ -46,8 +46,17 @@ expect_error "error: sampling: top-k must be >= 0" "$bin/slake-cli" -m "$model_o
 expect_error "error: sampling: min-p must be in \[0, 1\]" "$bin/slake-cli" -m "$model_ok" --min-p 2
 expect_error "error: sampling: repeat penalty must be a positive number" "$bin/slake-cli" -m "$model_ok" --repeat-penalty 0
 expect_error "error: sampling: repeat-last-n must be >= -1" "$bin/slake-cli" -m "$model_ok" --repeat-last-n -2
-expect_error "error: unknown chat template 'bogus' (known: llama2, llama3, mistral)" "$bin/slake-cli" -m "$model_ok" --chat-template bogus
+expect_error "error: unknown chat template 'bogus' (known: llama2, llama3, mistral-v3, mistral-v1, mistral-v3-tekken, mistral-v7, chatml, zephyr, vicuna, deepseek, falcon3, alpaca)" "$bin/slake-cli" -m "$model_ok" --chat-template bogus
 expect_error "error: the model has no chat template; choose one with --chat-template" "$bin/slake-cli" -m "$model_ok" -cnv </dev/null
+expect_error "error: give --chat-template NAME or --chat-template-file FILE, not both" "$bin/slake-cli" -m "$model_ok" \
+  --chat-template chatml --chat-template-file "$tmp/none.jinja"
+expect_error "error: --jinja renders a Jinja template" "$bin/slake-cli" -m "$model_ok" --jinja --chat-template chatml
+printf 'line one\n{%% for m in messages %%}\n{{ m.content | nosuchfilter }}\n{%% endfor %%}' >"$tmp/bad_filter.jinja"
+expect_error "error: .*bad_filter.jinja line 3: no filter named 'nosuchfilter'" "$bin/slake-cli" -m "$model_ok" \
+  --chat-template-file "$tmp/bad_filter.jinja" -p hi
+printf '{%% if messages %%}\n{{ 1 +  }}' >"$tmp/bad_syntax.jinja"
+expect_error "error: .*bad_syntax.jinja line 2: unexpected" "$bin/slake-cli" -m "$model_ok" \
+  --chat-template-file "$tmp/bad_syntax.jinja" -p hi
 expect_error "error: the prompt is not valid UTF-8 (byte 1 of 3)" "$bin/slake-cli" -m "$model_ok" -p "$(printf 'a\377b')"
 printf 'caf\303' >"$tmp/cut.txt"
 expect_error "error: the prompt is not valid UTF-8 (byte 3 of 4)" "$bin/slake-cli" -m "$model_ok" -f "$tmp/cut.txt"

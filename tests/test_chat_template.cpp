@@ -121,8 +121,10 @@ TEST(ChatTemplate, Names) {
   EXPECT_EQ(chat_format_from_name("llama3"), ChatFormat::Llama3);
   EXPECT_EQ(chat_format_from_name("mistral"), ChatFormat::Mistral);
   EXPECT_EQ(chat_format_from_name("mistral-v3"), ChatFormat::Mistral);
-  EXPECT_EQ(test::error_of([] { chat_format_from_name("chatml"); }),
-            "unknown chat template 'chatml' (known: llama2, llama3, mistral)");
+  EXPECT_EQ(chat_format_from_name("chatml"), ChatFormat::ChatML);
+  EXPECT_EQ(test::error_of([] { chat_format_from_name("gemma"); }),
+            "unknown chat template 'gemma' (known: llama2, llama3, mistral-v3, mistral-v1, mistral-v3-tekken, mistral-v7, "
+            "chatml, zephyr, vicuna, deepseek, falcon3, alpaca)");
 }
 
 TEST(ChatTemplate, DetectsTheOfficialTemplates) {
@@ -137,25 +139,87 @@ TEST(ChatTemplate, DetectsTheOfficialTemplates) {
   EXPECT_EQ(f, ChatFormat::Llama2);
 }
 
+TEST(ChatTemplate, DetectsTheOtherBuiltInFormatsAsLlamaCppDoes) {
+  const std::pair<const char*, ChatFormat> cases[] = {
+      // ChatML
+      {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+       "'\\n'}}{% endfor %}",
+       ChatFormat::ChatML},
+      // Mistral v1 (a space before [INST]) and Tekken ("[INST]" right before the content)
+      {"{{- bos_token }}{%- if tools %}[AVAILABLE_TOOLS]{% endif %}{{- ' [INST] ' + message['content'] + ' [/INST]' }}",
+       ChatFormat::MistralV1},
+      {"{{- bos_token }}[AVAILABLE_TOOLS]{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}", ChatFormat::MistralV3Tekken},
+      {"{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}{{- '[INST]' + message['content'] + '[/INST]' }}",
+       ChatFormat::MistralV7},
+      {"{{ '<|user|>\\n' + message['content'] + '<|endoftext|>' }}", ChatFormat::Zephyr},
+      {"{{ '<|user|>\\n' + content + '\\n<|assistant|>\\n' + content + '</s>' }}", ChatFormat::Falcon3},
+      {"{{ 'USER: ' + content + '\\nASSISTANT: ' }}", ChatFormat::Vicuna},
+      {"{{ '### Instruction:\\n' + content + '\\n### Response:\\n' + content + '\\n<|EOT|>\\n' }}", ChatFormat::DeepSeek},
+      {"{{ '### Instruction:\\n' + content + '\\n\\n### Response:\\n' }}", ChatFormat::Alpaca},
+  };
+  for (const auto& [t, want] : cases) {
+    ChatFormat f = ChatFormat::Llama3;
+    EXPECT_TRUE(detect_chat_format(t, f)) << t;
+    EXPECT_EQ(f, want) << t;
+  }
+}
+
 TEST(ChatTemplate, LeavesOtherTemplatesUnrecognised) {
   ChatFormat f = ChatFormat::Llama3;
   const char* const others[] = {
       "",
-      // ChatML
-      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
-      "'\\n'}}{% endfor %}",
-      // Mistral v1 (a space before [INST]) and Tekken ("[INST]" right before the content)
-      "{{- bos_token }}{%- if tools %}[AVAILABLE_TOOLS]{% endif %}{{- ' [INST] ' + message['content'] + ' [/INST]' }}",
-      "{{- bos_token }}[AVAILABLE_TOOLS]{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}",
-      // Mistral v7
-      "{{- '[SYSTEM_PROMPT]' + system_message + '[/SYSTEM_PROMPT]' }}{{- '[INST]' + message['content'] + '[/INST]' }}",
       // Mistral v0.1/v0.2 (Llama 2 without a system block)
       "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] "
       "+ ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% endif %}{% endfor %}",
+      // Gemma
+      "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}",
   };
   for (const char* t : others) {
     EXPECT_FALSE(detect_chat_format(t, f)) << t;
     EXPECT_EQ(f, ChatFormat::Llama3) << "left as it was";
+  }
+}
+
+TEST(ChatTemplate, BuiltInsRenderAsTheirJinjaTemplates) {
+  // The official templates, rendered by the Jinja engine, against the built-in formats.
+  const char* const kChatMLJinja =
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+      "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  const std::pair<ChatFormat, const char*> cases[] = {
+      {ChatFormat::ChatML, kChatMLJinja}, {ChatFormat::Llama2, kLlama2Jinja}, {ChatFormat::Llama3, kLlama3Jinja}};
+  for (const auto& [f, src] : cases) {
+    const ChatTemplate j = ChatTemplate::jinja(src, "official");
+    for (bool agp : {false, true}) {
+      std::vector<ChatMessage> history = conversation();
+      EXPECT_EQ(j.render(history, agp, kSpm), render_chat(f, history, agp, kSpm)) << chat_format_name(f);
+      history.erase(history.begin());
+      EXPECT_EQ(j.render(history, agp, kSpm), render_chat(f, history, agp, kSpm)) << chat_format_name(f);
+    }
+  }
+}
+
+TEST(ChatTemplate, LlamaCppFormats) {
+  // The strings llama.cpp's llm_chat_apply_template builds for these formats.
+  const std::vector<ChatMessage> c{{"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}};
+  auto r = [&](ChatFormat f) { return render_chat(f, c, true, kSpm); };
+  EXPECT_EQ(r(ChatFormat::ChatML),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
+            "<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(r(ChatFormat::Zephyr), "<|system|>\nS<|endoftext|>\n<|user|>\nU1<|endoftext|>\n<|assistant|>\nA1<|endoftext|>\n"
+                                   "<|user|>\nU2<|endoftext|>\n<|assistant|>\n");
+  EXPECT_EQ(r(ChatFormat::Falcon3), "<|system|>\nS\n<|user|>\nU1\n<|assistant|>\nA1\n<|user|>\nU2\n<|assistant|>\n");
+  EXPECT_EQ(r(ChatFormat::Vicuna), "S\n\nUSER: U1\nASSISTANT: A1</s>\nUSER: U2\nASSISTANT:");
+  EXPECT_EQ(r(ChatFormat::DeepSeek), "S### Instruction:\nU1\n### Response:\nA1\n<|EOT|>\n### Instruction:\nU2\n### Response:\n");
+  EXPECT_EQ(r(ChatFormat::Alpaca), "S\n\n### Instruction:\nU1\n\n### Response:\nA1\n\n### Instruction:\nU2\n\n### Response:\n");
+  EXPECT_EQ(r(ChatFormat::MistralV1), " [INST] S\n\nU1 [/INST] A1</s> [INST] U2 [/INST]");
+  EXPECT_EQ(r(ChatFormat::MistralV3Tekken), "[INST]S\n\nU1[/INST]A1</s>[INST]U2[/INST]");
+  EXPECT_EQ(r(ChatFormat::MistralV7), "[SYSTEM_PROMPT] S[/SYSTEM_PROMPT][INST] U1[/INST] A1</s>[INST] U2[/INST]");
+  for (ChatFormat f : {ChatFormat::ChatML, ChatFormat::Zephyr, ChatFormat::Falcon3, ChatFormat::Vicuna,
+                       ChatFormat::DeepSeek, ChatFormat::Alpaca, ChatFormat::MistralV1, ChatFormat::MistralV3Tekken,
+                       ChatFormat::MistralV7}) {
+    EXPECT_EQ(chat_format_from_name(chat_format_name(f)), f);
+    const std::string before = render_chat(f, {c[0], c[1], c[2]}, false, kSpm);
+    EXPECT_EQ(r(f).compare(0, before.size(), before), 0) << chat_format_name(f) << ": each turn extends the last";
   }
 }
 

@@ -1,37 +1,47 @@
 // Chat templates: a conversation (system, user and assistant messages) as the one prompt string
-// that an instruction-tuned model was trained on. Three formats, written out in C++ from the
-// official Jinja templates of the models' tokenizer_config.json (no Jinja engine):
+// that an instruction-tuned model was trained on. Either the model's own Jinja template, rendered
+// by slake/jinja.h as transformers renders it (ChatTemplate::jinja), or one of the built-in
+// formats below, written out in C++ (llama.cpp's set, chosen by name or recognised from the
+// model's template text). The first three, from the official templates:
 //   llama2   Llama 2 chat:   <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>
 //   llama3   Llama 3:        <|begin_of_text|><|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
 //   mistral  Mistral v0.3:   <s>[INST] {system}\n\n{user}[/INST] {assistant}</s>
 // The caller tokenizes the result with special-token parsing on, so "[INST]"-style text that is a
 // control token ("<|eot_id|>", "<s>") becomes that token.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace slake {
 
-enum class ChatFormat { Llama2, Llama3, Mistral };
+// The others follow llama.cpp's llm_chat_apply_template: mistral-v1 (" [INST] ... [/INST]"),
+// mistral-v3-tekken, mistral-v7 ([SYSTEM_PROMPT]), chatml (<|im_start|>role\n...<|im_end|>\n),
+// zephyr (<|role|>\n...<|endoftext|>\n), vicuna (USER: / ASSISTANT:), deepseek (### Instruction: /
+// ### Response:, deepseek-coder), falcon3 (<|role|>\n...\n) and alpaca (### Instruction: /
+// ### Response: with blank lines, Stanford Alpaca's).
+enum class ChatFormat {
+  Llama2, Llama3, Mistral /* v3 */, MistralV1, MistralV3Tekken, MistralV7, ChatML, Zephyr, Vicuna, DeepSeek, Falcon3, Alpaca
+};
 
 struct ChatMessage {
   std::string role;  // "system", "user" or "assistant" (Llama 3 renders any role name as given)
   std::string content;
 };
 
-// "llama2", "llama3", "mistral".
+// "llama2", "llama3", "mistral-v3", "mistral-v1", ..., as llama.cpp names them.
 const char* chat_format_name(ChatFormat f);
-// The names above joined as "llama2, llama3, mistral", for messages.
+// The names above joined with ", ", for messages.
 std::string chat_format_names();
 
-// The format called `name` (one of the names above; "mistral-v3" is also accepted, llama.cpp's
-// name for it). Throws slake::Error("unknown chat template '<name>' (known: llama2, llama3, mistral)").
+// The format called `name` (one of the names above; "mistral" is accepted for mistral-v3).
+// Throws slake::Error("unknown chat template '<name>' (known: llama2, llama3, ...)").
 ChatFormat chat_format_from_name(const std::string& name);
 
 // Recognises a model's own template (GGUF tokenizer.chat_template, or chat_template in a Hugging
 // Face tokenizer_config.json) by substrings that only that family's official template has, as
 // llama.cpp's llm_chat_detect_template does; a bare name as above is accepted too. Returns false
-// for an empty or unrecognised template (ChatML, Mistral v1/v7/Tekken, ...), leaving `out` as is.
+// for an empty or unrecognised template, leaving `out` as is.
 bool detect_chat_format(const std::string& jinja, ChatFormat& out);
 
 // The token texts that the templates insert (the vocabulary's BOS and EOS pieces; "" when the
@@ -58,5 +68,31 @@ struct ChatSpecialTokens {
 // between turns instead of re-reading everything.
 std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                         const ChatSpecialTokens& special);
+
+// A chat template to render with: a built-in format, or a Jinja template (a model's own, or one
+// from a file) rendered with the variables transformers passes: messages, add_generation_prompt,
+// bos_token, eos_token, tools (none).
+class ChatTemplate {
+ public:
+  static ChatTemplate builtin(ChatFormat format);
+  // Parses `source`; throws slake::Error naming `name` and the line on a syntax error.
+  static ChatTemplate jinja(const std::string& source, const std::string& name);
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
+  ~ChatTemplate();
+
+  // Throws slake::Error when the template raises (raise_exception) or fails.
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                     const ChatSpecialTokens& special) const;
+  bool is_jinja() const { return jinja_ != nullptr; }
+  // "chatml (built-in)", or "<name> (Jinja)".
+  std::string describe() const;
+
+ private:
+  ChatTemplate() = default;
+  ChatFormat format_ = ChatFormat::ChatML;
+  struct Jinja;
+  std::unique_ptr<Jinja> jinja_;
+};
 
 }  // namespace slake

@@ -65,7 +65,7 @@ BatchPrompt BatchRunner::build_prompt(const BatchRequest& r) {
     full.clear();
   }
   if (r.chat) {
-    ChatSession session(choose_chat_format(o_.chat_template, v), tokenizer_, o_.system_prompt);
+    ChatSession session(choose_chat_template(o_, v), tokenizer_, o_.system_prompt);
     p.tokens = session.user_turn(p.text);
     p.text = session.last_turn_text();
   } else {

@@ -8,17 +8,20 @@
 
 #include "slake/chat_template.h"
 #include "slake/tokenizer.h"
+#include "cli_options.h"
 
 namespace slake::cli {
 
-// The format to use: the one named by --chat-template, else the model's own template recognised.
-// Throws slake::Error when the model has none or one that is not known, naming --chat-template.
-ChatFormat choose_chat_format(const std::string& name, const Vocab& vocab);
+// The template to use: --chat-template-file (Jinja), else --chat-template NAME (built-in), else the
+// model's own template rendered as Jinja; when that fails to parse or render a one-message chat,
+// the built-in format recognised from its text (unless --jinja insists on the Jinja one). Throws
+// slake::Error when nothing fits, naming the flags. `note` gets a line to show when it fell back.
+ChatTemplate choose_chat_template(const CliOptions& o, const Vocab& vocab, std::string* note = nullptr);
 
 class ChatSession {
  public:
   // `tokenizer` must outlive the session.
-  ChatSession(ChatFormat format, const Tokenizer& tokenizer, const std::string& system_prompt);
+  ChatSession(ChatTemplate tmpl, const Tokenizer& tokenizer, const std::string& system_prompt);
 
   // The tokens that add a user message and open the assistant's reply. The first turn starts the
   // context: BOS as the vocabulary's add_bos rule says (the template's own BOS text is taken off
@@ -29,14 +32,17 @@ class ChatSession {
 
   // The text of the last user_turn (what was tokenized), for tests and the echo.
   const std::string& last_turn_text() const { return last_text_; }
+  // Set when the last turn's render did not extend the previous one (see user_turn).
+  const std::string& last_warning() const { return warning_; }
 
  private:
-  ChatFormat format_;
+  ChatTemplate tmpl_;
   const Tokenizer& tokenizer_;
   ChatSpecialTokens special_;
   std::vector<ChatMessage> messages_;
   bool started_ = false;
   std::string last_text_;
+  std::string warning_;
 };
 
 }  // namespace slake::cli

@@ -53,8 +53,14 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
                "chat template; the context is kept between turns; end of input ends the chat. -p/-f, when given, "
                "is the first message. stdout gets the replies only, each ending with a newline");
   app.add_option("--chat-template", o.chat_template,
-                 "chat template: llama2, llama3 or mistral (default: recognised from the model's own template); "
-                 "formats the prompt as a chat");
+                 "a built-in chat format instead of the model's own template: " + chat_format_names() +
+                     "; formats the prompt as a chat");
+  app.add_option("--chat-template-file", o.chat_template_file,
+                 "a Jinja chat template file to render instead of the model's own; formats the prompt as a chat");
+  app.add_flag("--jinja", o.jinja,
+               "render the model's own Jinja chat template (the default when the model has one; with this flag a "
+               "template that fails is an error instead of falling back to the built-in format it resembles)");
+  app.add_flag("--verbose-prompt", o.verbose_prompt, "print each prompt's text and token ids on stderr");
   app.add_flag("--no-display-prompt", o.no_display_prompt, "do not echo the prompt on stdout");
   app.add_option("--batch", o.batch_in,
                  "batch mode: each line of this file (- for standard input) is a JSON request {\"id\", \"prompt\", "
@@ -88,6 +94,11 @@ void check_options(const CLI::App& app, CliOptions& o) {
   }
   validate(o.sampling);
   if (!o.chat_template.empty()) chat_format_from_name(o.chat_template);
+  if (!o.chat_template.empty() && !o.chat_template_file.empty())
+    fail("give --chat-template NAME or --chat-template-file FILE, not both");
+  if (o.jinja && !o.chat_template.empty())
+    fail("--jinja renders a Jinja template (the model's, or --chat-template-file's); --chat-template names a built-in "
+         "format: give one of them");
   tools::finish_kv_flags(app, o.kv);
   validate(o.kv.params);
 }

@@ -16,7 +16,10 @@ struct CliOptions {
   std::string model_path;
   std::string prompt, prompt_file;  // at most one of them
   std::string system_prompt;
-  std::string chat_template;  // a name; "" means the model's own template
+  std::string chat_template;  // a built-in format's name; "" means the model's own template
+  std::string chat_template_file;  // a Jinja template to use instead of the model's
+  bool jinja = false;              // the model's own template, with no fall-back to a built-in format
+  bool verbose_prompt = false;     // print each prompt's text and tokens on stderr
   int n_predict = -1;         // -1: until end of text or a full context
   int n_ctx = 0;              // 0: the model's training context
   int n_threads = 0;          // 0: all hardware threads
@@ -41,9 +44,10 @@ void add_cli_flags(CLI::App& app, CliOptions& o);
 void check_options(const CLI::App& app, CliOptions& o);
 
 // Whether the prompt goes through a chat template: in conversation mode, or when a system prompt
-// or a template name is given.
+// or a template (name, file or --jinja) is given.
 inline bool uses_chat(const CliOptions& o) {
-  return o.conversation || !o.system_prompt.empty() || !o.chat_template.empty();
+  return o.conversation || !o.system_prompt.empty() || !o.chat_template.empty() || !o.chat_template_file.empty() ||
+         o.jinja;
 }
 
 }  // namespace slake::cli

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -66,9 +67,21 @@ void report(const slake::cli::Generator& gen, const slake::tools::Session& ctx) 
 }
 
 // One user message and the reply, on stdout followed by a newline. False when the context is full.
+// --verbose-prompt: what a turn feeds, as text and token ids.
+void show_prompt(const CliOptions& o, const std::string& text, const std::vector<int32_t>& tokens) {
+  if (!o.verbose_prompt) return;
+  std::fprintf(stderr, "prompt text: %s\n", nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  std::string ids;
+  for (int32_t t : tokens) ids += (ids.empty() ? "" : " ") + std::to_string(t);
+  std::fprintf(stderr, "prompt tokens: %s\n", ids.c_str());
+}
+
 bool chat_turn(slake::cli::ChatSession& session, slake::cli::Generator& gen, const CliOptions& o,
                const std::string& message) {
-  gen.feed(session.user_turn(message), "the conversation");
+  const std::vector<int32_t> tokens = session.user_turn(message);
+  if (!session.last_warning().empty()) std::fprintf(stderr, "warning: %s\n", session.last_warning().c_str());
+  show_prompt(o, session.last_turn_text(), tokens);
+  gen.feed(tokens, "the conversation");
   const slake::cli::Reply r = gen.generate(o.n_predict);
   std::fputs("\n", stdout);
   std::fflush(stdout);
@@ -115,9 +128,11 @@ int run(CliOptions& o) {
   const bool chat_mode = slake::cli::uses_chat(o);
   std::unique_ptr<slake::cli::ChatSession> session;
   if (chat_mode) {
-    const slake::ChatFormat f = slake::cli::choose_chat_format(o.chat_template, model->vocab);
-    std::fprintf(stderr, "chat template: %s\n", slake::chat_format_name(f));
-    session = std::make_unique<slake::cli::ChatSession>(f, *tokenizer, o.system_prompt);
+    std::string note;
+    slake::ChatTemplate t = slake::cli::choose_chat_template(o, model->vocab, &note);
+    if (!note.empty()) std::fprintf(stderr, "chat template: %s\n", note.c_str());
+    std::fprintf(stderr, "chat template: %s\n", t.describe().c_str());
+    session = std::make_unique<slake::cli::ChatSession>(std::move(t), *tokenizer, o.system_prompt);
   }
 
   slake::ContextParams cp;
@@ -139,6 +154,7 @@ int run(CliOptions& o) {
     // Special-token text in a plain prompt becomes those tokens, as llama-cli does.
     const std::vector<int32_t> tokens = session ? session->user_turn(prompt)
                                                 : tokenizer->tokenize(prompt, model->vocab.add_bos, true);
+    show_prompt(o, session ? session->last_turn_text() : prompt, tokens);
     if (tokens.empty()) slake::fail("the prompt is empty and the vocabulary adds no BOS: nothing to generate from");
     gen.feed(tokens, "the prompt");
     if (!o.no_display_prompt) gen.echo(tokens);
