@@ -205,7 +205,7 @@ TEST(Gguf, HostileTensorInfos) {
   EXPECT_THAT(with(info + 4 + 8, uint64_t{1} << 62), HasSubstr("too large"));
   EXPECT_THAT(with(info + 4 + 8, uint64_t{1ull << 63} - 1), HasSubstr("too large"));
   EXPECT_THAT(with(info + 4 + 16, uint32_t{99}), HasSubstr("unknown tensor type 99"));
-  EXPECT_THAT(with(info + 4 + 16, uint32_t{13}), HasSubstr("tensor type Q5_K is not supported"));
+  EXPECT_THAT(with(info + 4 + 16, uint32_t{16}), HasSubstr("tensor a.weight: tensor type IQ2_XXS is not supported"));
   EXPECT_THAT(with(info + 4 + 20, uint64_t{4}), HasSubstr("not aligned"));
   EXPECT_THAT(with(info + 4 + 20, uint64_t{1} << 40), HasSubstr("outside the file"));
   // Q8_0 rows must be whole blocks.
