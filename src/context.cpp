@@ -33,7 +33,7 @@ Context::Context(const Model& model, const ContextParams& params)
       pool_(params.n_threads > 0 ? params.n_threads : default_thread_count()),
       rope_(model.cfg),
       shape_{model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.head_dim, model.cfg.sliding_window},
-      kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_),
+      kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_, params.kv.centroid_count()),
       evictor_(resolve_kv_defaults(params.kv, model.cfg), model.cfg.n_layers, shape_) {
   if (params_.n_batch < 1) fail("batch size must be positive, got " + std::to_string(params_.n_batch));
   const ModelConfig& c = model.cfg;

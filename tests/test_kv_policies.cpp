@@ -68,7 +68,7 @@ class Policies : public ::testing::TestWithParam<std::string> {
       for (int h = 0; h < kv.n_kv_heads(); ++h) {
         const KvHead& kh = kv.head(l, h);
         ASSERT_EQ(kh.n, b[static_cast<size_t>(l)] + window) << "layer " << l << " head " << h;
-        const float absorbed = ctx.evictor().params().taylor() ? static_cast<float>(n_seen - kh.n) : 0.0f;
+        const float absorbed = ctx.evictor().params().absorbs() ? static_cast<float>(n_seen - kh.n) : 0.0f;
         ASSERT_EQ(kh.lin.n, absorbed);  // every evicted token is in the linear state, once
         ASSERT_TRUE(std::is_sorted(kh.pos.begin(), kh.pos.end()));
         for (int i = 0; i < window; ++i) ASSERT_EQ(kh.pos[static_cast<size_t>(kh.n - window + i)], n_seen - window + i);

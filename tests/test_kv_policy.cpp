@@ -87,7 +87,16 @@ TEST(KvPolicyParams, BadValuesAreRefused) {
   validate(p);
   p.compensate = "maybe";
   EXPECT_THAT([&] { validate(p); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("compensator")));
+  p.compensate = "centroids";
+  validate(p);
+  EXPECT_EQ(p.centroid_count(), 32);
+  EXPECT_TRUE(p.absorbs());
+  EXPECT_FALSE(p.taylor());
+  p.centroids = 0;
+  EXPECT_THAT([&] { validate(p); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("centroid count")));
+  p.centroids = 32;
   p.compensate = "none";
+  EXPECT_FALSE(p.absorbs());
   p.tau1 = 0.0;
   EXPECT_THROW(validate(p), Error);
   p.tau1.reset();

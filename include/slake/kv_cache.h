@@ -23,7 +23,8 @@ struct KvHead {
 
 class KvCache {
  public:
-  KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity);
+  // centroids > 0: the heads' linear states are centroid states of that many (kv_policy.h).
+  KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity, int centroids = 0);
 
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
@@ -60,6 +61,7 @@ class KvCache {
   void note_usage();
 
   int n_layers_, n_kv_heads_, head_dim_, capacity_;
+  int centroids_;
   int64_t held_ = 0;       // tokens held over all heads
   int64_t lin_heads_ = 0;  // heads whose linear state holds anything
   size_t peak_bytes_ = 0;

@@ -15,15 +15,24 @@ struct KvPolicyParams {
   int budget = 0;               // C: average tokens kept per layer, window included; 0 = no eviction
   int window = 32;              // Sw
   // What happens to evicted tokens: "auto" (the policy's own: taylor for slake, none otherwise),
-  // "taylor" (absorbed into the linear state, attended by PTAA) or "none" (dropped).
+  // "taylor" (absorbed into the linear state, attended by PTAA), "centroids" (merged into
+  // `centroids` mean tokens per head, docs/attention.md) or "none" (dropped).
   std::string compensate = "auto";
+  int centroids = 32;           // K of the centroid compensator
   double gamma = 200.0;         // indicator variance weight
   // Layer-preference exponents; unset: the per-model defaults of the spec (resolve_kv_defaults).
   std::optional<double> tau1, tau2;   // CAKE
   std::optional<double> alpha, beta;  // VABS
   bool cascade = true;          // evict after every layer; false: once, after the last (Theorem 1 tests)
 
+  // Evicted tokens go to the spec's Taylor state.
   bool taylor() const { return compensate == "taylor" || (compensate == "auto" && policy == "slake"); }
+  // The linear states' centroid count: K with the centroid compensator, else 0.
+  int centroid_count() const { return compensate == "centroids" ? centroids : 0; }
+  // Evicted tokens are kept in some summary (taylor or centroids) rather than dropped.
+  bool absorbs() const { return taylor() || centroid_count() > 0; }
+  // The compensator's name as the tools print it: taylor, centroids or none.
+  std::string compensator() const { return centroid_count() > 0 ? "centroids" : taylor() ? "taylor" : "none"; }
   bool evicts() const { return policy != "full" && budget > 0; }
 };
 

@@ -21,6 +21,8 @@ void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const 
 // With m* = max(m, mu), the retained keys weigh exp(m - m*) and the linear state lam = exp(mu - m*):
 // out = (exp(m - m*) acc + lam ((1 - mu) vsum + q^T M / sqrt(d))) / (exp(m - m*) l + lam n).
 // With lin.n == 0 it is acc / l; with nothing visible and nothing evicted, zeros.
+// A centroid state (lin.centroids > 0) adds its K merged tokens to the softmax instead: each weighs
+// cn[c] exp(q . ck[c] / (cn[c] sqrt d)) and brings cv[c] / cn[c] (docs/attention.md).
 void ptaa_finish(float* out, const float* q, float m, float l, const float* acc, const LinearState& lin, int head_dim);
 
 }  // namespace slake

@@ -32,6 +32,7 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params) {
   kv = resolve_kv_defaults(params.kv, c);
   validate(kv);
   evicting = kv.evicts();
+  if (evicting && kv.centroid_count() > 0) fail("the cuda backend has no centroid compensator yet (taylor or none)");
   if (c.head_dim > kMaxHeadDim || c.head_dim % 2 != 0)
     fail("the cuda backend supports head_dim up to " + std::to_string(kMaxHeadDim) + " (even), the model has " +
          std::to_string(c.head_dim));

@@ -10,14 +10,15 @@
 
 namespace slake {
 
-KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity)
-    : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity) {
+KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity, int centroids)
+    : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity),
+      centroids_(centroids) {
   heads_.resize(static_cast<size_t>(n_layers) * n_kv_heads);
   // Reserved, not touched: pages are committed as tokens arrive, so resident memory follows use.
   const size_t per = static_cast<size_t>(capacity) * head_dim;
   try {
     for (KvHead& h : heads_) {
-      h.lin = LinearState(head_dim);
+      h.lin = LinearState(head_dim, centroids);
       h.k.reserve(per);
       h.v.reserve(per);
       h.pos.reserve(static_cast<size_t>(capacity));
@@ -120,7 +121,7 @@ int64_t KvCache::tokens_held() const { return held_; }
 
 size_t KvCache::bytes_used() const {
   return static_cast<size_t>(held_) * (2 * sizeof(float) * head_dim_ + sizeof(int32_t)) +
-         static_cast<size_t>(lin_heads_) * LinearState(head_dim_).bytes();
+         static_cast<size_t>(lin_heads_) * LinearState(head_dim_, centroids_).bytes();
 }
 
 size_t KvCache::bytes_allocated() const {

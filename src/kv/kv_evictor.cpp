@@ -137,7 +137,7 @@ void KvEvictor::evict_to(const std::vector<int64_t>& budgets, KvCache& cache) {
 }
 
 void KvEvictor::remove_rows(int layer, int kvh, const std::vector<char>& keep, KvCache& cache) {
-  cache.compact(layer, kvh, keep, p_.taylor());
+  cache.compact(layer, kvh, keep, p_.absorbs());
   std::vector<std::vector<double>>& acc = acc_[static_cast<size_t>(layer)];
   if (static_cast<size_t>(kvh) >= acc.size()) return;
   std::vector<double>& a = acc[static_cast<size_t>(kvh)];

@@ -24,8 +24,10 @@ void validate(const KvPolicyParams& p) {
     for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
     fail("unknown KV policy '" + p.policy + "' (" + list + ")");
   }
-  if (p.compensate != "auto" && p.compensate != "taylor" && p.compensate != "none")
-    fail("unknown KV compensator '" + p.compensate + "' (auto, taylor, none)");
+  if (p.compensate != "auto" && p.compensate != "taylor" && p.compensate != "centroids" && p.compensate != "none")
+    fail("unknown KV compensator '" + p.compensate + "' (auto, taylor, centroids, none)");
+  if (p.centroids < 1 || p.centroids > 4096)
+    fail("KV centroid count must be in 1..4096, got " + std::to_string(p.centroids));
   if (p.budget < 0) fail("KV budget must not be negative, got " + std::to_string(p.budget));
   if (p.window < 1) fail("KV observation window must be positive, got " + std::to_string(p.window));
   if (p.policy != "full" && p.budget > 0 && p.budget <= p.window)

@@ -10,7 +10,42 @@
 
 namespace slake {
 
+namespace {
+
+// The centroid state: K more tokens, each of weight cn[c] at the mean key ck[c] / cn[c], with the
+// value sum cv[c], merged into the retained keys' online softmax (m, l, acc).
+void centroid_finish(float* out, const float* q, float m, float l, const float* acc, const LinearState& lin, int d) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const size_t K = lin.cn.size();
+  thread_local std::vector<float> x;
+  x.assign(K, -std::numeric_limits<float>::infinity());
+  float m_all = m;
+  for (size_t c = 0; c < K; ++c) {
+    if (lin.cn[c] == 0.0f) continue;
+    x[c] = dot_f32(q, lin.ck.data() + c * static_cast<size_t>(d), d) * scale / lin.cn[c];
+    m_all = std::max(m_all, x[c]);
+  }
+  if (m_all == -std::numeric_limits<float>::infinity()) {  // nothing visible, nothing evicted
+    std::fill(out, out + d, 0.0f);
+    return;
+  }
+  const float e = std::exp(m - m_all);
+  for (int i = 0; i < d; ++i) out[i] = e * acc[i];
+  float den = e * l;
+  for (size_t c = 0; c < K; ++c) {
+    if (lin.cn[c] == 0.0f) continue;
+    const float w = std::exp(x[c] - m_all);
+    axpy_f32(w, lin.cv.data() + c * static_cast<size_t>(d), out, d);
+    den += w * lin.cn[c];
+  }
+  const float inv = 1.0f / den;
+  for (int i = 0; i < d; ++i) out[i] *= inv;
+}
+
+}  // namespace
+
 void ptaa_finish(float* out, const float* q, float m, float l, const float* acc, const LinearState& lin, int d) {
+  if (lin.centroids > 0 && lin.n > 0.0f) return centroid_finish(out, q, m, l, acc, lin, d);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const bool taylor = lin.n > 0.0f;
   const float mu = taylor ? dot_f32(q, lin.ksum.data(), d) * scale / lin.n : -std::numeric_limits<float>::infinity();

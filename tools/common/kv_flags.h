@@ -23,9 +23,13 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--kv-compensate", kv.compensate,
-                 "evicted tokens: taylor (linear cache + PTAA), none (dropped), auto (taylor for slake only)")
+                 "evicted tokens: taylor (linear cache + PTAA), centroids (merged into --kv-centroids mean "
+                 "tokens per head), none (dropped), auto (taylor for slake only)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "taylor", "none"}));
+      ->check(CLI::IsMember({"auto", "taylor", "centroids", "none"}));
+  app.add_option("--kv-centroids", kv.centroids, "centroids per layer and KV head of --kv-compensate centroids")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app.add_option("--kv-gamma", kv.gamma, "indicator variance weight gamma")->capture_default_str();
   app.add_option("--kv-tau1", f.tau1, "CAKE preference exponent 1/tau1 (default: per model and budget)");
   app.add_option("--kv-tau2", f.tau2, "CAKE preference exponent 1/tau2 (default: per model and budget)");

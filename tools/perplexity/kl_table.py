@@ -3,7 +3,9 @@
 
 Runs build/bin/slake-perplexity --kl-divergence for each policy (plus the SLAKE ablation rows:
 cake with the Taylor compensator, slake without it) at each budget, and prints one table row per
-policy with mean KL, p99 KL and top-1 agreement per budget. Only the standard library is used.
+policy with mean KL, p99 KL and top-1 agreement per budget, and a second table of the KV bytes at
+the end of the chunk. --rows picks rows by label; --json-out keeps every run's record; --plot draws
+mean KL against KV bytes (matplotlib, from the tools' venv).
 
   tools/perplexity/kl_table.py -m ../shared/models/stories260K.gguf -f ../shared/text/tinyshakespeare.txt \
       --budgets 32,64,128 --window 16 --chunks 20
@@ -23,6 +25,8 @@ ROWS = [  # (label, policy, compensator)
     ("cake + Taylor (+ PTAA)", "cake", "taylor"),
     ("slake without Taylor (VABS only)", "slake", "none"),
     ("slake (+ PTAA + VABS)", "slake", "taylor"),
+    ("cake + centroids", "cake", "centroids"),
+    ("slake with centroids", "slake", "centroids"),
 ]
 
 
@@ -47,25 +51,68 @@ def main():
     ap.add_argument("-c", "--ctx", type=int, default=512)
     ap.add_argument("--chunks", type=int, default=-1)
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--rows", help="comma-separated row labels (default: every row)")
+    ap.add_argument("--json-out", help="write every run's record here")
+    ap.add_argument("--plot", help="write a plot of mean KL against KV bytes here (PNG)")
     args = ap.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
+    rows = ROWS
+    if args.rows:
+        wanted = args.rows.split(",")
+        unknown = [w for w in wanted if w not in [r[0] for r in ROWS]]
+        if unknown:
+            sys.exit(f"kl_table: unknown rows {unknown}; known: {[r[0] for r in ROWS]}")
+        rows = [r for r in ROWS if r[0] in wanted]
+    records = []
 
     header = "| policy | " + " | ".join(f"C={b}: mean KL / p99 KL / top-1" for b in budgets) + " |"
     lines = [header, "|---|" + "---|" * len(budgets)]
+    byte_lines = ["| policy | " + " | ".join(f"C={b}: KV MiB" for b in budgets) + " |", "|---|" + "---|" * len(budgets)]
     info = None
-    for label, policy, comp in ROWS:
-        cells = []
+    for label, policy, comp in rows:
+        cells, byte_cells = [], []
         for b in budgets:
             r = run(args, policy, comp, b)
             info = r
+            records.append(dict(r, label=label))
             cells.append(f"{r['kl_mean']:.4f} / {r['kl_p99']:.3f} / {100 * r['top1_agreement']:.1f}% (PPL {r['ppl']:.2f})")
+            byte_cells.append(f"{r['kv_bytes_end'] / 2**20:.2f}")
             if policy == "full":
-                cells = [cells[0]] * len(budgets)
+                cells, byte_cells = [cells[0]] * len(budgets), [byte_cells[0]] * len(budgets)
                 break
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        byte_lines.append(f"| {label} | " + " | ".join(byte_cells) + " |")
     print(f"{info['chunks']} chunks of {info['n_ctx']} tokens ({info['n_prefill']} prefilled, {info['n_decode']} decoded "
           f"and scored), window {args.window}, {info['scored_tokens']} scored tokens; full-cache PPL {info['full_ppl']:.3f}\n")
     print("\n".join(lines))
+    print("\nKV bytes at the end of a chunk (exact cache + linear or centroid states):\n")
+    print("\n".join(byte_lines))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(records, f, indent=1)
+    if args.plot:
+        plot(records, args.plot)
+
+
+def plot(records, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label in dict.fromkeys(r["label"] for r in records):
+        pts = sorted((r["kv_bytes_end"] / 2**20, r["kl_mean"]) for r in records if r["label"] == label and r["kv_policy"] != "full")
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("KV bytes at the end of a chunk (MiB)")
+    ax.set_ylabel("mean KL(full || policy), nats")
+    r0 = records[0]
+    ax.set_title(f"{r0['model'].split('/')[-1]}, {r0['n_ctx']} tokens")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
 
     nlohmann::json j{{"model", model_path}, {"file", file}, {"n_ctx", n_ctx}, {"n_prefill", prefill}, {"n_decode", n_ctx - prefill},
                      {"chunks", chunks}, {"kv_policy", kv.policy}, {"kv_budget", kv.budget}, {"kv_window", kv.window},
-                     {"kv_compensate", kv.taylor() ? "taylor" : "none"}, {"scored_tokens", tot.n}, {"ppl", tot.ppl()},
+                     {"kv_compensate", kv.compensator()}, {"scored_tokens", tot.n}, {"ppl", tot.ppl()},
                      {"ppl_stderr", tot.ppl_err()}, {"kv_bytes_after_prefill", kv_bytes_prefill},
                      {"kv_bytes_end", kv_bytes_end}, {"kv_peak_bytes", kv_peak}, {"seconds", secs}};
     if (full) {
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::printf("policy %s, budget %d, window %d, compensator %s; %d chunks x (%d prefilled + %d decoded) tokens\n",
-                kv.policy.c_str(), kv.budget, kv.window, kv.taylor() ? "taylor" : "none", chunks, prefill, n_ctx - prefill);
+                kv.policy.c_str(), kv.budget, kv.window, kv.compensator().c_str(), chunks, prefill, n_ctx - prefill);
     std::printf("Final estimate: PPL = %.4f +/- %.4f over %lld scored tokens\n", tot.ppl(), tot.ppl_err(), static_cast<long long>(tot.n));
     if (full)
       std::printf("vs full cache (PPL %.4f): mean KL %.6f, p99 KL %.6f, max KL %.6f, top-1 agreement %.2f%%\n",
