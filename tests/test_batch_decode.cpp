@@ -102,6 +102,13 @@ TEST(BatchDecode, StoriesEvictingPoliciesEqualSingle) {
   }
 }
 
+// The real model's quantised weights (Q4_1, packed for the CPU kernels).
+TEST(BatchDecode, SmolLM2EqualsSingle) {
+  SLAKE_REAL_MODEL_OR_SKIP(path, "SmolLM2-135M-Instruct.Q4_1.gguf");
+  const auto m = load_model(path);
+  check_batched_equals_single(*m, KvPolicyParams{}, 8, 6);
+}
+
 // More sequences than one matmul call takes (kMatmulExactRows), on a quantised synthetic model.
 TEST(BatchDecode, SyntheticQ8ManySequencesEqualSingle) {
   const auto m = make_synthetic_model("tiny", DType::Q8_0, 3);
