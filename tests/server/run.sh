@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a module of the slake-server tests (tests/server/*.py) with the project's Python venv.
-#   run.sh VENV_PYTHON BIN_DIR SHARED_DIR MODELS_DIR MODULE [ARGS...]
+#   run.sh VENV_PYTHON BIN_DIR SHARED_DIR MODELS_DIR MODULE [ARGS...]   (python MODULE.py ARGS, at most 600 s)
 # Exits 77 (ctest's SKIP_RETURN_CODE) when the venv (scripts/setup.sh makes it) or the openai
 # client in it is missing, or ../shared lacks stories260K.
 set -u
@@ -12,4 +12,4 @@ if [ ! -e "$shared/models/stories260K.gguf" ]; then echo "skipped: shared materi
 py=$(cd "$(dirname "$py")" && pwd)/$(basename "$py")
 models=$(cd "$models" 2>/dev/null && pwd || echo "$models")
 export SLAKE_BIN_DIR=$(cd "$bin" && pwd) SLAKE_SHARED_DIR=$(cd "$shared" && pwd) SLAKE_MODELS_DIR=$models PYTHONDONTWRITEBYTECODE=1
-cd "$(dirname "$0")" && exec timeout 600 "$py" "$module.py" -v "$@"
+cd "$(dirname "$0")" && exec timeout 600 "$py" "$module.py" "$@"
