@@ -33,7 +33,7 @@ ALLOWANCE = 96 << 20  # threads, HTTP buffers, allocator slack, the tokenizer an
 
 def one(port, i, rng_seed, args):
     rng = random.Random(rng_seed)
-    kind = "bad" if i % 8 == 0 else "leave" if i % 4 == 1 else "full"
+    kind = "full" if args.only_full else "bad" if i % 8 == 0 else "leave" if i % 4 == 1 else "full"
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=args.timeout)
     t0 = time.time()
     try:
@@ -94,6 +94,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--max-seconds", type=float, default=300, help="the whole run's bound")
+    ap.add_argument("--only-full", action="store_true", help="no disconnects, no malformed requests (throughput runs)")
     args = ap.parse_args()
 
     server = Server(args.model, "-c", str(args.ctx), "-np", str(args.parallel), "-t", str(args.threads),

@@ -245,6 +245,54 @@ class Behaviour(unittest.TestCase):
 
 
 @unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class LongPromptsAndPolicies(unittest.TestCase):
+    """A prompt of several n_batch chunks is prefilled a chunk per step while other replies decode,
+    and a request's own KV policy evicts in its slot alone: greedy text still equals slake-cli's."""
+    CTX = 1024
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(STORIES, "-c", str(cls.CTX), "-np", "4", "-t", "2")
+        cls.long = " ".join(PROMPTS * 9)  # about 600 tokens: chunks of 256, 256 and the rest
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_long_prompt_beside_running_replies(self):
+        want = cli_greedy(STORIES, self.long, N, self.CTX)
+        c = client(self.server)
+        with concurrent.futures.ThreadPoolExecutor(3) as ex:
+            others = [ex.submit(complete, c, "stories260K.gguf", p, 120, True, False) for p in PROMPTS[:2]]
+            time.sleep(0.05)
+            got = ex.submit(complete, c, "stories260K.gguf", self.long, N, False, False).result()[0]
+            [o.result() for o in others]
+        self.assertEqual(got, want)
+        self.assertGreaterEqual(self.server.metric("slake_prefill_chunks_total"), 3)
+
+    def test_request_policy_equals_cli_flags(self):
+        server = Server(STORIES, "-c", str(self.CTX), "-np", "1", "-t", "2")
+        try:
+            c = client(server)
+            full = None
+            for policy in ("full", "slake", "h2o", "streaming"):
+                flags = ("--kv-policy", policy, "--kv-budget", "64", "--kv-window", "16") if policy != "full" else ()
+                want = cli_greedy(STORIES, self.long, N, self.CTX, *flags)
+                extra = {"kv_policy": policy, "kv_budget": 64, "kv_window": 16} if policy != "full" else {}
+                got = c.completions.create(model="stories260K.gguf", prompt=self.long, max_tokens=N, temperature=0,
+                                           extra_body=extra).choices[0].text
+                self.assertEqual(got, want, policy)
+                # The one slot's cache holds what the policy kept: far less than the full cache.
+                kv = server.metric('slake_kv_bytes{slot="0"}')
+                if policy == "full":
+                    full = kv
+                else:
+                    self.assertLess(kv, full / 4, policy)
+        finally:
+            server.stop()
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
 class AdmissionAndAuth(unittest.TestCase):
     def test_wrong_api_key_is_401(self):
         server = Server(STORIES, "-c", str(CTX), "--api-key", "sesame", "-t", "1")
