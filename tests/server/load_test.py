@@ -118,6 +118,7 @@ def main():
         busy, queued = server.metric("slake_slots_busy"), server.metric("slake_queue_length")
         gen = server.metric("slake_generated_tokens_total")
         steps, rows = server.metric("slake_decode_steps_total"), server.metric("slake_decode_rows_total")
+        decode_s = server.metric("slake_decode_seconds_total")
         cancelled = server.metric('slake_requests_total{outcome="cancelled"}')
         finished = server.metric('slake_requests_total{outcome="finished"}')
         invalid = server.metric('slake_requests_total{outcome="invalid"}')
@@ -149,7 +150,7 @@ def main():
               f"{finished:.0f} finished, {cancelled:.0f} cancelled by disconnect")
         print(f"  time to first token: p50 {statistics.median(ttfts) * 1000:.0f} ms, "
               f"p95 {ttfts[int(0.95 * (len(ttfts) - 1))] * 1000:.0f} ms; mean decode batch {rows / max(steps, 1):.2f} "
-              f"sequences over {steps:.0f} steps")
+              f"sequences over {steps:.0f} steps, {decode_s / max(steps, 1) * 1000:.1f} ms a step")
         print(f"  RSS before {rss0 / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB (plan {plan / 2**20:.1f} MiB); "
               f"KV held by the idle slots now {sum(kv_full) / 2**20:.2f} MiB")
     finally:
