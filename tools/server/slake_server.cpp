@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -74,7 +75,7 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
 
   // SIGINT and SIGTERM are blocked in every thread and taken here: requests in flight end, then
   // the server stops listening.
-  bool stopping = false;
+  std::atomic<bool> stopping{false};
   std::thread signals([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
