@@ -47,8 +47,8 @@ def one(port, i, rng_seed, args):
         prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 40)))
         req = {"prompt": prompt, "max_tokens": rng.randint(16, args.max_tokens), "temperature": 0.8, "seed": i,
                "stream": True}
-        if kind == "leave":
-            req["max_tokens"] = args.max_tokens
+        if kind == "leave":  # still running when it leaves
+            req.update(max_tokens=args.max_tokens, ignore_eos=True)
         conn.request("POST", "/v1/completions", body=json.dumps(req), headers={"Content-Type": "application/json"})
         r = conn.getresponse()
         if r.status != 200:

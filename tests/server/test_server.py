@@ -155,6 +155,10 @@ class Behaviour(unittest.TestCase):
                 got = c.completions.create(model=self.model, prompt="Once upon a time", max_tokens=N, temperature=0,
                                            stop=[stop]).choices[0].text
             self.assertEqual(got, text[:text.index(stop)])
+        # ignore_eos: the reply runs to max_tokens.
+        r = c.completions.create(model=self.model, prompt="Once upon a time", max_tokens=150, temperature=1.0, seed=3,
+                                 extra_body={"ignore_eos": True})
+        self.assertEqual((r.usage.completion_tokens, r.choices[0].finish_reason), (150, "length"))
         # Sampling with a seed repeats itself.
         a, b = (c.completions.create(model=self.model, prompt="Once upon a time", max_tokens=N, temperature=1.0,
                                      seed=42).choices[0].text for _ in range(2))
@@ -230,7 +234,8 @@ class Behaviour(unittest.TestCase):
     def test_disconnect_frees_the_slot(self):
         before = self.server.metric('slake_requests_total{outcome="cancelled"}')
         s = socket.create_connection(("127.0.0.1", self.server.port))
-        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 200, "temperature": 1.0, "stream": True})
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 200, "temperature": 1.0, "stream": True,
+                           "ignore_eos": True})
         s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
         got = b""
@@ -312,7 +317,7 @@ class AdmissionAndAuth(unittest.TestCase):
         try:
             c = client(server)
             stream = c.completions.create(model="stories260K.gguf", prompt="Once", max_tokens=220, temperature=1.0,
-                                          stream=True)
+                                          stream=True, extra_body={"ignore_eos": True})
             next(iter(stream))  # the only slot is busy now
             with self.assertRaises(openai.InternalServerError) as cm:
                 c.completions.create(model="stories260K.gguf", prompt="x", max_tokens=2)

@@ -206,6 +206,7 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
     s.seed = static_cast<uint64_t>(rd()) << 32 | rd();
   }
   g.stop = get_stop(body);
+  g.ignore_eos = get_bool(body, "ignore_eos", false);
   try {
     validate(s);
   } catch (const Error& e) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 namespace slake::server {
@@ -129,6 +130,8 @@ void Slot::sample_and_emit() {
     finish("length");
     return;
   }
+  if (r.ignore_eos)
+    for (const int32_t t : eog_) logits_[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
   const int32_t tok = sampler_->sample(logits_.data(), model_.cfg.n_vocab);
   sampler_->accept(tok);
   Piece piece;

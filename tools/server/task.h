@@ -23,6 +23,7 @@ struct GenRequest {
   SamplerParams sampling;
   std::vector<std::string> stop;  // generation ends before the first of these texts
   int top_logprobs = -1;          // -1: no log probabilities; else this many alternatives per token
+  bool ignore_eos = false;        // llama-server's extension: end-of-generation tokens are never sampled
   KvPolicyParams kv;              // the slot's policy for this request (resolved and validated)
 };
 
