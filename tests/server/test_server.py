@@ -203,6 +203,7 @@ class Behaviour(unittest.TestCase):
         cases = [
             (b"{not json", "not valid JSON", None),
             (b"[1, 2]", "must be a JSON object", None),
+            (b"[" * 200000 + b"]" * 200000, "must be a JSON object", None),  # deep nesting: no stack overflow
             ({"prompt": "x", "max_tokens": "ten"}, "'max_tokens' must be an integer", "max_tokens"),
             ({"prompt": "x", "temperature": "hot"}, "'temperature' must be a number", "temperature"),
             ({"prompt": "x", "stream": 1}, "'stream' must be a boolean", "stream"),

@@ -127,6 +127,9 @@ void add_routes(httplib::Server& svr, ServerEnv& env) {
     if (!res.body.empty()) return;
     if (res.status == 404)
       send_error(res, ApiError(404, "no endpoint " + req.method + " " + req.path, "invalid_request_error", "", "not_found"));
+    else if (res.status == 413)
+      send_error(res, ApiError(413, "the request body is too large (a form body over 8 KiB, or any body over 64 MiB)",
+                               "invalid_request_error"));
     else
       send_error(res, ApiError(res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error"));
   });
