@@ -33,7 +33,7 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--queue", o.queue_max, "requests that may wait for a slot or for KV memory; beyond: 503")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
-  app.add_option("--http-threads", o.http_threads, "HTTP worker threads (0: slots + queue + 8)")
+  app.add_option("--threads-http", o.http_threads, "HTTP worker threads, as llama-server (0: slots + queue + 8)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-memory", o.kv_memory_mib,
