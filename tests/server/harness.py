@@ -1,6 +1,7 @@
 """Starting and stopping slake-server for the tests and the load test, and slake-cli's greedy output
 to compare with. The server listens on 127.0.0.1 with --port 0 (a free port, read back from its
 log), and is stopped with SIGTERM at the end (killed if it does not stop within its time)."""
+import ctypes
 import os
 import re
 import signal
@@ -18,11 +19,17 @@ CHATML = os.path.join(SHARED, "chat-templates", "HuggingFaceTB-SmolLM2-135M-Inst
 SMOLLM2 = os.path.join(MODELS, "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+def _die_with_parent():
+    """In the server's process: SIGTERM when the test process dies, however it dies (a timeout, a
+    failed setUpClass), so no server outlives its test."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class Server:
     def __init__(self, model, *args, timeout=30):
         self.log = tempfile.NamedTemporaryFile(prefix="slake-server-", suffix=".log", delete=False)
         self.proc = subprocess.Popen([os.path.join(BIN, "slake-server"), "-m", model, "--port", "0", *args],
-                                     stdout=subprocess.DEVNULL, stderr=self.log)
+                                     stdout=subprocess.DEVNULL, stderr=self.log, preexec_fn=_die_with_parent)
         self.log.close()  # the server writes it; it is read back by name
         deadline = time.time() + timeout
         self.port = None
