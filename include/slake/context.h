@@ -21,6 +21,9 @@ struct ContextParams {
   int n_threads = 0;  // 0: all hardware threads
   int n_batch = 256;  // tokens per chunk inside a layer
   KvPolicyParams kv;  // eviction policy; "full" keeps everything
+  // A thread pool to share with other contexts (it must outlive them); null: the context makes
+  // its own of n_threads. Contexts decoded together (decode_batch) share one.
+  ThreadPool* pool = nullptr;
 };
 
 // Evaluates `tokens` one at a time through eval_one(token, logits or null), writing the logits as
@@ -51,8 +54,12 @@ class Context {
   const Model& model() const { return model_; }
   const KvCache& kv_cache() const { return kv_; }
   const KvEvictor& evictor() const { return evictor_; }
-  ThreadPool& pool() { return pool_; }
+  ThreadPool& pool() { return *pool_; }
   void reset();
+
+  // One decode step of several sequences (batch_decode.h).
+  friend void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>& tokens,
+                           std::vector<std::vector<float>>* logits);
 
  private:
   // prompt: a prompt into an empty cache (observed for eviction); else decode steps.
@@ -63,7 +70,8 @@ class Context {
   ContextParams params_;
   int n_ctx_;
   int n_past_ = 0;
-  ThreadPool pool_;
+  std::unique_ptr<ThreadPool> own_pool_;  // when params.pool is null
+  ThreadPool* pool_;
   Rope rope_;
   AttentionShape shape_;
   KvCache kv_;

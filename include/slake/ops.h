@@ -17,6 +17,10 @@ void rmsnorm(float* out, const float* x, const TensorView& w, int64_t n, float e
 void rmsnorm_rows(float* out, const float* x, const TensorView& w, int64_t rows, int64_t n, float eps, ThreadPool& pool);
 
 // out[t][r] = W[r] . x[t] for t < n_tokens, r < W.n_rows(); x rows are W.row_len() long.
+// Up to kMatmulExactRows tokens, every row of out is computed exactly as a one-token product would
+// (the same tile kernels, the same order of sums); from 16 on, the panel and AMX kernels may round
+// differently. Batched decoding (batch_decode.h) relies on this.
+constexpr int64_t kMatmulExactRows = 15;
 void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, ThreadPool& pool);
 
 // out[t] = silu(gate[t]) * up[t], elementwise over n values.

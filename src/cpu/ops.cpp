@@ -72,11 +72,11 @@ void rmsnorm_rows(float* out, const float* x, const TensorView& w, int64_t rows,
 namespace {
 
 // Fewest tokens for which float weights go through the panel kernel.
-constexpr int64_t kPanelMinTokens = 16;
+constexpr int64_t kPanelMinTokens = kMatmulExactRows + 1;
 
 // Prompt-sized Q8_0/Q4_0 products on AMX: rows in groups of 16 per chunk, the rest on VNNI.
 bool use_amx(DType t, int64_t n_tokens, int64_t N) {
-  return (t == DType::Q8_0 || t == DType::Q4_0) && n_tokens >= 16 && N >= 16 && amx_available();
+  return (t == DType::Q8_0 || t == DType::Q4_0) && n_tokens > kMatmulExactRows && N >= 16 && amx_available();
 }
 
 }  // namespace

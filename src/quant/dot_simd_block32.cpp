@@ -5,6 +5,8 @@
 //     block's min m adds m * s_a, s_a = d_a * sum(a) from the Q8_1 block.
 //   Q5_0 (q - 16), IQ4_NL (a table of 16 values in -127..113): signed, so |w| meets sign(a, w);
 //     a pair sum is at most 2 * 127 * 127 = 32258, inside int16 for the non-VNNI path.
+#include <cmath>
+
 #include "dot_simd_internal.h"
 #include "simd_util.h"
 #include "slake/quant_dot.h"
@@ -119,7 +121,9 @@ void tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, 
         if constexpr (B::kSigned) d = dot_u8_s8(zero, wabs[i], _mm256_sign_epi8(aq, wb[i].q));
         else d = dot_u8_s8(zero, wb[i].q, aq);
         acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(wb[i].d * ad), acc[i][j]);
-        if constexpr (B::kMin) macc[i][j] += wb[i].m * A::s(p);
+        // One rounding whatever the tile shape (an explicit fma, not left to contraction), so a row
+        // comes out the same in every tile: batched decoding relies on it (ops.h kMatmulExactRows).
+        if constexpr (B::kMin) macc[i][j] = std::fma(wb[i].m, A::s(p), macc[i][j]);
       }
     }
   }

@@ -14,21 +14,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-std::unordered_set<int32_t> end_of_generation_tokens(const Vocab& v) {
-  std::unordered_set<int32_t> eog;
-  if (v.eos >= 0) eog.insert(v.eos);
-  if (v.eot >= 0) eog.insert(v.eot);
-  static const char* const kEndTexts[] = {"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|im_end|>",
-                                          "<|endoftext|>", "<end_of_turn>", "</s>"};
-  for (size_t i = 0; i < v.tokens.size(); ++i) {
-    const bool control = i < v.types.size() && v.types[i] == 3;
-    if (!control) continue;
-    for (const char* t : kEndTexts)
-      if (v.tokens[i] == t) eog.insert(static_cast<int32_t>(i));
-  }
-  return eog;
-}
-
 Generator::Generator(tools::Session& ctx, const Tokenizer& tokenizer, Sampler& sampler, std::FILE* out)
     : ctx_(ctx),
       tokenizer_(tokenizer),

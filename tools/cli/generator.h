@@ -8,16 +8,14 @@
 #include <vector>
 
 #include "../common/backend.h"
+#include "../common/end_of_generation.h"
 #include "slake/context.h"
 #include "slake/sampler.h"
 #include "slake/tokenizer.h"
 
 namespace slake::cli {
 
-// The tokens that end a reply: EOS, EOT, and the control tokens that llama.cpp also treats as end
-// of generation by their text (Llama 3's <|eot_id|> and <|eom_id|>, ChatML's <|im_end|>, ...),
-// which a Hugging Face config.json does not always name as its EOS.
-std::unordered_set<int32_t> end_of_generation_tokens(const Vocab& v);
+using tools::end_of_generation_tokens;
 
 struct Reply {
   std::string text;       // everything written to the output

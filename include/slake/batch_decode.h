@@ -1,0 +1,24 @@
+// Continuous batching on the CPU: one decode step of several sequences at once. Each sequence keeps
+// its own Context (KV cache, evictor, linear states); the step stacks one activation row per
+// sequence, so every matmul reads the weights once for all of them, while RoPE, the KV append,
+// decode eviction and attention run per context, exactly as Context::eval runs them for one token.
+// The logits of each sequence equal what ctx->eval({token}, &logits) would give it alone: up to
+// kMatmulExactRows (ops.h) sequences share each matmul call, so every row is computed as a
+// one-row product.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "slake/context.h"
+
+namespace slake {
+
+// Evaluates tokens[i] at position ctxs[i]->n_past() in ctxs[i], for every i, and writes that
+// sequence's logits ([n_vocab]) into (*logits)[i] when logits is not null. The contexts must be
+// distinct, share one model and one thread pool (ContextParams::pool; the step runs on it), and
+// each must hold a prompt already (n_past() > 0: this is the decode path) with room for one more
+// token. Throws slake::Error otherwise, before anything is changed.
+void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>& tokens,
+                  std::vector<std::vector<float>>* logits);
+
+}  // namespace slake

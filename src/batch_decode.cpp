@@ -1,0 +1,111 @@
+#include "slake/batch_decode.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "slake/attention.h"
+#include "slake/error.h"
+#include "slake/ops.h"
+
+namespace slake {
+
+namespace {
+
+// out = x W^T for `n` stacked rows, in groups of at most kMatmulExactRows (see batch_decode.h).
+void matmul_rows(float* out, const float* x, int64_t n, const TensorView& W, ThreadPool& pool) {
+  const int64_t K = W.row_len(), N = W.n_rows();
+  for (int64_t r = 0; r < n; r += kMatmulExactRows)
+    matmul(out + r * N, x + r * K, std::min(kMatmulExactRows, n - r), W, pool);
+}
+
+void check_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>& tokens) {
+  if (ctxs.empty()) fail("decode_batch: no sequences");
+  if (ctxs.size() != tokens.size())
+    fail("decode_batch: " + std::to_string(ctxs.size()) + " contexts but " + std::to_string(tokens.size()) + " tokens");
+  std::set<const Context*> seen;
+  for (size_t i = 0; i < ctxs.size(); ++i) {
+    const Context* c = ctxs[i];
+    if (!c) fail("decode_batch: context " + std::to_string(i) + " is null");
+    if (!seen.insert(c).second) fail("decode_batch: context " + std::to_string(i) + " appears twice");
+    if (&c->model() != &ctxs[0]->model()) fail("decode_batch: the contexts do not share one model");
+    if (&const_cast<Context*>(c)->pool() != &ctxs[0]->pool()) fail("decode_batch: the contexts do not share one thread pool");
+    if (c->n_past() == 0) fail("decode_batch: context " + std::to_string(i) + " holds no prompt yet");
+    if (c->n_past() + 1 > c->n_ctx())
+      fail("context full: sequence " + std::to_string(i) + " holds " + std::to_string(c->n_past()) +
+           " tokens, the context size");
+    const int32_t t = tokens[i];
+    if (t < 0 || t >= c->model().cfg.n_vocab)
+      fail("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c->model().cfg.n_vocab));
+  }
+}
+
+}  // namespace
+
+void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>& tokens,
+                  std::vector<std::vector<float>>* logits) {
+  check_batch(ctxs, tokens);
+  Context& c0 = *ctxs[0];
+  const Model& model = c0.model_;
+  const CpuWeights& weights = c0.weights_;
+  const ModelConfig& c = model.cfg;
+  ThreadPool& pool = *c0.pool_;
+  const int64_t n = static_cast<int64_t>(ctxs.size());
+  const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.ffn_dim;
+
+  std::vector<float> x(static_cast<size_t>(n * dim)), xb(static_cast<size_t>(n * dim));
+  std::vector<float> q(static_cast<size_t>(n * qd)), k(static_cast<size_t>(n * kvd)), v(static_cast<size_t>(n * kvd));
+  std::vector<float> att(static_cast<size_t>(n * qd));
+  std::vector<float> gate(static_cast<size_t>(n * ff)), up(static_cast<size_t>(n * ff));
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    embedding_row(x.data() + i * dim, model.tok_embd, tokens[static_cast<size_t>(i)]);
+    pos[static_cast<size_t>(i)] = ctxs[static_cast<size_t>(i)]->n_past_;
+  }
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = weights.layers[static_cast<size_t>(l)];
+    rmsnorm_rows(xb.data(), x.data(), L.attn_norm, n, dim, c.rms_eps, pool);
+    matmul_rows(q.data(), xb.data(), n, L.wq, pool);
+    matmul_rows(k.data(), xb.data(), n, L.wk, pool);
+    matmul_rows(v.data(), xb.data(), n, L.wv, pool);
+    // Per sequence, as Context::run_layer does for one decoded token.
+    for (int64_t i = 0; i < n; ++i) {
+      Context& s = *ctxs[static_cast<size_t>(i)];
+      const int32_t p = pos[static_cast<size_t>(i)];
+      float* qi = q.data() + i * qd;
+      float* ki = k.data() + i * kvd;
+      s.rope_.apply(qi, c.n_heads, p);
+      s.rope_.apply(ki, c.n_kv_heads, p);
+      s.kv_.append(l, ki, v.data() + i * kvd, p);
+      s.evictor_.on_decode(l, qi, p, s.kv_, pool);
+      const std::vector<DecodeRowScores>* scored = s.evictor_.decode_row_scores(l);
+      if (scored)
+        attention_decode(att.data() + i * qd, qi, p, s.kv_, l, s.shape_, *scored, pool);
+      else
+        attention_prefill(att.data() + i * qd, qi, &p, 1, s.kv_, l, s.shape_, pool);
+    }
+    matmul_rows(xb.data(), att.data(), n, L.wo, pool);
+    for (int64_t j = 0; j < n * dim; ++j) x[static_cast<size_t>(j)] += xb[static_cast<size_t>(j)];
+
+    rmsnorm_rows(xb.data(), x.data(), L.ffn_norm, n, dim, c.rms_eps, pool);
+    matmul_rows(gate.data(), xb.data(), n, L.w_gate, pool);
+    matmul_rows(up.data(), xb.data(), n, L.w_up, pool);
+    pool.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) swiglu(gate.data() + t * ff, gate.data() + t * ff, up.data() + t * ff, ff);
+    });
+    matmul_rows(xb.data(), gate.data(), n, L.w_down, pool);
+    for (int64_t j = 0; j < n * dim; ++j) x[static_cast<size_t>(j)] += xb[static_cast<size_t>(j)];
+  }
+  for (Context* s : ctxs) s->n_past_ += 1;
+
+  if (!logits) return;
+  rmsnorm_rows(xb.data(), x.data(), model.output_norm, n, dim, c.rms_eps, pool);
+  std::vector<float> all(static_cast<size_t>(n) * c.n_vocab);
+  matmul_rows(all.data(), xb.data(), n, weights.output, pool);
+  logits->resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    (*logits)[static_cast<size_t>(i)].assign(all.begin() + i * c.n_vocab, all.begin() + (i + 1) * c.n_vocab);
+}
+
+}  // namespace slake

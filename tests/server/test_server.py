@@ -1,0 +1,357 @@
+"""slake-server through the official openai client, on stories260K (and SmolLM2 where
+scripts/fetch-models.sh fetched it): greedy replies, streamed and not, equal slake-cli --temp 0's
+text for the same prompt and token count, alone and with 8 requests at once (so batched decoding
+changes nothing); conversations reuse the slot's cache; the error bodies of bad requests (400),
+a wrong API key (401) and a full queue (503); a client that leaves mid-stream frees its slot;
+SIGTERM stops the server."""
+import concurrent.futures
+import json
+import os
+import socket
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import openai
+
+from harness import CHATML, SMOLLM2, STORIES, Server, cli_greedy
+
+CTX = 256
+N = 24
+PROMPTS = ["Once upon a time", "The little dog", "Tom and Lily went to the park", "One day, a bird",
+           "The sun was hot and", "Sara had a red ball", "In the forest there", "Mom said"]
+CHAT_MESSAGES = ["Hi there", "Tell me a story", "What is a cat?", "Hello"]
+
+
+def client(server, key="none"):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def complete(c, model, prompt, n, stream, chat):
+    """The reply's text, and the finish reason, through the client."""
+    if chat:
+        kw = dict(model=model, messages=[{"role": "user", "content": prompt}], max_tokens=n, temperature=0)
+        if not stream:
+            r = c.chat.completions.create(**kw)
+            return r.choices[0].message.content, r.choices[0].finish_reason
+        text, finish = "", None
+        for ch in c.chat.completions.create(stream=True, **kw):
+            if ch.choices:
+                text += ch.choices[0].delta.content or ""
+                finish = ch.choices[0].finish_reason or finish
+        return text, finish
+    kw = dict(model=model, prompt=prompt, max_tokens=n, temperature=0)
+    if not stream:
+        r = c.completions.create(**kw)
+        return r.choices[0].text, r.choices[0].finish_reason
+    text, finish = "", None
+    for ch in c.completions.create(stream=True, **kw):
+        text += ch.choices[0].text
+        finish = ch.choices[0].finish_reason or finish
+    return text, finish
+
+
+def post(server, path, body, key=None):
+    """Status and JSON body of a raw POST (bodies the client would refuse to send)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(server.url + path, data=data, headers={"Content-Type": "application/json"})
+    if key:
+        req.add_header("Authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+class GreedyMatchesCli:
+    """Mixed into a TestCase with MODEL, ARGS, CLI_ARGS, CHAT."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(cls.MODEL, "-c", str(CTX), "-np", "8", "-t", "2", *cls.ARGS)
+        cls.model = os.path.basename(cls.MODEL)
+        prompts = CHAT_MESSAGES if cls.CHAT else PROMPTS
+        cls.want = {p: cli_greedy(cls.MODEL, p, N, CTX, *cls.CLI_ARGS) for p in prompts}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_one_at_a_time(self):
+        c = client(self.server)
+        for p, want in list(self.want.items())[:3]:
+            for stream in (False, True):
+                text, finish = complete(c, self.model, p, N, stream, self.CHAT)
+                self.assertEqual(text, want, f"{p!r}, stream={stream}")
+                self.assertIn(finish, ("length", "stop"))
+
+    def test_eight_at_once(self):
+        jobs = [(p, i % 2 == 1) for i, p in enumerate(list(self.want) * 2)][:8]
+        c = client(self.server)
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            got = list(ex.map(lambda j: complete(c, self.model, j[0], N, j[1], self.CHAT)[0], jobs))
+        for (p, stream), text in zip(jobs, got):
+            self.assertEqual(text, self.want[p], f"{p!r}, stream={stream}")
+        # They ran together: some decode step held more than one sequence.
+        self.assertGreater(self.server.metric("slake_decode_rows_total"), self.server.metric("slake_decode_steps_total"))
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class StoriesCompletions(GreedyMatchesCli, unittest.TestCase):
+    MODEL, ARGS, CLI_ARGS, CHAT = STORIES, (), (), False
+
+
+@unittest.skipUnless(os.path.exists(STORIES) and os.path.exists(CHATML), "shared material missing: stories260K or the ChatML template")
+class StoriesChat(GreedyMatchesCli, unittest.TestCase):
+    MODEL, ARGS, CLI_ARGS, CHAT = STORIES, ("--chat-template-file", CHATML), ("--chat-template-file", CHATML), True
+
+
+@unittest.skipUnless(os.path.exists(SMOLLM2), f"model missing: {SMOLLM2} (scripts/fetch-models.sh fetches it)")
+class SmolLM2Chat(GreedyMatchesCli, unittest.TestCase):
+    MODEL, ARGS, CLI_ARGS, CHAT = SMOLLM2, (), ("--jinja",), True  # slake-cli: the model's own template
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class Behaviour(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(STORIES, "-c", str(CTX), "-np", "2", "-t", "2")
+        cls.model = os.path.basename(STORIES)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_models_health_tokenize(self):
+        models = client(self.server).models.list()
+        self.assertEqual([m.id for m in models.data], [self.model])
+        self.assertEqual(json.loads(self.server.get("/health")), {"status": "ok"})
+        status, tok = post(self.server, "/tokenize", {"content": "Once upon a time"})
+        self.assertEqual(status, 200)
+        status, text = post(self.server, "/detokenize", {"tokens": tok["tokens"]})
+        self.assertEqual(text["content"], "Once upon a time")
+
+    def test_usage_stop_logprobs_seed(self):
+        c = client(self.server)
+        r = c.completions.create(model=self.model, prompt="Once upon a time", max_tokens=N, temperature=0, logprobs=3)
+        self.assertEqual(r.usage.completion_tokens, N)
+        self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + N)
+        lp = r.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), N)
+        self.assertEqual("".join(lp.tokens), r.choices[0].text)
+        for tok, top in zip(lp.tokens, lp.top_logprobs):  # greedy: the token is the most probable
+            self.assertEqual(len(top), 3)
+            self.assertEqual(max(top, key=top.get), tok)
+        # A stop string cuts the reply before it, streamed or not.
+        text = r.choices[0].text
+        stop = text[10:14]
+        for stream in (False, True):
+            if stream:
+                got = "".join(ch.choices[0].text for ch in c.completions.create(
+                    model=self.model, prompt="Once upon a time", max_tokens=N, temperature=0, stop=[stop], stream=True))
+            else:
+                got = c.completions.create(model=self.model, prompt="Once upon a time", max_tokens=N, temperature=0,
+                                           stop=[stop]).choices[0].text
+            self.assertEqual(got, text[:text.index(stop)])
+        # ignore_eos: the reply runs to max_tokens.
+        r = c.completions.create(model=self.model, prompt="Once upon a time", max_tokens=150, temperature=1.0, seed=3,
+                                 extra_body={"ignore_eos": True})
+        self.assertEqual((r.usage.completion_tokens, r.choices[0].finish_reason), (150, "length"))
+        # Sampling with a seed repeats itself.
+        a, b = (c.completions.create(model=self.model, prompt="Once upon a time", max_tokens=N, temperature=1.0,
+                                     seed=42).choices[0].text for _ in range(2))
+        self.assertEqual(a, b)
+        # A streamed reply's last chunk has the usage, when asked for.
+        chunks = list(c.completions.create(model=self.model, prompt="Once upon a time", max_tokens=5, temperature=0,
+                                           stream=True, stream_options={"include_usage": True}))
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, 5)
+        self.assertEqual(chunks[-1].usage.prompt_tokens, r.usage.prompt_tokens)
+
+    def test_conversation_reuses_the_cache(self):
+        c = client(self.server)
+        _, tok = post(self.server, "/tokenize", {"content": "Once upon a time, there was a dog", "add_special": True})
+        first = tok["tokens"]
+        r1 = c.completions.create(model=self.model, prompt=first, max_tokens=8, temperature=0,
+                                  extra_body={"return_tokens": True})
+        self.assertEqual(r1.usage.prompt_tokens_details.cached_tokens, 0)
+        reply = r1.choices[0].model_extra["tokens"]
+        self.assertEqual(len(reply), 8)
+        _, more = post(self.server, "/tokenize", {"content": " and a cat."})
+        # The prompt continues the slot's history (prompt and reply; the reply's last token was
+        # sampled, never evaluated): only the new tokens are prefilled.
+        second = first + reply + more["tokens"]
+        r2 = c.completions.create(model=self.model, prompt=second, max_tokens=8, temperature=0)
+        self.assertEqual(r2.usage.prompt_tokens_details.cached_tokens, len(first) + len(reply) - 1)
+        # A prompt that does not continue any slot's history starts from an empty cache.
+        r3 = c.completions.create(model=self.model, prompt=first[:3] + more["tokens"], max_tokens=8, temperature=0)
+        self.assertEqual(r3.usage.prompt_tokens_details.cached_tokens, 0)
+
+    def test_kv_policy_per_request(self):
+        c = client(self.server)
+        long_prompt = " ".join(PROMPTS * 3)
+        r = c.completions.create(model=self.model, prompt=long_prompt, max_tokens=N, temperature=0,
+                                 extra_body={"kv_policy": "slake", "kv_budget": 32, "kv_window": 8})
+        self.assertEqual(r.usage.completion_tokens, N)
+        status, body = post(self.server, "/v1/completions", {"prompt": "x", "kv_policy": "nope"})
+        self.assertEqual(status, 400)
+        self.assertIn("nope", body["error"]["message"])
+
+    def test_bad_requests_are_400(self):
+        cases = [
+            (b"{not json", "not valid JSON", None),
+            (b"[1, 2]", "must be a JSON object", None),
+            (b"[" * 200000 + b"]" * 200000, "must be a JSON object", None),  # deep nesting: no stack overflow
+            ({"prompt": "x", "max_tokens": "ten"}, "'max_tokens' must be an integer", "max_tokens"),
+            ({"prompt": "x", "temperature": "hot"}, "'temperature' must be a number", "temperature"),
+            ({"prompt": "x", "stream": 1}, "'stream' must be a boolean", "stream"),
+            ({"prompt": "x", "model": "gpt-4"}, "'gpt-4' does not exist", "model"),
+            ({"prompt": "x", "n": 2}, "'n' must be 1", "n"),
+            ({"prompt": "x", "top_p": 0}, "top_p", "top_p"),
+            ({"prompt": "x", "stop": [1]}, "'stop' must hold strings", "stop"),
+            ({"prompt": 5}, "'prompt' must be a string", "prompt"),
+            ({"max_tokens": 3}, "'prompt' is required", "prompt"),
+            ({"prompt": "word " * 400}, "leaves no room in the context", "prompt"),
+        ]
+        for body, message, param in cases:
+            status, err = post(self.server, "/v1/completions", body)
+            self.assertEqual(status, 400, body)
+            self.assertEqual(err["error"]["type"], "invalid_request_error")
+            self.assertIn(message, err["error"]["message"])
+            self.assertEqual(err["error"]["param"], param)
+        status, err = post(self.server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
+        self.assertEqual(status, 400)  # stories260K has no chat template and the server was given none
+        self.assertIn("no chat template", err["error"]["message"])
+        status, err = post(self.server, "/v1/chat/completions", {"messages": "hi"})
+        self.assertEqual((status, err["error"]["param"]), (400, "messages"))
+        # Through the client: its BadRequestError.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            client(self.server).completions.create(model=self.model, prompt="x", n=3)
+        self.assertEqual(cm.exception.status_code, 400)
+        self.assertEqual(json.loads(self.server.get("/health")), {"status": "ok"})
+
+    def test_disconnect_frees_the_slot(self):
+        before = self.server.metric('slake_requests_total{outcome="cancelled"}')
+        s = socket.create_connection(("127.0.0.1", self.server.port))
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 200, "temperature": 1.0, "stream": True,
+                           "ignore_eos": True})
+        s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+        got = b""
+        while b"data: " not in got:
+            got += s.recv(4096)
+        s.close()
+        deadline = time.time() + 5
+        while time.time() < deadline and self.server.metric('slake_requests_total{outcome="cancelled"}') == before:
+            time.sleep(0.02)
+        self.assertEqual(self.server.metric('slake_requests_total{outcome="cancelled"}'), before + 1)
+        self.assertEqual(self.server.metric("slake_slots_busy"), 0)
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class LongPromptsAndPolicies(unittest.TestCase):
+    """A prompt of several n_batch chunks is prefilled a chunk per step while other replies decode,
+    and a request's own KV policy evicts in its slot alone: greedy text still equals slake-cli's."""
+    CTX = 1024
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(STORIES, "-c", str(cls.CTX), "-np", "4", "-t", "2")
+        cls.long = " ".join(PROMPTS * 9)  # about 600 tokens: chunks of 256, 256 and the rest
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_long_prompt_beside_running_replies(self):
+        want = cli_greedy(STORIES, self.long, N, self.CTX)
+        c = client(self.server)
+        with concurrent.futures.ThreadPoolExecutor(3) as ex:
+            others = [ex.submit(complete, c, "stories260K.gguf", p, 120, True, False) for p in PROMPTS[:2]]
+            time.sleep(0.05)
+            got = ex.submit(complete, c, "stories260K.gguf", self.long, N, False, False).result()[0]
+            [o.result() for o in others]
+        self.assertEqual(got, want)
+        self.assertGreaterEqual(self.server.metric("slake_prefill_chunks_total"), 3)
+
+    def test_request_policy_equals_cli_flags(self):
+        server = Server(STORIES, "-c", str(self.CTX), "-np", "1", "-t", "2")
+        try:
+            c = client(server)
+            full = None
+            for policy in ("full", "slake", "h2o", "streaming"):
+                flags = ("--kv-policy", policy, "--kv-budget", "64", "--kv-window", "16") if policy != "full" else ()
+                want = cli_greedy(STORIES, self.long, N, self.CTX, *flags)
+                extra = {"kv_policy": policy, "kv_budget": 64, "kv_window": 16} if policy != "full" else {}
+                got = c.completions.create(model="stories260K.gguf", prompt=self.long, max_tokens=N, temperature=0,
+                                           extra_body=extra).choices[0].text
+                self.assertEqual(got, want, policy)
+                # The one slot's cache holds what the policy kept: far less than the full cache.
+                kv = server.metric('slake_kv_bytes{slot="0"}')
+                if policy == "full":
+                    full = kv
+                else:
+                    self.assertLess(kv, full / 4, policy)
+        finally:
+            server.stop()
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class AdmissionAndAuth(unittest.TestCase):
+    def test_wrong_api_key_is_401(self):
+        server = Server(STORIES, "-c", str(CTX), "--api-key", "sesame", "-t", "1")
+        try:
+            with self.assertRaises(openai.AuthenticationError) as cm:
+                client(server, "wrong").completions.create(model="stories260K.gguf", prompt="x", max_tokens=2)
+            self.assertEqual(cm.exception.status_code, 401)
+            self.assertEqual(cm.exception.body["type"], "authentication_error")
+            r = client(server, "sesame").completions.create(model="stories260K.gguf", prompt="x", max_tokens=2)
+            self.assertEqual(r.usage.completion_tokens, 2)
+            self.assertEqual(json.loads(server.get("/health")), {"status": "ok"})  # no key needed
+        finally:
+            server.stop()
+
+    def test_full_queue_is_503_and_sigterm_stops(self):
+        server = Server(STORIES, "-c", str(CTX), "-np", "1", "--queue", "0", "-t", "1")
+        try:
+            c = client(server)
+            stream = c.completions.create(model="stories260K.gguf", prompt="Once", max_tokens=220, temperature=1.0,
+                                          stream=True, extra_body={"ignore_eos": True})
+            next(iter(stream))  # the only slot is busy now
+            with self.assertRaises(openai.InternalServerError) as cm:
+                c.completions.create(model="stories260K.gguf", prompt="x", max_tokens=2)
+            self.assertEqual(cm.exception.status_code, 503)
+            self.assertEqual(cm.exception.body["code"], "server_busy")
+            self.assertIn("busy", cm.exception.body["message"])
+            status, _ = post(server, "/v1/completions", {"prompt": "x", "max_tokens": 2})
+            self.assertEqual(status, 503)
+            stream.close()
+        finally:
+            t0 = time.time()
+            rc = server.stop()
+        self.assertEqual(rc, 0)
+        self.assertLess(time.time() - t0, 8)  # within the HTTP keep-alive timeout (5 s) of idle connections
+
+    def test_kv_memory_too_small_is_400_and_waits_otherwise(self):
+        # 5 layers x 4 KV heads x (2 x 8 floats + a position) x 4 bytes = 1360 bytes a token: 0.2 MiB is
+        # 154 tokens, one request of 5 + 96 at a time, not 5 + 200.
+        server = Server(STORIES, "-c", str(CTX), "-np", "4", "--kv-memory", "0.2", "-t", "1")
+        try:
+            status, err = post(server, "/v1/completions", {"prompt": "Once", "max_tokens": 200})
+            self.assertEqual(status, 400)
+            self.assertIn("--kv-memory", err["error"]["message"])
+            # Four requests of 100 tokens each fit one at a time: all complete, none refused.
+            c = client(server)
+            with concurrent.futures.ThreadPoolExecutor(4) as ex:
+                got = list(ex.map(lambda p: c.completions.create(model="stories260K.gguf", prompt=p, max_tokens=96,
+                                                                 temperature=0).usage.completion_tokens, PROMPTS[:4]))
+            self.assertEqual(got, [96] * 4)
+            self.assertLessEqual(server.metric("slake_decode_rows_total"), server.metric("slake_decode_steps_total"))
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,242 @@
+#include "openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "api_error.h"
+#include "slake/error.h"
+
+namespace slake::server {
+
+namespace {
+
+using nlohmann::json;
+
+const char* type_name(const json& j) { return j.type_name(); }
+
+// The field's value when present and not null; else null.
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+bool get_bool(const json& body, const char* name, bool dflt) {
+  const json* v = field(body, name);
+  if (!v) return dflt;
+  if (!v->is_boolean()) throw bad_field(name, std::string("'") + name + "' must be a boolean, got " + type_name(*v));
+  return v->get<bool>();
+}
+
+long long get_int(const json& body, const char* name, long long dflt, long long lo, long long hi) {
+  const json* v = field(body, name);
+  if (!v) return dflt;
+  long long x = 0;
+  if (v->is_number_integer()) {
+    x = v->get<long long>();
+  } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() && std::fabs(v->get<double>()) < 1e15) {
+    x = static_cast<long long>(v->get<double>());
+  } else {
+    throw bad_field(name, std::string("'") + name + "' must be an integer, got " + type_name(*v));
+  }
+  if (x < lo || x > hi)
+    throw bad_field(name, std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                              "], got " + std::to_string(x));
+  return x;
+}
+
+double get_number(const json& body, const char* name, double dflt, double lo, double hi) {
+  const json* v = field(body, name);
+  if (!v) return dflt;
+  if (!v->is_number()) throw bad_field(name, std::string("'") + name + "' must be a number, got " + type_name(*v));
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi))
+    throw bad_field(name, std::string("'") + name + "' must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " +
+                              json(x).dump());
+  return x;
+}
+
+std::string get_string(const json& body, const char* name, const std::string& dflt) {
+  const json* v = field(body, name);
+  if (!v) return dflt;
+  if (!v->is_string()) throw bad_field(name, std::string("'") + name + "' must be a string, got " + type_name(*v));
+  return v->get<std::string>();
+}
+
+std::string utf8_or_400(std::string s, const std::string& what) {
+  if (find_invalid_utf8(s) != std::string::npos) throw bad_field(what, "'" + what + "' is not valid UTF-8");
+  return s;
+}
+
+// stop: a string or an array of up to 4 strings (OpenAI's limit); empty strings are ignored.
+std::vector<std::string> get_stop(const json& body) {
+  const json* v = field(body, "stop");
+  std::vector<std::string> out;
+  if (!v) return out;
+  if (v->is_string()) {
+    if (!v->get<std::string>().empty()) out.push_back(v->get<std::string>());
+    return out;
+  }
+  if (!v->is_array()) throw bad_field("stop", std::string("'stop' must be a string or an array of strings, got ") + type_name(*v));
+  if (v->size() > 4) throw bad_field("stop", "'stop' takes at most 4 sequences, got " + std::to_string(v->size()));
+  for (const json& s : *v) {
+    if (!s.is_string()) throw bad_field("stop", std::string("'stop' must hold strings, got ") + type_name(s));
+    if (!s.get<std::string>().empty()) out.push_back(utf8_or_400(s.get<std::string>(), "stop"));
+  }
+  return out;
+}
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts joined.
+std::string message_content(const json& m, size_t i) {
+  const std::string where = "messages[" + std::to_string(i) + "].content";
+  const json* c = field(m, "content");
+  if (!c) return "";
+  if (c->is_string()) return utf8_or_400(c->get<std::string>(), where);
+  if (!c->is_array()) throw bad_field(where, "'" + where + "' must be a string or an array of text parts, got " + type_name(*c));
+  std::string text;
+  for (const json& part : *c) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+      throw bad_field(where, "'" + where + "' parts must be {\"type\": \"text\", \"text\": string} (only text is supported)");
+    text += part["text"].get<std::string>();
+  }
+  return utf8_or_400(text, where);
+}
+
+std::vector<ChatMessage> get_messages(const json& body) {
+  const json* v = field(body, "messages");
+  if (!v) throw bad_field("messages", "'messages' is required");
+  if (!v->is_array() || v->empty()) throw bad_field("messages", "'messages' must be a non-empty array");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw bad_field(where, "'" + where + "' must be an object, got " + std::string(type_name(m)));
+    const json* role = field(m, "role");
+    if (!role || !role->is_string()) throw bad_field(where + ".role", "'" + where + ".role' must be a string");
+    out.push_back({role->get<std::string>(), message_content(m, i)});
+  }
+  return out;
+}
+
+// prompt: a string, an array of one string, or an array of token ids.
+std::vector<int32_t> get_prompt(const json& body, const RequestEnv& env) {
+  const json* v = field(body, "prompt");
+  if (!v) throw bad_field("prompt", "'prompt' is required");
+  const Vocab& vocab = env.tokenizer.vocab();
+  if (v->is_string()) return env.tokenizer.tokenize(utf8_or_400(v->get<std::string>(), "prompt"), vocab.add_bos, true);
+  if (v->is_array() && v->size() == 1 && (*v)[0].is_string())
+    return env.tokenizer.tokenize(utf8_or_400((*v)[0].get<std::string>(), "prompt"), vocab.add_bos, true);
+  if (v->is_array() && !v->empty() && (*v)[0].is_number()) {
+    std::vector<int32_t> ids;
+    for (const json& t : *v) {
+      if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() >= env.cfg.n_vocab)
+        throw bad_field("prompt", "'prompt' token ids must be integers in [0, " + std::to_string(env.cfg.n_vocab) + ")");
+      ids.push_back(t.get<int32_t>());
+    }
+    return ids;
+  }
+  if (v->is_array() && v->size() > 1)
+    throw bad_field("prompt", "'prompt' holds " + std::to_string(v->size()) + " prompts; one request takes one");
+  throw bad_field("prompt", std::string("'prompt' must be a string, got ") + type_name(*v));
+}
+
+KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
+  KvPolicyParams kv = env.kv_default;
+  const bool policy_given = field(body, "kv_policy") != nullptr;
+  kv.policy = get_string(body, "kv_policy", kv.policy);
+  kv.budget = static_cast<int>(get_int(body, "kv_budget", kv.budget, 0, std::numeric_limits<int>::max()));
+  kv.window = static_cast<int>(get_int(body, "kv_window", kv.window, 1, std::numeric_limits<int>::max()));
+  // As --kv-budget alone: a budget with no policy named means slake.
+  if (!policy_given && field(body, "kv_budget") && kv.budget > 0 && kv.policy == "full") kv.policy = "slake";
+  try {
+    validate(kv);
+    return resolve_kv_defaults(kv, env.cfg);
+  } catch (const Error& e) {
+    throw bad_field(policy_given ? "kv_policy" : "kv_budget", e.what());
+  }
+}
+
+}  // namespace
+
+json parse_object(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw ApiError(400, std::string("the request body must be a JSON object, got ") + type_name(j));
+  return j;
+}
+
+ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& env) {
+  const json body = parse_object(text);
+  ApiRequest r;
+  r.chat = chat;
+  r.model = get_string(body, "model", env.model_id);
+  if (r.model != env.model_id)
+    throw ApiError(400, "the model '" + r.model + "' does not exist; this server serves '" + env.model_id + "'",
+                   "invalid_request_error", "model", "model_not_found");
+  if (get_int(body, "n", 1, 1, std::numeric_limits<int>::max()) != 1)
+    throw bad_field("n", "'n' must be 1: slake-server generates one choice per request");
+  if (!chat && get_bool(body, "echo", false)) throw bad_field("echo", "'echo' is not supported");
+  if (field(body, "best_of") && get_int(body, "best_of", 1, 1, 1) != 1) throw bad_field("best_of", "'best_of' must be 1");
+  r.stream = get_bool(body, "stream", false);
+  r.return_tokens = get_bool(body, "return_tokens", false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) throw bad_field("stream_options", "'stream_options' must be an object");
+    r.include_usage = get_bool(*so, "include_usage", false);
+  }
+
+  GenRequest& g = r.gen;
+  const long long max_new = std::numeric_limits<int>::max();
+  g.max_tokens = static_cast<int>(get_int(body, "max_tokens", -1, 0, max_new));
+  g.max_tokens = static_cast<int>(get_int(body, "max_completion_tokens", g.max_tokens, 0, max_new));
+  SamplerParams& s = g.sampling;
+  s.temp = static_cast<float>(get_number(body, "temperature", s.temp, 0.0, 100.0));
+  s.top_p = static_cast<float>(get_number(body, "top_p", s.top_p, 0.0, 1.0));
+  if (s.top_p <= 0.0f) throw bad_field("top_p", "'top_p' must be in (0, 1], got 0");
+  s.top_k = static_cast<int>(get_int(body, "top_k", s.top_k, 0, std::numeric_limits<int>::max()));
+  s.min_p = static_cast<float>(get_number(body, "min_p", s.min_p, 0.0, 1.0));
+  s.repeat_penalty = static_cast<float>(get_number(body, "repeat_penalty", s.repeat_penalty, 1e-3, 100.0));
+  if (field(body, "seed")) {
+    s.seed = static_cast<uint64_t>(get_int(body, "seed", 0, std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max()));
+  } else {
+    std::random_device rd;
+    s.seed = static_cast<uint64_t>(rd()) << 32 | rd();
+  }
+  g.stop = get_stop(body);
+  g.ignore_eos = get_bool(body, "ignore_eos", false);
+  try {
+    validate(s);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what());
+  }
+
+  if (chat) {
+    r.logprobs = get_bool(body, "logprobs", false);
+    const int top = static_cast<int>(get_int(body, "top_logprobs", 0, 0, 20));
+    if (field(body, "top_logprobs") && !r.logprobs) throw bad_field("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    g.top_logprobs = r.logprobs ? top : -1;
+  } else {
+    g.top_logprobs = static_cast<int>(get_int(body, "logprobs", -1, 0, 20));
+    r.logprobs = g.top_logprobs >= 0;
+  }
+  g.kv = get_kv(body, env);
+
+  try {
+    g.prompt = chat ? env.chat.tokens(get_messages(body)) : get_prompt(body, env);
+  } catch (const Error& e) {  // the template raised, or there is none
+    throw bad_field(chat ? "messages" : "prompt", e.what());
+  }
+  if (g.prompt.empty())
+    throw bad_field(chat ? "messages" : "prompt", "the prompt is empty and the vocabulary adds no BOS: nothing to generate from");
+  if (static_cast<long long>(g.prompt.size()) >= env.n_ctx)
+    throw ApiError(400,
+                   "the prompt is " + std::to_string(g.prompt.size()) + " tokens, which leaves no room in the context of " +
+                       std::to_string(env.n_ctx) + " tokens (-c)",
+                   "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
+  return r;
+}
+
+}  // namespace slake::server

@@ -1,0 +1,43 @@
+// The request bodies of /v1/completions and /v1/chat/completions (OpenAI's fields, llama-server's
+// sampling extensions top_k and min_p, and slake's kv_policy, kv_budget and kv_window), checked and
+// turned into a GenRequest. Anything wrong is an ApiError naming the field; unknown fields are
+// ignored, as OpenAI's own server does for forward compatibility.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "chat_prompt.h"
+#include "slake/kv_policy.h"
+#include "slake/model.h"
+#include "slake/tokenizer.h"
+#include "task.h"
+
+namespace slake::server {
+
+struct ApiRequest {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
+  bool logprobs = false;       // log probabilities in the reply (chat: logprobs; completions: logprobs >= 0)
+  bool return_tokens = false;  // llama-server's extension: the reply's token ids in choices[0].tokens
+  std::string model;
+  GenRequest gen;
+};
+
+// What parsing needs from the server.
+struct RequestEnv {
+  std::string model_id;
+  const Tokenizer& tokenizer;
+  const ChatPrompter& chat;
+  const ModelConfig& cfg;
+  int n_ctx;
+  KvPolicyParams kv_default;  // the --kv-* flags
+};
+
+// Throws ApiError (400).
+ApiRequest parse_request(const std::string& body, bool chat, const RequestEnv& env);
+
+// The JSON body of a request that must be an object (tokenize, detokenize); throws ApiError.
+nlohmann::json parse_object(const std::string& body);
+
+}  // namespace slake::server

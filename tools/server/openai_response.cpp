@@ -1,0 +1,112 @@
+#include "openai_response.h"
+
+namespace slake::server {
+
+using nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+ResponseBuilder::ResponseBuilder(const ApiRequest& req, const Tokenizer& tokenizer, std::string id, long long created)
+    : req_(req), tokenizer_(tokenizer), id_(std::move(id)), created_(created) {}
+
+json ResponseBuilder::base(const char* object) const {
+  return {{"id", id_}, {"object", object}, {"created", created_}, {"model", req_.model}, {"system_fingerprint", "slake"}};
+}
+
+json ResponseBuilder::usage(const Task& done) const {
+  return {{"prompt_tokens", done.n_prompt()},
+          {"completion_tokens", done.n_gen()},
+          {"total_tokens", done.n_prompt() + done.n_gen()},
+          {"prompt_tokens_details", {{"cached_tokens", done.n_cached()}}}};
+}
+
+json ResponseBuilder::logprobs(const std::vector<TokenLogprob>& tokens, size_t text_offset) const {
+  auto text = [&](int32_t id) { return tokenizer_.token_to_piece(id); };
+  if (req_.chat) {
+    json content = json::array();
+    for (const TokenLogprob& t : tokens) {
+      json top = json::array();
+      for (const auto& [id, lp] : t.top) {
+        std::vector<int> b;
+        for (unsigned char c : text(id)) b.push_back(c);
+        top.push_back({{"token", text(id)}, {"logprob", lp}, {"bytes", b}});
+      }
+      std::vector<int> b;
+      for (unsigned char c : text(t.id)) b.push_back(c);
+      content.push_back({{"token", text(t.id)}, {"logprob", t.logprob}, {"bytes", b}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  for (const TokenLogprob& t : tokens) {
+    toks.push_back(text(t.id));
+    lps.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [id, lp] : t.top) top[text(id)] = lp;
+    tops.push_back(top);
+    offs.push_back(text_offset);
+    text_offset += text(t.id).size();
+  }
+  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
+json ResponseBuilder::full(const std::vector<Piece>& pieces, const Task& done) const {
+  std::string text;
+  std::vector<TokenLogprob> lps;
+  std::vector<int32_t> ids;
+  for (const Piece& p : pieces) {
+    text += p.text;
+    ids.insert(ids.end(), p.ids.begin(), p.ids.end());
+    lps.insert(lps.end(), p.tokens.begin(), p.tokens.end());
+  }
+  json lp = req_.logprobs ? logprobs(lps, 0) : json();
+  json r = base(req_.chat ? "chat.completion" : "text_completion");
+  if (req_.chat)
+    r["choices"] = json::array({{{"index", 0},
+                                 {"message", {{"role", "assistant"}, {"content", text}}},
+                                 {"logprobs", lp},
+                                 {"finish_reason", done.finish_reason()}}});
+  else
+    r["choices"] = json::array({{{"index", 0}, {"text", text}, {"logprobs", lp}, {"finish_reason", done.finish_reason()}}});
+  if (req_.return_tokens) r["choices"][0]["tokens"] = ids;
+  r["usage"] = usage(done);
+  return r;
+}
+
+json ResponseBuilder::first_chunk() const {
+  json r = base("chat.completion.chunk");
+  r["choices"] = json::array(
+      {{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+  return r;
+}
+
+json ResponseBuilder::piece_chunk(const Piece& p) const {
+  json lp = req_.logprobs ? logprobs(p.tokens, 0) : json();
+  json r = base(req_.chat ? "chat.completion.chunk" : "text_completion");
+  if (req_.chat)
+    r["choices"] = json::array({{{"index", 0}, {"delta", {{"content", p.text}}}, {"logprobs", lp}, {"finish_reason", nullptr}}});
+  else
+    r["choices"] = json::array({{{"index", 0}, {"text", p.text}, {"logprobs", lp}, {"finish_reason", nullptr}}});
+  if (req_.return_tokens) r["choices"][0]["tokens"] = p.ids;
+  return r;
+}
+
+json ResponseBuilder::final_chunk(const std::string& finish_reason) const {
+  json r = base(req_.chat ? "chat.completion.chunk" : "text_completion");
+  if (req_.chat)
+    r["choices"] = json::array({{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
+  else
+    r["choices"] = json::array({{{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
+  return r;
+}
+
+json ResponseBuilder::usage_chunk(const Task& done) const {
+  json r = base(req_.chat ? "chat.completion.chunk" : "text_completion");
+  r["choices"] = json::array();
+  r["usage"] = usage(done);
+  return r;
+}
+
+}  // namespace slake::server

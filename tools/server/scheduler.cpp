@@ -1,0 +1,250 @@
+#include "scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "../common/end_of_generation.h"
+#include "kv_plan.h"
+#include "slake/batch_decode.h"
+#include "slake/error.h"
+
+namespace slake::server {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string mib(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / 1048576.0);
+  return buf;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, const SchedulerConfig& cfg)
+    : model_(model),
+      tokenizer_(tokenizer),
+      cfg_(cfg),
+      eog_(tools::end_of_generation_tokens(tokenizer.vocab())),
+      pool_(cfg.n_threads > 0 ? cfg.n_threads : default_thread_count()),
+      idle_slots_(cfg.n_slots) {
+  for (int i = 0; i < cfg_.n_slots; ++i)
+    slots_.push_back(std::make_unique<Slot>(i, model, tokenizer, eog_, cfg_.n_ctx, pool_, cfg_.kv));
+  stats_.kv_bytes.assign(slots_.size(), 0);
+  stats_.kv_planned.assign(slots_.size(), 0);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+// The prompt includes a reused history: the cache ends up as large either way.
+size_t Scheduler::plan(const GenRequest& r) const {
+  const long long reply = r.max_tokens < 0 ? cfg_.n_ctx : r.max_tokens;
+  return planned_kv_bytes(model_.cfg, r.kv, cfg_.n_ctx, static_cast<long long>(r.prompt.size()) + reply,
+                          static_cast<long long>(r.prompt.size()));
+}
+
+Scheduler::Admit Scheduler::submit(std::shared_ptr<Task> task, std::string* why) {
+  const size_t need = plan(task->req);
+  if (cfg_.kv_memory > 0 && need > cfg_.kv_memory) {
+    if (why)
+      *why = "the request plans " + mib(need) + " MiB of KV cache (prompt " + std::to_string(task->req.prompt.size()) +
+             " tokens + max_tokens), more than --kv-memory " + mib(cfg_.kv_memory) +
+             " MiB; lower max_tokens or use a KV budget";
+    return Admit::TooLarge;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (stop_) {
+    if (why) *why = "the server is shutting down";
+    return Admit::QueueFull;
+  }
+  // Requests that an idle slot will take at once do not count against the queue.
+  if (static_cast<int>(queue_.size()) >= cfg_.queue_max + idle_slots_) {
+    if (why)
+      *why = "the server is busy: " + std::to_string(cfg_.n_slots - idle_slots_) + " slots busy and " +
+             std::to_string(queue_.size()) + " requests waiting (--queue " + std::to_string(cfg_.queue_max) + "); retry later";
+    return Admit::QueueFull;
+  }
+  queue_.push_back(std::move(task));
+  stats_.queue_length = static_cast<int>(queue_.size());
+  cv_.notify_all();
+  return Admit::Queued;
+}
+
+void Scheduler::admit() {
+  while (!queue_.empty()) {
+    const std::shared_ptr<Task>& task = queue_.front();
+    if (task->cancelled()) {
+      ++stats_.requests_cancelled;
+      queue_.pop_front();
+      continue;
+    }
+    // A slot whose cache the prompt extends (the longest), else the least recently used idle one.
+    Slot* best = nullptr;
+    int best_reuse = 0;
+    for (auto& s : slots_) {
+      if (s->busy()) continue;
+      const int reuse = s->reusable(task->req);
+      if (!best || reuse > best_reuse || (reuse == best_reuse && s->last_used() < best->last_used())) {
+        best = s.get();
+        best_reuse = reuse;
+      }
+    }
+    if (!best) return;  // every slot is busy
+    const size_t need = plan(task->req);
+    if (cfg_.kv_memory > 0) {
+      auto in_use = [&] {
+        size_t used = 0;
+        for (auto& s : slots_)
+          if (s->busy()) used += s->planned_bytes();
+          else if (s.get() != best) used += s->kv_bytes();
+        return used;
+      };
+      // Idle caches give way to a waiting request, least recently used first.
+      while (in_use() + need > cfg_.kv_memory) {
+        Slot* victim = nullptr;
+        for (auto& s : slots_)
+          if (!s->busy() && s.get() != best && s->kv_bytes() > 0 && (!victim || s->last_used() < victim->last_used()))
+            victim = s.get();
+        if (!victim) break;
+        victim->drop_cache();
+      }
+      if (in_use() + need > cfg_.kv_memory) return;  // waits for busy slots to finish
+    }
+    try {
+      best->start(task, need, ++clock_);
+    } catch (const std::exception& e) {  // a policy's context that cannot be built
+      task->finish("", static_cast<int>(task->req.prompt.size()), 0, 0, e.what());
+      ++stats_.requests_failed;
+      queue_.pop_front();
+      continue;
+    }
+    --idle_slots_;
+    stats_.prompt_tokens += task->req.prompt.size();
+    stats_.cached_prompt_tokens += static_cast<uint64_t>(best_reuse);
+    queue_.pop_front();
+  }
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      const auto busy = [&] { return std::any_of(slots_.begin(), slots_.end(), [](auto& s) { return s->busy(); }); };
+      if (!busy()) cv_.wait_for(l, std::chrono::milliseconds(100), [&] { return stop_ || !queue_.empty(); });
+      if (stop_) break;
+      admit();
+      stats_.queue_length = static_cast<int>(queue_.size());
+      if (!busy()) continue;
+    }
+    step();
+  }
+  // Shutting down: every request still running or waiting ends with an error.
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& s : slots_)
+    if (s->busy()) s->fail("the server is shutting down");
+  for (auto& t : queue_) t->finish("", static_cast<int>(t->req.prompt.size()), 0, 0, "the server is shutting down");
+  queue_.clear();
+}
+
+void Scheduler::step() {
+  uint64_t cancelled = 0, failed = 0, finished = 0, generated = 0, rows = 0, chunks = 0;
+  double decode_s = 0, prefill_s = 0;
+  for (auto& s : slots_)
+    if (s->busy() && s->task()->cancelled()) {
+      generated += static_cast<uint64_t>(s->n_generated());
+      s->release();
+      ++cancelled;
+    }
+
+  // One decode step for every slot that has a token to evaluate.
+  std::vector<Slot*> decoding;
+  std::vector<Context*> ctxs;
+  std::vector<int32_t> tokens;
+  for (auto& s : slots_)
+    if (s->decoding()) {
+      decoding.push_back(s.get());
+      ctxs.push_back(&s->context());
+      tokens.push_back(s->pending());
+    }
+  if (!decoding.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::vector<float>> logits;
+    try {
+      decode_batch(ctxs, tokens, &logits);
+      for (size_t i = 0; i < decoding.size(); ++i) decoding[i]->decoded(logits[i]);
+    } catch (const std::exception& e) {
+      for (Slot* s : decoding)
+        if (!s->finished()) {
+          s->fail(std::string("decoding failed: ") + e.what());
+          ++failed;
+        }
+    }
+    decode_s = seconds_since(t0);
+    rows = decoding.size();
+  }
+
+  // Then the next chunk of waiting prompts, about n_batch tokens in all, taking turns.
+  int budget = cfg_.n_batch;
+  for (size_t k = 0; k < slots_.size() && budget > 0; ++k) {
+    Slot& s = *slots_[(prefill_rr_ + k) % slots_.size()];
+    if (!s.prefilling()) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      budget -= s.prefill(cfg_.n_batch);
+      ++chunks;
+    } catch (const std::exception& e) {
+      s.fail(std::string("prefill failed: ") + e.what());
+      ++failed;
+    }
+    prefill_s += seconds_since(t0);
+    if (budget <= 0) prefill_rr_ = (prefill_rr_ + k + 1) % slots_.size();
+  }
+
+  for (auto& s : slots_)
+    if (s->finished()) {
+      generated += static_cast<uint64_t>(s->n_generated());
+      s->release();
+      ++finished;
+    }
+
+  std::lock_guard<std::mutex> l(mu_);
+  stats_.requests_cancelled += cancelled;
+  stats_.requests_failed += failed;
+  stats_.requests_finished += finished;
+  stats_.generated_tokens += generated;
+  stats_.decode_steps += rows > 0;
+  stats_.decode_rows += rows;
+  stats_.prefill_chunks += chunks;
+  stats_.decode_seconds += decode_s;
+  stats_.prefill_seconds += prefill_s;
+  idle_slots_ = 0;
+  stats_.slots_busy = 0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const bool busy = slots_[i]->busy();
+    idle_slots_ += !busy;
+    stats_.slots_busy += busy;
+    stats_.kv_bytes[i] = slots_[i]->kv_bytes();
+    stats_.kv_planned[i] = busy ? slots_[i]->planned_bytes() : 0;
+  }
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return stats_;
+}
+
+}  // namespace slake::server

@@ -1,0 +1,91 @@
+// The scheduler: one thread that owns the slots and runs the model. Each step it
+//   1. drops the requests whose clients went away (their slots are free for this step),
+//   2. admits waiting requests, first come first served, into a slot whose cache they extend, else
+//      the least recently used idle slot, when their planned KV memory (kv_plan.h) fits under
+//      --kv-memory beside what the busy slots planned (idle slots' caches are dropped, least
+//      recently used first, to make room),
+//   3. decodes one token of every generating slot in one batched step (decode_batch: the weights
+//      are read once for all of them),
+//   4. prefills the next chunk (n_batch tokens) of waiting prompts, so a long prompt delays the
+//      running replies by one chunk per step, not by its whole length.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "slake/model.h"
+#include "slake/thread_pool.h"
+#include "slake/tokenizer.h"
+#include "slot.h"
+#include "task.h"
+
+namespace slake::server {
+
+struct SchedulerConfig {
+  int n_slots = 1;
+  int n_ctx = 0;  // per slot, resolved (not 0)
+  int n_batch = 256;
+  int queue_max = 64;
+  int n_threads = 0;
+  size_t kv_memory = 0;  // bytes; 0: no limit
+  KvPolicyParams kv;     // the slots' initial policy
+};
+
+// Counters and gauges for /metrics, read from any thread.
+struct SchedulerStats {
+  uint64_t requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
+  uint64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
+  uint64_t decode_steps = 0, decode_rows = 0, prefill_chunks = 0;
+  double decode_seconds = 0, prefill_seconds = 0;
+  int slots_busy = 0, queue_length = 0;
+  std::vector<size_t> kv_bytes;     // per slot, held now
+  std::vector<size_t> kv_planned;   // per slot, planned for its request (0 when idle)
+};
+
+class Scheduler {
+ public:
+  // `model` and `tokenizer` must outlive the scheduler. Starts the thread.
+  Scheduler(const Model& model, const Tokenizer& tokenizer, const SchedulerConfig& cfg);
+  ~Scheduler();
+
+  enum class Admit { Queued, QueueFull, TooLarge };
+  // Queues a task. TooLarge: its planned KV memory exceeds --kv-memory even alone (`why` says so).
+  Admit submit(std::shared_ptr<Task> task, std::string* why);
+  // Stops the thread; every task not finished ends with an error.
+  void stop();
+
+  SchedulerStats stats() const;
+  const SchedulerConfig& config() const { return cfg_; }
+
+ private:
+  void loop();
+  void admit();                  // under mu_
+  void step();                   // outside mu_
+  size_t plan(const GenRequest& r) const;
+
+  const Model& model_;
+  const Tokenizer& tokenizer_;
+  SchedulerConfig cfg_;
+  std::unordered_set<int32_t> eog_;
+  ThreadPool pool_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  uint64_t clock_ = 0;  // for least recently used
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Task>> queue_;
+  bool stop_ = false;
+  int idle_slots_;  // under mu_
+  SchedulerStats stats_;  // under mu_
+  size_t prefill_rr_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace slake::server

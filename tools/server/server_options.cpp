@@ -1,0 +1,70 @@
+#include "server_options.h"
+
+#include "slake/chat_template.h"
+#include "slake/error.h"
+
+namespace slake::server {
+
+std::vector<std::string> llama_cpp_spellings(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    args.push_back(a == "-np" ? "--parallel" : a);
+  }
+  return args;
+}
+
+void add_server_flags(CLI::App& app, ServerOptions& o) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("-m,--model", o.model_path, "GGUF file or Hugging Face model directory")->required();
+  app.add_option("-a,--alias", o.alias, "the model's name in the API (default: the file name of -m)");
+  app.add_option("-c,--ctx-size", o.n_ctx, "context size of each slot in tokens (0: the model's training context)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--parallel", o.n_parallel, "slots (-np): requests generated together, one decode step for all")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("-t,--threads", o.n_threads, "threads of the forward pass (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("-b,--batch-size", o.n_batch, "prompt tokens prefilled per chunk between decode steps")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--queue", o.queue_max, "requests that may wait for a slot or for KV memory; beyond: 503")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--threads-http", o.http_threads, "HTTP worker threads, as llama-server (0: slots + queue + 8)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-memory", o.kv_memory_mib,
+                 "MiB of KV cache all slots together may plan for (0: no limit); a request that does not fit waits")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--host", o.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", o.port, "port to listen on (0: any free port, printed)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on the API endpoints");
+  app.add_option("--chat-template", o.chat_template,
+                 "a built-in chat format by name instead of the model's own template (" + chat_format_names() + ")");
+  app.add_option("--chat-template-file", o.chat_template_file, "a Jinja chat template file instead of the model's own");
+  tools::add_kv_flags(app, o.kv);
+}
+
+void check_options(const CLI::App& app, ServerOptions& o) {
+  tools::finish_kv_flags(app, o.kv);
+  validate(o.kv.params);
+  if (!o.chat_template.empty()) chat_format_from_name(o.chat_template);  // the error lists the names
+  if (!o.chat_template.empty() && !o.chat_template_file.empty())
+    fail("--chat-template and --chat-template-file: give one of them");
+}
+
+std::string model_id(const ServerOptions& o) {
+  if (!o.alias.empty()) return o.alias;
+  std::string p = o.model_path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t slash = p.find_last_of('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+}  // namespace slake::server

@@ -1,0 +1,42 @@
+// slake-server's command line: llama-server's flags for the model, the slots and the listening
+// socket, plus the shared KV-cache flags (the default policy of every request) and --kv-memory.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "../common/kv_flags.h"
+
+namespace slake::server {
+
+struct ServerOptions {
+  std::string model_path;
+  std::string alias;               // the model's id in /v1/models; "" : the model file's name
+  std::string chat_template;       // a built-in format's name; "" : the model's own template
+  std::string chat_template_file;  // a Jinja template to use instead of the model's
+  int n_ctx = 0;                   // tokens per slot; 0: the model's training context
+  int n_parallel = 1;              // slots: requests generated at the same time
+  int n_threads = 0;               // 0: all hardware threads
+  int n_batch = 256;               // prompt tokens prefilled per chunk between decode steps
+  int queue_max = 64;              // requests that may wait for a slot or KV memory; more: 503
+  int http_threads = 0;            // 0: slots + queue + 8
+  double kv_memory_mib = 0;        // KV memory all slots together may plan; 0: no limit
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;  // "" : no key needed
+  tools::KvFlags kv;
+};
+
+// llama-server's one-dash spelling -np becomes --parallel (see slake-cli's llama_cpp_spellings).
+std::vector<std::string> llama_cpp_spellings(int argc, char** argv);
+
+void add_server_flags(CLI::App& app, ServerOptions& o);
+
+// Checks that need no model, after parsing: the KV flags, the ranges. Throws slake::Error.
+void check_options(const CLI::App& app, ServerOptions& o);
+
+// The model name clients use: --alias, else the file (or directory) name of -m.
+std::string model_id(const ServerOptions& o);
+
+}  // namespace slake::server

@@ -1,0 +1,126 @@
+// slake-server: an OpenAI-compatible HTTP server over one model, with llama-server's flags. Requests
+// are served by slots that decode together in one batched step (scheduler.h); SIGINT and SIGTERM
+// stop it cleanly (running requests end with an error, the socket is closed).
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <thread>
+
+#include "http_routes.h"
+#include "server_options.h"
+#include "slake/error.h"
+#include "slake/kv_cache.h"
+#include "slake/model.h"
+#include "slake/tokenizer.h"
+
+namespace {
+
+using slake::server::ServerOptions;
+
+int run(const ServerOptions& o, const sigset_t& stop_signals) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto model = slake::load_model(o.model_path);
+  const slake::ModelConfig& c = model->cfg;
+  std::unique_ptr<slake::Tokenizer> tokenizer;
+  try {
+    tokenizer = std::make_unique<slake::Tokenizer>(model->vocab);
+  } catch (const slake::Error& e) {
+    slake::fail(o.model_path + ": " + e.what());
+  }
+  const slake::server::ChatPrompter chat(*tokenizer, o.chat_template, o.chat_template_file);
+
+  slake::server::SchedulerConfig sc;
+  sc.n_slots = o.n_parallel;
+  sc.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
+  sc.n_batch = o.n_batch;
+  sc.queue_max = o.queue_max;
+  sc.n_threads = o.n_threads;
+  sc.kv_memory = static_cast<size_t>(o.kv_memory_mib * 1048576.0);
+  sc.kv = slake::resolve_kv_defaults(o.kv.params, c);
+  slake::server::Scheduler scheduler(*model, *tokenizer, sc);
+  std::fprintf(stderr,
+               "slake-server: %s: %d layers, dim %d, vocab %d, %.1f MiB of weights, loaded in %.0f ms\n"
+               "slake-server: %d slots of %d tokens (full KV cache %.1f MiB each), KV policy %s, KV memory %s, chat template %s\n",
+               o.model_path.c_str(), c.n_layers, c.dim, c.n_vocab, model->weight_bytes() / 1048576.0,
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), sc.n_slots,
+               sc.n_ctx, slake::KvCache::planned_bytes(c.n_layers, c.n_kv_heads, c.head_dim, sc.n_ctx) / 1048576.0,
+               sc.kv.evicts() ? (sc.kv.policy + " budget " + std::to_string(sc.kv.budget)).c_str() : "full",
+               sc.kv_memory ? (std::to_string(sc.kv_memory >> 20) + " MiB").c_str() : "no limit", chat.describe().c_str());
+
+  slake::server::HttpCounters counters;
+  slake::server::ServerEnv env{{slake::server::model_id(o), *tokenizer, chat, c, sc.n_ctx, sc.kv},
+                               scheduler,
+                               counters,
+                               o.api_key,
+                               static_cast<long long>(std::time(nullptr))};
+  httplib::Server svr;
+  const int http_threads = o.http_threads > 0 ? o.http_threads : o.n_parallel + o.queue_max + 8;
+  svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(static_cast<size_t>(http_threads)); };
+  slake::server::add_routes(svr, env);
+  int port = o.port;
+  if (port == 0) {
+    port = svr.bind_to_any_port(o.host);
+    if (port < 0) slake::fail("cannot listen on " + o.host);
+  } else if (!svr.bind_to_port(o.host, port)) {
+    slake::fail("cannot listen on " + o.host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
+  }
+  std::fprintf(stderr, "slake-server: listening on http://%s:%d (model id '%s')\n", o.host.c_str(), port,
+               env.request.model_id.c_str());
+
+  // SIGINT and SIGTERM are blocked in every thread and taken here: requests in flight end, then
+  // the server stops listening.
+  std::atomic<bool> stopping{false};
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    if (stopping) return;
+    std::fprintf(stderr, "slake-server: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    scheduler.stop();
+    svr.stop();
+  });
+  const bool ok = svr.listen_after_bind();
+  stopping = true;
+  pthread_kill(signals.native_handle(), SIGTERM);  // wakes the signal thread if the server ended by itself
+  signals.join();
+  scheduler.stop();
+  std::fprintf(stderr, "slake-server: stopped\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before any thread starts, so that every thread inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not the end of the server
+
+  CLI::App app{"slake-server: an OpenAI-compatible HTTP server with continuous batching", "slake-server"};
+  ServerOptions o;
+  slake::server::add_server_flags(app, o);
+  try {
+    std::vector<std::string> args = slake::server::llama_cpp_spellings(argc, argv);
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    return 1;
+  }
+  try {
+    slake::server::check_options(app, o);
+    return run(o, stop_signals);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

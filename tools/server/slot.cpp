@@ -1,0 +1,194 @@
+#include "slot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace slake::server {
+
+namespace {
+
+bool same_policy(const KvPolicyParams& a, const KvPolicyParams& b) {
+  return a.policy == b.policy && a.budget == b.budget && a.window == b.window && a.compensate == b.compensate &&
+         a.gamma == b.gamma && a.tau1 == b.tau1 && a.tau2 == b.tau2 && a.alpha == b.alpha && a.beta == b.beta &&
+         a.cascade == b.cascade;
+}
+
+// The longest suffix of `text` that is the start of some stop string (and so may still become one).
+size_t stop_prefix_suffix(const std::string& text, const std::vector<std::string>& stops) {
+  size_t keep = 0;
+  for (const std::string& s : stops)
+    for (size_t n = std::min(text.size(), s.size() - 1); n > keep; --n)
+      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+        keep = n;
+        break;
+      }
+  return keep;
+}
+
+}  // namespace
+
+Slot::Slot(int id, const Model& model, const Tokenizer& tokenizer, const std::unordered_set<int32_t>& eog, int n_ctx,
+           ThreadPool& pool, const KvPolicyParams& kv)
+    : id_(id), model_(model), tokenizer_(tokenizer), eog_(eog), n_ctx_(n_ctx), pool_(pool), kv_(kv) {
+  ContextParams p;
+  p.n_ctx = n_ctx;
+  p.kv = kv;
+  p.pool = &pool;
+  ctx_ = std::make_unique<Context>(model, p);
+}
+
+int Slot::reusable(const GenRequest& r) const {
+  if (!same_policy(kv_, r.kv) || history_.empty() || history_.size() >= r.prompt.size()) return 0;
+  return std::equal(history_.begin(), history_.end(), r.prompt.begin()) ? static_cast<int>(history_.size()) : 0;
+}
+
+void Slot::drop_cache() {
+  ctx_->reset();
+  history_.clear();
+}
+
+void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now) {
+  const GenRequest& r = task->req;
+  const int reuse = reusable(r);
+  if (reuse == 0) {
+    if (!same_policy(kv_, r.kv)) {
+      ctx_.reset();  // the old cache goes before the new one is reserved
+      ContextParams p;
+      p.n_ctx = n_ctx_;
+      p.kv = r.kv;
+      p.pool = &pool_;
+      ctx_ = std::make_unique<Context>(model_, p);
+      kv_ = r.kv;
+    }
+    drop_cache();
+  }
+  task_ = std::move(task);
+  planned_ = planned;
+  last_used_ = now;
+  next_prefill_ = static_cast<size_t>(reuse);
+  n_cached_ = reuse;
+  sampler_ = std::make_unique<Sampler>(r.sampling);
+  for (const int32_t t : r.prompt) sampler_->accept(t);  // as slake-cli: the penalty sees the prompt
+  detok_ = std::make_unique<StreamingDetokenizer>(tokenizer_);
+  logits_.clear();
+  pending_ = -1;
+  n_gen_ = 0;
+  held_.clear();
+  done_ = false;
+}
+
+int Slot::prefill(int chunk) {
+  const std::vector<int32_t>& p = task_->req.prompt;
+  const size_t rest = p.size() - next_prefill_;
+  // A prompt into an empty cache of an evicting policy is scored and evicted as a whole.
+  const bool whole = ctx_->n_past() == 0 && kv_.evicts();
+  const size_t n = whole ? rest : std::min(rest, static_cast<size_t>(chunk));
+  const std::vector<int32_t> tokens(p.begin() + static_cast<std::ptrdiff_t>(next_prefill_),
+                                    p.begin() + static_cast<std::ptrdiff_t>(next_prefill_ + n));
+  const bool last = next_prefill_ + n == p.size();
+  ctx_->eval(tokens, last ? &logits_ : nullptr);
+  history_.insert(history_.end(), tokens.begin(), tokens.end());
+  next_prefill_ += n;
+  if (last) sample_and_emit();
+  return static_cast<int>(n);
+}
+
+void Slot::decoded(const std::vector<float>& logits) {
+  history_.push_back(pending_);
+  pending_ = -1;
+  logits_ = logits;
+  sample_and_emit();
+}
+
+TokenLogprob Slot::logprob_of(int32_t token) const {
+  const int n = static_cast<int>(logits_.size());
+  const float mx = *std::max_element(logits_.begin(), logits_.end());
+  double sum = 0;
+  for (const float l : logits_) sum += std::exp(static_cast<double>(l - mx));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  TokenLogprob out;
+  out.id = token;
+  out.logprob = logits_[static_cast<size_t>(token)] - lse;
+  const int k = std::min(task_->req.top_logprobs, n);
+  if (k > 0) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return logits_[static_cast<size_t>(a)] > logits_[static_cast<size_t>(b)] ||
+             (logits_[static_cast<size_t>(a)] == logits_[static_cast<size_t>(b)] && a < b);
+    });
+    for (int i = 0; i < k; ++i) out.top.emplace_back(ids[static_cast<size_t>(i)], logits_[static_cast<size_t>(ids[static_cast<size_t>(i)])] - lse);
+  }
+  return out;
+}
+
+void Slot::sample_and_emit() {
+  const GenRequest& r = task_->req;
+  if (r.max_tokens == 0) {
+    finish("length");
+    return;
+  }
+  if (r.ignore_eos)
+    for (const int32_t t : eog_) logits_[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+  const int32_t tok = sampler_->sample(logits_.data(), model_.cfg.n_vocab);
+  sampler_->accept(tok);
+  Piece piece;
+  if (eog_.count(tok)) {
+    piece.text = held_ + detok_->flush();
+    held_.clear();
+    if (!piece.text.empty()) task_->push(std::move(piece));
+    finish("stop");
+    return;
+  }
+  ++n_gen_;
+  piece.ids.push_back(tok);
+  if (r.top_logprobs >= 0) piece.tokens.push_back(logprob_of(tok));
+  held_ += detok_->push(tok);
+  size_t cut = std::string::npos;
+  for (const std::string& s : r.stop) cut = std::min(cut, held_.find(s));
+  if (cut != std::string::npos) {
+    piece.text = held_.substr(0, cut);
+    held_.clear();
+    task_->push(std::move(piece));
+    finish("stop");
+    return;
+  }
+  if (n_gen_ == r.max_tokens || ctx_->n_past() >= n_ctx_) {
+    piece.text = held_ + detok_->flush();
+    held_.clear();
+    task_->push(std::move(piece));
+    finish("length");
+    return;
+  }
+  const size_t keep = stop_prefix_suffix(held_, r.stop);
+  piece.text = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  if (!piece.text.empty() || !piece.tokens.empty()) task_->push(std::move(piece));
+  pending_ = tok;
+}
+
+void Slot::finish(const std::string& reason) {
+  done_ = true;
+  pending_ = -1;
+  task_->finish(reason, static_cast<int>(task_->req.prompt.size()), n_cached_, n_gen_);
+}
+
+void Slot::release() {
+  if (task_ && !done_) task_->finish("", static_cast<int>(task_->req.prompt.size()), n_cached_, n_gen_, "cancelled");
+  task_.reset();
+  sampler_.reset();
+  detok_.reset();
+  pending_ = -1;
+  done_ = false;
+}
+
+void Slot::fail(const std::string& error) {
+  if (task_ && !done_) task_->finish("", static_cast<int>(task_->req.prompt.size()), n_cached_, n_gen_, error);
+  done_ = true;
+  release();
+  drop_cache();
+}
+
+}  // namespace slake::server

@@ -1,0 +1,92 @@
+// A slot: one sequence's context (KV cache, evictor, linear states) and the request it serves.
+// A finished request leaves its tokens in the cache, so a request that continues them (the next
+// turn of a conversation) prefills only what is new. The scheduler thread alone touches a slot.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "slake/context.h"
+#include "slake/sampler.h"
+#include "slake/tokenizer.h"
+#include "task.h"
+
+namespace slake::server {
+
+class Slot {
+ public:
+  // `model`, `tokenizer`, `eog` and `pool` must outlive the slot.
+  Slot(int id, const Model& model, const Tokenizer& tokenizer, const std::unordered_set<int32_t>& eog, int n_ctx,
+       ThreadPool& pool, const KvPolicyParams& kv);
+
+  int id() const { return id_; }
+  bool busy() const { return task_ != nullptr; }
+  Task* task() const { return task_.get(); }
+  size_t planned_bytes() const { return planned_; }
+  size_t kv_bytes() const { return ctx_->kv_cache().bytes_used(); }
+  uint64_t last_used() const { return last_used_; }
+  int history_size() const { return static_cast<int>(history_.size()); }
+
+  // Tokens of `r`'s prompt that this slot's cache holds already: its whole history, when that is a
+  // proper prefix of the prompt under the same KV policy; else 0. (Only whole histories: a cache
+  // cut back to a shorter common prefix would make a reply depend on what the slot served before,
+  // since a prompt prefilled in other pieces rounds differently.)
+  int reusable(const GenRequest& r) const;
+  // Takes a task, keeping the cache when it is reusable (else emptied, rebuilt for another policy).
+  void start(std::shared_ptr<Task> task, size_t planned, uint64_t now);
+  // Empties the cache of an idle slot (memory for other requests).
+  void drop_cache();
+
+  bool prefilling() const { return busy() && next_prefill_ < task_->req.prompt.size(); }
+  bool decoding() const { return busy() && !prefilling() && pending_ >= 0; }
+  // Evaluates the next `chunk` prompt tokens (the whole rest at once when the policy evicts at
+  // prefill: it must see the whole prompt); the last chunk samples the first token. Returns the
+  // number of tokens evaluated.
+  int prefill(int chunk);
+  // Decode: the token to evaluate next, then the logits decode_batch gave it.
+  Context& context() { return *ctx_; }
+  int32_t pending() const { return pending_; }
+  void decoded(const std::vector<float>& logits);
+
+  // The task ended (finished, cancelled or failed): the slot is idle, its cache kept.
+  bool finished() const { return busy() && done_; }
+  void release();
+  // Ends the task with an engine error; the cache is emptied, since it may be half-updated.
+  void fail(const std::string& error);
+
+  // Counters for /metrics.
+  int n_generated() const { return n_gen_; }
+
+ private:
+  void sample_and_emit();
+  void finish(const std::string& reason);
+  TokenLogprob logprob_of(int32_t token) const;
+
+  int id_;
+  const Model& model_;
+  const Tokenizer& tokenizer_;
+  const std::unordered_set<int32_t>& eog_;
+  int n_ctx_;
+  ThreadPool& pool_;
+  std::unique_ptr<Context> ctx_;
+  KvPolicyParams kv_;              // the policy ctx_ was built with
+  std::vector<int32_t> history_;   // tokens the cache has seen, in order
+  std::shared_ptr<Task> task_;
+  size_t planned_ = 0;
+  uint64_t last_used_ = 0;
+
+  // The running request.
+  size_t next_prefill_ = 0;  // prompt tokens in the cache
+  int n_cached_ = 0;
+  std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<StreamingDetokenizer> detok_;
+  std::vector<float> logits_;
+  int32_t pending_ = -1;  // sampled, not yet evaluated
+  int n_gen_ = 0;
+  std::string held_;  // text that may be the start of a stop string
+  bool done_ = false;
+};
+
+}  // namespace slake::server
