@@ -166,7 +166,8 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
   // on the thread count.
   ThreadPool pool(default_thread_count());
   uint64_t tensor_index = 0;
-  for (auto& [name, v] : views) {
+  for (auto& [name, view] : views) {
+    const TensorView& v = view;  // a plain reference: lambdas cannot capture structured bindings in C++17
     uint8_t* data = const_cast<uint8_t*>(v.data);
     const float sd = specs[name].sd;
     if (sd == 0.0f) {  // norm weights: ones
