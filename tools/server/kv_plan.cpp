@@ -15,7 +15,7 @@ size_t planned_kv_bytes(const ModelConfig& c, const KvPolicyParams& kv, int n_ct
   if (!kv.evicts() || !kv.cascade) return full;
   const long long token_layers = static_cast<long long>(c.n_layers) * (kv.budget + 1) + std::min(prompt, held);
   size_t bytes = std::min(full, static_cast<size_t>(token_layers) * per_layer_token);
-  if (kv.taylor()) bytes += static_cast<size_t>(c.n_layers) * c.n_kv_heads * LinearState(c.head_dim).bytes();
+  if (kv.absorbs()) bytes += static_cast<size_t>(c.n_layers) * c.n_kv_heads * LinearState(c.head_dim, kv.centroid_count()).bytes();
   return bytes;
 }
 
