@@ -258,6 +258,39 @@ TEST(DotTile, IQ4ExtremesDoNotSaturate) {
   }
 }
 
+// The largest K-quant products: every quant and scale bit set (Q6_K's quants at 63, Q5_K's at 31,
+// Q6_K's int8 scales at -1), d and dmin 1, against activations of +-127. The int16 pair sums of
+// the SIMD tiles must not saturate; every term is an integer, so the sums are exact in fp32 and
+// equal the float64 dot product over the dequantised weights.
+TEST(DotTile, KQuantExtremesDoNotSaturate) {
+  constexpr int64_t K = 512;
+  struct Layout { DType t; std::vector<int> fp16_one; };  // offsets of d (and dmin) in a block
+  const Layout layouts[] = {{DType::Q2_K, {80, 82}}, {DType::Q3_K, {108}}, {DType::Q4_K, {0, 2}},
+                            {DType::Q5_K, {0, 2}}, {DType::Q6_K, {208}}};
+  for (const Layout& l : layouts) {
+    const size_t bb = row_bytes(l.t, 256);
+    std::vector<uint8_t> w(2 * bb, 0xFF);
+    for (size_t b = 0; b < 2; ++b)
+      for (int off : l.fp16_one) w[b * bb + off] = 0x00, w[b * bb + off + 1] = 0x3C;
+    std::vector<float> deq(K);
+    dequantize_row(l.t, w.data(), deq.data(), K);
+    for (int sign : {1, -1}) {
+      std::vector<float> x(static_cast<size_t>(K), 127.0f * static_cast<float>(sign));
+      double want = 0.0;
+      for (int64_t k = 0; k < K; ++k) want += static_cast<double>(deq[k]) * x[k];
+      std::vector<uint8_t> a(act_row_bytes(act_format(l.t), K));
+      quantize_act_row(act_format(l.t), x.data(), a.data(), K);
+      for (int rn = 1; rn <= kTileTokens; ++rn) {  // the same activation row in every token slot
+        std::vector<uint8_t> acts(a.size() * rn);
+        for (int j = 0; j < rn; ++j) std::memcpy(acts.data() + a.size() * j, a.data(), a.size());
+        std::vector<float> out(rn, NAN);
+        dot_tile(l.t, K, w.data(), row_bytes(l.t, K), 1, acts.data(), a.size(), rn, out.data(), 1);
+        for (int j = 0; j < rn; ++j) EXPECT_EQ(out[j], static_cast<float>(want)) << dtype_name(l.t) << " rn " << rn;
+      }
+    }
+  }
+}
+
 // Q8_1 (for Q4_1/Q5_1): the same quants and scale as Q8_0, and s the exact sum they stand for.
 TEST(ActivationQuantisation, Q8_1IsQ8_0WithItsSum) {
   std::mt19937 rng(9);

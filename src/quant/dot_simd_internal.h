@@ -1,6 +1,6 @@
 // The SIMD kernels of the weight types that quant_dot_simd.cpp hands to other files: the
 // 32-element block types with a min or a fifth bit or a value table (dot_simd_block32.cpp), and
-// the K-quants Q2_K, Q3_K, Q5_K and IQ4_XS (dot_simd_kquants.cpp). Built only with AVX2.
+// the K-quants (dot_simd_kquants.cpp). Built only with AVX2.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,13 +11,14 @@ namespace slake::simd {
 
 // Whether t is one of the types below.
 bool is_block32_type(DType t);  // Q4_1, Q5_0, Q5_1, IQ4_NL
-bool is_kquant_row_type(DType t);  // Q2_K, Q3_K, Q5_K, IQ4_XS
+bool is_kquant_type(DType t);  // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS
 
 // dot_tile (quant_dot.h) for a block32 type: rm <= kTileRows rows x rn <= kTileTokens tokens.
 void tile_block32(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, int rn,
                   float* out, int64_t os);
 
-// One row of a K-quant type against one Q8_K activation row.
-float dot_kquant_row(DType t, int64_t K, const uint8_t* w, const uint8_t* a);
+// dot_tile for a K-quant type: rm <= kTileRows rows x rn <= kTileTokens Q8_K activation rows.
+void tile_kquant(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, int rn,
+                 float* out, int64_t os);
 
 }  // namespace slake::simd

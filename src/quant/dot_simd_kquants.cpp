@@ -1,7 +1,13 @@
-// AVX2 dot products of one row of Q2_K, Q3_K, Q5_K or IQ4_XS weights with one Q8_K activation
-// row, as the Q4_K and Q6_K ones in quant_dot_simd.cpp: 32 quants at a time as unsigned bytes
-// against the int8 activations (maddubs), the int16 pair sums weighted by the sub-block scales
-// (madd), the offsets and mins settled once per block from the activations' group sums (bsums).
+// AVX2 register tiles of the K-quants Q2_K, Q3_K, Q4_K, Q5_K and Q6_K against Q8_K activations:
+// one weight row x up to 4 tokens per pass. Each 256-element block is unpacked once, into 8 runs
+// of 32 unsigned quants with the int16 scales of their two halves of 16, and every token of the
+// tile meets it with 8 maddubs + madd pairs. The mins and offsets (Q2_K/Q4_K/Q5_K's mins, Q3_K's
+// -4 and Q6_K's -32) are weights on the activations' group sums (bsums), one madd per token. Each
+// token keeps a float vector accumulator, summed across lanes once per row, so a token's result
+// does not depend on which other tokens share the call. IQ4_XS keeps its row kernel: its values
+// are signed, and meet each token through the sign trick.
+#include <cstring>
+
 #include "dot_simd_internal.h"
 #include "simd_util.h"
 #include "slake/quant_dot.h"
@@ -14,94 +20,152 @@ namespace {
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// The int16 pair sums of 32 elements spanning two groups of 16, weighted by their scales s0
-// (first 16) and s1, as int32.
-inline __m256i scaled_pairs(__m256i u, __m256i a, int s0, int s1) {
-  const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(s1)), _mm_set1_epi16(static_cast<int16_t>(s0)));
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), scale);
+// One 256-element block, ready for every token: its dot product with activation block a is
+//   a.d * (d * sum_r sum_e q[r][e] a[32 r + e] scale(r, e) - dmin * sum_g mins[g] a.bsums[g]).
+// Quants stay below 64, so a maddubs pair sum is at most 2 * 63 * 127 < 32767.
+struct UnpackedBlock {
+  __m256i q[8];      // unsigned quants of each run of 32 elements
+  __m256i scale[8];  // run_scale of each run
+  __m256i mins;      // int16 weight of each group of 16's activation sum
+  float d, dmin;
+};
+
+// 16 int16 lanes from 16 ints.
+inline __m256i lanes16(const int (&v)[16]) {
+  alignas(32) int16_t s[16];
+  for (int g = 0; g < 16; ++g) s[g] = static_cast<int16_t>(v[g]);
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(s));
 }
 
-// Q2_K: per 128 elements, 32 bytes of quants at shifts 0, 2, 4, 6 give four runs of 32; each run
-// is two groups of 16 with their own 4-bit scale. The 4-bit mins meet the group sums.
-float dot_q2_k(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
+// u.scale from the int16 scales of the 16 groups of 16: group 2r for run r's first half, 2r + 1
+// for its second.
+inline void run_scales(__m256i groups, UnpackedBlock& u) {
+  const __m256i first8 = _mm256_permute2x128_si256(groups, groups, 0x00);
+  const __m256i last8 = _mm256_permute2x128_si256(groups, groups, 0x11);
+  for (int r = 0; r < 8; ++r) {
+    const int b = 4 * (r % 4);  // byte of group 2r's lane within its half
+    const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>((b + 2) | ((b + 3) << 8))),
+                                          _mm_set1_epi16(static_cast<int16_t>(b | ((b + 1) << 8))));
+    u.scale[r] = _mm256_shuffle_epi8(r < 4 ? first8 : last8, pick);
+  }
+}
+
+// Q2_K: per 128 elements, 32 bytes of quants at shifts 0, 2, 4, 6 give four runs; each group of
+// 16 has a 4-bit scale (low) and a 4-bit min (high).
+[[gnu::always_inline]] inline void unpack_q2_k(const uint8_t* w, UnpackedBlock& u) {
   const __m256i m3 = _mm256_set1_epi8(3);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < K / quant::kQK; ++b, w += 84) {
-    const uint8_t* sc = w + quant::kQ2K_SCALES;
-    int32_t msum = 0;
-    for (int g = 0; g < 16; ++g) msum += (sc[g] >> 4) * a[b].bsums[g];
-    __m256i isum = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i q = load32(w + quant::kQ2K_QS + 32 * h);
-      for (int k = 0; k < 4; ++k) {
-        const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), m3);
-        const int g = 8 * h + 2 * k;
-        isum = _mm256_add_epi32(isum, scaled_pairs(u, load32(a[b].qs + 128 * h + 32 * k), sc[g] & 0xF, sc[g + 1] & 0xF));
-      }
-    }
-    sum += a[b].d * (f16(w + quant::kQ2K_D) * static_cast<float>(hsum_i32(isum)) -
-                     f16(w + quant::kQ2K_DMIN) * static_cast<float>(msum));
+  const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + quant::kQ2K_SCALES));
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  run_scales(_mm256_cvtepu8_epi16(_mm_and_si128(sc, m4)), u);
+  u.mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+  for (int h = 0; h < 2; ++h) {
+    const __m256i q = load32(w + quant::kQ2K_QS + 32 * h);
+    for (int k = 0; k < 4; ++k) u.q[4 * h + k] = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), m3);
   }
-  return sum;
+  u.d = f16(w + quant::kQ2K_D);
+  u.dmin = f16(w + quant::kQ2K_DMIN);
 }
 
-// Q3_K: the quant is u - 4 with u = low 2 bits | hmask bit << 2 (0..7); the -4 meets the group
-// sums: sum_g s_g (sum u a - 4 bsum_g).
-float dot_q3_k(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
+// Q3_K: the quant is u - 4, u = low 2 bits | the hmask bit << 2 (0..7); the -4 weighs the group
+// sums by 4 * scale. Scales are 6-bit, offset 32 (signed).
+[[gnu::always_inline]] inline void unpack_q3_k(const uint8_t* w, UnpackedBlock& u) {
   const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < K / quant::kQK; ++b, w += 110) {
-    int scale[16];
-    int32_t offset = 0;
-    for (int g = 0; g < 16; ++g) {
-      scale[g] = quant::q3k_scale(w, g);
-      offset += scale[g] * a[b].bsums[g];
+  int scale[16];
+  for (int g = 0; g < 16; ++g) scale[g] = quant::q3k_scale(w, g);
+  const __m256i groups = lanes16(scale);
+  const __m256i hm = load32(w + quant::kQ3K_HMASK);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i q = load32(w + quant::kQ3K_QS + 32 * h);
+    for (int k = 0; k < 4; ++k) {
+      const int r = 4 * h + k;
+      const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), m3);
+      const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, r), one), 2);
+      u.q[r] = _mm256_or_si256(low, high);
     }
-    const __m256i hm = load32(w + quant::kQ3K_HMASK);
-    __m256i isum = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i q = load32(w + quant::kQ3K_QS + 32 * h);
-      for (int k = 0; k < 4; ++k) {
-        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), m3);
-        const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), one), 2);
-        const int g = 8 * h + 2 * k;
-        isum = _mm256_add_epi32(
-            isum, scaled_pairs(_mm256_or_si256(low, high), load32(a[b].qs + 128 * h + 32 * k), scale[g], scale[g + 1]));
-      }
-    }
-    sum += a[b].d * f16(w + quant::kQ3K_D) * static_cast<float>(hsum_i32(isum) - 4 * offset);
   }
-  return sum;
+  run_scales(groups, u);
+  u.mins = _mm256_slli_epi16(groups, 2);
+  u.d = u.dmin = f16(w + quant::kQ3K_D);
 }
 
-// Q5_K: Q4_K's nibbles with the fifth bit of element e at bit e / 32 of qh[e % 32].
-float dot_q5_k(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
+// Q4_K and Q5_K: per 64 elements, the low nibbles are one run and the high nibbles the next; each
+// run has a 6-bit scale and a 6-bit min (packed in 12 bytes). Q5_K adds the fifth bit of element
+// e at bit e / 32 of qh[e % 32].
+template <bool kFifthBit>
+[[gnu::always_inline]] inline void unpack_q4_q5_k(const uint8_t* w, UnpackedBlock& u) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < K / quant::kQK; ++b, w += 176) {
-    uint8_t sc[8], mn[8];
-    int32_t msum = 0;
-    for (int j = 0; j < 8; ++j) {
-      quant::q4k_scale_min(j, w + quant::kQ5K_SCALES, &sc[j], &mn[j]);
-      msum += mn[j] * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
-    }
-    const __m256i qh = load32(w + quant::kQ5K_QH);
-    __m256i isum = _mm256_setzero_si256();
-    for (int g = 0; g < 4; ++g) {
-      const __m256i q = load32(w + quant::kQ5K_QS + 32 * g);
-      const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one), 4);
-      const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one), 4);
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), h0);
-      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1);
-      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(a[b].qs + 64 * g)), _mm256_set1_epi16(sc[2 * g]));
-      const __m256i p1 =
-          _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(a[b].qs + 64 * g + 32)), _mm256_set1_epi16(sc[2 * g + 1]));
-      isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
-    }
-    sum += a[b].d * (f16(w + quant::kQ5K_D) * static_cast<float>(hsum_i32(isum)) -
-                     f16(w + quant::kQ5K_DMIN) * static_cast<float>(msum));
+  const uint8_t* scales = w + (kFifthBit ? quant::kQ5K_SCALES : quant::kQ4K_SCALES);
+  const uint8_t* qs = w + (kFifthBit ? quant::kQ5K_QS : quant::kQ4K_QS);
+  // The 12 bytes of 6-bit scales and mins rearranged into 8 scale bytes then 8 min bytes.
+  uint32_t m[4];
+  std::memcpy(m, scales, 12);
+  m[3] = ((m[2] >> 4) & 0x0F0F0F0F) | (((m[1] >> 6) & 0x03030303) << 4);
+  const uint32_t mins_low = m[1] & 0x3F3F3F3F;
+  m[1] = (m[2] & 0x0F0F0F0F) | (((m[0] >> 6) & 0x03030303) << 4);
+  m[2] = mins_low;
+  m[0] &= 0x3F3F3F3F;
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(m));
+  const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(bytes));  // the 8 scales as int16
+  for (int j = 0; j < 8; ++j)
+    u.scale[j] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(static_cast<int16_t>((2 * j) | ((2 * j + 1) << 8))));
+  const __m128i mins = _mm_srli_si128(bytes, 8);
+  u.mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins));  // each min for its two groups of 16
+  for (int g = 0; g < 4; ++g) {
+    const __m256i q = load32(qs + 32 * g);
+    u.q[2 * g] = _mm256_and_si256(q, m4);
+    u.q[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
   }
-  return sum;
+  if (kFifthBit) {
+    const __m256i qh = load32(w + quant::kQ5K_QH);
+    for (int r = 0; r < 8; ++r)
+      u.q[r] = _mm256_or_si256(u.q[r], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, r), one), 4));
+  }
+  u.d = f16(w + (kFifthBit ? quant::kQ5K_D : quant::kQ4K_D));
+  u.dmin = f16(w + (kFifthBit ? quant::kQ5K_DMIN : quant::kQ4K_DMIN));
+}
+
+// Q6_K: the quant is u - 32, u (0..63) rebuilt from 4 low bits in ql and 2 high bits in qh; each
+// group of 16 has a signed 8-bit scale, and the -32 weighs the group sums by 32 * scale.
+[[gnu::always_inline]] inline void unpack_q6_k(const uint8_t* w, UnpackedBlock& u) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + quant::kQ6K_SCALES)));
+  run_scales(sc, u);
+  u.mins = _mm256_slli_epi16(sc, 5);
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = w + quant::kQ6K_QL + 64 * h;
+    const __m256i qh = load32(w + quant::kQ6K_QH + 32 * h);
+    const __m256i l0 = load32(ql), l1 = load32(ql + 32);
+    u.q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+    u.q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+    u.q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+    u.q[4 * h + 3] =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+  }
+  u.d = u.dmin = f16(w + quant::kQ6K_D);
+}
+
+using Unpack = void (*)(const uint8_t*, UnpackedBlock&);
+
+// One row of K / 256 blocks of block_bytes each against RN tokens: out[j * os] for token j.
+template <Unpack unpack, int RN>
+void row_tokens(size_t block_bytes, int64_t K, const uint8_t* w, const uint8_t* act, size_t as,
+                float* out, int64_t os) {
+  __m256 acc[RN];
+  for (int j = 0; j < RN; ++j) acc[j] = _mm256_setzero_ps();
+  UnpackedBlock u;
+  for (int64_t b = 0; b < K / quant::kQK; ++b, w += block_bytes) {
+    unpack(w, u);
+    for (int j = 0; j < RN; ++j) {
+      const auto& a = reinterpret_cast<const ActBlockQ8_K*>(act + j * as)[b];
+      __m256i isum = _mm256_setzero_si256();
+      for (int r = 0; r < 8; ++r)
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(u.q[r], load32(a.qs + 32 * r)), u.scale[r]));
+      const __m256i msum = _mm256_madd_epi16(load32(a.bsums), u.mins);
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * u.d), _mm256_cvtepi32_ps(isum), acc[j]);
+      acc[j] = _mm256_fnmadd_ps(_mm256_set1_ps(a.d * u.dmin), _mm256_cvtepi32_ps(msum), acc[j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j) out[j * os] = hsum(acc[j]);
 }
 
 // IQ4_XS: per 32 elements, 16 bytes of nibbles looked up in the IQ4 table (signed values, so
@@ -125,19 +189,40 @@ float dot_iq4_xs(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
   return sum;
 }
 
-}  // namespace
-
-bool is_kquant_row_type(DType t) {
-  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q5_K || t == DType::IQ4_XS;
+template <int RN>
+void tile_rows(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, float* out,
+               int64_t os) {
+  auto rows = [&](auto row, size_t bytes) {
+    for (int i = 0; i < rm; ++i) row(bytes, K, w + i * ws, a, as, out + i, os);
+  };
+  switch (t) {
+    case DType::Q2_K: return rows(row_tokens<unpack_q2_k, RN>, 84);
+    case DType::Q3_K: return rows(row_tokens<unpack_q3_k, RN>, 110);
+    case DType::Q4_K: return rows(row_tokens<unpack_q4_q5_k<false>, RN>, 144);
+    case DType::Q5_K: return rows(row_tokens<unpack_q4_q5_k<true>, RN>, 176);
+    case DType::Q6_K: return rows(row_tokens<unpack_q6_k, RN>, 210);
+    default:  // IQ4_XS
+      for (int i = 0; i < rm; ++i)
+        for (int j = 0; j < RN; ++j)
+          out[j * os + i] = dot_iq4_xs(K, w + i * ws, reinterpret_cast<const ActBlockQ8_K*>(a + j * as));
+      return;
+  }
 }
 
-float dot_kquant_row(DType t, int64_t K, const uint8_t* w, const uint8_t* act) {
-  const auto* a = reinterpret_cast<const ActBlockQ8_K*>(act);
-  switch (t) {
-    case DType::Q2_K: return dot_q2_k(K, w, a);
-    case DType::Q3_K: return dot_q3_k(K, w, a);
-    case DType::Q5_K: return dot_q5_k(K, w, a);
-    default: return dot_iq4_xs(K, w, a);
+}  // namespace
+
+bool is_kquant_type(DType t) {
+  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ||
+         t == DType::IQ4_XS;
+}
+
+void tile_kquant(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, int rn,
+                 float* out, int64_t os) {
+  switch (rn) {
+    case 1: tile_rows<1>(t, K, w, ws, rm, a, as, out, os); return;
+    case 2: tile_rows<2>(t, K, w, ws, rm, a, as, out, os); return;
+    case 3: tile_rows<3>(t, K, w, ws, rm, a, as, out, os); return;
+    default: tile_rows<4>(t, K, w, ws, rm, a, as, out, os); return;
   }
 }
 

@@ -439,67 +439,6 @@ void tile_float(int64_t K, const uint8_t* w, size_t ws, const uint8_t* a, size_t
     for (int i = 0; i < RM; ++i) out[j * os + i] = vsum(acc[i][j]);
 }
 
-// Q4_K x Q8_K, one row and one token: per 64 elements, the low nibbles meet the first 32
-// activations and the high nibbles the next 32, each sub-block weighted by its 6-bit scale.
-float dot_q4_k(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < K / quant::kQK; ++b, w += 144) {
-    uint8_t sc[8], mn[8];
-    int32_t msum = 0;
-    for (int j = 0; j < 8; ++j) {
-      quant::q4k_scale_min(j, w + quant::kQ4K_SCALES, &sc[j], &mn[j]);
-      msum += mn[j] * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
-    }
-    __m256i isum = _mm256_setzero_si256();
-    for (int g = 0; g < 4; ++g) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + quant::kQ4K_QS + 32 * g));
-      const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs + 64 * g));
-      const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs + 64 * g + 32));
-      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0), _mm256_set1_epi16(sc[2 * g]));
-      const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1), _mm256_set1_epi16(sc[2 * g + 1]));
-      isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
-    }
-    sum += a[b].d * (f16(w + quant::kQ4K_D) * static_cast<float>(hsum_i32(isum)) -
-                     f16(w + quant::kQ4K_DMIN) * static_cast<float>(msum));
-  }
-  return sum;
-}
-
-// Q6_K x Q8_K: the 6-bit quants (0..63) are rebuilt 32 at a time from ql and qh; the offset of 32
-// meets the activation sums.
-float dot_q6_k(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < K / quant::kQK; ++b, w += 210) {
-    const auto* sc = reinterpret_cast<const int8_t*>(w + quant::kQ6K_SCALES);
-    int32_t offset = 0;
-    for (int g = 0; g < 16; ++g) offset += sc[g] * a[b].bsums[g];
-    __m256i isum = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = w + quant::kQ6K_QL + 64 * h;
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + quant::kQ6K_QH + 32 * h));
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
-          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)),
-      };
-      for (int k = 0; k < 4; ++k) {
-        const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[b].qs + 128 * h + 32 * k));
-        const int8_t* s = sc + 8 * h + 2 * k;
-        const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], av), scale));
-      }
-    }
-    sum += a[b].d * f16(w + quant::kQ6K_D) * static_cast<float>(hsum_i32(isum) - 32 * offset);
-  }
-  return sum;
-}
-
 template <int RM, int RN>
 void tile(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, int64_t os) {
   switch (t) {
@@ -542,18 +481,7 @@ void tile_rows(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* a
 
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
               int rn, float* out, int64_t out_stride) {
-  if (t == DType::Q4_K || t == DType::Q6_K || simd::is_kquant_row_type(t)) {  // a row and a token at a time
-    for (int j = 0; j < rn; ++j)
-      for (int i = 0; i < rm; ++i) {
-        const uint8_t* wr = w + i * w_stride;
-        const uint8_t* ar = act + j * act_stride;
-        const auto* a = reinterpret_cast<const ActBlockQ8_K*>(ar);
-        out[j * out_stride + i] = t == DType::Q4_K   ? dot_q4_k(K, wr, a)
-                                  : t == DType::Q6_K ? dot_q6_k(K, wr, a)
-                                                     : simd::dot_kquant_row(t, K, wr, ar);
-      }
-    return;
-  }
+  if (simd::is_kquant_type(t)) return simd::tile_kquant(t, K, w, w_stride, rm, act, act_stride, rn, out, out_stride);
   if (simd::is_block32_type(t)) return simd::tile_block32(t, K, w, w_stride, rm, act, act_stride, rn, out, out_stride);
 #ifdef SLAKE_Q4_0_ROWS8
   if (t == DType::Q4_0 && rm > kTileRows) {
