@@ -12,11 +12,13 @@
 namespace slake {
 
 namespace {
-int resolve_ctx(const Model& m, int n_ctx) {
+int resolve_ctx(const Model& m, int n_ctx, const KvPolicyParams& kv) {
   if (n_ctx < 0) fail("context size must not be negative, got " + std::to_string(n_ctx));
   if (n_ctx == 0) n_ctx = m.cfg.n_ctx_train;
   const ModelConfig& c = m.cfg;
-  const size_t need = KvCache::planned_bytes(c.n_layers, c.n_kv_heads, c.head_dim, n_ctx);
+  check_kv_type(kv.type_k, c.head_dim, "--cache-type-k");
+  check_kv_type(kv.type_v, c.head_dim, "--cache-type-v");
+  const size_t need = KvCache::planned_bytes(c.n_layers, c.n_kv_heads, c.head_dim, n_ctx, kv.type_k, kv.type_v);
   const size_t have = static_cast<size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(::sysconf(_SC_PAGE_SIZE));
   if (need > have)
     fail("a context of " + std::to_string(n_ctx) + " tokens needs " + std::to_string(need >> 20) +
@@ -29,13 +31,14 @@ Context::Context(const Model& model, const ContextParams& params)
     : model_(model),
       weights_(cpu_weights(model)),
       params_(params),
-      n_ctx_(resolve_ctx(model, params.n_ctx)),
+      n_ctx_(resolve_ctx(model, params.n_ctx, params.kv)),
       own_pool_(params.pool ? nullptr
                             : std::make_unique<ThreadPool>(params.n_threads > 0 ? params.n_threads : default_thread_count())),
       pool_(params.pool ? params.pool : own_pool_.get()),
       rope_(model.cfg),
       shape_{model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.head_dim, model.cfg.sliding_window},
-      kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_, params.kv.centroid_count()),
+      kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_, params.kv.centroid_count(), params.kv.type_k,
+          params.kv.type_v),
       evictor_(resolve_kv_defaults(params.kv, model.cfg), model.cfg.n_layers, shape_) {
   if (params_.n_batch < 1) fail("batch size must be positive, got " + std::to_string(params_.n_batch));
   const ModelConfig& c = model.cfg;

@@ -7,6 +7,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 common=(--synthetic tiny -t 2 -r 2 --no-warmup --mem-bandwidth 10)
 "$bin/slake-bench" "${common[@]}" -p 16,32 -n 4 -d 0,100 --kv-policy full,slake --kv-budget 48 -o jsonl >"$tmp/out.jsonl" 2>"$tmp/err"
+"$bin/slake-bench" "${common[@]}" -p 0 -n 2 -d 100 --kv-policy slake --kv-budget 48 -ctk f32,q8_0 -ctv q4_0 -o jsonl >"$tmp/types.jsonl" 2>/dev/null
 "$bin/slake-bench" "${common[@]}" -p 16 -n 0 -o csv >"$tmp/out.csv" 2>/dev/null
 "$bin/slake-bench" "${common[@]}" -p 16 -n 4 -o json >"$tmp/out.json" 2>/dev/null
 "$bin/slake-bench" "${common[@]}" -p 0 -n 4 -o md >"$tmp/out.md" 2>/dev/null
@@ -35,9 +36,15 @@ for r in recs:
     if r["n_gen"]:
         assert r["bytes_per_token"] >= r["model_size"] * 0.5 and r["decode_gbps"] > 0 and r["mem_bandwidth_gbps"] == 10
     if r["kv_policy"] == "slake" and r["n_depth"] == 100:
-        # tiny has 4 layers x 4 KV heads x head dim 32: 260 bytes per token and head; 48 tokens per
-        # head kept after the 100-token prefill (window 32), plus one linear state per head.
-        assert r["kv_bytes_start"] == 16 * (48 * 260 + (32 * 34 + 1) * 4), r["kv_bytes_start"]
+        # tiny has 4 layers x 4 KV heads x head dim 32: 2 x 32 f16 values and a 4-byte position,
+        # 132 bytes per token and head; 48 tokens per head kept after the 100-token prefill (window
+        # 32), plus one fp32 linear state per head.
+        assert r["type_k"] == "f16" and r["type_v"] == "f16", r
+        assert r["kv_bytes_start"] == 16 * (48 * 132 + (32 * 34 + 1) * 4), r["kv_bytes_start"]
+# Cache types: keys of 32 values in f32 (128 bytes) or one q8_0 block (34), values in one q4_0
+# block (18), and the position.
+types = {(r["type_k"], r["type_v"]): r["kv_bytes_start"] for r in map(json.loads, open(f"{tmp}/types.jsonl"))}
+assert types == {(k, "q4_0"): 16 * (48 * (kb + 18 + 4) + (32 * 34 + 1) * 4) for k, kb in (("f32", 128), ("q8_0", 34))}, types
 rows = list(csv.DictReader(open(f"{tmp}/out.csv")))
 assert len(rows) == 1 and rows[0]["n_prompt"] == "16" and rows[0]["n_gen"] == "0", rows
 j = json.load(open(f"{tmp}/out.json"))

@@ -3,6 +3,7 @@
 // attention (attention_decode). The victim of each KV head must be the argmin of the spec's
 // score, evicted in rounds while a head is over its budget, and the step's output must be PTAA
 // over what is left, with every evicted token (the step's victims included) in the Taylor term.
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -57,9 +58,8 @@ int32_t fill_layer(Layer& L, int n_kv, int d, int held, int absorbed, std::mt199
 }
 
 // Spec 5.3 in float64: each group head's softmax over all rows, average-pooled (kernel 5, zero
-// padding, divided by 5) along the n_cand candidates, mean over the group; the lowest score.
-// rows[j] = {key, value}.
-int victim64(const float* q, int group, const std::vector<Rows>& rows, int d, int n_cand) {
+// padding, divided by 5) along the n_cand candidates, mean over the group. rows[j] = {key, value}.
+std::vector<double> scores64(const float* q, int group, const std::vector<Rows>& rows, int d, int n_cand) {
   const int n = static_cast<int>(rows.size());
   std::vector<double> score(static_cast<size_t>(n_cand), 0.0);
   for (int h = 0; h < group; ++h) {
@@ -74,6 +74,12 @@ int victim64(const float* q, int group, const std::vector<Rows>& rows, int d, in
       score[static_cast<size_t>(j)] += s / 5.0 / group;
     }
   }
+  return score;
+}
+
+// The spec's victim: the candidate of lowest score.
+int victim64(const float* q, int group, const std::vector<Rows>& rows, int d, int n_cand) {
+  const std::vector<double> score = scores64(q, group, rows, d, n_cand);
   return static_cast<int>(std::min_element(score.begin(), score.end()) - score.begin());
 }
 
@@ -185,6 +191,71 @@ TEST(AttentionDecode, MatchesFloat64WithScoresComputedOnce) {
     // Scores that do not match the cache are refused rather than read out of bounds.
     xs[0].erase(0);
     EXPECT_THROW(attention_decode(out.data(), q.data(), qpos, cache, 0, {s.n_heads, s.n_kv, s.d, s.window}, xs, pool), Error);
+  }
+}
+// --kv-evict-every k: a head over budget + window by fewer than k rows keeps them all; at k or
+// more it gives up all of them at once, the lowest scores of one float64 scoring (not in rounds),
+// and the step's output is PTAA over what is left with them in the Taylor term.
+TEST(DecodeStep, BatchedEvictionWaitsForKRowsThenEvictsTheLowestScoresOfOneScoring) {
+  const int n_heads = 8, n_kv = 2, d = 16, group = n_heads / n_kv, C = 40, Sw = 8, k = 4;
+  for (int over : {k - 1, k, k + 2}) {
+    std::mt19937 rng(29 + over);
+    Layer L{KvCache(1, n_kv, d, 200), {}, {}};
+    const int32_t qpos = fill_layer(L, n_kv, d, C + over, 23, rng);
+    std::vector<float> q(static_cast<size_t>(n_heads * d)), out(q.size());
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& x : q) x = nd(rng);
+
+    std::vector<std::vector<int32_t>> want_pos(static_cast<size_t>(n_kv));
+    std::vector<Rows> want_ke = L.ke, want_ve = L.ve;
+    for (int g = 0; g < n_kv; ++g) {
+      const KvHead& kh = L.cache.head(0, g);
+      std::vector<Rows> rows;
+      for (int j = 0; j < kh.n; ++j)
+        rows.push_back({std::vector<float>(kh.key(j, d), kh.key(j, d) + d), std::vector<float>(kh.value(j, d), kh.value(j, d) + d)});
+      const int n_cand = kh.n - Sw;
+      std::vector<int> order(static_cast<size_t>(n_cand));
+      for (int j = 0; j < n_cand; ++j) order[static_cast<size_t>(j)] = j;
+      const std::vector<double> s = scores64(q.data() + static_cast<size_t>(g * group) * d, group, rows, d, n_cand);
+      std::sort(order.begin(), order.end(), [&](int a, int b) { return s[static_cast<size_t>(a)] < s[static_cast<size_t>(b)]; });
+      std::vector<char> evicted(static_cast<size_t>(kh.n), 0);
+      if (over >= k)
+        for (int i = 0; i < over; ++i) evicted[static_cast<size_t>(order[static_cast<size_t>(i)])] = 1;
+      for (int j = 0; j < kh.n; ++j) {
+        if (!evicted[static_cast<size_t>(j)]) {
+          want_pos[static_cast<size_t>(g)].push_back(kh.pos[static_cast<size_t>(j)]);
+          continue;
+        }
+        want_ke[static_cast<size_t>(g)].push_back(rows[static_cast<size_t>(j)][0]);
+        want_ve[static_cast<size_t>(g)].push_back(rows[static_cast<size_t>(j)][1]);
+      }
+    }
+
+    KvPolicyParams p;
+    p.policy = "slake";
+    p.budget = C;
+    p.window = Sw;
+    p.evict_every = k;
+    KvEvictor ev(p, 1, {n_heads, n_kv, d, 0});
+    ThreadPool pool(2);
+    ev.on_decode(0, q.data(), qpos, L.cache, pool);
+    const std::vector<DecodeRowScores>* scores = ev.decode_row_scores(0);
+    ASSERT_NE(scores, nullptr);
+    attention_decode(out.data(), q.data(), qpos, L.cache, 0, {n_heads, n_kv, d, 0}, *scores, pool);
+    for (int g = 0; g < n_kv; ++g) {
+      const KvHead& kh = L.cache.head(0, g);
+      ASSERT_EQ(kh.pos, want_pos[static_cast<size_t>(g)]) << "over " << over << ", KV head " << g;
+      ASSERT_EQ(kh.lin.n, static_cast<float>(want_ke[static_cast<size_t>(g)].size()));
+      ASSERT_EQ((*scores)[static_cast<size_t>(g)].n, kh.n);
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        const size_t off = static_cast<size_t>(h) * d;
+        const std::vector<double> want =
+            test::taylor_attention(q.data() + off, qpos, kh, want_ke[static_cast<size_t>(g)], want_ve[static_cast<size_t>(g)], d);
+        for (int i = 0; i < d; ++i)
+          ASSERT_NEAR(out[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], 1e-4 * (1 + std::abs(want[static_cast<size_t>(i)])))
+              << "over " << over << ", head " << h << " dim " << i;
+      }
+    }
   }
 }
 

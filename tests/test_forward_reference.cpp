@@ -72,7 +72,7 @@ constexpr double kTolerance = 1e-4;
 TEST_P(ForwardReference, PrefillLogitsMatchTransformers) {
   for (int n_batch : {64, 7}) {
     for (int threads : {1, 2}) {
-      Context ctx(*model_, {/*n_ctx=*/64, threads, n_batch});
+      Context ctx(*model_, test::f32_cache(/*n_ctx=*/64, threads, n_batch));
       std::vector<float> logits;
       ctx.eval(ref_.tokens, &logits, /*all_logits=*/true);
       const double err = relative_error(logits, ref_, 0, static_cast<int>(ref_.tokens.size()));
@@ -82,7 +82,7 @@ TEST_P(ForwardReference, PrefillLogitsMatchTransformers) {
 }
 
 TEST_P(ForwardReference, DecodeLogitsMatchTransformers) {
-  Context ctx(*model_, {64, 2, 16});
+  Context ctx(*model_, test::f32_cache(64, 2, 16));
   const int n_prompt = 40, n = static_cast<int>(ref_.tokens.size());
   std::vector<float> logits;
   ctx.eval(std::vector<int32_t>(ref_.tokens.begin(), ref_.tokens.begin() + n_prompt), &logits, false);
@@ -132,8 +132,8 @@ TEST(ForwardReferenceFixtures, RopeLayoutsAgree) {
   EXPECT_EQ(g->cfg.rope_layout, RopeLayout::Adjacent);
   EXPECT_EQ(h->cfg.rope_layout, RopeLayout::Half);
   std::vector<float> lg, lh;
-  Context(*g, {64, 1, 64}).eval(ref.tokens, &lg, true);
-  Context(*h, {64, 1, 64}).eval(ref.tokens, &lh, true);
+  Context(*g, test::f32_cache(64, 1, 64)).eval(ref.tokens, &lg, true);
+  Context(*h, test::f32_cache(64, 1, 64)).eval(ref.tokens, &lh, true);
   double max_diff = 0;
   for (size_t i = 0; i < lg.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::abs(lg[i] - lh[i])));
   EXPECT_LE(max_diff, 1e-5);

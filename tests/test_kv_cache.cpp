@@ -64,7 +64,7 @@ TEST(KvCache, CompactKeepsFlaggedRowsInOrderAndAbsorbsTheOthers) {
       }
       const KvHead& kh = cache.head(0, 0);
       ASSERT_EQ(kh.n, static_cast<int>(want_rows.size()));
-      ASSERT_EQ(kh.k.size(), want_rows.size() * d);
+      ASSERT_EQ(kh.k.size(), want_rows.size() * d * sizeof(float));
       ASSERT_EQ(kh.pos.size(), want_rows.size());
       for (size_t i = 0; i < want_rows.size(); ++i) {
         const size_t r = static_cast<size_t>(want_rows[i]);

@@ -16,7 +16,7 @@ namespace slake {
 namespace {
 
 std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& toks, int threads) {
-  Context ctx(m, {static_cast<int>(toks.size()), threads, 32});
+  Context ctx(m, test::f32_cache(static_cast<int>(toks.size()), threads, 32));
   std::vector<float> out;
   ctx.eval(toks, &out, true);
   return out;

@@ -11,11 +11,23 @@
 #include <string>
 #include <vector>
 
+#include "slake/context.h"
 #include "slake/error.h"
 
 namespace slake::test {
 
 inline std::string fixtures_dir() { return SLAKE_FIXTURES_DIR; }
+
+// Context parameters with an f32 KV cache: for comparisons of the fp32 forward pass against fp32
+// references (the default f16 cache rounds every key and value; test_kv_type.cpp measures that).
+inline ContextParams f32_cache(int n_ctx, int n_threads, int n_batch) {
+  ContextParams p;
+  p.n_ctx = n_ctx;
+  p.n_threads = n_threads;
+  p.n_batch = n_batch;
+  p.kv.type_k = p.kv.type_v = KvType::F32;
+  return p;
+}
 inline std::string shared_dir() {
   const char* env = std::getenv("SLAKE_SHARED_DIR");
   return env && *env ? env : SLAKE_SHARED_DIR;

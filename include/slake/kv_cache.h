@@ -1,45 +1,75 @@
 // The exact KV cache: per layer and per KV head (never repeated per query head), the retained
 // tokens' keys (after RoPE), values and positions, kept in position order. Heads of one layer may
-// hold different numbers of tokens, which is what per-head eviction policies need.
+// hold different numbers of tokens, which is what per-head eviction policies need. Keys and values
+// are stored rows of their KV types (kv_type.h), read back a few rows at a time.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "slake/kv_type.h"
 #include "slake/linear_cache.h"
 
 namespace slake {
 
 struct KvHead {
-  std::vector<float> k;      // [n][head_dim], capacity reserved up front
-  std::vector<float> v;      // [n][head_dim]
+  std::vector<uint8_t> k;    // [n][k_row bytes], capacity reserved up front
+  std::vector<uint8_t> v;    // [n][v_row bytes]
   std::vector<int32_t> pos;  // [n]
   int n = 0;                 // tokens held
   LinearState lin;           // the evicted tokens (empty unless a compensating policy evicts)
+  KvType type_k = KvType::F32, type_v = KvType::F32;
+  size_t k_row = 0, v_row = 0;  // bytes of one stored row
 
-  const float* key(int i, int d) const { return k.data() + static_cast<size_t>(i) * d; }
-  const float* value(int i, int d) const { return v.data() + static_cast<size_t>(i) * d; }
+  const uint8_t* key_row(int i) const { return k.data() + static_cast<size_t>(i) * k_row; }
+  const uint8_t* value_row(int i) const { return v.data() + static_cast<size_t>(i) * v_row; }
+  // Key or value i as d floats: in place for f32, else read into `scratch` (d floats).
+  const float* key(int i, int d, float* scratch) const { return row(type_k, key_row(i), d, scratch); }
+  const float* value(int i, int d, float* scratch) const { return row(type_v, value_row(i), d, scratch); }
+  // Rows [j0, j0 + rows) as floats, as key()/value() for several rows (scratch: rows * d floats).
+  const float* keys(int j0, int rows, int d, float* scratch) const { return rows_f32(type_k, key_row(j0), rows, d, scratch); }
+  const float* values(int j0, int rows, int d, float* scratch) const { return rows_f32(type_v, value_row(j0), rows, d, scratch); }
+  // The fp32 rows in place; only for an f32 cache (tests and references).
+  const float* key(int i, int d) const { return f32_rows(type_k, key_row(i), d); }
+  const float* value(int i, int d) const { return f32_rows(type_v, value_row(i), d); }
+
+ private:
+  static const float* row(KvType t, const uint8_t* p, int d, float* scratch) { return rows_f32(t, p, 1, d, scratch); }
+  static const float* rows_f32(KvType t, const uint8_t* p, int rows, int d, float* scratch) {
+    if (t == KvType::F32) return reinterpret_cast<const float*>(p);
+    kv_load_rows(t, p, scratch, rows, d);
+    return scratch;
+  }
+  static const float* f32_rows(KvType t, const uint8_t* p, int d);
 };
 
 class KvCache {
  public:
   // centroids > 0: the heads' linear states are centroid states of that many (kv_policy.h).
-  KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity, int centroids = 0);
+  // Keys are stored as type_k, values as type_v.
+  KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity, int centroids = 0, KvType type_k = KvType::F32,
+          KvType type_v = KvType::F32);
 
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }
   int capacity() const { return capacity_; }
+  KvType type_k() const { return type_k_; }
+  KvType type_v() const { return type_v_; }
 
   KvHead& head(int layer, int h) { return heads_[static_cast<size_t>(layer * n_kv_heads_ + h)]; }
   const KvHead& head(int layer, int h) const { return heads_[static_cast<size_t>(layer * n_kv_heads_ + h)]; }
 
-  // Appends one token's k and v (kv_dim = n_kv_heads * head_dim values each) to every head of a layer.
+  // Appends one token's k and v (kv_dim = n_kv_heads * head_dim values each) to every head of a
+  // layer, stored as the cache's types.
   void append(int layer, const float* k, const float* v, int32_t pos);
   void clear();
 
-  // Bytes a cache of `capacity` tokens per head takes when full.
-  static size_t planned_bytes(int n_layers, int n_kv_heads, int head_dim, int capacity);
+  // Bytes a cache of `capacity` tokens per head takes when full: stored keys, values and positions.
+  static size_t planned_bytes(int n_layers, int n_kv_heads, int head_dim, int capacity, KvType type_k = KvType::F32,
+                              KvType type_v = KvType::F32);
+  // Bytes one held token takes in one head.
+  static size_t token_bytes(int head_dim, KvType type_k, KvType type_v);
 
   // Keeps, in order, the tokens of head (layer, h) whose indices are flagged in `keep` (size n);
   // the others are absorbed into its linear state when `absorb` is set, else dropped.
@@ -62,6 +92,7 @@ class KvCache {
 
   int n_layers_, n_kv_heads_, head_dim_, capacity_;
   int centroids_;
+  KvType type_k_, type_v_;
   int64_t held_ = 0;       // tokens held over all heads
   int64_t lin_heads_ = 0;  // heads whose linear state holds anything
   size_t peak_bytes_ = 0;

@@ -50,7 +50,10 @@ class KvEvictor {
   std::vector<int64_t> fixed_budgets() const;  // uniform and pyramid: known before any layer is seen
   int64_t decode_budget(int layer) const;
   bool scores_in_decode() const;  // the decode victim is chosen by the query's attention (spec 5)
+  // The decode score of the first n_cand rows of (layer, kvh): the lowest is evicted first.
+  void decode_candidate_scores(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand, double* score) const;
   int decode_victim(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand) const;
+  void on_decode_batched(int layer, const float* q, int32_t qpos, KvCache& cache, ThreadPool& pool);
   void remove_rows(int layer, int kvh, const std::vector<char>& keep, KvCache& cache);
 
   KvPolicyParams p_;

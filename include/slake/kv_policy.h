@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "slake/kv_type.h"
 #include "slake/model.h"
 
 namespace slake {
@@ -24,6 +25,11 @@ struct KvPolicyParams {
   std::optional<double> tau1, tau2;   // CAKE
   std::optional<double> alpha, beta;  // VABS
   bool cascade = true;          // evict after every layer; false: once, after the last (Theorem 1 tests)
+  // Decode-time eviction in batches: a head may grow to its budget + window + evict_every - 1
+  // rows, then gives up evict_every rows chosen by one scoring (1: the spec's one row per step).
+  int evict_every = 1;
+  // How the exact cache stores keys and values (kv_type.h; -ctk/-ctv). The linear states are fp32.
+  KvType type_k = KvType::F16, type_v = KvType::F16;
 
   // Evicted tokens go to the spec's Taylor state.
   bool taylor() const { return compensate == "taylor" || (compensate == "auto" && policy == "slake"); }

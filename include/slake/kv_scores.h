@@ -36,6 +36,8 @@ struct DecodeRowScores {
   void compute(const float* q, int group, int32_t qpos, const KvHead& kh, int d);
   // Drops row r, as the cache drops it when it evicts that row.
   void erase(int r);
+  // Keeps the rows flagged in keep (size n), in order.
+  void keep_rows(const std::vector<char>& keep);
 };
 
 // Spec section 5's decode score of the first n_cand rows: for each query head, its softmax over
@@ -74,5 +76,6 @@ VabsTerms vabs_terms(const float* q_window, int S, int window, const KvCache& ca
 
 // The `keep` best entries of score[0..n) (ties: the earlier index first), as a flag per entry.
 std::vector<char> top_k_flags(const float* score, int n, int64_t keep);
+std::vector<char> top_k_flags(const double* score, int n, int64_t keep);
 
 }  // namespace slake

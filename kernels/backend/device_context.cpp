@@ -44,6 +44,9 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params) : 
   if (plan_.evicting && parts_.selector == KvSelector::HeavyHitter)
     fail("--kv-policy " + p.policy + " is not supported by the cuda backend (use the cpu backend)");
   if (plan_.evicting && !p.cascade) fail("the cuda backend evicts after every layer (cascade) only");
+  if (p.type_k != KvType::F32 || p.type_v != KvType::F32)
+    fail(std::string("KV cache type ") + kv_type_name(p.type_k) + "/" + kv_type_name(p.type_v) +
+         " is not supported by the cuda backend, which keeps its cache in f32 (-ctk f32 -ctv f32)");
   if (!emulated() && device_count() == 0) fail("the cuda backend needs a CUDA device, and none is available");
   plan_.check_fits();  // before anything is allocated
   gemm_ = make_gemm();

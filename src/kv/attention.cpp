@@ -24,13 +24,16 @@ void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, i
   std::fill(out, out + d, 0.0f);
   float score[kTile];
   int idx[kTile];
+  thread_local std::vector<float> ks, vs;
+  ks.resize(static_cast<size_t>(d));
+  vs.resize(static_cast<size_t>(d));
   for (int j0 = 0; j0 < kv.n; j0 += kTile) {
     const int j1 = std::min(kv.n, j0 + kTile);
     int cnt = 0;
     float tile_max = -std::numeric_limits<float>::infinity();
     for (int j = j0; j < j1; ++j) {
       if (!key_visible(kv.pos[static_cast<size_t>(j)], qpos, window)) continue;
-      const float x = dot_f32(q, kv.key(j, d), d) * scale;
+      const float x = dot_f32(q, kv.key(j, d, ks.data()), d) * scale;
       score[cnt] = x;
       idx[cnt++] = j;
       tile_max = std::max(tile_max, x);
@@ -43,7 +46,7 @@ void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, i
     for (int c = 0; c < cnt; ++c) {
       const float p = std::exp(score[c] - m_new);
       l += p;
-      axpy_f32(p, kv.value(idx[c], d), out, d);
+      axpy_f32(p, kv.value(idx[c], d, vs.data()), out, d);
     }
     m = m_new;
   }

@@ -71,16 +71,19 @@ inline void pv_block(lanes_f* acc_t, const lanes_f* p, const float* v, int d, in
   }
 }
 
-// The kKeys rows (keys or values) of the tile at j0: in place, or for a short last tile (nk <
-// kKeys) a copy in `tail` that repeats its last row (those lanes are masked).
-const float* tile_rows(const std::vector<float>& rows, int j0, int nk, int d, std::vector<float>& tail) {
-  const float* first = rows.data() + static_cast<size_t>(j0) * d;
-  if (nk == kKeys) return first;
-  tail.resize(static_cast<size_t>(kKeys) * d);
-  for (int j = 0; j < kKeys; ++j)
-    std::memcpy(tail.data() + static_cast<size_t>(j) * d, first + static_cast<size_t>(std::min(j, nk - 1)) * d,
+// The kKeys keys (or values) of the tile at j0 as floats: in place for a whole tile of an f32
+// cache, else read into `buf` (a tile, never the whole cache). A short last tile (nk < kKeys)
+// repeats its last row (those lanes are masked).
+const float* tile_rows(const KvHead& kv, bool keys, int j0, int nk, int d, std::vector<float>& buf) {
+  const KvType t = keys ? kv.type_k : kv.type_v;
+  const uint8_t* first = keys ? kv.key_row(j0) : kv.value_row(j0);
+  if (nk == kKeys && t == KvType::F32) return reinterpret_cast<const float*>(first);
+  buf.resize(static_cast<size_t>(kKeys) * d);
+  kv_load_rows(t, first, buf.data(), nk, d);
+  for (int j = nk; j < kKeys; ++j)
+    std::memcpy(buf.data() + static_cast<size_t>(j) * d, buf.data() + static_cast<size_t>(nk - 1) * d,
                 static_cast<size_t>(d) * sizeof(float));
-  return tail.data();
+  return buf.data();
 }
 }  // namespace
 
@@ -125,13 +128,13 @@ void RowBlock::attend_tiles(const KvHead& kv, const lanes_f* x, int window, int 
   for (int j0 = j_begin; j0 < j_end; j0 += kKeys) {
     const int nk = std::min(kKeys, j_end - j0);
     thread_local std::vector<float> tail_k, tail_v;
-    const float* v = tile_rows(kv.v, j0, nk, d, tail_v);
+    const float* v = tile_rows(kv, false, j0, nk, d, tail_v);
 
     lanes_f s[kKeys];
     if (x) {  // scores computed already: the tile's keys are not read at all
       for (int j = 0; j < kKeys; ++j) s[j] = j < nk ? x[j0 + j] : neg_inf;
     } else {
-      score_tile(q_t_.data(), tile_rows(kv.k, j0, nk, d, tail_k), d, s);
+      score_tile(q_t_.data(), tile_rows(kv, true, j0, nk, d, tail_k), d, s);
     }
     // Masking is needed only where some row cannot see some key of the tile.
     const bool all_visible =
@@ -178,7 +181,7 @@ void RowBlock::scores(const KvHead& kv, int n_keys, lanes_f* x) const {
   for (int j0 = 0; j0 < n_keys; j0 += kKeys) {
     const int nk = std::min(kKeys, n_keys - j0);
     thread_local std::vector<float> tail_k;
-    const float* k = tile_rows(kv.k, j0, nk, d_, tail_k);
+    const float* k = tile_rows(kv, true, j0, nk, d_, tail_k);
     lanes_f s[kKeys];
     score_tile(q_t_.data(), k, d_, s);
     for (int j = 0; j < nk; ++j) x[j0 + j] = (splat_i(kv.pos[static_cast<size_t>(j0 + j)]) <= qp_) ? s[j] : neg_inf;

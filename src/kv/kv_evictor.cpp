@@ -157,8 +157,14 @@ bool KvEvictor::scores_in_decode() const {
 }
 
 int KvEvictor::decode_victim(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand) const {
-  const KvHead& kh = cache.head(layer, kvh);
   std::vector<double> score(static_cast<size_t>(n_cand), 0.0);
+  decode_candidate_scores(layer, kvh, qpos, cache, n_cand, score.data());
+  return static_cast<int>(std::min_element(score.begin(), score.end()) - score.begin());
+}
+
+void KvEvictor::decode_candidate_scores(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand, double* score) const {
+  const KvHead& kh = cache.head(layer, kvh);
+  std::fill(score, score + n_cand, 0.0);
   switch (parts_.selector) {
     case KvSelector::Recent:
       for (int r = 0; r < n_cand; ++r) score[static_cast<size_t>(r)] = recency_score(kh.pos[static_cast<size_t>(r)], qpos + 1);
@@ -170,10 +176,40 @@ int KvEvictor::decode_victim(int layer, int kvh, int32_t qpos, const KvCache& ca
       // Spec section 5: the current query's softmax over the whole exact cache (causal only),
       // pooled over the candidates in position order, averaged over the group.
       const TokenPool pool = parts_.selector == KvSelector::WindowMax7 ? TokenPool::Max7 : TokenPool::Avg5;
-      decode_scores(decode_x_[static_cast<size_t>(kvh)], n_cand, pool, score.data());
+      decode_scores(decode_x_[static_cast<size_t>(kvh)], n_cand, pool, score);
     }
   }
-  return static_cast<int>(std::min_element(score.begin(), score.end()) - score.begin());
+}
+
+void KvEvictor::on_decode_batched(int layer, const float* q, int32_t qpos, KvCache& cache, ThreadPool& pool) {
+  // A head evicts only once it holds evict_every rows over budget + window, then all of them at
+  // once: one scoring pass ranks the candidates and one compaction moves the rows.
+  const bool scored = scores_in_decode();
+  const int d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads;
+  const int64_t b = decode_budget(layer);
+  std::vector<std::vector<char>> keep(static_cast<size_t>(s_.n_kv_heads));
+  pool.parallel_for(s_.n_kv_heads, 1, [&](int64_t lo, int64_t hi, int) {
+    std::vector<double> score;
+    for (int64_t g = lo; g < hi; ++g) {
+      const KvHead& kh = cache.head(layer, static_cast<int>(g));
+      if (scored) decode_x_[static_cast<size_t>(g)].compute(q + static_cast<size_t>(g * group) * d, group, qpos, kh, d);
+      const int64_t over = kh.n - (b + p_.window);
+      if (over < p_.evict_every) continue;
+      const int n_cand = kh.n - p_.window;
+      score.resize(static_cast<size_t>(n_cand));
+      decode_candidate_scores(layer, static_cast<int>(g), qpos, cache, n_cand, score.data());
+      std::vector<char>& k = keep[static_cast<size_t>(g)];
+      k = top_k_flags(score.data(), n_cand, n_cand - over);
+      k.resize(static_cast<size_t>(kh.n), 1);  // the window
+    }
+  });
+  for (int kvh = 0; kvh < s_.n_kv_heads; ++kvh) {
+    const std::vector<char>& k = keep[static_cast<size_t>(kvh)];
+    if (k.empty()) continue;
+    remove_rows(layer, kvh, k, cache);
+    if (scored) decode_x_[static_cast<size_t>(kvh)].keep_rows(k);
+  }
+  if (scored) decode_x_layer_ = layer;
 }
 
 void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cache, ThreadPool& pool) {
@@ -183,6 +219,7 @@ void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cach
   const bool scored = scores_in_decode();
   const int d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads;
   if (scored) decode_x_.resize(static_cast<size_t>(s_.n_kv_heads));
+  if (p_.evict_every > 1) return on_decode_batched(layer, q, qpos, cache, pool);
   const int64_t b = decode_budget(layer);
   // Each head over its budget gives up one row per round (one round per decoded token): the heads
   // are scored in parallel, then compacted one after the other. The query's scores are computed

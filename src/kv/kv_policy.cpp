@@ -26,6 +26,8 @@ void validate(const KvPolicyParams& p) {
   }
   if (p.compensate != "auto" && p.compensate != "taylor" && p.compensate != "centroids" && p.compensate != "none")
     fail("unknown KV compensator '" + p.compensate + "' (auto, taylor, centroids, none)");
+  if (p.evict_every < 1 || p.evict_every > 4096)
+    fail("--kv-evict-every must be in 1..4096, got " + std::to_string(p.evict_every));
   if (p.centroids < 1 || p.centroids > 4096)
     fail("KV centroid count must be in 1..4096, got " + std::to_string(p.centroids));
   if (p.budget < 0) fail("KV budget must not be negative, got " + std::to_string(p.budget));

@@ -13,8 +13,10 @@ namespace slake {
 
 void attention_logits(const float* q, int32_t qpos, const KvHead& kh, int d, int n_rows, double* x) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(d));
   for (int r = 0; r < n_rows; ++r)
-    x[r] = key_visible(kh.pos[static_cast<size_t>(r)], qpos, 0) ? dot_f32(q, kh.key(r, d), d) * scale
+    x[r] = key_visible(kh.pos[static_cast<size_t>(r)], qpos, 0) ? dot_f32(q, kh.key(r, d, row.data()), d) * scale
                                                                  : -std::numeric_limits<double>::infinity();
 }
 
@@ -63,6 +65,18 @@ void DecodeRowScores::erase(int r) {
   if (r < 0 || r >= n) fail("internal: decode scores have no row " + std::to_string(r));
   for (std::vector<lanes_f>& xb : x) xb.erase(xb.begin() + r);
   --n;
+}
+
+void DecodeRowScores::keep_rows(const std::vector<char>& keep) {
+  if (keep.size() != static_cast<size_t>(n)) fail("internal: decode scores keep " + std::to_string(keep.size()) + " flags for " + std::to_string(n) + " rows");
+  int w = 0;
+  for (std::vector<lanes_f>& xb : x) {
+    w = 0;
+    for (int r = 0; r < n; ++r)
+      if (keep[static_cast<size_t>(r)]) xb[static_cast<size_t>(w++)] = xb[static_cast<size_t>(r)];
+    xb.resize(static_cast<size_t>(w));
+  }
+  n = x.empty() ? static_cast<int>(std::count(keep.begin(), keep.end(), 1)) : w;
 }
 
 void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double* score) {
@@ -166,7 +180,9 @@ void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCa
   });
 }
 
-std::vector<char> top_k_flags(const float* score, int n, int64_t keep) {
+namespace {
+template <typename T>
+std::vector<char> top_k(const T* score, int n, int64_t keep) {
   std::vector<int> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
@@ -174,5 +190,9 @@ std::vector<char> top_k_flags(const float* score, int n, int64_t keep) {
   for (int64_t i = 0; i < std::min<int64_t>(keep, n); ++i) flags[static_cast<size_t>(order[static_cast<size_t>(i)])] = 1;
   return flags;
 }
+}  // namespace
+
+std::vector<char> top_k_flags(const float* score, int n, int64_t keep) { return top_k(score, n, keep); }
+std::vector<char> top_k_flags(const double* score, int n, int64_t keep) { return top_k(score, n, keep); }
 
 }  // namespace slake

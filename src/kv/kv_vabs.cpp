@@ -16,9 +16,11 @@ VabsTerms vabs_terms(const float* q_window, int S, int window, const KvCache& ca
   for (int g = 0; g < s.n_kv_heads; ++g) {
     kept[static_cast<size_t>(g)] = top_k_flags(indicator[static_cast<size_t>(g)].data(), P, keep);
     const KvHead& kh = cache.head(layer, g);
+    std::vector<float> row(static_cast<size_t>(d));
     for (int j = 0; j < S; ++j) {
+      const float* vj = kh.value(j, d, row.data());
       double n2 = 0;
-      for (int e = 0; e < d; ++e) n2 += static_cast<double>(kh.value(j, d)[e]) * kh.value(j, d)[e];
+      for (int e = 0; e < d; ++e) n2 += static_cast<double>(vj[e]) * vj[e];
       vnorm[static_cast<size_t>(g)][static_cast<size_t>(j)] = std::sqrt(n2);
     }
   }

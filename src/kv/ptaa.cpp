@@ -71,12 +71,13 @@ void ptaa_finish(float* out, const float* q, float m, float l, const float* acc,
 
 void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const LinearState& lin, int d, int window) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  thread_local std::vector<float> x, acc;
+  thread_local std::vector<float> x, acc, row;
   x.resize(static_cast<size_t>(kv.n));
+  row.resize(static_cast<size_t>(d));
   acc.assign(static_cast<size_t>(d), 0.0f);
   float m = -std::numeric_limits<float>::infinity();
   for (int j = 0; j < kv.n; ++j) {
-    x[static_cast<size_t>(j)] = key_visible(kv.pos[static_cast<size_t>(j)], qpos, window) ? dot_f32(q, kv.key(j, d), d) * scale : -std::numeric_limits<float>::infinity();
+    x[static_cast<size_t>(j)] = key_visible(kv.pos[static_cast<size_t>(j)], qpos, window) ? dot_f32(q, kv.key(j, d, row.data()), d) * scale : -std::numeric_limits<float>::infinity();
     m = std::max(m, x[static_cast<size_t>(j)]);
   }
   float l = 0.0f;
@@ -86,7 +87,7 @@ void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const 
       if (xj == -std::numeric_limits<float>::infinity()) continue;
       const float p = std::exp(xj - m);
       l += p;
-      axpy_f32(p, kv.value(j, d), acc.data(), d);
+      axpy_f32(p, kv.value(j, d, row.data()), acc.data(), d);
     }
   ptaa_finish(out, q, m, l, acc.data(), lin, d);
 }

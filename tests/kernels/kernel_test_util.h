@@ -5,12 +5,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "device_memory.h"
 #include "kernels.h"
+#include "slake/kv_cache.h"
 
 namespace slake::gpu::test {
 
@@ -25,6 +27,16 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0
 template <typename T>
 DeviceBuffer<T> on_device(const std::vector<T>& host) {
   return DeviceBuffer<T>(host);
+}
+
+// Sets the stored rows of an f32 head (KvCache's default type) from n x d floats each.
+inline void set_f32_rows(KvHead& kh, const std::vector<float>& k, const std::vector<float>& v) {
+  ASSERT_EQ(kh.type_k, KvType::F32);
+  ASSERT_EQ(kh.type_v, KvType::F32);
+  kh.k.resize(k.size() * sizeof(float));
+  kh.v.resize(v.size() * sizeof(float));
+  std::memcpy(kh.k.data(), k.data(), kh.k.size());
+  std::memcpy(kh.v.data(), v.data(), kh.v.size());
 }
 
 template <typename A, typename B>

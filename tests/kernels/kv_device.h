@@ -25,8 +25,10 @@ struct DeviceKvLayer {
     for (int g = 0; g < H; ++g) {
       const KvHead& kh = cache.head(layer, g);
       hn[static_cast<size_t>(g)] = kh.n;
-      std::copy(kh.k.begin(), kh.k.begin() + static_cast<long>(kh.n) * d, hk.begin() + static_cast<long>(g) * capacity * d);
-      std::copy(kh.v.begin(), kh.v.begin() + static_cast<long>(kh.n) * d, hv.begin() + static_cast<long>(g) * capacity * d);
+      if (kh.n > 0) {  // an f32 cache: its rows in place
+        std::copy(kh.key(0, d), kh.key(0, d) + static_cast<long>(kh.n) * d, hk.begin() + static_cast<long>(g) * capacity * d);
+        std::copy(kh.value(0, d), kh.value(0, d) + static_cast<long>(kh.n) * d, hv.begin() + static_cast<long>(g) * capacity * d);
+      }
       std::copy(kh.pos.begin(), kh.pos.begin() + kh.n, hp.begin() + static_cast<long>(g) * capacity);
       ln[static_cast<size_t>(g)] = kh.lin.n;
       if (!kh.lin.M.empty()) {

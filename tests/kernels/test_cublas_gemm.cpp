@@ -72,7 +72,7 @@ TEST(CublasGemm, PrefillAbsorptionMatchesTheLinearState) {
   std::vector<float> want_m, want_n;
   for (int g = 0; g < n_kv; ++g) {
     KvHead& kh = cache.head(0, g);
-    kh.lin.absorb_batch(kh.k.data(), kh.v.data(), count[static_cast<size_t>(g)], static_cast<size_t>(d));
+    kh.lin.absorb_batch(kh.key(0, d), kh.value(0, d), count[static_cast<size_t>(g)], static_cast<size_t>(d));
     want_m.insert(want_m.end(), kh.lin.M.begin(), kh.lin.M.end());
     want_n.push_back(kh.lin.n);
   }

@@ -164,6 +164,7 @@ ContextParams params(int n_ctx, const std::string& policy, int budget, int windo
   cp.kv.policy = policy;
   cp.kv.budget = budget;
   cp.kv.window = window;
+  cp.kv.type_k = cp.kv.type_v = KvType::F32;  // the cuda backend's cache
   return cp;
 }
 

@@ -69,7 +69,7 @@ TEST(KernelLinearState, BatchAbsorbOfGatheredRows) {
     linear_absorb_rows(dev.lin(), dev.k.get(), dev.v.get(), dcount.get(), n_kv, d, static_cast<int64_t>(n) * d);
     for (int g = 0; g < n_kv; ++g) {
       KvHead& kh = cache.head(0, g);
-      if (count[static_cast<size_t>(g)] > 0) kh.lin.absorb_batch(kh.k.data(), kh.v.data(), count[static_cast<size_t>(g)], static_cast<size_t>(d));
+      if (count[static_cast<size_t>(g)] > 0) kh.lin.absorb_batch(kh.key(0, d), kh.value(0, d), count[static_cast<size_t>(g)], static_cast<size_t>(d));
     }
     expect_states_equal(dev, cache, d, "batch d=" + std::to_string(d));
   }

@@ -26,8 +26,7 @@ void run_case(const Case& c, uint32_t seed) {
     KvHead& kh = cache.head(0, g);
     const int n = c.held[static_cast<size_t>(g)];
     const std::vector<float> k = random_floats(static_cast<size_t>(n) * d, seed + 10 * g), v = random_floats(static_cast<size_t>(n) * d, seed + 10 * g + 1);
-    kh.k.assign(k.begin(), k.end());
-    kh.v.assign(v.begin(), v.end());
+    set_f32_rows(kh, k, v);
     kh.pos.resize(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) kh.pos[static_cast<size_t>(j)] = g == 1 ? 2 * j : j;
     kh.n = n;

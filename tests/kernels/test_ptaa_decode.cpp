@@ -31,8 +31,7 @@ void run_case(const Case& c, uint32_t seed) {
     const int n = c.held[static_cast<size_t>(g)];
     const std::vector<float> k = random_floats(static_cast<size_t>(n) * d, seed + 10 * g, -c.key_scale, c.key_scale);
     const std::vector<float> v = random_floats(static_cast<size_t>(n) * d, seed + 10 * g + 1);
-    kh.k.assign(k.begin(), k.end());
-    kh.v.assign(v.begin(), v.end());
+    set_f32_rows(kh, k, v);
     kh.pos.resize(static_cast<size_t>(n));
     // Increasing positions with gaps (evicted tokens); the last two lie after the query.
     for (int j = 0; j < n; ++j) kh.pos[static_cast<size_t>(j)] = j < n - 2 ? qpos - 3 * (n - 2 - j) + 1 : qpos + j;

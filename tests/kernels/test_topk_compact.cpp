@@ -45,8 +45,7 @@ TEST(KernelCompact, KeptRowsGatheredAndEvictedRowsAbsorbedLikeTheCpuCache) {
     KvHead& kh = cache.head(0, g);
     const int n = held[static_cast<size_t>(g)];
     const std::vector<float> k = random_floats(static_cast<size_t>(n) * d, 60 + g), v = random_floats(static_cast<size_t>(n) * d, 70 + g);
-    kh.k.assign(k.begin(), k.end());
-    kh.v.assign(v.begin(), v.end());
+    set_f32_rows(kh, k, v);
     kh.pos.resize(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) kh.pos[static_cast<size_t>(j)] = 5 * j + g;
     kh.n = n;

@@ -335,9 +335,9 @@ class AdmissionAndAuth(unittest.TestCase):
         self.assertLess(time.time() - t0, 8)  # within the HTTP keep-alive timeout (5 s) of idle connections
 
     def test_kv_memory_too_small_is_400_and_waits_otherwise(self):
-        # 5 layers x 4 KV heads x (2 x 8 floats + a position) x 4 bytes = 1360 bytes a token: 0.2 MiB is
-        # 154 tokens, one request of 5 + 96 at a time, not 5 + 200.
-        server = Server(STORIES, "-c", str(CTX), "-np", "4", "--kv-memory", "0.2", "-t", "1")
+        # 5 layers x 4 KV heads x (2 x 8 f16 values x 2 bytes + a 4-byte position) = 720 bytes a token:
+        # 0.1 MiB is 145 tokens, one request of 5 + 96 at a time, not 5 + 200.
+        server = Server(STORIES, "-c", str(CTX), "-np", "4", "--kv-memory", "0.1", "-t", "1")
         try:
             status, err = post(server, "/v1/completions", {"prompt": "Once", "max_tokens": 200})
             self.assertEqual(status, 400)

@@ -33,6 +33,8 @@ nlohmann::ordered_json BenchRecord::to_json() const {
   j["kv_policy"] = kv_policy;
   j["kv_budget"] = kv_budget;
   j["kv_window"] = kv_window;
+  j["type_k"] = type_k;
+  j["type_v"] = type_v;
   j["test_time"] = test_time;
   j["avg_ns"] = static_cast<uint64_t>(t.mean);
   j["stddev_ns"] = static_cast<uint64_t>(t.stddev);
@@ -124,7 +126,8 @@ void write_records(std::ostream& out, const std::vector<BenchRecord>& records, c
     out << "| --- | ---: | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |\n";
     for (const BenchRecord& r : records) {
       const nlohmann::ordered_json j = r.to_json();
-      const std::string kv = r.kv_policy == "full" || r.kv_budget == 0 ? r.kv_policy : r.kv_policy + " " + std::to_string(r.kv_budget);
+      const std::string kv = (r.kv_policy == "full" || r.kv_budget == 0 ? r.kv_policy : r.kv_policy + " " + std::to_string(r.kv_budget)) +
+                             (r.type_k == r.type_v ? " " + r.type_k : " " + r.type_k + "/" + r.type_v);
       std::string lat = "", gbps = "";
       if (j.contains("token_p50_ns")) {
         lat = fmt("%.3f", j["token_p50_ns"].get<double>() / 1e6) + " / " + fmt("%.3f", j["token_p99_ns"].get<double>() / 1e6);

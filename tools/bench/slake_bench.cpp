@@ -13,6 +13,7 @@
 #include "bandwidth_probe.h"
 #include "bench_record.h"
 #include "../common/backend.h"
+#include "../common/llama_spellings.h"
 #include "process_memory.h"
 #include "slake/context.h"
 #include "slake/error.h"
@@ -89,6 +90,8 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
   rec.kv_policy = t.kv.policy;
   rec.kv_budget = t.kv.budget;
   rec.kv_window = t.kv.window;
+  rec.type_k = slake::kv_type_name(t.kv.type_k);
+  rec.type_v = slake::kv_type_name(t.kv.type_v);
   rec.mem_bandwidth_gbps = bandwidth_gbps;
   rec.test_time = now_iso8601();
   const slake::Model& m = *t.model->model;
@@ -162,7 +165,7 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
 
 int main(int argc, char** argv) {
   CLI::App app{"slake-bench: speed, latency and memory of the engine (llama-bench's conventions)"};
-  std::vector<std::string> models, synthetic, policies{"full"}, backends{"cpu"};
+  std::vector<std::string> models, synthetic, policies{"full"}, backends{"cpu"}, types_k{"f16"}, types_v{"f16"};
   std::vector<int> prompts{512}, gens{128}, depths{0}, threads{slake::default_thread_count()}, budgets{0};
   int reps = 5, window = 32;
   uint64_t seed = 42;
@@ -186,13 +189,23 @@ int main(int argc, char** argv) {
   app.add_option("--kv-policy", policies, "KV-cache policies")->delimiter(',')->capture_default_str();
   app.add_option("--kv-budget", budgets, "KV budgets C (0: no eviction)")->delimiter(',')->capture_default_str();
   app.add_option("--kv-window", window, "observation window Sw")->capture_default_str();
+  app.add_option("--cache-type-k", types_k, "KV cache types for keys (-ctk): f32, f16, bf16, q8_0, q4_0")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--cache-type-v", types_v, "KV cache types for values (-ctv): f32, f16, bf16, q8_0, q4_0")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--backend", backends, "backends: cpu, cuda")->delimiter(',')->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--no-warmup", no_warmup, "do not run an uncounted warm-up before each test");
   bool beyond_train = false;
   app.add_flag("--ctx-beyond-train", beyond_train,
                "allow contexts past the model's training context (as llama-bench does; e.g. stories260K's 128)");
   app.add_option("--mem-bandwidth", bandwidth, "the machine's memory bandwidth in GB/s (default: measured at start)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(slake::tools::llama_cpp_args(argc, argv));
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
 
   try {
     if (models.empty() && synthetic.empty()) slake::fail("give a model with -m FILE or --synthetic NAME");
@@ -204,16 +217,21 @@ int main(int argc, char** argv) {
     for (const std::string& b : backends) slake::tools::check_backend(b);
     std::vector<slake::KvPolicyParams> kvs;
     for (const std::string& p : policies)
-      for (int b : budgets) {
-        slake::KvPolicyParams kv;
-        kv.policy = p;
-        kv.budget = p == "full" ? 0 : b;
-        kv.window = window;
-        slake::validate(kv);
-        bool dup = false;
-        for (const auto& k : kvs) dup |= k.policy == kv.policy && k.budget == kv.budget;
-        if (!dup) kvs.push_back(kv);
-      }
+      for (int b : budgets)
+        for (const std::string& tk : types_k)
+          for (const std::string& tv : types_v) {
+            slake::KvPolicyParams kv;
+            kv.policy = p;
+            kv.budget = p == "full" ? 0 : b;
+            kv.window = window;
+            kv.type_k = slake::parse_kv_type(tk);
+            kv.type_v = slake::parse_kv_type(tv);
+            slake::validate(kv);
+            bool dup = false;
+            for (const auto& k : kvs)
+              dup |= k.policy == kv.policy && k.budget == kv.budget && k.type_k == kv.type_k && k.type_v == kv.type_v;
+            if (!dup) kvs.push_back(kv);
+          }
     const slake::DType stype = synth_type == "f32" ? slake::DType::F32 : synth_type == "f16" ? slake::DType::F16
                              : synth_type == "bf16" ? slake::DType::BF16 : synth_type == "q8_0" ? slake::DType::Q8_0 : slake::DType::Q4_0;
 

@@ -5,18 +5,12 @@
 #include "slake/chat_template.h"
 #include "slake/error.h"
 #include "slake/kv_policy.h"
+#include "../common/llama_spellings.h"
 
 namespace slake::cli {
 
 std::vector<std::string> llama_cpp_spellings(int argc, char** argv) {
-  std::vector<std::string> args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-sys") args.push_back("--system-prompt");
-    else if (a == "-cnv") args.push_back("--conversation");
-    else args.push_back(a);
-  }
-  return args;
+  return tools::llama_cpp_args(argc, argv, {{"-sys", "--system-prompt"}, {"-cnv", "--conversation"}});
 }
 
 void add_cli_flags(CLI::App& app, CliOptions& o) {
@@ -100,6 +94,7 @@ void check_options(const CLI::App& app, CliOptions& o) {
     fail("--jinja renders a Jinja template (the model's, or --chat-template-file's); --chat-template names a built-in "
          "format: give one of them");
   tools::finish_kv_flags(app, o.kv);
+  tools::kv_types_for_backend(o.kv, o.backend);
   validate(o.kv.params);
 }
 

@@ -33,8 +33,8 @@ struct CliOptions {
   std::string backend = "cpu";  // --backend cpu|cuda
 };
 
-// llama.cpp spells some flags with one dash and several letters (-sys, -cnv), which CLI11 would
-// read as a short flag with its value glued on (-s ys). They become their long forms first.
+// The arguments with llama.cpp's one-dash spellings (-sys, -cnv, -ctk, -ctv) in their long forms,
+// in CLI11's order (common/llama_spellings.h).
 std::vector<std::string> llama_cpp_spellings(int argc, char** argv);
 
 void add_cli_flags(CLI::App& app, CliOptions& o);

@@ -174,7 +174,6 @@ int main(int argc, char** argv) {
   slake::cli::add_cli_flags(app, o);
   try {
     std::vector<std::string> args = slake::cli::llama_cpp_spellings(argc, argv);
-    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
     app.parse(args);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help

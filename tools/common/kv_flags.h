@@ -1,14 +1,16 @@
-// The KV-cache flags shared by slake-cli, slake-perplexity and slake-bench.
+// The KV-cache flags shared by slake-cli, slake-perplexity and slake-server (slake-bench takes lists).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "slake/error.h"
 #include "slake/kv_policy.h"
 
 namespace slake::tools {
 
 struct KvFlags {
   KvPolicyParams params;
+  std::string cache_type_k, cache_type_v;  // empty: the backend's default (kv_types_for_backend)
   double tau1 = 0, tau2 = 0, alpha = 0, beta = 0;  // copied into params only when given
 };
 
@@ -35,16 +37,39 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
   app.add_option("--kv-tau2", f.tau2, "CAKE preference exponent 1/tau2 (default: per model and budget)");
   app.add_option("--kv-alpha", f.alpha, "VABS preference exponent alpha (default: per model and budget)");
   app.add_option("--kv-beta", f.beta, "VABS preference exponent beta (default: per model and budget)");
+  app.add_option("--kv-evict-every", kv.evict_every,
+                 "decode-time eviction in batches: a head grows to its budget + window + k - 1 tokens, then gives up k "
+                 "chosen by one scoring (1: one token per step, the spec's)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  std::string types;
+  for (const std::string& t : kv_type_names()) types += (types.empty() ? "" : ", ") + t;
+  app.add_option("--cache-type-k", f.cache_type_k, "KV cache type for keys (-ctk): " + types + " (default: f16; f32 on the cuda backend)")
+      ->check(CLI::IsMember(kv_type_names()));
+  app.add_option("--cache-type-v", f.cache_type_v, "KV cache type for values (-ctv): " + types + " (default: f16; f32 on the cuda backend)")
+      ->check(CLI::IsMember(kv_type_names()));
 }
 
-// After parsing: the policy defaults to slake when only a budget is given; overrides become set.
+// After parsing: the policy defaults to slake when only a budget is given; overrides become set;
+// cache types are parsed (an unknown one throws slake::Error before any model is loaded).
 inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
   KvPolicyParams& kv = f.params;
+  if (!f.cache_type_k.empty()) kv.type_k = parse_kv_type(f.cache_type_k);
+  if (!f.cache_type_v.empty()) kv.type_v = parse_kv_type(f.cache_type_v);
   if (kv.budget > 0 && app.count("--kv-policy") == 0) kv.policy = "slake";
   if (app.count("--kv-tau1")) kv.tau1 = f.tau1;
   if (app.count("--kv-tau2")) kv.tau2 = f.tau2;
   if (app.count("--kv-alpha")) kv.alpha = f.alpha;
   if (app.count("--kv-beta")) kv.beta = f.beta;
+}
+
+// The cuda backend keeps an f32 cache: a type not given on the command line becomes f32 there,
+// and any other type given is an error (thrown before a model is loaded).
+inline void kv_types_for_backend(KvFlags& f, const std::string& backend) {
+  if (backend != "cuda") return;
+  for (const std::string* t : {&f.cache_type_k, &f.cache_type_v})
+    if (!t->empty() && *t != "f32") fail("the cuda backend keeps its KV cache in f32; cache type " + *t + " is cpu only");
+  f.params.type_k = f.params.type_v = KvType::F32;
 }
 
 }  // namespace slake::tools

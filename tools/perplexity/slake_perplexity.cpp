@@ -19,6 +19,7 @@
 #include "slake/model.h"
 #include "slake/tokenizer.h"
 #include "../common/backend.h"
+#include "../common/llama_spellings.h"
 #include "../common/kv_flags.h"
 
 namespace {
@@ -57,11 +58,16 @@ int main(int argc, char** argv) {
   slake::tools::add_kv_flags(app, kvf);
   std::string backend = "cpu";
   slake::tools::add_backend_flag(app, backend);
-  CLI11_PARSE(app, argc, argv);
-  slake::tools::finish_kv_flags(app, kvf);
+  try {
+    app.parse(slake::tools::llama_cpp_args(argc, argv));
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   if (prefill < 0) prefill = n_ctx / 2;
 
   try {
+    slake::tools::finish_kv_flags(app, kvf);
+    slake::tools::kv_types_for_backend(kvf, backend);
     slake::validate(kvf.params);
     if (prefill < 1 || prefill >= n_ctx)
       slake::fail("--prefill must be between 1 and the chunk size - 1 (" + std::to_string(n_ctx - 1) + "), got " + std::to_string(prefill));
@@ -85,8 +91,9 @@ int main(int argc, char** argv) {
     const std::unique_ptr<slake::tools::Session> session = slake::tools::make_session(backend, *model, cp);
     slake::tools::Session& ctx = *session;
     std::unique_ptr<slake::tools::Session> full;
-    if (kl) {
+    if (kl) {  // the reference: every token, in fp32
       cp.kv = slake::KvPolicyParams{};
+      cp.kv.type_k = cp.kv.type_v = slake::KvType::F32;
       full = slake::tools::make_session(backend, *model, cp);
     }
     std::fprintf(stderr, "slake-perplexity: %s\n", ctx.describe().c_str());

@@ -2,16 +2,12 @@
 
 #include "slake/chat_template.h"
 #include "slake/error.h"
+#include "../common/llama_spellings.h"
 
 namespace slake::server {
 
 std::vector<std::string> llama_cpp_spellings(int argc, char** argv) {
-  std::vector<std::string> args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    args.push_back(a == "-np" ? "--parallel" : a);
-  }
-  return args;
+  return tools::llama_cpp_args(argc, argv, {{"-np", "--parallel"}});
 }
 
 void add_server_flags(CLI::App& app, ServerOptions& o) {

@@ -28,7 +28,8 @@ struct ServerOptions {
   tools::KvFlags kv;
 };
 
-// llama-server's one-dash spelling -np becomes --parallel (see slake-cli's llama_cpp_spellings).
+// The arguments with llama-server's one-dash spellings (-np, -ctk, -ctv) in their long forms, in
+// CLI11's order (common/llama_spellings.h).
 std::vector<std::string> llama_cpp_spellings(int argc, char** argv);
 
 void add_server_flags(CLI::App& app, ServerOptions& o);

@@ -46,10 +46,11 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
   slake::server::Scheduler scheduler(*model, *tokenizer, sc);
   std::fprintf(stderr,
                "slake-server: %s: %d layers, dim %d, vocab %d, %.1f MiB of weights, loaded in %.0f ms\n"
-               "slake-server: %d slots of %d tokens (full KV cache %.1f MiB each), KV policy %s, KV memory %s, chat template %s\n",
+               "slake-server: %d slots of %d tokens (full KV cache %.1f MiB each, keys %s, values %s), KV policy %s, KV memory %s, chat template %s\n",
                o.model_path.c_str(), c.n_layers, c.dim, c.n_vocab, model->weight_bytes() / 1048576.0,
                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), sc.n_slots,
-               sc.n_ctx, slake::KvCache::planned_bytes(c.n_layers, c.n_kv_heads, c.head_dim, sc.n_ctx) / 1048576.0,
+               sc.n_ctx, slake::KvCache::planned_bytes(c.n_layers, c.n_kv_heads, c.head_dim, sc.n_ctx, sc.kv.type_k, sc.kv.type_v) / 1048576.0,
+               slake::kv_type_name(sc.kv.type_k), slake::kv_type_name(sc.kv.type_v),
                sc.kv.evicts() ? (sc.kv.policy + " budget " + std::to_string(sc.kv.budget)).c_str() : "full",
                sc.kv_memory ? (std::to_string(sc.kv_memory >> 20) + " MiB").c_str() : "no limit", chat.describe().c_str());
 
@@ -109,7 +110,6 @@ int main(int argc, char** argv) {
   slake::server::add_server_flags(app, o);
   try {
     std::vector<std::string> args = slake::server::llama_cpp_spellings(argc, argv);
-    std::reverse(args.begin(), args.end());
     app.parse(args);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);

@@ -1,0 +1,176 @@
+#include "slake/kv_type.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "slake/error.h"
+
+namespace slake {
+
+namespace {
+
+constexpr int kBlock = 32;  // q8_0 and q4_0
+
+struct BlockQ8 {
+  uint16_t d;
+  int8_t qs[kBlock];
+};
+struct BlockQ4 {
+  uint16_t d;
+  uint8_t qs[kBlock / 2];
+};
+static_assert(sizeof(BlockQ8) == 34 && sizeof(BlockQ4) == 18, "ggml block layouts");
+
+// ggml's quantize_row_q8_0_ref (roundf: half away from zero).
+void store_q8_0(const float* x, uint8_t* dst, int d) {
+  for (int b = 0; b < d / kBlock; ++b, x += kBlock) {
+    float amax = 0.0f;
+    for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float s = amax / 127.0f;
+    const float id = s != 0.0f ? 1.0f / s : 0.0f;
+    BlockQ8 blk;
+    blk.d = fp32_to_fp16(s);
+    for (int j = 0; j < kBlock; ++j) blk.qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+    std::memcpy(dst + b * sizeof blk, &blk, sizeof blk);
+  }
+}
+
+// ggml's quantize_row_q4_0_ref: the signed value of largest magnitude maps to -8.
+void store_q4_0(const float* x, uint8_t* dst, int d) {
+  for (int b = 0; b < d / kBlock; ++b, x += kBlock) {
+    float amax = 0.0f, mx = 0.0f;
+    for (int j = 0; j < kBlock; ++j)
+      if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), mx = x[j];
+    const float s = mx / -8.0f;
+    const float id = s != 0.0f ? 1.0f / s : 0.0f;
+    BlockQ4 blk;
+    blk.d = fp32_to_fp16(s);
+    for (int j = 0; j < kBlock / 2; ++j) {
+      const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
+      const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + kBlock / 2] * id + 8.5f)));
+      blk.qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+    std::memcpy(dst + b * sizeof blk, &blk, sizeof blk);
+  }
+}
+
+void load_f16(const uint8_t* src, float* dst, size_t n) {
+  size_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
+#endif
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = fp16_to_fp32(h);
+  }
+}
+
+void load_bf16(const uint8_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    std::memcpy(dst + i, &u, 4);
+  }
+}
+
+void load_q8_0(const uint8_t* src, float* dst, size_t blocks) {
+  for (size_t b = 0; b < blocks; ++b, src += sizeof(BlockQ8), dst += kBlock) {
+    uint16_t h;
+    std::memcpy(&h, src, 2);
+    const float s = fp16_to_fp32(h);
+    const int8_t* q = reinterpret_cast<const int8_t*>(src + 2);
+    for (int j = 0; j < kBlock; ++j) dst[j] = s * static_cast<float>(q[j]);
+  }
+}
+
+void load_q4_0(const uint8_t* src, float* dst, size_t blocks) {
+  for (size_t b = 0; b < blocks; ++b, src += sizeof(BlockQ4), dst += kBlock) {
+    uint16_t h;
+    std::memcpy(&h, src, 2);
+    const float s = fp16_to_fp32(h);
+    const uint8_t* q = src + 2;
+    for (int j = 0; j < kBlock / 2; ++j) {
+      dst[j] = s * static_cast<float>((q[j] & 0x0F) - 8);
+      dst[j + kBlock / 2] = s * static_cast<float>((q[j] >> 4) - 8);
+    }
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& kv_type_names() {
+  static const std::vector<std::string> names = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+  return names;
+}
+
+const char* kv_type_name(KvType t) { return kv_type_names()[static_cast<size_t>(t)].c_str(); }
+
+KvType parse_kv_type(const std::string& name) {
+  const std::vector<std::string>& n = kv_type_names();
+  for (size_t i = 0; i < n.size(); ++i)
+    if (n[i] == name) return static_cast<KvType>(i);
+  std::string known;
+  for (const std::string& s : n) known += (known.empty() ? "" : ", ") + s;
+  fail("unknown KV cache type '" + name + "' (known: " + known + ")");
+}
+
+DType kv_dtype(KvType t) {
+  switch (t) {
+    case KvType::F32: return DType::F32;
+    case KvType::F16: return DType::F16;
+    case KvType::BF16: return DType::BF16;
+    case KvType::Q8_0: return DType::Q8_0;
+    case KvType::Q4_0: return DType::Q4_0;
+  }
+  fail("internal: unknown KV cache type");
+}
+
+void check_kv_type(KvType t, int head_dim, const char* what) {
+  const int64_t block = dtype_info(kv_dtype(t)).block_elems;
+  if (head_dim < 1 || head_dim % block != 0)
+    fail(std::string(what) + " " + kv_type_name(t) + " stores blocks of " + std::to_string(block) +
+         " values; this model's head dimension is " + std::to_string(head_dim));
+}
+
+size_t kv_row_bytes(KvType t, int head_dim) { return row_bytes(kv_dtype(t), head_dim); }
+
+void kv_store_row(KvType t, const float* x, uint8_t* dst, int d) {
+  switch (t) {
+    case KvType::F32: std::memcpy(dst, x, static_cast<size_t>(d) * sizeof(float)); return;
+    case KvType::F16:
+      for (int i = 0; i < d; ++i) {
+        const uint16_t h = fp32_to_fp16(x[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case KvType::BF16:
+      for (int i = 0; i < d; ++i) {
+        const uint16_t h = fp32_to_bf16(x[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+      return;
+    case KvType::Q8_0: store_q8_0(x, dst, d); return;
+    case KvType::Q4_0: store_q4_0(x, dst, d); return;
+  }
+}
+
+void kv_load_rows(KvType t, const uint8_t* src, float* dst, int rows, int d) {
+  const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(d);
+  switch (t) {
+    case KvType::F32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case KvType::F16: load_f16(src, dst, n); return;
+    case KvType::BF16: load_bf16(src, dst, n); return;
+    case KvType::Q8_0: load_q8_0(src, dst, n / kBlock); return;
+    case KvType::Q4_0: load_q4_0(src, dst, n / kBlock); return;
+  }
+}
+
+}  // namespace slake
