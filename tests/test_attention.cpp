@@ -1,5 +1,7 @@
 // Tiled online-softmax attention against float64 brute force: GQA, causal masking by position,
 // sliding windows, key counts that are not multiples of the tile, and retained sets with gaps.
+// Decode-sized calls (one block of rows per KV head) over more than 1024 keys take the split-keys
+// path (parts merged per row); they are here too.
 #include <cmath>
 #include <random>
 
@@ -12,6 +14,7 @@ namespace {
 
 struct Shape {
   int n_heads, n_kv_heads, head_dim, n_keys, window, stride;  // stride: positions of kept keys (gaps > 1)
+  int n_q = 9;                                                 // query tokens
 };
 
 class AttentionVsBruteForce : public ::testing::TestWithParam<Shape> {};
@@ -28,7 +31,7 @@ TEST_P(AttentionVsBruteForce, Matches) {
     for (auto& x : v) x = nd(rng);
     cache.append(0, k.data(), v.data(), j * s.stride);
   }
-  const int n_q = 9;
+  const int n_q = s.n_q;
   const int qd = s.n_heads * s.head_dim;
   std::vector<float> q(static_cast<size_t>(n_q * qd)), out(q.size());
   std::vector<int32_t> qpos(n_q);
@@ -53,12 +56,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionVsBruteForce,
                                            Shape{8, 2, 16, 200, 0, 1}, Shape{6, 3, 12, 130, 17, 1},
                                            Shape{8, 1, 64, 257, 64, 1}, Shape{4, 2, 8, 100, 0, 3},
                                            Shape{4, 2, 8, 100, 50, 3}, Shape{16, 1, 32, 90, 0, 1},
-                                           Shape{12, 4, 8, 70, 0, 1}),
+                                           Shape{12, 4, 8, 70, 0, 1},
+                                           // One decode token, SmolLM2's heads, 3 and 2 parts of keys;
+                                           // two tokens of a group of 4; a window and gaps.
+                                           Shape{9, 3, 64, 3000, 0, 1, 1}, Shape{9, 3, 64, 2049, 0, 1, 1},
+                                           Shape{8, 2, 16, 2500, 0, 1, 2}, Shape{9, 3, 64, 3000, 1500, 2, 1}),
                          [](const ::testing::TestParamInfo<Shape>& i) {
                            const Shape& s = i.param;
                            return "h" + std::to_string(s.n_heads) + "_kv" + std::to_string(s.n_kv_heads) + "_d" +
                                   std::to_string(s.head_dim) + "_keys" + std::to_string(s.n_keys) + "_win" +
-                                  std::to_string(s.window) + "_stride" + std::to_string(s.stride);
+                                  std::to_string(s.window) + "_stride" + std::to_string(s.stride) + "_q" + std::to_string(s.n_q);
                          });
 
 }  // namespace

@@ -15,7 +15,58 @@ namespace slake {
 
 namespace {
 constexpr int kTile = 64;
+constexpr int kSplitKeys = 1024;  // keys per work item when a call's rows fit one block
+
+// One block of rows per KV head (a decode token, or a few) over a long cache: each head's visible
+// keys are split into parts of about kSplitKeys, every part is its own work item, and the parts'
+// (m, l, acc) are merged per row (flash-decoding). Without it a step has one item per KV head:
+// SmolLM2's 3 heads on 2 threads leave one thread idle a third of the time. The split depends on
+// the keys only, never on the thread count, so results do not change with -t.
+void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
+                          const AttentionShape& s, int splits, ThreadPool& pool) {
+  const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, rows = n_tokens * group;
+  const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
+  const size_t parts = static_cast<size_t>(s.n_kv_heads) * splits;
+  std::vector<float> part_m(parts * kLanes), part_l(parts * kLanes), part_acc(parts * kLanes * d);
+  const auto row_offset = [&](int kvh, int r) { return (r / group) * qdim + static_cast<int64_t>(kvh * group + r % group) * d; };
+  pool.parallel_for(static_cast<int64_t>(parts), 1, [&](int64_t b, int64_t e, int) {
+    thread_local RowBlock block;
+    const float* qr[kLanes];
+    int32_t pr[kLanes];
+    for (int64_t w = b; w < e; ++w) {
+      const int kvh = static_cast<int>(w / splits), part = static_cast<int>(w % splits);
+      const KvHead& kv = cache.head(layer, kvh);
+      for (int r = 0; r < rows; ++r) {
+        qr[r] = q + row_offset(kvh, r);
+        pr[r] = qpos[r / group];
+      }
+      block.begin(qr, pr, rows, d);
+      const auto [j_begin, j_end] = block.key_range(kv, s.sliding_window);
+      const int per = (j_end - j_begin + splits - 1) / splits;
+      const int lo = j_begin + part * per, hi = std::min(j_end, lo + per);
+      if (lo < hi) block.attend(kv, s.sliding_window, lo, hi);
+      block.finish(&part_acc[static_cast<size_t>(w) * kLanes * d], &part_m[static_cast<size_t>(w) * kLanes],
+                   &part_l[static_cast<size_t>(w) * kLanes]);
+    }
+  });
+  std::vector<float> acc(static_cast<size_t>(d));
+  for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
+    for (int r = 0; r < rows; ++r) {
+      const size_t w0 = static_cast<size_t>(kvh) * splits;
+      float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+      for (size_t w = w0; w < w0 + splits; ++w) m = std::max(m, part_m[w * kLanes + r]);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      if (m != -std::numeric_limits<float>::infinity())
+        for (size_t w = w0; w < w0 + splits; ++w) {
+          const float c = std::exp(part_m[w * kLanes + r] - m);  // 0 for a part that saw nothing
+          l += c * part_l[w * kLanes + r];
+          axpy_f32(c, &part_acc[(w * kLanes + r) * d], acc.data(), d);
+        }
+      const int64_t off = row_offset(kvh, r);
+      ptaa_finish(out + off, q + off, m, l, acc.data(), cache.head(layer, kvh).lin, d);
+    }
 }
+}  // namespace
 
 void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, int d, int window) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -68,6 +119,12 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
   const int64_t rows = static_cast<int64_t>(n_tokens) * group;
   const int64_t blocks = (rows + kLanes - 1) / kLanes;
   const int64_t items = (blocks + kBlocks - 1) / kBlocks;
+  if (blocks == 1) {
+    int most = 0;
+    for (int h = 0; h < s.n_kv_heads; ++h) most = std::max(most, cache.head(layer, h).n);
+    const int splits = std::min(64, (most + kSplitKeys - 1) / kSplitKeys);
+    if (splits > 1) return attention_split_keys(out, q, qpos, n_tokens, cache, layer, s, splits, pool);
+  }
   pool.parallel_for(items * s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
     thread_local std::vector<RowBlock> block(kBlocks);
     thread_local std::vector<float> acc;
