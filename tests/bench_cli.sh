@@ -7,7 +7,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 common=(--synthetic tiny -t 2 -r 2 --no-warmup --mem-bandwidth 10)
 "$bin/slake-bench" "${common[@]}" -p 16,32 -n 4 -d 0,100 --kv-policy full,slake --kv-budget 48 -o jsonl >"$tmp/out.jsonl" 2>"$tmp/err"
-"$bin/slake-bench" "${common[@]}" -p 0 -n 2 -d 100 --kv-policy slake --kv-budget 48 -ctk f32,q8_0 -ctv q4_0 -o jsonl >"$tmp/types.jsonl" 2>/dev/null
+"$bin/slake-bench" "${common[@]}" -p 0 -n 2 -d 100 --kv-policy slake --kv-budget 48 --kv-evict-every 4 -ctk f32,q8_0 -ctv q4_0 -o jsonl >"$tmp/types.jsonl" 2>/dev/null
 "$bin/slake-bench" "${common[@]}" -p 16 -n 0 -o csv >"$tmp/out.csv" 2>/dev/null
 "$bin/slake-bench" "${common[@]}" -p 16 -n 4 -o json >"$tmp/out.json" 2>/dev/null
 "$bin/slake-bench" "${common[@]}" -p 0 -n 4 -o md >"$tmp/out.md" 2>/dev/null
@@ -43,7 +43,9 @@ for r in recs:
         assert r["kv_bytes_start"] == 16 * (48 * 132 + (32 * 34 + 1) * 4), r["kv_bytes_start"]
 # Cache types: keys of 32 values in f32 (128 bytes) or one q8_0 block (34), values in one q4_0
 # block (18), and the position.
-types = {(r["type_k"], r["type_v"]): r["kv_bytes_start"] for r in map(json.loads, open(f"{tmp}/types.jsonl"))}
+trecs = [json.loads(l) for l in open(f"{tmp}/types.jsonl")]
+assert all(r["kv_evict_every"] == 4 for r in trecs) and all(r["kv_evict_every"] == 1 for r in recs), trecs
+types = {(r["type_k"], r["type_v"]): r["kv_bytes_start"] for r in trecs}
 assert types == {(k, "q4_0"): 16 * (48 * (kb + 18 + 4) + (32 * 34 + 1) * 4) for k, kb in (("f32", 128), ("q8_0", 34))}, types
 rows = list(csv.DictReader(open(f"{tmp}/out.csv")))
 assert len(rows) == 1 and rows[0]["n_prompt"] == "16" and rows[0]["n_gen"] == "0", rows

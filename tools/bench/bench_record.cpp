@@ -33,6 +33,7 @@ nlohmann::ordered_json BenchRecord::to_json() const {
   j["kv_policy"] = kv_policy;
   j["kv_budget"] = kv_budget;
   j["kv_window"] = kv_window;
+  j["kv_evict_every"] = kv_evict_every;
   j["type_k"] = type_k;
   j["type_v"] = type_v;
   j["test_time"] = test_time;
@@ -127,6 +128,7 @@ void write_records(std::ostream& out, const std::vector<BenchRecord>& records, c
     for (const BenchRecord& r : records) {
       const nlohmann::ordered_json j = r.to_json();
       const std::string kv = (r.kv_policy == "full" || r.kv_budget == 0 ? r.kv_policy : r.kv_policy + " " + std::to_string(r.kv_budget)) +
+                             (r.kv_evict_every > 1 ? " every " + std::to_string(r.kv_evict_every) : "") +
                              (r.type_k == r.type_v ? " " + r.type_k : " " + r.type_k + "/" + r.type_v);
       std::string lat = "", gbps = "";
       if (j.contains("token_p50_ns")) {

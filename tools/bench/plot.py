@@ -39,7 +39,11 @@ def series(records):
 
 
 def label_of(r):
-    return r["kv_policy"] if r["kv_policy"] == "full" or not r["kv_budget"] else f"{r['kv_policy']} C={r['kv_budget']}"
+    label = r["kv_policy"] if r["kv_policy"] == "full" or not r["kv_budget"] else f"{r['kv_policy']} C={r['kv_budget']}"
+    if r.get("kv_evict_every", 1) > 1:
+        label += f" every {r['kv_evict_every']}"
+    types = {r.get("type_k", "f16"), r.get("type_v", "f16")}
+    return label if types == {"f16"} else label + " " + "/".join(dict.fromkeys([r.get("type_k", "f16"), r.get("type_v", "f16")]))
 
 
 def table(records):

@@ -90,6 +90,7 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
   rec.kv_policy = t.kv.policy;
   rec.kv_budget = t.kv.budget;
   rec.kv_window = t.kv.window;
+  rec.kv_evict_every = t.kv.evict_every;
   rec.type_k = slake::kv_type_name(t.kv.type_k);
   rec.type_v = slake::kv_type_name(t.kv.type_v);
   rec.mem_bandwidth_gbps = bandwidth_gbps;
@@ -166,7 +167,7 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
 int main(int argc, char** argv) {
   CLI::App app{"slake-bench: speed, latency and memory of the engine (llama-bench's conventions)"};
   std::vector<std::string> models, synthetic, policies{"full"}, backends{"cpu"}, types_k{"f16"}, types_v{"f16"};
-  std::vector<int> prompts{512}, gens{128}, depths{0}, threads{slake::default_thread_count()}, budgets{0};
+  std::vector<int> prompts{512}, gens{128}, depths{0}, threads{slake::default_thread_count()}, budgets{0}, evict_every{1};
   int reps = 5, window = 32;
   uint64_t seed = 42;
   std::string format = "md", synth_type = "q4_0";
@@ -189,6 +190,10 @@ int main(int argc, char** argv) {
   app.add_option("--kv-policy", policies, "KV-cache policies")->delimiter(',')->capture_default_str();
   app.add_option("--kv-budget", budgets, "KV budgets C (0: no eviction)")->delimiter(',')->capture_default_str();
   app.add_option("--kv-window", window, "observation window Sw")->capture_default_str();
+  app.add_option("--kv-evict-every", evict_every, "decode-time eviction in batches of k (1: the spec's one token a step)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app.add_option("--cache-type-k", types_k, "KV cache types for keys (-ctk): f32, f16, bf16, q8_0, q4_0")
       ->delimiter(',')
       ->capture_default_str();
@@ -218,20 +223,23 @@ int main(int argc, char** argv) {
     std::vector<slake::KvPolicyParams> kvs;
     for (const std::string& p : policies)
       for (int b : budgets)
-        for (const std::string& tk : types_k)
-          for (const std::string& tv : types_v) {
-            slake::KvPolicyParams kv;
-            kv.policy = p;
-            kv.budget = p == "full" ? 0 : b;
-            kv.window = window;
-            kv.type_k = slake::parse_kv_type(tk);
-            kv.type_v = slake::parse_kv_type(tv);
-            slake::validate(kv);
-            bool dup = false;
-            for (const auto& k : kvs)
-              dup |= k.policy == kv.policy && k.budget == kv.budget && k.type_k == kv.type_k && k.type_v == kv.type_v;
-            if (!dup) kvs.push_back(kv);
-          }
+        for (int every : evict_every)
+          for (const std::string& tk : types_k)
+            for (const std::string& tv : types_v) {
+              slake::KvPolicyParams kv;
+              kv.policy = p;
+              kv.budget = p == "full" ? 0 : b;
+              kv.window = window;
+              kv.evict_every = p == "full" ? 1 : every;
+              kv.type_k = slake::parse_kv_type(tk);
+              kv.type_v = slake::parse_kv_type(tv);
+              slake::validate(kv);
+              bool dup = false;
+              for (const auto& k : kvs)
+                dup |= k.policy == kv.policy && k.budget == kv.budget && k.evict_every == kv.evict_every && k.type_k == kv.type_k &&
+                       k.type_v == kv.type_v;
+              if (!dup) kvs.push_back(kv);
+            }
     const slake::DType stype = synth_type == "f32" ? slake::DType::F32 : synth_type == "f16" ? slake::DType::F16
                              : synth_type == "bf16" ? slake::DType::BF16 : synth_type == "q8_0" ? slake::DType::Q8_0 : slake::DType::Q4_0;
 

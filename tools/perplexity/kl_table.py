@@ -4,8 +4,10 @@
 Runs build/bin/slake-perplexity --kl-divergence for each policy (plus the SLAKE ablation rows:
 cake with the Taylor compensator, slake without it) at each budget, and prints one table row per
 policy with mean KL, p99 KL and top-1 agreement per budget, and a second table of the KV bytes at
-the end of the chunk. --rows picks rows by label; --json-out keeps every run's record; --plot draws
-mean KL against KV bytes (matplotlib, from the tools' venv).
+the end of the chunk. --rows picks rows by label; --cache-types repeats every row for each KV cache
+type (-ctk/-ctv; the reference is always the full cache in f32, so the full row of a type is what
+the type alone costs); --evict-every passes --kv-evict-every; --json-out keeps every run's record;
+--plot draws mean KL against KV bytes (matplotlib, from the tools' venv).
 
   tools/perplexity/kl_table.py -m ../shared/models/stories260K.gguf -f ../shared/text/tinyshakespeare.txt \
       --budgets 32,64,128 --window 16 --chunks 20
@@ -30,10 +32,17 @@ ROWS = [  # (label, policy, compensator)
 ]
 
 
-def run(args, policy, compensate, budget):
+def num(x, digits):
+    """x with `digits` decimals, or in scientific notation where that would show no digit."""
+    return f"{x:.{digits}f}" if x >= 10 ** -(digits - 1) else f"{x:.1e}"
+
+
+def run(args, policy, compensate, budget, cache_type):
     cmd = [args.bin, "-m", args.model, "-f", args.file, "-c", str(args.ctx), "--chunks", str(args.chunks), "-t",
            str(args.threads), "--kl-divergence", "-o", "json", "--kv-policy", policy, "--kv-compensate", compensate,
-           "--kv-window", str(args.window)]
+           "--kv-window", str(args.window), "--kv-evict-every", str(args.evict_every)]
+    if cache_type:
+        cmd += ["-ctk", cache_type, "-ctv", cache_type]
     if policy != "full":
         cmd += ["--kv-budget", str(budget)]
     print(" ".join(cmd), file=sys.stderr)
@@ -52,6 +61,8 @@ def main():
     ap.add_argument("--chunks", type=int, default=-1)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--rows", help="comma-separated row labels (default: every row)")
+    ap.add_argument("--cache-types", help="comma-separated KV cache types, each row run in each (default: the tool's)")
+    ap.add_argument("--evict-every", type=int, default=1, help="--kv-evict-every of every run")
     ap.add_argument("--json-out", help="write every run's record here")
     ap.add_argument("--plot", help="write a plot of mean KL against KV bytes here (PNG)")
     args = ap.parse_args()
@@ -63,19 +74,23 @@ def main():
         if unknown:
             sys.exit(f"kl_table: unknown rows {unknown}; known: {[r[0] for r in ROWS]}")
         rows = [r for r in ROWS if r[0] in wanted]
+    if args.cache_types:
+        rows = [(f"{label} [{t}]", policy, comp, t) for t in args.cache_types.split(",") for label, policy, comp in rows]
+    else:
+        rows = [(label, policy, comp, None) for label, policy, comp in rows]
     records = []
 
     header = "| policy | " + " | ".join(f"C={b}: mean KL / p99 KL / top-1" for b in budgets) + " |"
     lines = [header, "|---|" + "---|" * len(budgets)]
     byte_lines = ["| policy | " + " | ".join(f"C={b}: KV MiB" for b in budgets) + " |", "|---|" + "---|" * len(budgets)]
     info = None
-    for label, policy, comp in rows:
+    for label, policy, comp, cache_type in rows:
         cells, byte_cells = [], []
         for b in budgets:
-            r = run(args, policy, comp, b)
+            r = run(args, policy, comp, b, cache_type)
             info = r
             records.append(dict(r, label=label))
-            cells.append(f"{r['kl_mean']:.4f} / {r['kl_p99']:.3f} / {100 * r['top1_agreement']:.1f}% (PPL {r['ppl']:.2f})")
+            cells.append(f"{num(r['kl_mean'], 4)} / {num(r['kl_p99'], 3)} / {100 * r['top1_agreement']:.1f}% (PPL {r['ppl']:.2f})")
             byte_cells.append(f"{r['kv_bytes_end'] / 2**20:.2f}")
             if policy == "full":
                 cells, byte_cells = [cells[0]] * len(budgets), [byte_cells[0]] * len(budgets)
@@ -83,7 +98,8 @@ def main():
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
         byte_lines.append(f"| {label} | " + " | ".join(byte_cells) + " |")
     print(f"{info['chunks']} chunks of {info['n_ctx']} tokens ({info['n_prefill']} prefilled, {info['n_decode']} decoded "
-          f"and scored), window {args.window}, {info['scored_tokens']} scored tokens; full-cache PPL {info['full_ppl']:.3f}\n")
+          f"and scored), window {args.window}, --kv-evict-every {args.evict_every}, {info['scored_tokens']} scored tokens; "
+          f"full-cache (f32) PPL {info['full_ppl']:.3f}\n")
     print("\n".join(lines))
     print("\nKV bytes at the end of a chunk (exact cache + linear or centroid states):\n")
     print("\n".join(byte_lines))

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     const std::unique_ptr<slake::tools::Session> session = slake::tools::make_session(backend, *model, cp);
     slake::tools::Session& ctx = *session;
     std::unique_ptr<slake::tools::Session> full;
-    if (kl) {  // the reference: every token, in fp32
+    if (kl) {  // the reference: every token, in an f32 cache
       cp.kv = slake::KvPolicyParams{};
       cp.kv.type_k = cp.kv.type_v = slake::KvType::F32;
       full = slake::tools::make_session(backend, *model, cp);
@@ -133,7 +133,8 @@ int main(int argc, char** argv) {
 
     nlohmann::json j{{"model", model_path}, {"file", file}, {"n_ctx", n_ctx}, {"n_prefill", prefill}, {"n_decode", n_ctx - prefill},
                      {"chunks", chunks}, {"kv_policy", kv.policy}, {"kv_budget", kv.budget}, {"kv_window", kv.window},
-                     {"kv_compensate", kv.compensator()}, {"scored_tokens", tot.n}, {"ppl", tot.ppl()},
+                     {"kv_compensate", kv.compensator()}, {"cache_type_k", slake::kv_type_name(kv.type_k)},
+                     {"cache_type_v", slake::kv_type_name(kv.type_v)}, {"kv_evict_every", kv.evict_every}, {"scored_tokens", tot.n}, {"ppl", tot.ppl()},
                      {"ppl_stderr", tot.ppl_err()}, {"kv_bytes_after_prefill", kv_bytes_prefill},
                      {"kv_bytes_end", kv_bytes_end}, {"kv_peak_bytes", kv_peak}, {"seconds", secs}};
     if (full) {
@@ -150,8 +151,9 @@ int main(int argc, char** argv) {
       std::printf("%s\n", j.dump(2).c_str());
       return 0;
     }
-    std::printf("policy %s, budget %d, window %d, compensator %s; %d chunks x (%d prefilled + %d decoded) tokens\n",
-                kv.policy.c_str(), kv.budget, kv.window, kv.compensator().c_str(), chunks, prefill, n_ctx - prefill);
+    std::printf("policy %s, budget %d, window %d, compensator %s, cache %s/%s; %d chunks x (%d prefilled + %d decoded) tokens\n",
+                kv.policy.c_str(), kv.budget, kv.window, kv.compensator().c_str(), slake::kv_type_name(kv.type_k),
+                slake::kv_type_name(kv.type_v), chunks, prefill, n_ctx - prefill);
     std::printf("Final estimate: PPL = %.4f +/- %.4f over %lld scored tokens\n", tot.ppl(), tot.ppl_err(), static_cast<long long>(tot.n));
     if (full)
       std::printf("vs full cache (PPL %.4f): mean KL %.6f, p99 KL %.6f, max KL %.6f, top-1 agreement %.2f%%\n",
