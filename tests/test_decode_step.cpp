@@ -83,6 +83,29 @@ int victim64(const float* q, int group, const std::vector<Rows>& rows, int d, in
   return static_cast<int>(std::min_element(score.begin(), score.end()) - score.begin());
 }
 
+// After a decode step: each KV head holds the rows at want_pos, its linear state the want_ke rows,
+// the step's scores cover the rows held, and out is PTAA over the head with want_ke/want_ve in the
+// Taylor term, in float64.
+void expect_step(const KvCache& cache, const float* q, int32_t qpos, const std::vector<float>& out, int n_heads, int d,
+                 const std::vector<std::vector<int32_t>>& want_pos, const std::vector<Rows>& want_ke,
+                 const std::vector<Rows>& want_ve, const std::vector<DecodeRowScores>& scores, const std::string& what) {
+  const int n_kv = cache.n_kv_heads(), group = n_heads / n_kv;
+  for (int g = 0; g < n_kv; ++g) {
+    const KvHead& kh = cache.head(0, g);
+    ASSERT_EQ(kh.pos, want_pos[static_cast<size_t>(g)]) << what << "KV head " << g;
+    ASSERT_EQ(kh.lin.n, static_cast<float>(want_ke[static_cast<size_t>(g)].size()));
+    ASSERT_EQ(scores[static_cast<size_t>(g)].n, kh.n);
+    for (int h = g * group; h < (g + 1) * group; ++h) {
+      const size_t off = static_cast<size_t>(h) * d;
+      const std::vector<double> want =
+          test::taylor_attention(q + off, qpos, kh, want_ke[static_cast<size_t>(g)], want_ve[static_cast<size_t>(g)], d);
+      for (int i = 0; i < d; ++i)
+        ASSERT_NEAR(out[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], 1e-4 * (1 + std::abs(want[static_cast<size_t>(i)])))
+            << what << "head " << h << " dim " << i;
+    }
+  }
+}
+
 struct StepCase {
   int n_heads, n_kv_heads, head_dim, over;  // over: rows above budget + window before the step
 };
@@ -129,21 +152,7 @@ TEST_P(DecodeStep, EvictsTheSpecVictimsAndAttendsThroughTheirTaylorTerm) {
   ASSERT_NE(scores, nullptr);
   EXPECT_EQ(ev.decode_row_scores(1), nullptr);
   attention_decode(out.data(), q.data(), qpos, L.cache, 0, {c.n_heads, c.n_kv_heads, d, 0}, *scores, pool);
-
-  for (int g = 0; g < c.n_kv_heads; ++g) {
-    const KvHead& kh = L.cache.head(0, g);
-    ASSERT_EQ(kh.pos, want_pos[static_cast<size_t>(g)]) << "KV head " << g;
-    ASSERT_EQ(kh.lin.n, static_cast<float>(want_ke[static_cast<size_t>(g)].size()));
-    ASSERT_EQ((*scores)[static_cast<size_t>(g)].n, kh.n);
-    for (int h = g * group; h < (g + 1) * group; ++h) {
-      const size_t off = static_cast<size_t>(h) * d;
-      const std::vector<double> want =
-          test::taylor_attention(q.data() + off, qpos, kh, want_ke[static_cast<size_t>(g)], want_ve[static_cast<size_t>(g)], d);
-      for (int i = 0; i < d; ++i)
-        ASSERT_NEAR(out[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], 1e-4 * (1 + std::abs(want[static_cast<size_t>(i)])))
-            << "head " << h << " dim " << i;
-    }
-  }
+  expect_step(L.cache, q.data(), qpos, out, c.n_heads, d, want_pos, want_ke, want_ve, *scores, "");
 }
 
 // Groups of 1, 8 and 20 (two lane blocks); one row over (the usual step) and three (rounds).
@@ -242,20 +251,7 @@ TEST(DecodeStep, BatchedEvictionWaitsForKRowsThenEvictsTheLowestScoresOfOneScori
     const std::vector<DecodeRowScores>* scores = ev.decode_row_scores(0);
     ASSERT_NE(scores, nullptr);
     attention_decode(out.data(), q.data(), qpos, L.cache, 0, {n_heads, n_kv, d, 0}, *scores, pool);
-    for (int g = 0; g < n_kv; ++g) {
-      const KvHead& kh = L.cache.head(0, g);
-      ASSERT_EQ(kh.pos, want_pos[static_cast<size_t>(g)]) << "over " << over << ", KV head " << g;
-      ASSERT_EQ(kh.lin.n, static_cast<float>(want_ke[static_cast<size_t>(g)].size()));
-      ASSERT_EQ((*scores)[static_cast<size_t>(g)].n, kh.n);
-      for (int h = g * group; h < (g + 1) * group; ++h) {
-        const size_t off = static_cast<size_t>(h) * d;
-        const std::vector<double> want =
-            test::taylor_attention(q.data() + off, qpos, kh, want_ke[static_cast<size_t>(g)], want_ve[static_cast<size_t>(g)], d);
-        for (int i = 0; i < d; ++i)
-          ASSERT_NEAR(out[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], 1e-4 * (1 + std::abs(want[static_cast<size_t>(i)])))
-              << "over " << over << ", head " << h << " dim " << i;
-      }
-    }
+    expect_step(L.cache, q.data(), qpos, out, n_heads, d, want_pos, want_ke, want_ve, *scores, "over " + std::to_string(over) + ", ");
   }
 }
 
