@@ -27,7 +27,16 @@ void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, rows = n_tokens * group;
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
   const size_t parts = static_cast<size_t>(s.n_kv_heads) * splits;
-  std::vector<float> part_m(parts * kLanes), part_l(parts * kLanes), part_acc(parts * kLanes * d);
+  // The calling thread's buffers, reached from the workers through these pointers (a thread_local
+  // named inside the lambda would be each worker's own). Every part's finish() writes the entries
+  // of its rows, the only ones the merge reads.
+  thread_local std::vector<float> part_m_buf, part_l_buf, part_acc_buf;
+  part_m_buf.resize(parts * kLanes);
+  part_l_buf.resize(parts * kLanes);
+  part_acc_buf.resize(parts * kLanes * d);
+  float* const part_m = part_m_buf.data();
+  float* const part_l = part_l_buf.data();
+  float* const part_acc = part_acc_buf.data();
   const auto row_offset = [&](int kvh, int r) { return (r / group) * qdim + static_cast<int64_t>(kvh * group + r % group) * d; };
   pool.parallel_for(static_cast<int64_t>(parts), 1, [&](int64_t b, int64_t e, int) {
     thread_local RowBlock block;
@@ -49,7 +58,8 @@ void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n
                    &part_l[static_cast<size_t>(w) * kLanes]);
     }
   });
-  std::vector<float> acc(static_cast<size_t>(d));
+  thread_local std::vector<float> acc;
+  acc.resize(static_cast<size_t>(d));
   for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
     for (int r = 0; r < rows; ++r) {
       const size_t w0 = static_cast<size_t>(kvh) * splits;
