@@ -4,10 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
 #include "slake/error.h"
 
 namespace slake {
@@ -56,51 +52,6 @@ void store_q4_0(const float* x, uint8_t* dst, int d) {
       blk.qs[j] = static_cast<uint8_t>(lo | (hi << 4));
     }
     std::memcpy(dst + b * sizeof blk, &blk, sizeof blk);
-  }
-}
-
-void load_f16(const uint8_t* src, float* dst, size_t n) {
-  size_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
-#endif
-  for (; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    dst[i] = fp16_to_fp32(h);
-  }
-}
-
-void load_bf16(const uint8_t* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    std::memcpy(dst + i, &u, 4);
-  }
-}
-
-void load_q8_0(const uint8_t* src, float* dst, size_t blocks) {
-  for (size_t b = 0; b < blocks; ++b, src += sizeof(BlockQ8), dst += kBlock) {
-    uint16_t h;
-    std::memcpy(&h, src, 2);
-    const float s = fp16_to_fp32(h);
-    const int8_t* q = reinterpret_cast<const int8_t*>(src + 2);
-    for (int j = 0; j < kBlock; ++j) dst[j] = s * static_cast<float>(q[j]);
-  }
-}
-
-void load_q4_0(const uint8_t* src, float* dst, size_t blocks) {
-  for (size_t b = 0; b < blocks; ++b, src += sizeof(BlockQ4), dst += kBlock) {
-    uint16_t h;
-    std::memcpy(&h, src, 2);
-    const float s = fp16_to_fp32(h);
-    const uint8_t* q = src + 2;
-    for (int j = 0; j < kBlock / 2; ++j) {
-      dst[j] = s * static_cast<float>((q[j] & 0x0F) - 8);
-      dst[j + kBlock / 2] = s * static_cast<float>((q[j] >> 4) - 8);
-    }
   }
 }
 
@@ -163,14 +114,8 @@ void kv_store_row(KvType t, const float* x, uint8_t* dst, int d) {
 }
 
 void kv_load_rows(KvType t, const uint8_t* src, float* dst, int rows, int d) {
-  const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(d);
-  switch (t) {
-    case KvType::F32: std::memcpy(dst, src, n * sizeof(float)); return;
-    case KvType::F16: load_f16(src, dst, n); return;
-    case KvType::BF16: load_bf16(src, dst, n); return;
-    case KvType::Q8_0: load_q8_0(src, dst, n / kBlock); return;
-    case KvType::Q4_0: load_q4_0(src, dst, n / kBlock); return;
-  }
+  // Rows are whole blocks and lie back to back: one call reads them all.
+  dequantize_row(kv_dtype(t), src, dst, static_cast<int64_t>(rows) * d);
 }
 
 }  // namespace slake

@@ -192,15 +192,16 @@ float dot_iq4_xs(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
 template <int RN>
 void tile_rows(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, float* out,
                int64_t os) {
-  auto rows = [&](auto row, size_t bytes) {
-    for (int i = 0; i < rm; ++i) row(bytes, K, w + i * ws, a, as, out + i, os);
+  const size_t block_bytes = static_cast<size_t>(dtype_info(t).block_bytes);
+  auto rows = [&](auto row) {
+    for (int i = 0; i < rm; ++i) row(block_bytes, K, w + i * ws, a, as, out + i, os);
   };
   switch (t) {
-    case DType::Q2_K: return rows(row_tokens<unpack_q2_k, RN>, 84);
-    case DType::Q3_K: return rows(row_tokens<unpack_q3_k, RN>, 110);
-    case DType::Q4_K: return rows(row_tokens<unpack_q4_q5_k<false>, RN>, 144);
-    case DType::Q5_K: return rows(row_tokens<unpack_q4_q5_k<true>, RN>, 176);
-    case DType::Q6_K: return rows(row_tokens<unpack_q6_k, RN>, 210);
+    case DType::Q2_K: return rows(row_tokens<unpack_q2_k, RN>);
+    case DType::Q3_K: return rows(row_tokens<unpack_q3_k, RN>);
+    case DType::Q4_K: return rows(row_tokens<unpack_q4_q5_k<false>, RN>);
+    case DType::Q5_K: return rows(row_tokens<unpack_q4_q5_k<true>, RN>);
+    case DType::Q6_K: return rows(row_tokens<unpack_q6_k, RN>);
     default:  // IQ4_XS
       for (int i = 0; i < rm; ++i)
         for (int j = 0; j < RN; ++j)
