@@ -84,6 +84,7 @@ void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>&
         attention_decode(att.data() + i * qd, qi, p, s.kv_, l, s.shape_, *scored, pool);
       else
         attention_prefill(att.data() + i * qd, qi, &p, 1, s.kv_, l, s.shape_, pool);
+      s.kv_.settle(l);
     }
     matmul_rows(xb.data(), att.data(), n, L.wo, pool);
     for (int64_t j = 0; j < n * dim; ++j) x[static_cast<size_t>(j)] += xb[static_cast<size_t>(j)];

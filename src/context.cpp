@@ -124,6 +124,7 @@ void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logit
   for (int l = 0; l < c.n_layers; ++l) {
     run_layer(l, x.data(), n, pos.data(), prompt);
     if (prompt) evictor_.on_layer_done(l, kv_, *pool_);
+    kv_.settle(l);  // KIVI groups form from what the layer's eviction kept
   }
   if (prompt) evictor_.finish(kv_);
   n_past_ += n;

@@ -104,6 +104,10 @@ TEST(KvType, StoredRowsAreGgmlBlocks) {
 // The dequantised rows of a cache head, read with the tensor dequantiser.
 std::vector<float> dequantised(const KvHead& kh, bool keys, int d) {
   std::vector<float> out(static_cast<size_t>(kh.n) * d);
+  if (kv_is_kivi(keys ? kh.type_k : kh.type_v)) {  // its own reader (test_kv_kivi.cpp holds it to float64)
+    (keys ? kh.kivi_k : kh.kivi_v).load(0, kh.n, out.data());
+    return out;
+  }
   for (int j = 0; j < kh.n; ++j)
     dequantize_row(kv_dtype(keys ? kh.type_k : kh.type_v), keys ? kh.key_row(j) : kh.value_row(j), out.data() + static_cast<size_t>(j) * d, d);
   return out;
@@ -131,10 +135,11 @@ std::vector<double> attention64(const float* q, int32_t qpos, const KvHead& kh, 
 TEST(KvType, AttentionOverEachStoredTypeEqualsAttentionOverItsDequantisedValues) {
   const int d = 64, n = 53;  // not a multiple of the 16-key tile: a short last tile
   const std::vector<float> k = normal_rows(n, d, 7), v = normal_rows(n, d, 9), q = normal_rows(4, d, 13);
-  for (KvType tk : kAll)
-    for (KvType tv : {KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0}) {
+  for (KvType tk : {KvType::F32, KvType::F16, KvType::BF16, KvType::Q8_0, KvType::Q4_0, KvType::KIVI2, KvType::KIVI4})
+    for (KvType tv : {KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0, KvType::KIVI2}) {
       KvCache cache(1, 1, d, n, 0, tk, tv);
       for (int j = 0; j < n; ++j) cache.append(0, &k[static_cast<size_t>(j) * d], &v[static_cast<size_t>(j) * d], 2 * j);
+      cache.settle(0);  // KIVI: 32 rows quantised, 21 f16, so tiles read both
       const KvHead& kh = cache.head(0, 0);
       const float* qr[4];
       int32_t qp[4];
@@ -205,10 +210,12 @@ TEST(KvType, BytesFollowTheShape) {
 }
 
 TEST(KvType, UnknownTypesAndHeadDimensionsAreClearErrors) {
-  EXPECT_NE(test::error_of([] { parse_kv_type("q5_0"); }).find("unknown KV cache type 'q5_0' (known: f32, f16, bf16, q8_0, q4_0)"),
+  EXPECT_NE(test::error_of([] { parse_kv_type("q5_0"); }).find("unknown KV cache type 'q5_0' (known: f32, f16, bf16, q8_0, q4_0, kivi2, kivi4)"),
             std::string::npos);
   EXPECT_NE(test::error_of([] { KvCache c(1, 1, 48, 4, 0, KvType::Q8_0, KvType::F16); }).find("head dimension is 48"), std::string::npos);
   EXPECT_EQ(test::error_of([] { KvCache c(1, 1, 48, 4, 0, KvType::BF16, KvType::F16); }), "");
+  EXPECT_NE(test::error_of([] { KvCache c(1, 1, 48, 4, 0, KvType::F16, KvType::KIVI4); }).find("value type kivi4 stores blocks of 32"),
+            std::string::npos);
 }
 
 // Mean KL(f32 cache || stored type) of the next-token distributions over a text, full cache.

@@ -1,12 +1,14 @@
 // The exact KV cache: per layer and per KV head (never repeated per query head), the retained
 // tokens' keys (after RoPE), values and positions, kept in position order. Heads of one layer may
 // hold different numbers of tokens, which is what per-head eviction policies need. Keys and values
-// are stored rows of their KV types (kv_type.h), read back a few rows at a time.
+// are stored rows of their KV types (kv_type.h), read back a few rows at a time; a KIVI-typed
+// tensor is stored per head by KiviRows (kv_kivi.h) instead of as rows.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "slake/kv_kivi.h"
 #include "slake/kv_type.h"
 #include "slake/linear_cache.h"
 
@@ -19,27 +21,33 @@ struct KvHead {
   int n = 0;                 // tokens held
   LinearState lin;           // the evicted tokens (empty unless a compensating policy evicts)
   KvType type_k = KvType::F32, type_v = KvType::F32;
-  size_t k_row = 0, v_row = 0;  // bytes of one stored row
+  size_t k_row = 0, v_row = 0;  // bytes of one stored row (0 for a KIVI type: k or v stays empty)
+  KiviRows kivi_k, kivi_v;      // the keys / values when their type is KIVI (else inactive)
 
   const uint8_t* key_row(int i) const { return k.data() + static_cast<size_t>(i) * k_row; }
   const uint8_t* value_row(int i) const { return v.data() + static_cast<size_t>(i) * v_row; }
   // Key or value i as d floats: in place for f32, else read into `scratch` (d floats).
-  const float* key(int i, int d, float* scratch) const { return row(type_k, key_row(i), d, scratch); }
-  const float* value(int i, int d, float* scratch) const { return row(type_v, value_row(i), d, scratch); }
+  const float* key(int i, int d, float* scratch) const { return keys(i, 1, d, scratch); }
+  const float* value(int i, int d, float* scratch) const { return values(i, 1, d, scratch); }
   // Rows [j0, j0 + rows) as floats, as key()/value() for several rows (scratch: rows * d floats).
-  const float* keys(int j0, int rows, int d, float* scratch) const { return rows_f32(type_k, key_row(j0), rows, d, scratch); }
-  const float* values(int j0, int rows, int d, float* scratch) const { return rows_f32(type_v, value_row(j0), rows, d, scratch); }
+  const float* keys(int j0, int rows, int d, float* scratch) const {
+    if (type_k == KvType::F32) return reinterpret_cast<const float*>(key_row(j0));
+    load_keys(j0, rows, d, scratch);
+    return scratch;
+  }
+  const float* values(int j0, int rows, int d, float* scratch) const {
+    if (type_v == KvType::F32) return reinterpret_cast<const float*>(value_row(j0));
+    load_values(j0, rows, d, scratch);
+    return scratch;
+  }
+  // Rows [j0, j0 + rows) as floats into dst, whatever the type.
+  void load_keys(int j0, int rows, int d, float* dst) const;
+  void load_values(int j0, int rows, int d, float* dst) const;
   // The fp32 rows in place; only for an f32 cache (tests and references).
   const float* key(int i, int d) const { return f32_rows(type_k, key_row(i), d); }
   const float* value(int i, int d) const { return f32_rows(type_v, value_row(i), d); }
 
  private:
-  static const float* row(KvType t, const uint8_t* p, int d, float* scratch) { return rows_f32(t, p, 1, d, scratch); }
-  static const float* rows_f32(KvType t, const uint8_t* p, int rows, int d, float* scratch) {
-    if (t == KvType::F32) return reinterpret_cast<const float*>(p);
-    kv_load_rows(t, p, scratch, rows, d);
-    return scratch;
-  }
   static const float* f32_rows(KvType t, const uint8_t* p, int d);
 };
 
@@ -65,11 +73,18 @@ class KvCache {
   void append(int layer, const float* k, const float* v, int32_t pos);
   void clear();
 
-  // Bytes a cache of `capacity` tokens per head takes when full: stored keys, values and positions.
+  // Bytes a cache of `capacity` tokens per head takes when full: stored keys, values and positions
+  // (for KIVI types a bound: token_bytes per token plus head_bytes per head).
   static size_t planned_bytes(int n_layers, int n_kv_heads, int head_dim, int capacity, KvType type_k = KvType::F32,
                               KvType type_v = KvType::F32);
-  // Bytes one held token takes in one head.
+  // Bytes one held token takes in one head (for KIVI types a bound, with head_bytes).
   static size_t token_bytes(int head_dim, KvType type_k, KvType type_v);
+  // Bytes a head may take beyond token_bytes per token: KIVI key groups' scales and minima.
+  static size_t head_bytes(int head_dim, KvType type_k, KvType type_v);
+
+  // After a layer's eviction: KIVI-typed heads quantise their residual rows in whole groups
+  // (kv_kivi.h). Nothing for the other types.
+  void settle(int layer);
 
   // Keeps, in order, the tokens of head (layer, h) whose indices are flagged in `keep` (size n);
   // the others are absorbed into its linear state when `absorb` is set, else dropped.
@@ -93,6 +108,7 @@ class KvCache {
   int n_layers_, n_kv_heads_, head_dim_, capacity_;
   int centroids_;
   KvType type_k_, type_v_;
+  bool kivi_;  // either type is KIVI's: bytes are counted per head
   int64_t held_ = 0;       // tokens held over all heads
   int64_t lin_heads_ = 0;  // heads whose linear state holds anything
   size_t peak_bytes_ = 0;

@@ -76,10 +76,10 @@ inline void pv_block(lanes_f* acc_t, const lanes_f* p, const float* v, int d, in
 // repeats its last row (those lanes are masked).
 const float* tile_rows(const KvHead& kv, bool keys, int j0, int nk, int d, std::vector<float>& buf) {
   const KvType t = keys ? kv.type_k : kv.type_v;
-  const uint8_t* first = keys ? kv.key_row(j0) : kv.value_row(j0);
-  if (nk == kKeys && t == KvType::F32) return reinterpret_cast<const float*>(first);
+  if (nk == kKeys && t == KvType::F32) return reinterpret_cast<const float*>(keys ? kv.key_row(j0) : kv.value_row(j0));
   buf.resize(static_cast<size_t>(kKeys) * d);
-  kv_load_rows(t, first, buf.data(), nk, d);
+  if (keys) kv.load_keys(j0, nk, d, buf.data());
+  else kv.load_values(j0, nk, d, buf.data());
   for (int j = nk; j < kKeys; ++j)
     std::memcpy(buf.data() + static_cast<size_t>(j) * d, buf.data() + static_cast<size_t>(nk - 1) * d,
                 static_cast<size_t>(d) * sizeof(float));

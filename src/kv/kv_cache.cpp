@@ -15,14 +15,25 @@ const float* KvHead::f32_rows(KvType t, const uint8_t* p, int d) {
   return reinterpret_cast<const float*>(p);
 }
 
+void KvHead::load_keys(int j0, int rows, int d, float* dst) const {
+  if (kivi_k.active()) kivi_k.load(j0, rows, dst);
+  else kv_load_rows(type_k, key_row(j0), dst, rows, d);
+}
+
+void KvHead::load_values(int j0, int rows, int d, float* dst) const {
+  if (kivi_v.active()) kivi_v.load(j0, rows, dst);
+  else kv_load_rows(type_v, value_row(j0), dst, rows, d);
+}
+
 KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity, int centroids, KvType type_k, KvType type_v)
     : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity),
-      centroids_(centroids), type_k_(type_k), type_v_(type_v) {
+      centroids_(centroids), type_k_(type_k), type_v_(type_v), kivi_(kv_is_kivi(type_k) || kv_is_kivi(type_v)) {
   check_kv_type(type_k, head_dim, "KV cache key type");
   check_kv_type(type_v, head_dim, "KV cache value type");
   heads_.resize(static_cast<size_t>(n_layers) * n_kv_heads);
   // Reserved, not touched: pages are committed as tokens arrive, so resident memory follows use.
-  const size_t k_row = kv_row_bytes(type_k, head_dim), v_row = kv_row_bytes(type_v, head_dim);
+  const size_t k_row = kv_is_kivi(type_k) ? 0 : kv_row_bytes(type_k, head_dim);
+  const size_t v_row = kv_is_kivi(type_v) ? 0 : kv_row_bytes(type_v, head_dim);
   try {
     for (KvHead& h : heads_) {
       h.lin = LinearState(head_dim, centroids);
@@ -30,6 +41,8 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity, int c
       h.type_v = type_v;
       h.k_row = k_row;
       h.v_row = v_row;
+      if (kv_is_kivi(type_k)) h.kivi_k = KiviRows(true, kv_kivi_bits(type_k), head_dim);
+      if (kv_is_kivi(type_v)) h.kivi_v = KiviRows(false, kv_kivi_bits(type_v), head_dim);
       h.k.reserve(static_cast<size_t>(capacity) * k_row);
       h.v.reserve(static_cast<size_t>(capacity) * v_row);
       h.pos.reserve(static_cast<size_t>(capacity));
@@ -44,8 +57,13 @@ size_t KvCache::token_bytes(int head_dim, KvType type_k, KvType type_v) {
   return kv_row_bytes(type_k, head_dim) + kv_row_bytes(type_v, head_dim) + sizeof(int32_t);
 }
 
+size_t KvCache::head_bytes(int head_dim, KvType type_k, KvType /*type_v*/) {
+  return kv_is_kivi(type_k) ? KiviRows::bound_bytes(true, head_dim, 0) : 0;
+}
+
 size_t KvCache::planned_bytes(int n_layers, int n_kv_heads, int head_dim, int capacity, KvType type_k, KvType type_v) {
-  return static_cast<size_t>(n_layers) * n_kv_heads * capacity * token_bytes(head_dim, type_k, type_v);
+  return static_cast<size_t>(n_layers) * n_kv_heads *
+         (static_cast<size_t>(capacity) * token_bytes(head_dim, type_k, type_v) + head_bytes(head_dim, type_k, type_v));
 }
 
 void KvCache::append(int layer, const float* k, const float* v, int32_t pos) {
@@ -58,8 +76,10 @@ void KvCache::append(int layer, const float* k, const float* v, int32_t pos) {
     kh.k.resize((n + 1) * kh.k_row);
     kh.v.resize((n + 1) * kh.v_row);
     kh.pos.resize(n);
-    kv_store_row(type_k_, kp, kh.k.data() + n * kh.k_row, head_dim_);
-    kv_store_row(type_v_, vp, kh.v.data() + n * kh.v_row, head_dim_);
+    if (kh.kivi_k.active()) kh.kivi_k.append(kp);
+    else kv_store_row(type_k_, kp, kh.k.data() + n * kh.k_row, head_dim_);
+    if (kh.kivi_v.active()) kh.kivi_v.append(vp);
+    else kv_store_row(type_v_, vp, kh.v.data() + n * kh.v_row, head_dim_);
     kh.pos.push_back(pos);
     ++kh.n;
   }
@@ -74,6 +94,8 @@ void KvCache::clear() {
     h.k.clear();
     h.v.clear();
     h.pos.clear();
+    h.kivi_k.clear();
+    h.kivi_v.clear();
     h.n = 0;
     h.lin.clear();
   }
@@ -107,12 +129,24 @@ void KvCache::compact(int layer, int h, const std::vector<char>& keep, bool abso
     w += static_cast<int>(rows);
     r = e;
   }
+  if (kh.kivi_k.active()) kh.kivi_k.compact(keep);
+  if (kh.kivi_v.active()) kh.kivi_v.compact(keep);
   kh.k.resize(static_cast<size_t>(w) * kh.k_row);
   kh.v.resize(static_cast<size_t>(w) * kh.v_row);
   kh.pos.resize(static_cast<size_t>(w));
   held_ -= kh.n - w;
   kh.n = w;
   if (!had_lin && kh.lin.n > 0) ++lin_heads_;
+  note_usage();
+}
+
+void KvCache::settle(int layer) {
+  if (!kivi_) return;
+  for (int h = 0; h < n_kv_heads_; ++h) {
+    KvHead& kh = head(layer, h);
+    kh.kivi_k.settle();
+    kh.kivi_v.settle();
+  }
   note_usage();
 }
 
@@ -138,8 +172,13 @@ void KvCache::release_unused(int layer, int h) {
 int64_t KvCache::tokens_held() const { return held_; }
 
 size_t KvCache::bytes_used() const {
-  return static_cast<size_t>(held_) * token_bytes(head_dim_, type_k_, type_v_) +
-         static_cast<size_t>(lin_heads_) * LinearState(head_dim_, centroids_).bytes();
+  const size_t lin = static_cast<size_t>(lin_heads_) * LinearState(head_dim_, centroids_).bytes();
+  if (!kivi_) return static_cast<size_t>(held_) * token_bytes(head_dim_, type_k_, type_v_) + lin;
+  size_t n = lin;
+  for (const KvHead& h : heads_)
+    n += (h.kivi_k.active() ? h.kivi_k.bytes() : static_cast<size_t>(h.n) * h.k_row) +
+         (h.kivi_v.active() ? h.kivi_v.bytes() : static_cast<size_t>(h.n) * h.v_row) + static_cast<size_t>(h.n) * sizeof(int32_t);
+  return n;
 }
 
 size_t KvCache::bytes_allocated() const {

@@ -58,7 +58,7 @@ void store_q4_0(const float* x, uint8_t* dst, int d) {
 }  // namespace
 
 const std::vector<std::string>& kv_type_names() {
-  static const std::vector<std::string> names = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+  static const std::vector<std::string> names = {"f32", "f16", "bf16", "q8_0", "q4_0", "kivi2", "kivi4"};
   return names;
 }
 
@@ -80,18 +80,22 @@ DType kv_dtype(KvType t) {
     case KvType::BF16: return DType::BF16;
     case KvType::Q8_0: return DType::Q8_0;
     case KvType::Q4_0: return DType::Q4_0;
+    case KvType::KIVI2:
+    case KvType::KIVI4: break;
   }
-  fail("internal: unknown KV cache type");
+  fail(std::string("internal: KV cache type ") + kv_type_name(t) + " has no row type");
 }
 
 void check_kv_type(KvType t, int head_dim, const char* what) {
-  const int64_t block = dtype_info(kv_dtype(t)).block_elems;
+  const int64_t block = kv_is_kivi(t) ? 32 : dtype_info(kv_dtype(t)).block_elems;
   if (head_dim < 1 || head_dim % block != 0)
     fail(std::string(what) + " " + kv_type_name(t) + " stores blocks of " + std::to_string(block) +
          " values; this model's head dimension is " + std::to_string(head_dim));
 }
 
-size_t kv_row_bytes(KvType t, int head_dim) { return row_bytes(kv_dtype(t), head_dim); }
+size_t kv_row_bytes(KvType t, int head_dim) {
+  return kv_is_kivi(t) ? static_cast<size_t>(head_dim) * sizeof(uint16_t) : row_bytes(kv_dtype(t), head_dim);
+}
 
 void kv_store_row(KvType t, const float* x, uint8_t* dst, int d) {
   switch (t) {
@@ -110,7 +114,10 @@ void kv_store_row(KvType t, const float* x, uint8_t* dst, int d) {
       return;
     case KvType::Q8_0: store_q8_0(x, dst, d); return;
     case KvType::Q4_0: store_q4_0(x, dst, d); return;
+    case KvType::KIVI2:
+    case KvType::KIVI4: break;
   }
+  fail(std::string("internal: ") + kv_type_name(t) + " rows are stored by KiviRows");
 }
 
 void kv_load_rows(KvType t, const uint8_t* src, float* dst, int rows, int d) {
