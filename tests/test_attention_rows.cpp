@@ -104,12 +104,70 @@ TEST_P(AttendRows, ExactPartMatchesFloat64) {
 INSTANTIATE_TEST_SUITE_P(Cases, AttendRows,
                          ::testing::Values(RowsCase{1, 64, 1, 0}, RowsCase{1, 8, 40, 0}, RowsCase{5, 12, 17, 0},
                                            RowsCase{8, 64, 100, 0}, RowsCase{16, 64, 300, 0}, RowsCase{16, 128, 64, 0},
-                                           RowsCase{16, 64, 300, 50}, RowsCase{7, 20, 33, 9}, RowsCase{3, 8, 1, 3}),
+                                           RowsCase{16, 64, 300, 50}, RowsCase{7, 20, 33, 9}, RowsCase{3, 8, 1, 3},
+                                           // at most 4 rows and a head dimension of 16s: the few-rows kernel
+                                           RowsCase{1, 64, 300, 0}, RowsCase{3, 64, 300, 0}, RowsCase{3, 64, 300, 50},
+                                           RowsCase{4, 128, 100, 0}, RowsCase{2, 80, 33, 9}, RowsCase{3, 64, 1, 0},
+                                           RowsCase{4, 64, 17, 5}),
                          [](const ::testing::TestParamInfo<RowsCase>& i) {
                            const RowsCase& c = i.param;
                            return "rows" + std::to_string(c.n_rows) + "_d" + std::to_string(c.head_dim) + "_keys" +
                                   std::to_string(c.n_keys) + "_win" + std::to_string(c.window);
                          });
+
+// Decode scores once, then attends with them (spec section 5): the scores against float64 (and
+// -inf for keys after a row and in lanes without a row), and attending with them equal to
+// attending from the keys, for the lane kernel and the few-rows one.
+TEST(AttendRows, ScoresAndScoredAttentionMatchFloat64) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  for (int n : {1, 3, 4, 6}) {
+    const int d = 64, n_keys = 70;
+    KvCache cache(1, 1, d, n_keys);
+    std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
+    for (int j = 0; j < n_keys; ++j) {
+      for (auto& x : k) x = nd(rng);
+      for (auto& x : v) x = nd(rng);
+      cache.append(0, k.data(), v.data(), j);
+    }
+    const KvHead& kh = cache.head(0, 0);
+    std::vector<std::vector<float>> q(static_cast<size_t>(n), std::vector<float>(static_cast<size_t>(d)));
+    const float* qr[kLanes];
+    int32_t qpos[kLanes];
+    for (int r = 0; r < n; ++r) {
+      for (auto& x : q[static_cast<size_t>(r)]) x = nd(rng);
+      qr[r] = q[static_cast<size_t>(r)].data();
+      qpos[r] = n_keys - 1 - 9 * r;
+    }
+    RowBlock block;
+    block.begin(qr, qpos, n, d);
+    std::vector<lanes_f> x(static_cast<size_t>(n_keys));
+    block.scores(kh, n_keys, x.data());
+    for (int j = 0; j < n_keys; ++j)
+      for (int r = 0; r < kLanes; ++r) {
+        const float got = x[static_cast<size_t>(j)][r];
+        if (r >= n || j > qpos[r]) {
+          ASSERT_EQ(got, -std::numeric_limits<float>::infinity()) << "rows " << n << " key " << j << " lane " << r;
+          continue;
+        }
+        const double want = test::dot64(qr[r], kh.key(j, d), d) / std::sqrt(static_cast<double>(d));
+        ASSERT_NEAR(got, want, 1e-5 * (1 + std::abs(want))) << "rows " << n << " key " << j << " lane " << r;
+      }
+    std::vector<float> acc_a(static_cast<size_t>(n) * d), m_a(static_cast<size_t>(n)), l_a(m_a.size());
+    std::vector<float> acc_b(acc_a.size()), m_b(m_a.size()), l_b(m_a.size());
+    const auto range = block.key_range(kh, 0);
+    block.attend_scored(kh, x.data(), 0, range.first, range.second);
+    block.finish(acc_a.data(), m_a.data(), l_a.data());
+    block.begin(qr, qpos, n, d);
+    block.attend(kh, 0, range.first, range.second);
+    block.finish(acc_b.data(), m_b.data(), l_b.data());
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(m_a[static_cast<size_t>(r)], m_b[static_cast<size_t>(r)]) << "rows " << n;  // the same scores
+      ASSERT_EQ(l_a[static_cast<size_t>(r)], l_b[static_cast<size_t>(r)]) << "rows " << n;
+    }
+    ASSERT_EQ(acc_a, acc_b) << "rows " << n;
+  }
+}
 
 TEST(AttendRows, RefusesBlocksWiderThanTheLanes) {
   KvCache cache(1, 1, 8, 4);

@@ -61,6 +61,8 @@ double bound(KvType t, double x, double amax) {
     case KvType::BF16: return std::fabs(x) * std::ldexp(1.0, -8);
     case KvType::Q8_0: return amax / 127.0 * (0.5 + 127.0 * std::ldexp(1.0, -11)) + amax * 1e-6;  // + x * (1/s) in fp32
     case KvType::Q4_0: return amax / 8.0 * (1.0 + 8.0 * std::ldexp(1.0, -11)) + amax * 1e-6;
+    case KvType::KIVI2:
+    case KvType::KIVI4: break;  // not row types: test_kv_kivi.cpp
   }
   return 0.0;
 }

@@ -3,6 +3,11 @@
 // (lanes.h): each key and value is loaded once for the whole block, scores for 16 keys at a time
 // sit in 16 registers, and the online softmax runs lane-wise with a vectorised exponential. It
 // needs no horizontal reductions, and no transposed copy of the cache.
+// A block of at most kFewRows rows (a decode token's GQA group: 3 query heads in SmolLM2, 4 in
+// Llama 3 and Mistral) would leave most lanes idle, so with AVX-512 it runs the other way round:
+// lanes over head dimensions for the dot products (16 of them summed across lanes at once) and
+// over 16 keys for the softmax, and the P V product row by row over head dimensions. Same
+// results up to rounding.
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -42,8 +47,14 @@ class RowBlock {
 
  private:
   void attend_tiles(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end);
+  void attend_tiles_few(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end);
+  void scores_few(const KvHead& kv, int n_keys, lanes_f* x) const;
 
   int n_ = 0, d_ = 0;
+  bool few_ = false;                // the few-rows kernel: q_r_, acc_r_, m_r_, l_r_ instead
+  std::vector<float> q_r_, acc_r_;  // [n][d]: pre-scaled queries and accumulators, row-major
+  float m_r_[kLanes] = {}, l_r_[kLanes] = {};
+  int32_t qpos_r_[kLanes] = {};
   std::vector<lanes_f> q_t_, acc_t_;  // transposed, pre-scaled queries and accumulators: [d] lanes
   lanes_f m_{}, l_{};
   lanes_i qp_{};

@@ -85,6 +85,76 @@ const float* tile_rows(const KvHead& kv, bool keys, int j0, int nk, int d, std::
                 static_cast<size_t>(d) * sizeof(float));
   return buf.data();
 }
+
+// The few-rows kernel (attention_rows.h), with AVX-512 only: with fewer vector registers its
+// sixteen score vectors would not stay in registers.
+#if defined(__AVX512F__)
+constexpr int kFewRows = 4;
+#else
+constexpr int kFewRows = 0;
+#endif
+constexpr int kFewDims = 64;  // head dimensions whose accumulators a P V pass keeps in registers
+
+// out[j] = the sum of t[j]'s sixteen lanes: a transposition by halves, each level adding pairs.
+inline lanes_f transpose_sum(const lanes_f* t) {
+  lanes_f a[8], b[4], c[2];
+  for (int j = 0; j < 8; ++j)  // a[j]: 8 partial sums of t[j], then 8 of t[j + 8]
+    a[j] = __builtin_shufflevector(t[j], t[j + 8], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(t[j], t[j + 8], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  for (int j = 0; j < 4; ++j)  // b[j]: 4 each of t[j], t[j + 4], t[j + 8], t[j + 12]
+    b[j] = __builtin_shufflevector(a[j], a[j + 4], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) +
+           __builtin_shufflevector(a[j], a[j + 4], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int j = 0; j < 2; ++j)  // c[j]: 2 each of t[j], t[j + 2], ..., t[j + 14]
+    c[j] = __builtin_shufflevector(b[j], b[j + 2], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) +
+           __builtin_shufflevector(b[j], b[j + 2], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  return __builtin_shufflevector(c[0], c[1], 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) +
+         __builtin_shufflevector(c[0], c[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+}
+
+// Lane j: q . k_j for the 16 keys of a tile (rows of d floats from k), d a multiple of 16.
+inline lanes_f score_keys(const float* q, const float* k, int d) {
+  lanes_f t[kKeys];
+  for (int j = 0; j < kKeys; ++j) {
+    const float* kj = k + static_cast<size_t>(j) * d;
+    lanes_f acc = load_lanes(q) * load_lanes(kj);
+    for (int i = 16; i < d; i += 16) acc += load_lanes(q + i) * load_lanes(kj + i);
+    t[j] = acc;
+  }
+  return transpose_sum(t);
+}
+
+inline float lanes_hmax(lanes_f v) {
+  float m = v[0];
+  for (int i = 1; i < kLanes; ++i) m = std::max(m, v[i]);
+  return m;
+}
+inline float lanes_hsum(lanes_f v) {
+  float s = 0.0f;
+  for (int i = 0; i < kLanes; ++i) s += v[i];
+  return s;
+}
+
+// acc[r][i] += sum_j p[r][j] v_j[i] for n rows, the dimensions in passes of kFewDims whose
+// accumulators stay in registers while the tile's values stream through.
+inline void pv_few(float* acc, const float (*p)[kKeys], const float* v, int n, int d) {
+  for (int i0 = 0; i0 < d; i0 += kFewDims) {
+    const int w = std::min(kFewDims, d - i0) / 16;
+    lanes_f o[kLanes > 4 ? 4 : kLanes][kFewDims / 16];
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < w; ++c) o[r][c] = load_lanes(acc + static_cast<size_t>(r) * d + i0 + 16 * c);
+    for (int j = 0; j < kKeys; ++j) {
+      const float* vj = v + static_cast<size_t>(j) * d + i0;
+      lanes_f vv[kFewDims / 16];
+      for (int c = 0; c < w; ++c) vv[c] = load_lanes(vj + 16 * c);
+      for (int r = 0; r < n; ++r) {
+        const float pj = p[r][j];
+        for (int c = 0; c < w; ++c) o[r][c] += pj * vv[c];
+      }
+    }
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < w; ++c) store_lanes(acc + static_cast<size_t>(r) * d + i0 + 16 * c, o[r][c]);
+  }
+}
 }  // namespace
 
 void RowBlock::begin(const float* const* q, const int32_t* qpos, int n, int d) {
@@ -105,6 +175,17 @@ void RowBlock::begin(const float* const* q, const int32_t* qpos, int n, int d) {
     q_min_ = std::min(q_min_, qpos[r]);
     q_max_ = std::max(q_max_, qpos[r]);
   }
+  few_ = n <= kFewRows && d % 16 == 0;
+  if (few_) {
+    q_r_.resize(static_cast<size_t>(n) * d);
+    acc_r_.assign(static_cast<size_t>(n) * d, 0.0f);
+    for (int r = 0; r < n; ++r) {
+      for (int i = 0; i < d; ++i) q_r_[static_cast<size_t>(r) * d + i] = q[r][i] * scale;
+      m_r_[r] = -std::numeric_limits<float>::infinity();
+      l_r_[r] = 0.0f;
+      qpos_r_[r] = qpos[r];
+    }
+  }
 }
 
 std::pair<int, int> RowBlock::key_range(const KvHead& kv, int window) const {
@@ -122,6 +203,7 @@ void RowBlock::attend_scored(const KvHead& kv, const lanes_f* x, int window, int
 }
 
 void RowBlock::attend_tiles(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end) {
+  if (few_) return attend_tiles_few(kv, x, window, j_begin, j_end);
   const int d = d_;
   const int32_t* kpos = kv.pos.data();
   const lanes_f neg_inf = splat(-std::numeric_limits<float>::infinity());
@@ -176,7 +258,67 @@ void RowBlock::attend_tiles(const KvHead& kv, const lanes_f* x, int window, int 
   }
 }
 
+void RowBlock::attend_tiles_few(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end) {
+  const int d = d_, n = n_;
+  const int32_t* kpos = kv.pos.data();
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const lanes_f neg_inf_l = splat(neg_inf);
+  thread_local std::vector<float> tail_k, tail_v;
+  float p[kLanes][kKeys];
+  for (int j0 = j_begin; j0 < j_end; j0 += kKeys) {
+    const int nk = std::min(kKeys, j_end - j0);
+    const float* v = tile_rows(kv, false, j0, nk, d, tail_v);
+    const float* k = x ? nullptr : tile_rows(kv, true, j0, nk, d, tail_k);
+    lanes_i kp = splat_i(std::numeric_limits<int32_t>::max());
+    for (int j = 0; j < nk; ++j) kp[j] = kpos[j0 + j];
+    bool any = false;
+    for (int r = 0; r < n; ++r) {
+      lanes_f s;
+      if (x) {
+        for (int j = 0; j < kKeys; ++j) s[j] = j < nk ? x[j0 + j][r] : neg_inf;
+      } else {
+        s = score_keys(&q_r_[static_cast<size_t>(r) * d], k, d);
+      }
+      const lanes_i qp = splat_i(qpos_r_[r]);
+      const lanes_i seen = window > 0 ? ((kp <= qp) & (kp > qp - window)) : (kp <= qp);
+      s = seen ? s : neg_inf_l;
+      const float m_new = std::max(m_r_[r], lanes_hmax(s));
+      if (m_new == neg_inf) {  // this row sees none of the tile's keys, nor any before
+        for (int j = 0; j < kKeys; ++j) p[r][j] = 0.0f;
+        continue;
+      }
+      if (m_new > m_r_[r]) {
+        const float corr = std::exp(m_r_[r] - m_new);  // 0 on the row's first keys
+        l_r_[r] *= corr;
+        float* a = &acc_r_[static_cast<size_t>(r) * d];
+        for (int i = 0; i < d; ++i) a[i] *= corr;
+        m_r_[r] = m_new;
+      }
+      const lanes_f e = lanes_exp(s - m_new);
+      l_r_[r] += lanes_hsum(e);
+      store_lanes(p[r], e);
+      any = true;
+    }
+    if (any) pv_few(acc_r_.data(), p, v, n, d);
+  }
+}
+
+void RowBlock::scores_few(const KvHead& kv, int n_keys, lanes_f* x) const {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  thread_local std::vector<float> tail_k;
+  for (int j0 = 0; j0 < n_keys; j0 += kKeys) {
+    const int nk = std::min(kKeys, n_keys - j0);
+    const float* k = tile_rows(kv, true, j0, nk, d_, tail_k);
+    for (int j = 0; j < nk; ++j) x[j0 + j] = splat(neg_inf);  // lanes without a row see nothing
+    for (int r = 0; r < n_; ++r) {
+      const lanes_f s = score_keys(&q_r_[static_cast<size_t>(r) * d_], k, d_);
+      for (int j = 0; j < nk; ++j) x[j0 + j][r] = kv.pos[static_cast<size_t>(j0 + j)] <= qpos_r_[r] ? s[j] : neg_inf;
+    }
+  }
+}
+
 void RowBlock::scores(const KvHead& kv, int n_keys, lanes_f* x) const {
+  if (few_) return scores_few(kv, n_keys, x);
   const lanes_f neg_inf = splat(-std::numeric_limits<float>::infinity());
   for (int j0 = 0; j0 < n_keys; j0 += kKeys) {
     const int nk = std::min(kKeys, n_keys - j0);
@@ -189,6 +331,14 @@ void RowBlock::scores(const KvHead& kv, int n_keys, lanes_f* x) const {
 }
 
 void RowBlock::finish(float* acc, float* m, float* l) const {
+  if (few_) {
+    for (int r = 0; r < n_; ++r) {
+      m[r] = m_r_[r];
+      l[r] = l_r_[r];
+      std::memcpy(acc + static_cast<size_t>(r) * d_, &acc_r_[static_cast<size_t>(r) * d_], static_cast<size_t>(d_) * sizeof(float));
+    }
+    return;
+  }
   for (int r = 0; r < n_; ++r) {
     m[r] = m_[r];
     l[r] = l_[r];
