@@ -15,7 +15,7 @@ Long-Context Language Models?", 2024), each prompt filled to about -c tokens:
   common_words         a list of words, ten of which occur 30 times and the others 3 times; the
                        ten most common asked for
 The reply is a raw completion after RULER's answer prefix (no chat template), greedy, 32 tokens at
-most (64 for the lists).
+most for a number, 64 for a UUID or a list.
 
   .venv/bin/python tools/ruler/ruler.py run -m models/downloads/SmolLM2-135M-Instruct.F16.gguf -c 2048 \\
       -n 8 --policies full,streaming,snapkv,cake,slake --budgets 128,256 -o ruler.jsonl
@@ -163,7 +163,8 @@ def requests(args, count_tokens=None):
     out = []
     for t, task in enumerate(TASKS):
         for i in range(args.samples):
-            gen = 64 if task in ("niah_multivalue", "variable_tracking", "common_words") else 32
+            # a UUID is about 25 tokens; the lists need room for all their items
+            gen = 32 if task in ("niah_single_number", "niah_multikey") else 64
             per = {"niah_single_uuid": 4.0, "niah_multikey": 4.0, "common_words": 1.9}.get(task, 3.6) * args.chars_scale
             room = args.ctx - gen - 8
             chars = int((args.ctx - gen - 160) * per)
