@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "slake/dtype.h"
@@ -39,6 +40,14 @@ std::vector<float> load_all(const KiviRows& k) {
   return out;
 }
 
+// The smallest and largest of `count` values of x from `first`, `stride` apart (a key channel over a
+// group's tokens: stride kD; a value block of a token: stride 1).
+std::pair<double, double> range_of(const std::vector<float>& x, size_t first, int count, size_t stride) {
+  double lo = x[first], hi = x[first];
+  for (int k = 1; k < count; ++k) lo = std::min(lo, double(x[first + k * stride])), hi = std::max(hi, double(x[first + k * stride]));
+  return {lo, hi};
+}
+
 // The bound for values in [lo, hi] at b bits: codes round (x - z) / s for the f16-stored s and z,
 // so the error is half a step, plus what rounding z and s to f16 (2^-11 relative, 2^-25 absolute
 // below f16's normal range) moves the ends of the grid, plus fp32 arithmetic.
@@ -63,8 +72,7 @@ TEST(Kivi, KeysAreWithinEachChannelsGroupBoundAndTheResidualIsF16) {
     const std::vector<float> y = load_all(k);
     for (int g = 0; g < 2; ++g)
       for (int i = 0; i < kD; ++i) {
-        double lo = 1e30, hi = -1e30;
-        for (int r = g * kG; r < (g + 1) * kG; ++r) lo = std::min(lo, double(x16[static_cast<size_t>(r) * kD + i])), hi = std::max(hi, double(x16[static_cast<size_t>(r) * kD + i]));
+        const auto [lo, hi] = range_of(x16, static_cast<size_t>(g) * kG * kD + i, kG, kD);
         const double b = bound(lo, hi, bits);
         for (int r = g * kG; r < (g + 1) * kG; ++r) {
           const size_t e = static_cast<size_t>(r) * kD + i;
@@ -90,8 +98,7 @@ TEST(Kivi, ValuesAreWithinEachTokensBlockBound) {
     const std::vector<float> y = load_all(v);
     for (int r = 0; r < 32; ++r)
       for (int b = 0; b < kD / 32; ++b) {
-        double lo = 1e30, hi = -1e30;
-        for (int i = b * 32; i < (b + 1) * 32; ++i) lo = std::min(lo, double(x16[static_cast<size_t>(r) * kD + i])), hi = std::max(hi, double(x16[static_cast<size_t>(r) * kD + i]));
+        const auto [lo, hi] = range_of(x16, static_cast<size_t>(r) * kD + b * 32, 32, 1);
         for (int i = b * 32; i < (b + 1) * 32; ++i) {
           const size_t e = static_cast<size_t>(r) * kD + i;
           ASSERT_LE(std::fabs(double(y[e]) - x16[e]), bound(lo, hi, bits)) << bits << " bits, row " << r << " channel " << i;
@@ -156,8 +163,7 @@ TEST(Kivi, ThinnedGroupsAreRegroupedWithinOneMoreStep) {
   EXPECT_EQ(k.bytes(), 12 * (4 + 32u) + 256u);
   const std::vector<float> after = load_all(k);
   for (int i = 0; i < kD; ++i) {
-    double lo = 1e30, hi = -1e30;
-    for (int r = 0; r < 12; ++r) lo = std::min(lo, double(before[static_cast<size_t>(r) * kD + i])), hi = std::max(hi, double(before[static_cast<size_t>(r) * kD + i]));
+    const auto [lo, hi] = range_of(before, i, 12, kD);
     for (int r = 0; r < 12; ++r)
       ASSERT_LE(std::fabs(after[static_cast<size_t>(r) * kD + i] - before[static_cast<size_t>(r) * kD + i]), bound(lo, hi, 4)) << "row " << r << " channel " << i;
   }

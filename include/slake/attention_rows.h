@@ -51,10 +51,8 @@ class RowBlock {
   void scores_few(const KvHead& kv, int n_keys, lanes_f* x) const;
 
   int n_ = 0, d_ = 0;
-  bool few_ = false;                // the few-rows kernel: q_r_, acc_r_, m_r_, l_r_ instead
+  bool few_ = false;                // the few-rows kernel: q_r_ and acc_r_ instead of q_t_ and acc_t_
   std::vector<float> q_r_, acc_r_;  // [n][d]: pre-scaled queries and accumulators, row-major
-  float m_r_[kLanes] = {}, l_r_[kLanes] = {};
-  int32_t qpos_r_[kLanes] = {};
   std::vector<lanes_f> q_t_, acc_t_;  // transposed, pre-scaled queries and accumulators: [d] lanes
   lanes_f m_{}, l_{};
   lanes_i qp_{};

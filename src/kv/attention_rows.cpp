@@ -88,8 +88,9 @@ const float* tile_rows(const KvHead& kv, bool keys, int j0, int nk, int d, std::
 
 // The few-rows kernel (attention_rows.h), with AVX-512 only: with fewer vector registers its
 // sixteen score vectors would not stay in registers.
+constexpr int kFewRowsMost = 4;  // what the kernel's register blocking is sized for
 #if defined(__AVX512F__)
-constexpr int kFewRows = 4;
+constexpr int kFewRows = kFewRowsMost;
 #else
 constexpr int kFewRows = 0;
 #endif
@@ -139,7 +140,7 @@ inline float lanes_hsum(lanes_f v) {
 inline void pv_few(float* acc, const float (*p)[kKeys], const float* v, int n, int d) {
   for (int i0 = 0; i0 < d; i0 += kFewDims) {
     const int w = std::min(kFewDims, d - i0) / 16;
-    lanes_f o[kLanes > 4 ? 4 : kLanes][kFewDims / 16];
+    lanes_f o[kFewRowsMost][kFewDims / 16];
     for (int r = 0; r < n; ++r)
       for (int c = 0; c < w; ++c) o[r][c] = load_lanes(acc + static_cast<size_t>(r) * d + i0 + 16 * c);
     for (int j = 0; j < kKeys; ++j) {
@@ -162,30 +163,28 @@ void RowBlock::begin(const float* const* q, const int32_t* qpos, int n, int d) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   n_ = n;
   d_ = d;
-  q_t_.assign(static_cast<size_t>(d), lanes_f{});
-  acc_t_.assign(static_cast<size_t>(d), lanes_f{});
+  few_ = n <= kFewRows && d % 16 == 0;
   m_ = splat(-std::numeric_limits<float>::infinity());
   l_ = lanes_f{};
   qp_ = splat_i(-1);  // a missing row sees nothing: every key position is >= 0
   q_min_ = std::numeric_limits<int32_t>::max();
   q_max_ = -1;
   for (int r = 0; r < n; ++r) {
-    for (int i = 0; i < d; ++i) q_t_[static_cast<size_t>(i)][r] = q[r][i] * scale;
     qp_[r] = qpos[r];
     q_min_ = std::min(q_min_, qpos[r]);
     q_max_ = std::max(q_max_, qpos[r]);
   }
-  few_ = n <= kFewRows && d % 16 == 0;
-  if (few_) {
+  if (few_) {  // queries and accumulators row by row
     q_r_.resize(static_cast<size_t>(n) * d);
     acc_r_.assign(static_cast<size_t>(n) * d, 0.0f);
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < n; ++r)
       for (int i = 0; i < d; ++i) q_r_[static_cast<size_t>(r) * d + i] = q[r][i] * scale;
-      m_r_[r] = -std::numeric_limits<float>::infinity();
-      l_r_[r] = 0.0f;
-      qpos_r_[r] = qpos[r];
-    }
+    return;
   }
+  q_t_.assign(static_cast<size_t>(d), lanes_f{});
+  acc_t_.assign(static_cast<size_t>(d), lanes_f{});
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < d; ++i) q_t_[static_cast<size_t>(i)][r] = q[r][i] * scale;
 }
 
 std::pair<int, int> RowBlock::key_range(const KvHead& kv, int window) const {
@@ -279,23 +278,23 @@ void RowBlock::attend_tiles_few(const KvHead& kv, const lanes_f* x, int window, 
       } else {
         s = score_keys(&q_r_[static_cast<size_t>(r) * d], k, d);
       }
-      const lanes_i qp = splat_i(qpos_r_[r]);
+      const lanes_i qp = splat_i(qp_[r]);
       const lanes_i seen = window > 0 ? ((kp <= qp) & (kp > qp - window)) : (kp <= qp);
       s = seen ? s : neg_inf_l;
-      const float m_new = std::max(m_r_[r], lanes_hmax(s));
+      const float m_new = std::max(m_[r], lanes_hmax(s));
       if (m_new == neg_inf) {  // this row sees none of the tile's keys, nor any before
         for (int j = 0; j < kKeys; ++j) p[r][j] = 0.0f;
         continue;
       }
-      if (m_new > m_r_[r]) {
-        const float corr = std::exp(m_r_[r] - m_new);  // 0 on the row's first keys
-        l_r_[r] *= corr;
+      if (m_new > m_[r]) {
+        const float corr = std::exp(m_[r] - m_new);  // 0 on the row's first keys
+        l_[r] *= corr;
         float* a = &acc_r_[static_cast<size_t>(r) * d];
         for (int i = 0; i < d; ++i) a[i] *= corr;
-        m_r_[r] = m_new;
+        m_[r] = m_new;
       }
       const lanes_f e = lanes_exp(s - m_new);
-      l_r_[r] += lanes_hsum(e);
+      l_[r] += lanes_hsum(e);
       store_lanes(p[r], e);
       any = true;
     }
@@ -312,7 +311,7 @@ void RowBlock::scores_few(const KvHead& kv, int n_keys, lanes_f* x) const {
     for (int j = 0; j < nk; ++j) x[j0 + j] = splat(neg_inf);  // lanes without a row see nothing
     for (int r = 0; r < n_; ++r) {
       const lanes_f s = score_keys(&q_r_[static_cast<size_t>(r) * d_], k, d_);
-      for (int j = 0; j < nk; ++j) x[j0 + j][r] = kv.pos[static_cast<size_t>(j0 + j)] <= qpos_r_[r] ? s[j] : neg_inf;
+      for (int j = 0; j < nk; ++j) x[j0 + j][r] = kv.pos[static_cast<size_t>(j0 + j)] <= qp_[r] ? s[j] : neg_inf;
     }
   }
 }
@@ -333,8 +332,8 @@ void RowBlock::scores(const KvHead& kv, int n_keys, lanes_f* x) const {
 void RowBlock::finish(float* acc, float* m, float* l) const {
   if (few_) {
     for (int r = 0; r < n_; ++r) {
-      m[r] = m_r_[r];
-      l[r] = l_r_[r];
+      m[r] = m_[r];
+      l[r] = l_[r];
       std::memcpy(acc + static_cast<size_t>(r) * d_, &acc_r_[static_cast<size_t>(r) * d_], static_cast<size_t>(d_) * sizeof(float));
     }
     return;
