@@ -46,6 +46,8 @@ class Session {
   virtual size_t kv_peak_bytes() const = 0;
   virtual size_t peak_device_bytes() const = 0;  // the planned arena; 0 on cpu
   virtual std::string describe() const = 0;       // one line for stderr
+  // The prefix tokens each layer keeps after the last prompt's eviction (empty: none evicted).
+  virtual std::vector<int64_t> layer_budgets() const = 0;
 };
 
 class CpuSession final : public Session {
@@ -61,6 +63,7 @@ class CpuSession final : public Session {
   size_t kv_peak_bytes() const override { return ctx_.kv_cache().peak_bytes_used(); }
   size_t peak_device_bytes() const override { return 0; }
   std::string describe() const override { return "backend cpu"; }
+  std::vector<int64_t> layer_budgets() const override { return ctx_.evictor().budgets(); }
   Context& context() { return ctx_; }
 
  private:
@@ -95,6 +98,7 @@ class CudaSession final : public Session {
   size_t kv_peak_bytes() const override { return ctx_->kv_peak_bytes(); }
   size_t peak_device_bytes() const override { return ctx_->peak_device_bytes(); }
   std::string describe() const override { return "backend cuda, device memory " + ctx_->plan().summary(); }
+  std::vector<int64_t> layer_budgets() const override { return ctx_->budgets(); }
 
  private:
   std::unique_ptr<gpu::DeviceContext> ctx_;

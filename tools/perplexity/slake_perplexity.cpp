@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
     size_t kv_bytes_prefill = 0, kv_bytes_end = 0, kv_peak = 0;
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> logits, full_logits;
+    std::vector<int64_t> layer_budgets;  // the first chunk's, after its prefill
     for (int c = 0; c < chunks; ++c) {
       std::vector<int32_t> chunk(tokens.begin() + static_cast<int64_t>(c) * n_ctx, tokens.begin() + static_cast<int64_t>(c + 1) * n_ctx);
       if (model->vocab.bos >= 0) chunk[0] = model->vocab.bos;
@@ -111,6 +112,7 @@ int main(int argc, char** argv) {
       ctx.reset();
       ctx.eval(std::vector<int32_t>(chunk.begin(), chunk.begin() + prefill), &logits);
       kv_bytes_prefill = std::max(kv_bytes_prefill, ctx.kv_bytes_used());
+      if (c == 0) layer_budgets = ctx.layer_budgets();
       for (int t = prefill; t < n_ctx; ++t) {
         const int32_t next = chunk[static_cast<size_t>(t)];
         const double nll = slake::token_nll(logits.data(), n_vocab, next);
@@ -136,7 +138,7 @@ int main(int argc, char** argv) {
                      {"kv_compensate", kv.compensator()}, {"cache_type_k", slake::kv_type_name(kv.type_k)},
                      {"cache_type_v", slake::kv_type_name(kv.type_v)}, {"kv_evict_every", kv.evict_every}, {"scored_tokens", tot.n}, {"ppl", tot.ppl()},
                      {"ppl_stderr", tot.ppl_err()}, {"kv_bytes_after_prefill", kv_bytes_prefill},
-                     {"kv_bytes_end", kv_bytes_end}, {"kv_peak_bytes", kv_peak}, {"seconds", secs}};
+                     {"kv_bytes_end", kv_bytes_end}, {"kv_peak_bytes", kv_peak}, {"kv_layer_budgets", layer_budgets}, {"seconds", secs}};
     if (full) {
       double mean = 0;
       for (double k : tot.kl) mean += k;
