@@ -97,9 +97,11 @@ TEST_P(Policies, PrefillAndDecodeKeepEveryHeadAtItsBudget) {
     SCOPED_TRACE(comp);
     Context ctx(*model_, {kPrompt + steps, 2, 64, policy(GetParam(), C, Sw, comp)});
     ctx.eval(prompt_, nullptr);
+    const int W = ctx.evictor().params().window;  // Sw, or what the policy widens it to (slake-wide)
+    EXPECT_EQ(W, GetParam() == std::string("slake-wide") ? C / 2 : Sw);
     const std::vector<int64_t> b = ctx.evictor().budgets();
-    EXPECT_EQ(std::accumulate(b.begin(), b.end(), int64_t{0}), int64_t{C - Sw} * ctx.kv_cache().n_layers());
-    expect_within_budget(ctx, Sw, kPrompt);
+    EXPECT_EQ(std::accumulate(b.begin(), b.end(), int64_t{0}), int64_t{C - W} * ctx.kv_cache().n_layers());
+    expect_within_budget(ctx, W, kPrompt);
     // About C*L tokens per KV head in all, far below S*L.
     EXPECT_EQ(ctx.kv_cache().tokens_held(), int64_t{C} * ctx.kv_cache().n_layers() * ctx.kv_cache().n_kv_heads());
     std::vector<float> logits;
@@ -107,7 +109,7 @@ TEST_P(Policies, PrefillAndDecodeKeepEveryHeadAtItsBudget) {
       ctx.eval({prompt_[static_cast<size_t>(t)]}, &logits);
       for (float x : logits) ASSERT_TRUE(std::isfinite(x));
       ASSERT_EQ(ctx.evictor().budgets(), b);  // decode keeps the prefill budgets: one in, one out
-      expect_within_budget(ctx, Sw, kPrompt + t + 1);
+      expect_within_budget(ctx, W, kPrompt + t + 1);
     }
   }
 }
@@ -160,7 +162,21 @@ TEST_P(Policies, ChunkSizeDoesNotChangeTheKeptTokens) {
       ASSERT_EQ(a->kv_cache().head(l, h).pos, b->kv_cache().head(l, h).pos) << "layer " << l << " head " << h;
 }
 
-INSTANTIATE_TEST_SUITE_P(Evicting, Policies, ::testing::Values("streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake"));
+INSTANTIATE_TEST_SUITE_P(Evicting, Policies, ::testing::Values("streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake", "slake-wide"));
+
+TEST_F(Policies, SlakeWideKeepsTheNewestHalfOfTheBudgetAfterPrefillAndDecode) {
+  const int C = 64, half = C / 2;  // window 16 asked for, widened to 32
+  std::unique_ptr<Context> ctx;
+  run(policy("slake-wide", C, 16), &ctx, 6);
+  const int newest = kPrompt + 6 - 1;
+  for (int l = 0; l < ctx->kv_cache().n_layers(); ++l)
+    for (int h = 0; h < ctx->kv_cache().n_kv_heads(); ++h) {
+      const std::vector<int32_t>& pos = ctx->kv_cache().head(l, h).pos;
+      ASSERT_GE(pos.size(), static_cast<size_t>(half));
+      for (int i = 0; i < half; ++i)
+        EXPECT_EQ(pos[pos.size() - half + i], newest - half + 1 + i) << "layer " << l << " head " << h;
+    }
+}
 
 TEST_F(Policies, StreamingKeepsSinksAndTheMostRecent) {
   const int C = 64, Sw = 16, b = C - Sw, P = kPrompt - Sw;

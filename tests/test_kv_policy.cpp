@@ -127,6 +127,25 @@ TEST(KvPolicyParams, PartsFollowTheSpecTable) {
   EXPECT_TRUE(p.taylor());
 }
 
+TEST(KvPolicyParams, SlakeWideKeepsHalfTheBudgetInItsWindow) {
+  EXPECT_EQ(policy_parts("slake-wide").selector, KvSelector::Indicator);
+  EXPECT_EQ(policy_parts("slake-wide").allocator, KvAllocator::Vabs);
+  const ModelConfig cfg;
+  KvPolicyParams p = cake(512, 32);
+  p.policy = "slake-wide";
+  EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 256);
+  p.budget = 60;  // 30: the window asked for is larger
+  EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 32);
+  p.budget = 1024;
+  p.window = 600;
+  EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 600);
+  p.policy = "slake";  // the spec's policy keeps the window it is given
+  p.window = 32;
+  EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 32);
+  p.policy = "slake-wide";
+  validate(resolve_kv_defaults(p, cfg));
+}
+
 TEST(KvPolicyParams, DefaultsComeFromTheSpecTables) {
   ModelConfig llama31;  // the shapes of Llama-3.1-8B, Llama-2-7B and Mistral-7B-v0.3
   llama31.n_layers = 32;

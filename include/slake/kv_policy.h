@@ -11,11 +11,12 @@
 namespace slake {
 
 struct KvPolicyParams {
-  // full, streaming, h2o, snapkv, pyramidkv, cake, slake (spec section 6).
+  // full, streaming, h2o, snapkv, pyramidkv, cake, slake (spec section 6), and slake-wide: slake with
+  // a window of at least half the budget (resolve_kv_defaults; docs/kv-quality.md).
   std::string policy = "full";
   int budget = 0;               // C: average tokens kept per layer, window included; 0 = no eviction
   int window = 32;              // Sw
-  // What happens to evicted tokens: "auto" (the policy's own: taylor for slake, none otherwise),
+  // What happens to evicted tokens: "auto" (the policy's own: taylor for slake and slake-wide, none otherwise),
   // "taylor" (absorbed into the linear state, attended by PTAA), "centroids" (merged into
   // `centroids` mean tokens per head, docs/attention.md) or "none" (dropped).
   std::string compensate = "auto";
@@ -32,7 +33,7 @@ struct KvPolicyParams {
   KvType type_k = KvType::F16, type_v = KvType::F16;
 
   // Evicted tokens go to the spec's Taylor state.
-  bool taylor() const { return compensate == "taylor" || (compensate == "auto" && policy == "slake"); }
+  bool taylor() const { return compensate == "taylor" || (compensate == "auto" && (policy == "slake" || policy == "slake-wide")); }
   // The linear states' centroid count: K with the centroid compensator, else 0.
   int centroid_count() const { return compensate == "centroids" ? centroids : 0; }
   // Evicted tokens are kept in some summary (taylor or centroids) rather than dropped.
@@ -48,7 +49,8 @@ const std::vector<std::string>& kv_policy_names();
 // Throws slake::Error for unknown names and out-of-range values.
 void validate(const KvPolicyParams& p);
 
-// Fills the unset hyperparameters with the spec's defaults for this model and budget.
+// Fills the unset hyperparameters with the spec's defaults for this model and budget, and widens
+// slake-wide's window to half the budget (never below the window asked for).
 KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c);
 
 // What ranks the tokens of a layer.

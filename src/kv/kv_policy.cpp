@@ -11,9 +11,13 @@
 
 namespace slake {
 
+// slake-wide keeps the newest budget / 2 tokens of every layer exact (window included), and scores
+// the prompt with as many window queries (docs/kv-quality.md, "A wider window").
+constexpr int kWideWindowDivisor = 2;
+
 
 const std::vector<std::string>& kv_policy_names() {
-  static const std::vector<std::string> names{"full", "streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake"};
+  static const std::vector<std::string> names{"full", "streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake", "slake-wide"};
   return names;
 }
 
@@ -65,6 +69,7 @@ KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c) {
   if (!p.tau2) p.tau2 = t2;
   if (!p.alpha) p.alpha = a;
   if (!p.beta) p.beta = b;
+  if (p.policy == "slake-wide") p.window = std::max(p.window, p.budget / kWideWindowDivisor);
   return p;
 }
 
@@ -74,7 +79,7 @@ KvPolicyParts policy_parts(const std::string& policy) {
   if (policy == "snapkv") return {KvSelector::WindowMax7, KvAllocator::Uniform};
   if (policy == "pyramidkv") return {KvSelector::WindowMax7, KvAllocator::Pyramid};
   if (policy == "cake") return {KvSelector::Indicator, KvAllocator::Cake};
-  if (policy == "slake") return {KvSelector::Indicator, KvAllocator::Vabs};
+  if (policy == "slake" || policy == "slake-wide") return {KvSelector::Indicator, KvAllocator::Vabs};
   return {KvSelector::None, KvAllocator::None};
 }
 

@@ -17,7 +17,7 @@ struct KvFlags {
 inline void add_kv_flags(CLI::App& app, KvFlags& f) {
   KvPolicyParams& kv = f.params;
   app.add_option("--kv-policy", kv.policy,
-                 "KV-cache policy: full, streaming, h2o, snapkv, pyramidkv, cake, slake (default: slake when "
+                 "KV-cache policy: full, streaming, h2o, snapkv, pyramidkv, cake, slake, slake-wide (default: slake when "
                  "--kv-budget is given, else full)");
   app.add_option("--kv-budget", kv.budget, "C: average tokens kept per layer, window included (0: keep all)")
       ->check(CLI::NonNegativeNumber);
@@ -26,7 +26,7 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
       ->check(CLI::PositiveNumber);
   app.add_option("--kv-compensate", kv.compensate,
                  "evicted tokens: taylor (linear cache + PTAA), centroids (merged into --kv-centroids mean "
-                 "tokens per head), none (dropped), auto (taylor for slake only)")
+                 "tokens per head), none (dropped), auto (taylor for slake and slake-wide only)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "taylor", "centroids", "none"}));
   app.add_option("--kv-centroids", kv.centroids, "centroids per layer and KV head of --kv-compensate centroids")

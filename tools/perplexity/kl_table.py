@@ -32,6 +32,8 @@ ROWS = [  # (label, policy, compensator, extra arguments)
     ("slake with centroids", "slake", "centroids", ()),
     ("cake + 8 centroids", "cake", "centroids", ("--kv-centroids", "8")),
     ("slake with 8 centroids", "slake", "centroids", ("--kv-centroids", "8")),
+    ("slake-wide (+ PTAA, window C/2)", "slake-wide", "taylor", ()),
+    ("slake-wide without Taylor", "slake-wide", "none", ()),
 ]
 
 
@@ -44,6 +46,8 @@ def run(args, policy, compensate, extra, budget, cache_type):
     cmd = [args.bin, "-m", args.model, "-f", args.file, "-c", str(args.ctx), "--chunks", str(args.chunks), "-t",
            str(args.threads), "--kl-divergence", "-o", "json", "--kv-policy", policy, "--kv-compensate", compensate,
            "--kv-window", str(args.window), "--kv-evict-every", str(args.evict_every), *extra]
+    if args.prefill:
+        cmd += ["--prefill", str(args.prefill)]
     if cache_type:
         cmd += ["-ctk", cache_type, "-ctv", cache_type]
     if policy != "full":
@@ -91,6 +95,7 @@ def main():
     ap.add_argument("--window", type=int, default=16)
     ap.add_argument("-c", "--ctx", type=int, default=512)
     ap.add_argument("--chunks", type=int, default=-1)
+    ap.add_argument("--prefill", type=int, help="tokens prefilled per chunk (default: half, as slake-perplexity)")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--rows", help="comma-separated row labels (default: every row)")
     ap.add_argument("--cache-types", help="comma-separated KV cache types, each row run in each (default: the tool's)")
