@@ -202,6 +202,8 @@ TEST(DeviceContext, OtherPoliciesMatchCpu) {
   ContextParams cp = params(96, "cake", 12, 4);
   cp.kv.compensate = "taylor";  // cake with the linear cache
   compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 4), 3, "llama-gqa-tied cake+taylor");
+  // slake-wide: the window widened to C/2 = 6 on both backends (resolve_kv_defaults).
+  compare(*m, params(96, "slake-wide", 12, 4), prompt_tokens(40, m->cfg.n_vocab, 6), 3, "llama-gqa-tied slake-wide");
 }
 
 TEST(DeviceContext, ShortPromptThenDecodeEviction) {
