@@ -127,7 +127,7 @@ TEST(KvPolicyParams, PartsFollowTheSpecTable) {
   EXPECT_TRUE(p.taylor());
 }
 
-TEST(KvPolicyParams, SlakeWideKeepsHalfTheBudgetInItsWindow) {
+TEST(KvPolicyParams, SlakeWideRanksAtMostHalfTheBudgetAnd256Tokens) {
   EXPECT_EQ(policy_parts("slake-wide").selector, KvSelector::Indicator);
   EXPECT_EQ(policy_parts("slake-wide").allocator, KvAllocator::Vabs);
   const ModelConfig cfg;
@@ -136,9 +136,10 @@ TEST(KvPolicyParams, SlakeWideKeepsHalfTheBudgetInItsWindow) {
   EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 256);
   p.budget = 60;  // 30: the window asked for is larger
   EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 32);
-  p.budget = 1024;
-  p.window = 600;
-  EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 600);
+  p.budget = 1024;  // at most 256 tokens ranked by attention
+  EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 768);
+  p.window = 900;
+  EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 900);
   p.policy = "slake";  // the spec's policy keeps the window it is given
   p.window = 32;
   EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 32);

@@ -12,7 +12,7 @@ namespace slake {
 
 struct KvPolicyParams {
   // full, streaming, h2o, snapkv, pyramidkv, cake, slake (spec section 6), and slake-wide: slake with
-  // a window of at least half the budget (resolve_kv_defaults; docs/kv-quality.md).
+  // a window of C - min(C/2, 256) tokens, at least half the budget (resolve_kv_defaults; docs/kv-quality.md).
   std::string policy = "full";
   int budget = 0;               // C: average tokens kept per layer, window included; 0 = no eviction
   int window = 32;              // Sw
@@ -50,7 +50,7 @@ const std::vector<std::string>& kv_policy_names();
 void validate(const KvPolicyParams& p);
 
 // Fills the unset hyperparameters with the spec's defaults for this model and budget, and widens
-// slake-wide's window to half the budget (never below the window asked for).
+// slake-wide's window to C - min(C/2, 256) (never below the window asked for).
 KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c);
 
 // What ranks the tokens of a layer.

@@ -11,9 +11,10 @@
 
 namespace slake {
 
-// slake-wide keeps the newest budget / 2 tokens of every layer exact (window included), and scores
-// the prompt with as many window queries (docs/kv-quality.md, "A wider window").
-constexpr int kWideWindowDivisor = 2;
+// slake-wide ranks at most min(C / 2, 256) of a layer's tokens by attention and keeps the rest of its
+// budget for the newest tokens, as its window; the window also scores the prompt
+// (docs/kv-quality.md, "slake-wide").
+constexpr int kWideRankedMax = 256;
 
 
 const std::vector<std::string>& kv_policy_names() {
@@ -69,7 +70,7 @@ KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c) {
   if (!p.tau2) p.tau2 = t2;
   if (!p.alpha) p.alpha = a;
   if (!p.beta) p.beta = b;
-  if (p.policy == "slake-wide") p.window = std::max(p.window, p.budget / kWideWindowDivisor);
+  if (p.policy == "slake-wide") p.window = std::max(p.window, p.budget - std::min(p.budget / 2, kWideRankedMax));
   return p;
 }
 
