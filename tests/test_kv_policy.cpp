@@ -133,6 +133,7 @@ TEST(KvPolicyParams, SlakeWideRanksAtMostHalfTheBudgetAnd256Tokens) {
   const ModelConfig cfg;
   KvPolicyParams p = cake(512, 32);
   p.policy = "slake-wide";
+  EXPECT_FALSE(p.taylor());  // no compensator unless asked: the Taylor state did not earn its bytes
   EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 256);
   p.budget = 60;  // 30: the window asked for is larger
   EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 32);

@@ -16,7 +16,8 @@ struct KvPolicyParams {
   std::string policy = "full";
   int budget = 0;               // C: average tokens kept per layer, window included; 0 = no eviction
   int window = 32;              // Sw
-  // What happens to evicted tokens: "auto" (the policy's own: taylor for slake and slake-wide, none otherwise),
+  // What happens to evicted tokens: "auto" (the policy's own: taylor for slake, none otherwise:
+  // slake-wide measured better without it at equal bytes, docs/kv-quality.md),
   // "taylor" (absorbed into the linear state, attended by PTAA), "centroids" (merged into
   // `centroids` mean tokens per head, docs/attention.md) or "none" (dropped).
   std::string compensate = "auto";
@@ -33,7 +34,7 @@ struct KvPolicyParams {
   KvType type_k = KvType::F16, type_v = KvType::F16;
 
   // Evicted tokens go to the spec's Taylor state.
-  bool taylor() const { return compensate == "taylor" || (compensate == "auto" && (policy == "slake" || policy == "slake-wide")); }
+  bool taylor() const { return compensate == "taylor" || (compensate == "auto" && policy == "slake"); }
   // The linear states' centroid count: K with the centroid compensator, else 0.
   int centroid_count() const { return compensate == "centroids" ? centroids : 0; }
   // Evicted tokens are kept in some summary (taylor or centroids) rather than dropped.

@@ -26,7 +26,7 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
       ->check(CLI::PositiveNumber);
   app.add_option("--kv-compensate", kv.compensate,
                  "evicted tokens: taylor (linear cache + PTAA), centroids (merged into --kv-centroids mean "
-                 "tokens per head), none (dropped), auto (taylor for slake and slake-wide only)")
+                 "tokens per head), none (dropped), auto (taylor for slake only)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "taylor", "centroids", "none"}));
   app.add_option("--kv-centroids", kv.centroids, "centroids per layer and KV head of --kv-compensate centroids")
