@@ -32,8 +32,8 @@ ROWS = [  # (label, policy, compensator, extra arguments)
     ("slake with centroids", "slake", "centroids", ()),
     ("cake + 8 centroids", "cake", "centroids", ("--kv-centroids", "8")),
     ("slake with 8 centroids", "slake", "centroids", ("--kv-centroids", "8")),
-    ("slake-wide (+ PTAA)", "slake-wide", "taylor", ()),
-    ("slake-wide without Taylor", "slake-wide", "none", ()),
+    ("slake-wide + Taylor (+ PTAA)", "slake-wide", "taylor", ()),
+    ("slake-wide", "slake-wide", "none", ()),
 ]
 
 
