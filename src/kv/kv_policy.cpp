@@ -16,7 +16,6 @@ namespace slake {
 // (docs/kv-quality.md, "slake-wide").
 constexpr int kWideRankedMax = 256;
 
-
 const std::vector<std::string>& kv_policy_names() {
   static const std::vector<std::string> names{"full", "streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake", "slake-wide"};
   return names;
