@@ -14,13 +14,7 @@ namespace slake::gpu {
 __global__ void to_bf16_kernel(uint16_t* out, const float* x, int64_t n) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint32_t u = __float_as_uint(x[i]);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-      out[i] = static_cast<uint16_t>((u >> 16) | 0x40u);
-    } else {
-      u += 0x7fffu + ((u >> 16) & 1u);
-      out[i] = static_cast<uint16_t>(u >> 16);
-    }
+    out[i] = float_to_bf16_bits(x[i]);
   }
 }
 
@@ -40,14 +34,41 @@ void fill_i32(int32_t* p, int32_t value, int n, Stream stream) {
   SLAKE_CHECK_LAUNCH("fill_i32_kernel");
 }
 
+// Stores x[0..d) as a row of type t at dst. Threads of the block stride over the values (over the
+// blocks of 32 for Q8_0, each quantised by one thread as slake's store_q8_0: scale max|x| / 127
+// stored as f16, values round(x / scale) half away from zero).
+__device__ void store_kv_row(ElemType t, uint8_t* dst, const float* x, int d) {
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  switch (t) {
+    case ElemType::F16:
+      for (int i = tid; i < d; i += nt) reinterpret_cast<uint16_t*>(dst)[i] = float_to_f16_bits(x[i]);
+      return;
+    case ElemType::BF16:
+      for (int i = tid; i < d; i += nt) reinterpret_cast<uint16_t*>(dst)[i] = float_to_bf16_bits(x[i]);
+      return;
+    case ElemType::Q8_0:
+      for (int b = tid; b < d / 32; b += nt) {
+        const float* xb = x + b * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j) amax = fmaxf(amax, fabsf(xb[j]));
+        const float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+        uint8_t* o = dst + b * 34;
+        const uint16_t s = float_to_f16_bits(scale);
+        o[0] = static_cast<uint8_t>(s & 0xffu), o[1] = static_cast<uint8_t>(s >> 8);
+        for (int j = 0; j < 32; ++j) o[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(roundf(xb[j] * inv)));
+      }
+      return;
+    default:
+      for (int i = tid; i < d; i += nt) reinterpret_cast<float*>(dst)[i] = x[i];
+  }
+}
+
 // Block (token t, KV head g): row row0 + t of head g = the token's key and value slice.
 __global__ void kv_append_kernel(KvLayerMut kv, int row0, const float* k, const float* v, int64_t src_stride, const int32_t* pos) {
   const int t = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y), d = kv.head_dim;
   const int64_t to = static_cast<int64_t>(g) * kv.capacity + row0 + t;
-  for (int i = static_cast<int>(threadIdx.x); i < d; i += static_cast<int>(blockDim.x)) {
-    kv.k[to * d + i] = k[t * src_stride + g * d + i];
-    kv.v[to * d + i] = v[t * src_stride + g * d + i];
-  }
+  store_kv_row(kv.type_k, kv.k + to * elem_row_bytes(kv.type_k, d), k + t * src_stride + g * d, d);
+  store_kv_row(kv.type_v, kv.v + to * elem_row_bytes(kv.type_v, d), v + t * src_stride + g * d, d);
   if (threadIdx.x == 0) kv.pos[to] = pos[t];
 }
 
@@ -86,13 +107,11 @@ __global__ void vabs_kernel(double* out, const float* q_window, int S, int windo
   const int i = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), d = kv.head_dim;
   const int g = h / (n_heads / kv.n_kv_heads), P = S - window, n_vis = P + i + 1;
   const float* q = q_window + (static_cast<int64_t>(i) * n_heads + h) * d;
-  const float* kh = kv.k + static_cast<int64_t>(g) * kv.capacity * d;
-  const float* vh = kv.v + static_cast<int64_t>(g) * kv.capacity * d;
   const uint8_t* kp = kept + static_cast<int64_t>(g) * P;
   const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
   double mA = -INFINITY, mE = -INFINITY, musum = 0.0, nev = 0.0;
   for (int j = tid; j < n_vis; j += nt) {
-    const double x = window_logit(q, kh + static_cast<int64_t>(j) * d, d);
+    const double x = window_logit(q, kv, g, j);
     mA = fmax(mA, x);
     if (j < P && !kp[j]) musum += x, nev += 1.0;
     else mE = fmax(mE, x);
@@ -105,7 +124,7 @@ __global__ void vabs_kernel(double* out, const float* q_window, int S, int windo
   const double mstar = nev > 0 ? fmax(mE, mu) : mE, lam = nev > 0 ? exp(mu - mstar) : 0.0;
   double zA = 0.0, zE = 0.0;
   for (int j = tid; j < n_vis; j += nt) {
-    const double x = window_logit(q, kh + static_cast<int64_t>(j) * d, d);
+    const double x = window_logit(q, kv, g, j);
     zA += exp(x - mA);
     if (!(j < P && !kp[j])) zE += exp(x - mstar);
   }
@@ -114,14 +133,17 @@ __global__ void vabs_kernel(double* out, const float* q_window, int S, int windo
   const double z = lam * nev + zE;
   double tv = 0.0, va = 0.0, vsum = 0.0, entropy = 0.0;
   for (int j = tid; j < n_vis; j += nt) {
-    const double x = window_logit(q, kh + static_cast<int64_t>(j) * d, d);
+    const double x = window_logit(q, kv, g, j);
     const bool exact = !(j < P && !kp[j]);
     const double A = exp(x - mA) / zA;
     const double w = exact ? exp(x - mstar) / z : lam * (1.0 + x - mu) / z;
     const double diff = fabs(w - A);
     double n2 = 0.0;
-    const float* vj = vh + static_cast<int64_t>(j) * d;
-    for (int e = 0; e < d; ++e) n2 += static_cast<double>(vj[e]) * vj[e];
+    const uint8_t* vj = kv.vrow(g, j);
+    for (int e = 0; e < d; ++e) {
+      const double ve = kv_elem(kv.type_v, vj, e);
+      n2 += ve * ve;
+    }
     const double vn = sqrt(n2);
     tv += diff;
     va += vn * diff;
@@ -160,7 +182,6 @@ __global__ void decode_victims_kernel(int32_t* victim, double* scratch, const fl
   SLAKE_SHARED(int, best_i, kVictimThreads);
   const int g = static_cast<int>(blockIdx.x), d = kv.head_dim, group = n_heads / kv.n_kv_heads;
   const int n = kv.n_held[g], tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
-  const float* kh = kv.k + static_cast<int64_t>(g) * kv.capacity * d;
   const int32_t* ph = kv.pos + static_cast<int64_t>(g) * kv.capacity;
   double* p = scratch + static_cast<int64_t>(g) * 2 * kv.capacity;
   double* acc = p + kv.capacity;
@@ -175,14 +196,14 @@ __global__ void decode_victims_kernel(int32_t* victim, double* scratch, const fl
       const float* qh = q + static_cast<int64_t>(g * group + gh) * d;
       double m = -INFINITY;
       for (int r = tid; r < n; r += nt)
-        if (ph[r] <= qpos) m = fmax(m, window_logit(qh, kh + static_cast<int64_t>(r) * d, d));
+        if (ph[r] <= qpos) m = fmax(m, window_logit(qh, kv, g, r));
       m = block_reduce_d(m, red, true);
       double z = 0.0;
       for (int r = tid; r < n; r += nt)
-        if (ph[r] <= qpos) z += exp(window_logit(qh, kh + static_cast<int64_t>(r) * d, d) - m);
+        if (ph[r] <= qpos) z += exp(window_logit(qh, kv, g, r) - m);
       z = block_reduce_d(z, red, false);
       for (int r = tid; r < n; r += nt)
-        p[r] = ph[r] <= qpos ? exp(window_logit(qh, kh + static_cast<int64_t>(r) * d, d) - m) / z : 0.0;
+        p[r] = ph[r] <= qpos ? exp(window_logit(qh, kv, g, r) - m) / z : 0.0;
       __syncthreads();
       const int half = mode == 0 ? 2 : 3;
       for (int r = tid; r < n_cand; r += nt) {
@@ -223,24 +244,29 @@ void decode_victims(int32_t* victim, double* scratch, const float* q, int32_t qp
   SLAKE_CHECK_LAUNCH("decode_victims_kernel");
 }
 
-// Block per KV head: rows row[g] + 1 .. n_held - 1 move up by one, in chunks read before written.
+// Block per KV head: rows row[g] + 1 .. n_held - 1 move up by one, as stored bytes (16-bit words:
+// every row type's size is even), in chunks read before written.
 constexpr int kRemoveRows = 8;
+constexpr int kMaxRowWords = 2 * kMaxHeadDim;  // an f32 row of kMaxHeadDim values
 __global__ void remove_rows_kernel(KvLayerMut kv, const int32_t* row, int n_held) {
-  SLAKE_SHARED(float, bk, kRemoveRows * kMaxHeadDim);
-  SLAKE_SHARED(float, bv, kRemoveRows * kMaxHeadDim);
+  SLAKE_SHARED(uint16_t, bk, kRemoveRows * kMaxRowWords);
+  SLAKE_SHARED(uint16_t, bv, kRemoveRows * kMaxRowWords);
   SLAKE_SHARED(int32_t, bp, kRemoveRows);
-  const int g = static_cast<int>(blockIdx.x), d = kv.head_dim, r = row[g];
+  const int g = static_cast<int>(blockIdx.x), r = row[g];
   const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
   if (r < 0) return;
-  float* k = kv.k + static_cast<int64_t>(g) * kv.capacity * d;
-  float* v = kv.v + static_cast<int64_t>(g) * kv.capacity * d;
+  const int64_t wk = elem_row_bytes(kv.type_k, kv.head_dim) / 2, wv = elem_row_bytes(kv.type_v, kv.head_dim) / 2;
+  uint16_t* k = reinterpret_cast<uint16_t*>(kv.k) + static_cast<int64_t>(g) * kv.capacity * wk;
+  uint16_t* v = reinterpret_cast<uint16_t*>(kv.v) + static_cast<int64_t>(g) * kv.capacity * wv;
   int32_t* p = kv.pos + static_cast<int64_t>(g) * kv.capacity;
   for (int base = r; base < n_held - 1; base += kRemoveRows) {
     const int cnt = min(kRemoveRows, n_held - 1 - base);
-    for (int e = tid; e < cnt * d; e += nt) bk[e] = k[static_cast<int64_t>(base + 1) * d + e], bv[e] = v[static_cast<int64_t>(base + 1) * d + e];
+    for (int64_t e = tid; e < cnt * wk; e += nt) bk[e] = k[(base + 1) * wk + e];
+    for (int64_t e = tid; e < cnt * wv; e += nt) bv[e] = v[(base + 1) * wv + e];
     for (int e = tid; e < cnt; e += nt) bp[e] = p[base + 1 + e];
     __syncthreads();
-    for (int e = tid; e < cnt * d; e += nt) k[static_cast<int64_t>(base) * d + e] = bk[e], v[static_cast<int64_t>(base) * d + e] = bv[e];
+    for (int64_t e = tid; e < cnt * wk; e += nt) k[base * wk + e] = bk[e];
+    for (int64_t e = tid; e < cnt * wv; e += nt) v[base * wv + e] = bv[e];
     for (int e = tid; e < cnt; e += nt) p[base + e] = bp[e];
     __syncthreads();
   }

@@ -47,6 +47,49 @@ __device__ __forceinline__ float load_elem<ElemType::BF16>(const void* base, int
   return bf16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
 }
 
+// Value i of a stored KV row of type t (KvLayerView): exact for F32, F16 and BF16, d * q for Q8_0
+// (ggml's dequantize_row_q8_0, as slake::kv_load_rows). The switch is uniform across a launch.
+__device__ __forceinline__ float kv_elem(ElemType t, const uint8_t* row, int i) {
+  switch (t) {
+    case ElemType::F16: return f16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[i]);
+    case ElemType::BF16: return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[i]);
+    case ElemType::Q8_0: {
+      const uint8_t* b = row + (i / 32) * 34;  // block: f16 scale (little-endian), then 32 int8
+      const uint16_t s = static_cast<uint16_t>(b[0] | (b[1] << 8));
+      return static_cast<float>(static_cast<int8_t>(b[2 + i % 32])) * f16_bits_to_float(s);
+    }
+    default: return reinterpret_cast<const float*>(row)[i];
+  }
+}
+
+// float to IEEE binary16 bits, round to nearest even (slake::fp32_to_fp16, bit for bit).
+__device__ __forceinline__ uint16_t float_to_f16_bits(float f) {
+  const uint32_t u = __float_as_uint(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) return sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u);  // NaN, infinity
+  if (a >= 0x477ff000u) return sign | 0x7c00u;                                // overflow
+  if (a < 0x38800000u) {                                                      // subnormal or zero
+    if (a < 0x33000000u) return sign;
+    const uint32_t shift = 126u - (a >> 23), m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t h = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1u), mid = 1u << (shift - 1u);
+    if (rem > mid || (rem == mid && (h & 1u))) ++h;
+    return sign | static_cast<uint16_t>(h);
+  }
+  uint32_t h = (a - 0x38000000u) >> 13;
+  const uint32_t rem = a & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return sign | static_cast<uint16_t>(h);
+}
+// float to bf16 bits, round to nearest even, NaN kept quiet (slake::fp32_to_bf16).
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
   return v;

@@ -1,7 +1,7 @@
 // Compaction of the exact cache after an eviction decision: per KV head, the kept and the evicted
-// rows' indices in order (a block scan over the flags), then a gather of the kept rows into the
-// compacted cache and of the evicted rows into a contiguous buffer for linear_absorb_rows. The
-// gather is out of place: in place, a row could be overwritten before it is moved.
+// rows' indices in order (a block scan over the flags), then a gather of the kept rows, as stored
+// bytes, into the compacted cache (linear_absorb_rows reads the evicted rows in place through their
+// indices). The gather is out of place: in place, a row could be overwritten before it is moved.
 #pragma once
 #include "common.cuh"
 
@@ -32,18 +32,20 @@ __global__ void partition_rows_kernel(int32_t* kept_idx, int32_t* n_kept, int32_
   if (threadIdx.x == 0) n_kept[g] = kept_before, n_evicted[g] = n - kept_before;
 }
 
-// Block (row r, KV head g); threads over the dimensions.
-__global__ void gather_rows_kernel(float* dst_k, float* dst_v, int32_t* dst_pos, int64_t dst_rows, KvLayerView src,
-                                   const int32_t* idx, int64_t idx_ld, const int32_t* count) {
-  const int r = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y), d = src.head_dim;
+// Block (row r, KV head g); threads over the 16-bit words of the rows (every row type's size is even).
+__global__ void gather_rows_kernel(KvLayerMut dst, KvLayerView src, const int32_t* idx, int64_t idx_ld, const int32_t* count) {
+  const int r = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y);
   if (r >= count[g]) return;
-  const int64_t from = static_cast<int64_t>(g) * src.capacity + idx[g * idx_ld + r];
-  const int64_t to = static_cast<int64_t>(g) * dst_rows + r;
-  for (int i = static_cast<int>(threadIdx.x); i < d; i += static_cast<int>(blockDim.x)) {
-    dst_k[to * d + i] = src.k[from * d + i];
-    dst_v[to * d + i] = src.v[from * d + i];
-  }
-  if (dst_pos && threadIdx.x == 0) dst_pos[to] = src.pos[from];
+  const int j = idx[g * idx_ld + r];
+  const int64_t wk = elem_row_bytes(src.type_k, src.head_dim) / 2, wv = elem_row_bytes(src.type_v, src.head_dim) / 2;
+  const int64_t to = static_cast<int64_t>(g) * dst.capacity + r;
+  const uint16_t* fk = reinterpret_cast<const uint16_t*>(src.krow(g, j));
+  const uint16_t* fv = reinterpret_cast<const uint16_t*>(src.vrow(g, j));
+  uint16_t* tk = reinterpret_cast<uint16_t*>(dst.k) + to * wk;
+  uint16_t* tv = reinterpret_cast<uint16_t*>(dst.v) + to * wv;
+  for (int64_t i = threadIdx.x; i < wk; i += blockDim.x) tk[i] = fk[i];
+  for (int64_t i = threadIdx.x; i < wv; i += blockDim.x) tv[i] = fv[i];
+  if (threadIdx.x == 0) dst.pos[to] = src.pos[static_cast<int64_t>(g) * src.capacity + j];
 }
 
 void partition_rows(int32_t* kept_idx, int32_t* n_kept, int32_t* evicted_idx, int32_t* n_evicted, const uint8_t* flags,
@@ -54,11 +56,13 @@ void partition_rows(int32_t* kept_idx, int32_t* n_kept, int32_t* evicted_idx, in
   SLAKE_CHECK_LAUNCH("partition_rows_kernel");
 }
 
-void gather_rows(float* dst_k, float* dst_v, int32_t* dst_pos, int64_t dst_rows, const KvLayerView& src, const int32_t* idx,
-                 int64_t idx_ld, const int32_t* count, int max_count, Stream stream) {
+void gather_rows(const KvLayerMut& dst, const KvLayerView& src, const int32_t* idx, int64_t idx_ld, const int32_t* count,
+                 int max_count, Stream stream) {
+  if (dst.type_k != src.type_k || dst.type_v != src.type_v || dst.head_dim != src.head_dim || dst.n_kv_heads != src.n_kv_heads)
+    throw Error("gather_rows: the two caches differ in types or shape");
   if (max_count <= 0 || src.n_kv_heads <= 0) return;
   SLAKE_LAUNCH(dim3(static_cast<unsigned>(max_count), static_cast<unsigned>(src.n_kv_heads)), dim3(128), 0, stream,
-               gather_rows_kernel)(dst_k, dst_v, dst_pos, dst_rows, src, idx, idx_ld, count);
+               gather_rows_kernel)(dst, src, idx, idx_ld, count);
   SLAKE_CHECK_LAUNCH("gather_rows_kernel");
 }
 

@@ -9,8 +9,14 @@
 
 namespace slake::gpu {
 
-// Element types of tables the kernels read (values as in slake::DType).
-enum class ElemType : int { F32 = 0, F16 = 1, BF16 = 30 };
+// Element types of tables and KV cache rows the kernels read (values as in slake::DType). Q8_0:
+// blocks of 32 values, an f16 scale and 32 int8 (ggml's block_q8_0), for KV rows only.
+enum class ElemType : int { F32 = 0, F16 = 1, Q8_0 = 8, BF16 = 30 };
+
+// Bytes of one row of n values of type t (n a multiple of 32 for Q8_0), as slake::kv_row_bytes.
+inline __host__ __device__ int64_t elem_row_bytes(ElemType t, int n) {
+  return t == ElemType::F32 ? 4 * static_cast<int64_t>(n) : t == ElemType::Q8_0 ? static_cast<int64_t>(n) / 32 * 34 : 2 * static_cast<int64_t>(n);
+}
 
 // ---- elementwise (embedding.cuh, rmsnorm.cuh, rope.cuh, swiglu.cuh, residual.cuh) ----
 
@@ -34,14 +40,24 @@ void residual_add(float* x, const float* y, int64_t n, Stream stream = nullptr);
 
 constexpr int kMaxHeadDim = 256;  // the attention kernels' limit on head_dim (at most 256, even)
 
-// Keys and values of every KV head of a layer: head g's row j at k + (g * capacity + j) * head_dim;
-// its position at pos[g * capacity + j]; n_held[g] rows held (each head its own count).
+// Keys and values of every KV head of a layer, stored rows of type_k / type_v (F32, F16, BF16 or
+// Q8_0; slake::KvCache's row layouts): head g's key row j at k + (g * capacity + j) *
+// elem_row_bytes(type_k, head_dim) (krow), its value row likewise (vrow), its position at
+// pos[g * capacity + j]; n_held[g] rows held (each head its own count). The kernels read the stored
+// rows directly (kv_elem in common.cuh), a tile or a row at a time, and move them as bytes.
 struct KvLayerView {
-  const float* k;
-  const float* v;
+  const uint8_t* k;
+  const uint8_t* v;
   const int32_t* pos;
   const int32_t* n_held;
   int n_kv_heads, capacity, head_dim;
+  ElemType type_k, type_v;
+  __host__ __device__ const uint8_t* krow(int g, int j) const {
+    return k + (static_cast<int64_t>(g) * capacity + j) * elem_row_bytes(type_k, head_dim);
+  }
+  __host__ __device__ const uint8_t* vrow(int g, int j) const {
+    return v + (static_cast<int64_t>(g) * capacity + j) * elem_row_bytes(type_v, head_dim);
+  }
 };
 
 // The linear (Taylor) states of a layer's KV heads: n[g], ksum[g][d], vsum[g][d], M[g][d][d]
@@ -90,13 +106,13 @@ void window_stats(float* indicator, double* totals, const float* q_window, int S
 
 // Decode: for each KV head g with row[g] >= 0, absorbs that row of the layer's K and V (rank-1).
 void linear_absorb_one(const LinearStateView& lin, const KvLayerView& kv, const int32_t* row, Stream stream = nullptr);
-// Prefill: absorbs count[g] rows of head g, stored contiguously at k + g * head_stride (and v),
-// head_dim floats each: M += K^T V (tiled kernel), ksum, vsum, n.
-void linear_absorb_rows(const LinearStateView& lin, const float* k, const float* v, const int32_t* count, int n_kv_heads,
-                        int head_dim, int64_t head_stride, Stream stream = nullptr);
+// Prefill: absorbs rows idx[g * idx_ld + t], t < count[g], of head g of `kv` (read as stored, the
+// evicted rows of a compaction: partition_rows): M += K^T V (tiled kernel), ksum, vsum, n.
+void linear_absorb_rows(const LinearStateView& lin, const KvLayerView& kv, const int32_t* idx, int64_t idx_ld,
+                        const int32_t* count, Stream stream = nullptr);
 // Only the sums and counts of the above (for callers that form M += K^T V with cuBLAS: absorb_gemm).
-void linear_state_sums(const LinearStateView& lin, const float* k, const float* v, const int32_t* count, int n_kv_heads,
-                       int head_dim, int64_t head_stride, Stream stream = nullptr);
+void linear_state_sums(const LinearStateView& lin, const KvLayerView& kv, const int32_t* idx, int64_t idx_ld,
+                       const int32_t* count, Stream stream = nullptr);
 
 // ---- eviction: top-k selection (topk.cuh) and compaction (compact.cuh) ----
 
@@ -110,25 +126,27 @@ void topk_flags(uint8_t* flags, const float* scores, int n_kv_heads, int n, int6
 // (n_evicted[g]).
 void partition_rows(int32_t* kept_idx, int32_t* n_kept, int32_t* evicted_idx, int32_t* n_evicted, const uint8_t* flags,
                     int64_t flags_ld, const int32_t* n_held, int n_kv_heads, int64_t idx_ld, Stream stream = nullptr);
-// Row r < count[g] of head g of dst (dst_k/dst_v at (g * dst_rows + r) * head_dim, dst_pos at
-// g * dst_rows + r; dst_pos may be null) = row idx[g * idx_ld + r] of `src`. max_count >= every count.
-void gather_rows(float* dst_k, float* dst_v, int32_t* dst_pos, int64_t dst_rows, const KvLayerView& src, const int32_t* idx,
-                 int64_t idx_ld, const int32_t* count, int max_count, Stream stream = nullptr);
+// A layer's cache, writable (the layout of KvLayerView, dst.capacity rows per head).
+struct KvLayerMut {
+  uint8_t* k;
+  uint8_t* v;
+  int32_t* pos;
+  int n_kv_heads, capacity, head_dim;
+  ElemType type_k, type_v;
+};
+// Row r < count[g] of head g of dst = row idx[g * idx_ld + r] of `src`: key, value and position,
+// moved as stored bytes (the two caches have the same types). max_count >= every count.
+void gather_rows(const KvLayerMut& dst, const KvLayerView& src, const int32_t* idx, int64_t idx_ld, const int32_t* count,
+                 int max_count, Stream stream = nullptr);
 
 // ---- the device forward pass's own kernels (backend_kernels.cuh) ----
 
-// A layer's cache, writable (the same layout as KvLayerView).
-struct KvLayerMut {
-  float* k;
-  float* v;
-  int32_t* pos;
-  int n_kv_heads, capacity, head_dim;
-};
 // out[i] = x[i] rounded to bf16 (nearest even), as slake::fp32_to_bf16.
 void to_bf16(uint16_t* out, const float* x, int64_t n, Stream stream = nullptr);
 // p[0..n) = value.
 void fill_i32(int32_t* p, int32_t value, int n, Stream stream = nullptr);
-// Row row0 + t of every KV head g = k[t * src_stride + g * head_dim ...] (and v), position pos[t].
+// Row row0 + t of every KV head g = k[t * src_stride + g * head_dim ...] (and v) stored as the
+// cache's types (rounded to nearest even for F16/BF16; Q8_0 as slake::kv_store_row), position pos[t].
 void kv_append(const KvLayerMut& kv, int row0, const float* k, const float* v, int64_t src_stride, const int32_t* pos,
                int n_tokens, Stream stream = nullptr);
 // out[g * ld + r] = indicator[g * P + pos of row r of head g], r < n_cand: the prefill scores of a

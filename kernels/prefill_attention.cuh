@@ -45,17 +45,15 @@ __global__ void prefill_attention_kernel(float* out, int64_t out_stride, const f
     for (int c = 0; c < kPtaaLaneDims; ++c) acc[a][c] = 0.0f;
   }
   const int n = kv.n_held[g];
-  const float* kh = kv.k + static_cast<int64_t>(g) * kv.capacity * d;
-  const float* vh = kv.v + static_cast<int64_t>(g) * kv.capacity * d;
   const int32_t* ph = kv.pos + static_cast<int64_t>(g) * kv.capacity;
   for (int j0 = 0; j0 < n; j0 += kPrefillKeyTile) {
     const int tile = min(kPrefillKeyTile, n - j0);
     if (ph[j0] > qmax) break;  // positions increase: no later key is visible to this block
     if (window > 0 && ph[j0 + tile - 1] <= qmin - window) continue;  // the whole tile left every window
     __syncthreads();  // the previous tile is no longer read
-    for (int e = static_cast<int>(threadIdx.x); e < tile * d; e += kPrefillThreads) {
-      ks[e] = kh[static_cast<int64_t>(j0) * d + e];
-      vs[e] = vh[static_cast<int64_t>(j0) * d + e];
+    for (int e = static_cast<int>(threadIdx.x); e < tile * d; e += kPrefillThreads) {  // stored rows to fp32
+      ks[e] = kv_elem(kv.type_k, kv.krow(g, j0 + e / d), e % d);
+      vs[e] = kv_elem(kv.type_v, kv.vrow(g, j0 + e / d), e % d);
     }
     __syncthreads();
     for (int a = 0; a < kPrefillRowsPerWarp; ++a) {

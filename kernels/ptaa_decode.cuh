@@ -35,24 +35,22 @@ __global__ void ptaa_split_kernel(float* scratch, const float* q, int32_t qpos, 
 
   const int n = kv.n_held[g];
   const int j0 = s * split_len, j1 = min(n, j0 + split_len);
-  const float* kh = kv.k + static_cast<int64_t>(g) * kv.capacity * d;
-  const float* vh = kv.v + static_cast<int64_t>(g) * kv.capacity * d;
   const int32_t* ph = kv.pos + static_cast<int64_t>(g) * kv.capacity;
   float m = -INFINITY, l = 0.0f, acc[kPtaaLaneDims];
   for (int c = 0; c < kPtaaLaneDims; ++c) acc[c] = 0.0f;
   for (int j = j0 + warp; j < j1; j += kPtaaWarps) {  // warp-uniform loop: every lane takes part
     if (!key_visible_dev(ph[j], qpos, window)) continue;
-    const float* kj = kh + static_cast<int64_t>(j) * d;
+    const uint8_t* kj = kv.krow(g, j);
     float dot = 0.0f;
-    for (int i = lane; i < d; i += 32) dot += qs[i] * kj[i];
+    for (int i = lane; i < d; i += 32) dot += qs[i] * kv_elem(kv.type_k, kj, i);
     const float x = warp_sum(dot) * scale;
     const float m_new = fmaxf(m, x);
     const float corr = expf(m - m_new), p = expf(x - m_new);
     l = l * corr + p;
-    const float* vj = vh + static_cast<int64_t>(j) * d;
+    const uint8_t* vj = kv.vrow(g, j);
     for (int c = 0; c < kPtaaLaneDims; ++c) {
       const int i = lane + 32 * c;
-      if (i < d) acc[c] = acc[c] * corr + p * vj[i];
+      if (i < d) acc[c] = acc[c] * corr + p * kv_elem(kv.type_v, vj, i);
     }
     m = m_new;
   }

@@ -30,10 +30,13 @@ __device__ __forceinline__ double block_reduce_d(double v, double* scratch, bool
   return is_max ? warp_max_d(v) : warp_sum_d(v);
 }
 
-// x = q . k_j / sqrt(d): the dot in fp32, the scaling in double (slake::attention_logits).
-__device__ __forceinline__ double window_logit(const float* q, const float* k, int d) {
+// x = q . k / sqrt(d) for key row j of head g as stored: the dot in fp32, the scaling in double
+// (slake::attention_logits).
+__device__ __forceinline__ double window_logit(const float* q, const KvLayerView& kv, int g, int j) {
+  const uint8_t* k = kv.krow(g, j);
+  const int d = kv.head_dim;
   float dot = 0.0f;
-  for (int e = 0; e < d; ++e) dot += q[e] * k[e];
+  for (int e = 0; e < d; ++e) dot += q[e] * kv_elem(kv.type_k, k, e);
   return static_cast<double>(dot) * (1.0 / sqrt(static_cast<double>(d)));
 }
 
@@ -62,15 +65,14 @@ __global__ void window_row_stats_kernel(double* scratch, const float* q_window, 
   const int i = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), d = kv.head_dim;
   const int g = h / (n_heads / kv.n_kv_heads), P = S - window, n_vis = P + i + 1;
   const float* q = q_window + (static_cast<int64_t>(i) * n_heads + h) * d;
-  const float* kh = kv.k + static_cast<int64_t>(g) * kv.capacity * d;
   const int32_t* ph = kv.pos + static_cast<int64_t>(g) * kv.capacity;
   double m = -INFINITY;
   for (int j = static_cast<int>(threadIdx.x); j < n_vis; j += static_cast<int>(blockDim.x))
-    if (ph[j] <= P + i) m = fmax(m, window_logit(q, kh + static_cast<int64_t>(j) * d, d));
+    if (ph[j] <= P + i) m = fmax(m, window_logit(q, kv, g, j));
   m = block_reduce_d(m, red, true);
   double z = 0.0;
   for (int j = static_cast<int>(threadIdx.x); j < n_vis; j += static_cast<int>(blockDim.x))
-    if (ph[j] <= P + i) z += exp(window_logit(q, kh + static_cast<int64_t>(j) * d, d) - m);
+    if (ph[j] <= P + i) z += exp(window_logit(q, kv, g, j) - m);
   z = block_reduce_d(z, red, false);
   if (threadIdx.x == 0) w.row_m[i * n_heads + h] = m, w.row_z[i * n_heads + h] = z;
 }
@@ -85,11 +87,10 @@ __global__ void window_column_kernel(double* scratch, const float* q_window, int
   const int j = static_cast<int>(blockIdx.x) * kWindowThreads + static_cast<int>(threadIdx.x);
   double entropy = 0.0, var = 0.0;
   if (j < P) {
-    const float* kj = kv.k + (static_cast<int64_t>(g) * kv.capacity + j) * d;
     const int32_t pj = kv.pos[static_cast<int64_t>(g) * kv.capacity + j];
     double sum = 0.0, sumsq = 0.0;
     for (int i = 0; i < window; ++i) {
-      const double A = pj <= P + i ? exp(window_logit(q_window + (static_cast<int64_t>(i) * n_heads + h) * d, kj, d) -
+      const double A = pj <= P + i ? exp(window_logit(q_window + (static_cast<int64_t>(i) * n_heads + h) * d, kv, g, j) -
                                          w.row_m[i * n_heads + h]) / w.row_z[i * n_heads + h]
                                    : 0.0;
       sum += A;

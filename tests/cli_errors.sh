@@ -41,7 +41,7 @@ expect_error "kv-budget" "$bin/slake-cli" -m "$model_ok" --kv-budget -3
 # one the model's head dimension cannot hold (llama2-mha: 16) once its header is read.
 expect_error "cache-type-k: q5_1 not in {f32,f16,bf16,q8_0,q4_0,kivi2,kivi4}" "$bin/slake-cli" -m /nonexistent.gguf -ctk q5_1
 expect_error "cache-type-v: kivi not in" "$bin/slake-perplexity" -m /nonexistent.gguf -f /nonexistent.txt -ctv kivi
-expect_error "error: the cuda backend keeps its KV cache in f32; cache type q8_0 is cpu only" "$bin/slake-cli" -m /nonexistent.gguf --backend cuda -ctv q8_0
+expect_error "error: the cuda backend stores its KV cache as f32, f16, bf16 or q8_0; cache type q4_0 is cpu only" "$bin/slake-cli" -m /nonexistent.gguf --backend cuda -ctv q4_0
 expect_error "error: --cache-type-k q8_0 stores blocks of 32 values; this model's head dimension is 16" "$bin/slake-cli" -m "$model_ok" -ctk q8_0
 expect_error "kv-evict-every" "$bin/slake-cli" -m "$model_ok" --kv-evict-every 0
 

@@ -35,6 +35,9 @@ inline int kv_kivi_bits(KvType t) { return t == KvType::KIVI2 ? 2 : 4; }
 DType kv_dtype(KvType t);
 // Throws slake::Error when rows of head_dim values cannot be stored in `t` (blocks of 32).
 void check_kv_type(KvType t, int head_dim, const char* what);
+// The cuda backend stores f32, f16, bf16 and q8_0 rows (kernels/kernels.h); throws slake::Error
+// for any other type, so that tools refuse it before a model is loaded.
+void check_kv_type_on_cuda(KvType t);
 // Bytes of one stored row of head_dim values; for KIVI, a bound: an f16 row (kv_kivi.h).
 size_t kv_row_bytes(KvType t, int head_dim);
 

@@ -44,9 +44,7 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params) : 
   if (plan_.evicting && parts_.selector == KvSelector::HeavyHitter)
     fail("--kv-policy " + p.policy + " is not supported by the cuda backend (use the cpu backend)");
   if (plan_.evicting && !p.cascade) fail("the cuda backend evicts after every layer (cascade) only");
-  if (p.type_k != KvType::F32 || p.type_v != KvType::F32)
-    fail(std::string("KV cache type ") + kv_type_name(p.type_k) + "/" + kv_type_name(p.type_v) +
-         " is not supported by the cuda backend, which keeps its cache in f32 (-ctk f32 -ctv f32)");
+  if (plan_.evicting && p.evict_every != 1) fail("the cuda backend evicts one token per decode step (--kv-evict-every 1) only");
   if (!emulated() && device_count() == 0) fail("the cuda backend needs a CUDA device, and none is available");
   plan_.check_fits();  // before anything is allocated
   gemm_ = make_gemm();
@@ -123,25 +121,25 @@ void DeviceContext::reset() {
   }
 }
 
-KvLayerMut DeviceContext::pool_layer(int l) const {
+KvLayerMut DeviceContext::area(const std::string& name, int64_t off, int cap) const {
   const ModelConfig& c = model_.cfg;
-  const Layer& L = layers_[static_cast<size_t>(l)];
-  const int64_t H = c.n_kv_heads, d = c.head_dim;
-  return KvLayerMut{at<float>("kv.k") + L.off * H * d, at<float>("kv.v") + L.off * H * d, at<int32_t>("kv.pos") + L.off * H,
-                    c.n_kv_heads, L.cap, c.head_dim};
+  const int64_t H = c.n_kv_heads;
+  uint8_t* k = at<uint8_t>((name + ".k").c_str()) + off * H * static_cast<int64_t>(plan_.k_row);
+  uint8_t* v = at<uint8_t>((name + ".v").c_str()) + off * H * static_cast<int64_t>(plan_.v_row);
+  int32_t* pos = at<int32_t>((name + ".pos").c_str()) + off * H;
+  return KvLayerMut{k, v, pos, c.n_kv_heads, cap, c.head_dim, plan_.type_k, plan_.type_v};
 }
 
-KvLayerMut DeviceContext::staging() const {
-  const ModelConfig& c = model_.cfg;
-  const int64_t H = c.n_kv_heads, d = c.head_dim, n = plan_.staging_slots;
-  float* base = at<float>("staging");
-  return KvLayerMut{base, base + n * H * d, reinterpret_cast<int32_t*>(base + 2 * n * H * d), c.n_kv_heads,
-                    static_cast<int>(n), c.head_dim};
+KvLayerMut DeviceContext::pool_layer(int l) const {
+  const Layer& L = layers_[static_cast<size_t>(l)];
+  return area("kv", L.off, L.cap);
 }
+
+KvLayerMut DeviceContext::staging() const { return area("staging", 0, static_cast<int>(plan_.staging_slots)); }
 
 KvLayerView DeviceContext::view(const KvLayerMut& m, int l) const {
-  return KvLayerView{m.k, m.v, m.pos, at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * m.n_kv_heads, m.n_kv_heads,
-                     m.capacity, m.head_dim};
+  const int32_t* n_held = at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * m.n_kv_heads;
+  return KvLayerView{m.k, m.v, m.pos, n_held, m.n_kv_heads, m.capacity, m.head_dim, m.type_k, m.type_v};
 }
 
 LinearStateView DeviceContext::lin(int l) const {
@@ -167,7 +165,7 @@ size_t DeviceContext::kv_bytes_used() const {
   const ModelConfig& c = model_.cfg;
   size_t lin_heads = 0;
   for (const Layer& L : layers_) lin_heads += L.lin ? static_cast<size_t>(c.n_kv_heads) : 0;
-  return static_cast<size_t>(tokens_held()) * (2 * sizeof(float) * c.head_dim + sizeof(int32_t)) +
+  return static_cast<size_t>(tokens_held()) * (plan_.k_row + plan_.v_row + sizeof(int32_t)) +
          lin_heads * LinearState(c.head_dim).bytes();
 }
 
@@ -308,9 +306,7 @@ void DeviceContext::on_layer_done(int l) {
     const int cap = static_cast<int>(budgets_[static_cast<size_t>(k)]) + W + 1;
     const int64_t n_cand = Lk.held - W;
     if (!(cap == Lk.cap && off == Lk.off && budgets_[static_cast<size_t>(k)] >= n_cand)) {
-      const KvLayerMut mv{at<float>("move"), at<float>("move") + plan_.move_slots * H * c.head_dim,
-                          reinterpret_cast<int32_t*>(at<float>("move") + 2 * plan_.move_slots * H * c.head_dim), H, cap,
-                          c.head_dim};
+      const KvLayerMut mv = area("move", 0, cap);
       const KvLayerMut src = pool_layer(k);
       // Gather into the move area laid out with the new capacity, then copy it into place.
       relocate(k, src, budgets_[static_cast<size_t>(k)], -1, cap);
@@ -318,8 +314,8 @@ void DeviceContext::on_layer_done(int l) {
       Lk.cap = cap;
       const KvLayerMut dst = pool_layer(k);
       const size_t rows = static_cast<size_t>(H) * cap;
-      copy_device(dst.k, mv.k, rows * c.head_dim * sizeof(float));
-      copy_device(dst.v, mv.v, rows * c.head_dim * sizeof(float));
+      copy_device(dst.k, mv.k, rows * plan_.k_row);
+      copy_device(dst.v, mv.v, rows * plan_.v_row);
       copy_device(dst.pos, mv.pos, rows * sizeof(int32_t));
     }
     off += cap;
@@ -352,21 +348,16 @@ void DeviceContext::relocate(int l, const KvLayerMut& src, int64_t budget, int64
   partition_rows(kept, n_kept, evicted, n_evicted, flags, held, sv.n_held, H, ld);
   KvLayerMut dst;
   if (off < 0) {
-    float* m = at<float>("move");
-    const int64_t n = plan_.move_slots;
-    dst = KvLayerMut{m, m + n * H * c.head_dim, reinterpret_cast<int32_t*>(m + 2 * n * H * c.head_dim), H, cap, c.head_dim};
+    dst = area("move", 0, cap);
   } else {
     L.off = off;
     L.cap = cap;
     dst = pool_layer(l);
   }
   const int kept_rows = evict ? static_cast<int>(budget) + W : held;
-  gather_rows(dst.k, dst.v, dst.pos, cap, sv, kept, ld, n_kept, kept_rows);
-  if (evict && p.taylor()) {
-    float* ek = at<float>("evicted");
-    float* ev = ek + plan_.evicted_slots * H * c.head_dim;
-    gather_rows(ek, ev, nullptr, plan_.evicted_slots, sv, evicted, ld, n_evicted, held - kept_rows);
-    linear_absorb_rows(lin(l), ek, ev, n_evicted, H, c.head_dim, plan_.evicted_slots * c.head_dim);
+  gather_rows(dst, sv, kept, ld, n_kept, kept_rows);
+  if (evict && p.taylor()) {  // the evicted rows, read where they are (src is not written)
+    linear_absorb_rows(lin(l), sv, evicted, ld, n_evicted);
     L.lin = true;
   }
   set_held(l, kept_rows);

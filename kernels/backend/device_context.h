@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/device_plan.h"
@@ -67,6 +68,8 @@ class DeviceContext {
   T* at(const char* name) const {
     return reinterpret_cast<T*>(static_cast<char*>(arena_) + plan_.offset(name));
   }
+  // Rows [off, off + cap * ...) of the planned cache area `name` ("kv", "staging", "move"), cap per head.
+  KvLayerMut area(const std::string& name, int64_t off, int cap) const;
   KvLayerMut pool_layer(int l) const;
   KvLayerMut staging() const;
   KvLayerView view(const KvLayerMut& m, int l) const;

@@ -14,6 +14,18 @@ size_t device_weight_bytes(const TensorView& t, bool matrix) {
   return static_cast<size_t>(t.n_elements()) * (matrix ? sizeof(uint16_t) : sizeof(float));
 }
 
+ElemType device_kv_type(KvType t) {
+  check_kv_type_on_cuda(t);
+  switch (t) {
+    case KvType::F32: return ElemType::F32;
+    case KvType::F16: return ElemType::F16;
+    case KvType::BF16: return ElemType::BF16;
+    case KvType::Q8_0: return ElemType::Q8_0;
+    default: break;
+  }
+  fail(std::string("internal: no device row type for KV cache type ") + kv_type_name(t));
+}
+
 namespace {
 std::string mib(size_t b) {
   char buf[32];
@@ -37,8 +49,13 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params) {
     fail("the cuda backend supports head_dim up to " + std::to_string(kMaxHeadDim) + " (even), the model has " +
          std::to_string(c.head_dim));
 
+  type_k = device_kv_type(kv.type_k);
+  type_v = device_kv_type(kv.type_v);
+  check_kv_type(kv.type_k, c.head_dim, "KV cache key type");
+  check_kv_type(kv.type_v, c.head_dim, "KV cache value type");
+  k_row = static_cast<size_t>(elem_row_bytes(type_k, c.head_dim));
+  v_row = static_cast<size_t>(elem_row_bytes(type_v, c.head_dim));
   const size_t L = static_cast<size_t>(c.n_layers), H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
-  const size_t slot = H * (2 * d * sizeof(float) + sizeof(int32_t));
   const size_t ctx = static_cast<size_t>(n_ctx), B = static_cast<size_t>(n_batch);
 
   // Weights, in the order DeviceContext uploads them.
@@ -64,26 +81,27 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params) {
   // (+1 for a decode step's append before its eviction), and the budgets of the seen layers sum to
   // at most (C - Sw) * n_layers; a prompt that evicts nothing keeps at most C + Sw rows. The
   // prompt's current layer is written to the staging area, and relocations go through the move
-  // area and (for the linear state) the evicted-rows area, each one layer of n_ctx + 1 slots.
+  // area, each one layer of n_ctx + 1 slots (the linear state absorbs evicted rows in place).
   if (!evicting) {
     pool_slots = static_cast<int64_t>(L * ctx);
-    staging_slots = move_slots = evicted_slots = 0;
+    staging_slots = move_slots = 0;
     max_capacity = n_ctx;
   } else {
     const int64_t per_layer = std::min<int64_t>(static_cast<int64_t>(kv.budget) + kv.window + 1, n_ctx + 1);
     pool_slots = static_cast<int64_t>(L) * per_layer;
     staging_slots = move_slots = n_ctx + 1;
-    evicted_slots = kv.taylor() ? n_ctx : 0;
     max_capacity = n_ctx + 1;
   }
-  add("kv", "kv.k", static_cast<size_t>(pool_slots) * H * d * sizeof(float));
-  add("kv", "kv.v", static_cast<size_t>(pool_slots) * H * d * sizeof(float));
-  add("kv", "kv.pos", static_cast<size_t>(pool_slots) * H * sizeof(int32_t));
+  auto slots = [&](const std::string& area, int64_t n) {
+    add("kv", area + ".k", static_cast<size_t>(n) * H * k_row);
+    add("kv", area + ".v", static_cast<size_t>(n) * H * v_row);
+    add("kv", area + ".pos", static_cast<size_t>(n) * H * sizeof(int32_t));
+  };
+  slots("kv", pool_slots);
   add("kv", "kv.n_held", L * H * sizeof(int32_t));
   if (evicting) {
-    add("kv", "staging", static_cast<size_t>(staging_slots) * slot);
-    add("kv", "move", static_cast<size_t>(move_slots) * slot);
-    add("kv", "evicted", static_cast<size_t>(evicted_slots) * H * 2 * d * sizeof(float));
+    slots("staging", staging_slots);
+    slots("move", move_slots);
   }
   const bool lin = evicting && kv.taylor();
   add("kv", "lin.n", lin ? L * H * sizeof(float) : 0);

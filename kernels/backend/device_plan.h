@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels.h"
 #include "slake/context.h"
 #include "slake/model.h"
 
@@ -19,6 +20,8 @@ inline size_t arena_align(size_t n) { return (n + kArenaAlign - 1) / kArenaAlign
 
 // Bytes a weight takes on the device: matrices and the embedding table in bf16, 1-D norms in fp32.
 size_t device_weight_bytes(const TensorView& t, bool matrix);
+// The row type the kernels store a KV cache type as (check_kv_type_on_cuda refuses the others).
+ElemType device_kv_type(KvType t);
 
 class DevicePlan {
  public:
@@ -44,9 +47,12 @@ class DevicePlan {
   int n_ctx, n_batch;
   KvPolicyParams kv;  // resolved
   bool evicting;      // the policy evicts (budget > 0 and not full)
+  ElemType type_k, type_v;   // the stored rows' types (kv.type_k, kv.type_v)
+  size_t k_row, v_row;       // bytes of one stored key / value row
   // Token slots of the exact cache (one slot: a key, a value and a position for every KV head):
-  // the pool shared by the layers, the prompt layer's staging area and the relocation area.
-  int64_t pool_slots, staging_slots, move_slots, evicted_slots;
+  // the pool shared by the layers, the prompt layer's staging area and the relocation area, each
+  // planned as three buffers <area>.k, <area>.v, <area>.pos.
+  int64_t pool_slots, staging_slots, move_slots;
   int max_capacity;  // most rows one layer's head can hold
   int ptaa_split_len, ptaa_n_splits;
 

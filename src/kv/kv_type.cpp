@@ -93,6 +93,12 @@ void check_kv_type(KvType t, int head_dim, const char* what) {
          " values; this model's head dimension is " + std::to_string(head_dim));
 }
 
+void check_kv_type_on_cuda(KvType t) {
+  if (t == KvType::F32 || t == KvType::F16 || t == KvType::BF16 || t == KvType::Q8_0) return;
+  fail(std::string("the cuda backend stores its KV cache as f32, f16, bf16 or q8_0; cache type ") + kv_type_name(t) +
+       " is cpu only");
+}
+
 size_t kv_row_bytes(KvType t, int head_dim) {
   return kv_is_kivi(t) ? static_cast<size_t>(head_dim) * sizeof(uint16_t) : row_bytes(kv_dtype(t), head_dim);
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device_memory.h"
@@ -29,15 +30,27 @@ DeviceBuffer<T> on_device(const std::vector<T>& host) {
   return DeviceBuffer<T>(host);
 }
 
-// Sets the stored rows of an f32 head (KvCache's default type) from n x d floats each.
-inline void set_f32_rows(KvHead& kh, const std::vector<float>& k, const std::vector<float>& v) {
-  ASSERT_EQ(kh.type_k, KvType::F32);
-  ASSERT_EQ(kh.type_v, KvType::F32);
-  kh.k.resize(k.size() * sizeof(float));
-  kh.v.resize(v.size() * sizeof(float));
-  std::memcpy(kh.k.data(), k.data(), kh.k.size());
-  std::memcpy(kh.v.data(), v.data(), kh.v.size());
+// Sets the stored rows of a head (a row type: not KIVI) from n x d floats each, stored as the
+// head's types by slake::kv_store_row.
+inline void set_rows(KvHead& kh, const std::vector<float>& k, const std::vector<float>& v, int d) {
+  const size_t n = k.size() / static_cast<size_t>(d);
+  kh.k.resize(n * kh.k_row);
+  kh.v.resize(n * kh.v_row);
+  for (size_t j = 0; j < n; ++j) {
+    kv_store_row(kh.type_k, k.data() + j * d, kh.k.data() + j * kh.k_row, d);
+    kv_store_row(kh.type_v, v.data() + j * d, kh.v.data() + j * kh.v_row, d);
+  }
 }
+
+// The (key, value) row types a kernel test runs over for head dimension d: each type the device
+// stores (kernels.h ElemType) for both, and q8_0 keys with f16 values; q8_0 only when d is a
+// multiple of its 32-value blocks.
+inline std::vector<std::pair<KvType, KvType>> device_row_types(int d) {
+  std::vector<std::pair<KvType, KvType>> t{{KvType::F32, KvType::F32}, {KvType::F16, KvType::F16}, {KvType::BF16, KvType::BF16}};
+  if (d % 32 == 0) t.insert(t.end(), {{KvType::Q8_0, KvType::Q8_0}, {KvType::Q8_0, KvType::F16}});
+  return t;
+}
+inline std::string kv_types_label(KvType k, KvType v) { return std::string(" ctk=") + kv_type_name(k) + " ctv=" + kv_type_name(v); }
 
 template <typename A, typename B>
 void expect_close(const std::vector<A>& got, const std::vector<B>& want, double abs_tol, double rel_tol,

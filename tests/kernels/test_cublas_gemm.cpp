@@ -55,7 +55,7 @@ TEST(CublasGemm, RowMajorProductsInEveryLayoutAndType) {
 
 TEST(CublasGemm, PrefillAbsorptionMatchesTheLinearState) {
   const int n_kv = 2, d = 40, n = 77;
-  KvCache cache(1, n_kv, d, n);
+  KvCache cache(1, n_kv, d, n);  // f32 rows: what absorb_gemm reads
   for (int t = 0; t < n; ++t) {
     const std::vector<float> k = random_floats(static_cast<size_t>(n_kv) * d, 200 + 2 * t), v = random_floats(static_cast<size_t>(n_kv) * d, 201 + 2 * t);
     cache.append(0, k.data(), v.data(), t);
@@ -64,11 +64,16 @@ TEST(CublasGemm, PrefillAbsorptionMatchesTheLinearState) {
   DeviceKvLayer dev(cache, 0, n);
   const std::vector<int32_t> count{77, 30};
   DeviceBuffer<int32_t> dcount(count);
+  std::vector<int32_t> rows(static_cast<size_t>(n_kv) * n);  // rows 0, 1, ... of each head
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>(i % static_cast<size_t>(n));
+  DeviceBuffer<int32_t> drows(rows);
   Blas blas;
+  const float* k = reinterpret_cast<const float*>(dev.k.get());  // an f32 cache
+  const float* v = reinterpret_cast<const float*>(dev.v.get());
   for (int g = 0; g < n_kv; ++g)
-    absorb_gemm(blas, dev.M.get() + static_cast<size_t>(g) * d * d, dev.k.get() + static_cast<size_t>(g) * n * d,
-                dev.v.get() + static_cast<size_t>(g) * n * d, count[static_cast<size_t>(g)], d, d);
-  linear_state_sums(dev.lin(), dev.k.get(), dev.v.get(), dcount.get(), n_kv, d, static_cast<int64_t>(n) * d);
+    absorb_gemm(blas, dev.M.get() + static_cast<size_t>(g) * d * d, k + static_cast<size_t>(g) * n * d, v + static_cast<size_t>(g) * n * d,
+                count[static_cast<size_t>(g)], d, d);
+  linear_state_sums(dev.lin(), dev.view(), drows.get(), n, dcount.get());
   std::vector<float> want_m, want_n;
   for (int g = 0; g < n_kv; ++g) {
     KvHead& kh = cache.head(0, g);

@@ -27,6 +27,7 @@
 #include "slake/dtype.h"
 #include "slake/error.h"
 #include "slake/model.h"
+#include "slake/synthetic_model.h"
 #include "test_util.h"
 
 #ifndef SLAKE_KERNEL_TESTS_ON_GPU
@@ -41,6 +42,10 @@ struct Tolerance {
   bool exact_decisions;
 };
 constexpr Tolerance kBf16Activations{0.02, 0.02, false}, kFp32Activations{1e-4, 1e-4, true};
+// A cache stored below f32: a key or value that the two backends' fp32 summation orders put on
+// either side of a rounding boundary of its type is stored one step apart (up to 2^-8 relative
+// for bf16, scale / 127 for q8_0), and moves the logits by about 1e-3; the decisions stay exact.
+constexpr Tolerance kFp32ActivationsStoredTypes{2e-3, 2e-3, true};
 Tolerance g_tol = kBf16Activations;
 
 // The model with its matrices and embedding table rounded to bf16 (what the device holds), as F32.
@@ -144,12 +149,12 @@ void compare_once(const Model& model, const ContextParams& cp, const std::vector
 // a different token and so moves the logits by O(1): cake without the linear cache (compared only
 // under emulation, with fp32 activations).
 void compare(const Model& model, const ContextParams& cp, const std::vector<int32_t>& prompt, int steps, const std::string& what,
-             bool bf16 = true) {
+             bool bf16 = true, Tolerance fp32_tol = kFp32Activations) {
   g_tol = kBf16Activations;
   if (bf16) compare_once(model, cp, prompt, steps, what + " [bf16 activations]");
 #if !SLAKE_KERNEL_TESTS_ON_GPU
   set_host_gemm_rounding(false);
-  g_tol = kFp32Activations;
+  g_tol = fp32_tol;
   compare_once(model, cp, prompt, steps, what + " [fp32 activations]");
   set_host_gemm_rounding(true);
   g_tol = kBf16Activations;
@@ -164,7 +169,7 @@ ContextParams params(int n_ctx, const std::string& policy, int budget, int windo
   cp.kv.policy = policy;
   cp.kv.budget = budget;
   cp.kv.window = window;
-  cp.kv.type_k = cp.kv.type_v = KvType::F32;  // the cuda backend's cache
+  cp.kv.type_k = cp.kv.type_v = KvType::F32;  // the exact cache; StoredCacheTypesMatchCpu covers the others
   return cp;
 }
 
@@ -204,6 +209,38 @@ TEST(DeviceContext, OtherPoliciesMatchCpu) {
   compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 4), 3, "llama-gqa-tied cake+taylor");
   // slake-wide: the window widened to C/2 = 6 on both backends (resolve_kv_defaults).
   compare(*m, params(96, "slake-wide", 12, 4), prompt_tokens(40, m->cfg.n_vocab, 6), 3, "llama-gqa-tied slake-wide");
+}
+
+TEST(DeviceContext, StoredCacheTypesMatchCpu) {
+  // The synthetic "tiny" shape: head_dim 32, so q8_0 rows fit (the fixtures' head_dim is 8). The
+  // CPU stores the same types; logits, decisions and KV bytes (kv_bytes_used) must agree. With bf16
+  // activations a stored rounding step can change a slake decision, so that pass is for full only
+  // (as cake's in OtherPoliciesMatchCpu).
+  const auto m = make_synthetic_model("tiny", DType::F32, 11);
+  const std::pair<KvType, KvType> types[] = {
+      {KvType::F16, KvType::F16}, {KvType::BF16, KvType::BF16}, {KvType::Q8_0, KvType::Q8_0}, {KvType::Q8_0, KvType::F16}};
+  for (const auto& [tk, tv] : types)
+    for (const char* policy : {"full", "slake"}) {
+      ContextParams cp = params(96, policy, std::string(policy) == "full" ? 0 : 16, 4);
+      cp.kv.type_k = tk, cp.kv.type_v = tv;
+      compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 9), 3,
+              std::string("tiny ") + policy + " -ctk " + kv_type_name(tk) + " -ctv " + kv_type_name(tv),
+              std::string(policy) == "full", kFp32ActivationsStoredTypes);
+    }
+}
+
+TEST(DeviceContext, CacheTypesTheDeviceLacksAreRefused) {
+  const auto m = make_synthetic_model("tiny", DType::F32, 11);
+  for (const KvType t : {KvType::Q4_0, KvType::KIVI2, KvType::KIVI4}) {
+    ContextParams cp = params(32, "full", 0, 8);
+    cp.kv.type_v = t;
+    try {
+      DeviceContext dev(*m, cp);
+      ADD_FAILURE() << kv_type_name(t) << " was accepted";
+    } catch (const slake::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("f32, f16, bf16 or q8_0"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(DeviceContext, ShortPromptThenDecodeEviction) {

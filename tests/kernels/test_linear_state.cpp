@@ -1,6 +1,7 @@
 // Absorption into the linear state against slake::LinearState: the decode rank-1 update of one
-// row per KV head (some heads skipping), and the prefill batch M += K^T V with ragged token
-// counts and head dims not multiples of the 16-wide tile. Tolerance: 1e-5 + 1e-5 |cpu|.
+// row per KV head (some heads skipping), and the prefill batch M += K^T V over rows listed by index
+// with ragged token counts and head dims not multiples of the 16-wide tile; every cache row type
+// the device stores (both sides absorb the stored values). Tolerance: 1e-5 + 1e-5 |cpu|.
 #include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
@@ -31,8 +32,8 @@ void expect_states_equal(const DeviceKvLayer& dev, const KvCache& cache, int d, 
   expect_close(dev.M.download(), packed(cache, 3, d), 1e-5, 1e-5, what + " M");
 }
 
-KvCache cache_with_tokens(int n_kv, int d, int n, uint32_t seed) {
-  KvCache cache(1, n_kv, d, n);
+KvCache cache_with_tokens(int n_kv, int d, int n, uint32_t seed, KvType tk, KvType tv) {
+  KvCache cache(1, n_kv, d, n, 0, tk, tv);
   for (int t = 0; t < n; ++t) {
     const std::vector<float> k = random_floats(static_cast<size_t>(n_kv) * d, seed + 2 * t), v = random_floats(static_cast<size_t>(n_kv) * d, seed + 2 * t + 1);
     cache.append(0, k.data(), v.data(), t);
@@ -41,38 +42,47 @@ KvCache cache_with_tokens(int n_kv, int d, int n, uint32_t seed) {
   return cache;
 }
 
+// The CPU's absorption of row r of a head, as stored.
+void absorb_row(KvHead& kh, int r, int d) {
+  std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
+  kh.lin.absorb(kh.key(r, d, k.data()), kh.value(r, d, v.data()));
+}
+
 TEST(KernelLinearState, RankOneAbsorbOfOneRowPerHead) {
-  const int n_kv = 3, d = 40, n = 9;
-  KvCache cache = cache_with_tokens(n_kv, d, n, 20);
-  DeviceKvLayer dev(cache, 0, n);
-  // Three decode steps; head 1 evicts nothing in the second.
-  for (const std::vector<int32_t>& rows : {std::vector<int32_t>{0, 3, 8}, {5, -1, 2}, {5, 7, 7}}) {
-    DeviceBuffer<int32_t> drows(rows);
-    linear_absorb_one(dev.lin(), dev.view(), drows.get());
-    for (int g = 0; g < n_kv; ++g) {
-      KvHead& kh = cache.head(0, g);
-      if (rows[static_cast<size_t>(g)] >= 0) kh.lin.absorb(kh.key(rows[static_cast<size_t>(g)], d), kh.value(rows[static_cast<size_t>(g)], d));
+  const int n_kv = 3, d = 64, n = 9;
+  for (const auto& [tk, tv] : device_row_types(d)) {
+    KvCache cache = cache_with_tokens(n_kv, d, n, 20, tk, tv);
+    DeviceKvLayer dev(cache, 0, n);
+    // Three decode steps; head 1 evicts nothing in the second.
+    for (const std::vector<int32_t>& rows : {std::vector<int32_t>{0, 3, 8}, {5, -1, 2}, {5, 7, 7}}) {
+      DeviceBuffer<int32_t> drows(rows);
+      linear_absorb_one(dev.lin(), dev.view(), drows.get());
+      for (int g = 0; g < n_kv; ++g)
+        if (rows[static_cast<size_t>(g)] >= 0) absorb_row(cache.head(0, g), rows[static_cast<size_t>(g)], d);
     }
+    expect_states_equal(dev, cache, d, "rank-1" + kv_types_label(tk, tv));
   }
-  expect_states_equal(dev, cache, d, "rank-1");
 }
 
 TEST(KernelLinearState, BatchAbsorbOfGatheredRows) {
-  for (const int d : {16, 40, 128}) {
-    const int n_kv = 3, n = 70;
-    KvCache cache = cache_with_tokens(n_kv, d, n, 30);
-    // A state that already holds something, so the kernel must add rather than overwrite.
-    for (int g = 0; g < n_kv; ++g) cache.head(0, g).lin.absorb(cache.head(0, g).key(n - 1, d), cache.head(0, g).value(n - 1, d));
-    DeviceKvLayer dev(cache, 0, n);
-    const std::vector<int32_t> count{70, 0, 33};  // head 1 absorbs nothing; 33: a ragged last chunk
-    DeviceBuffer<int32_t> dcount(count);
-    linear_absorb_rows(dev.lin(), dev.k.get(), dev.v.get(), dcount.get(), n_kv, d, static_cast<int64_t>(n) * d);
-    for (int g = 0; g < n_kv; ++g) {
-      KvHead& kh = cache.head(0, g);
-      if (count[static_cast<size_t>(g)] > 0) kh.lin.absorb_batch(kh.key(0, d), kh.value(0, d), count[static_cast<size_t>(g)], static_cast<size_t>(d));
+  for (const int d : {16, 40, 128})
+    for (const auto& [tk, tv] : device_row_types(d)) {
+      const int n_kv = 3, n = 70;
+      KvCache cache = cache_with_tokens(n_kv, d, n, 30, tk, tv);
+      // A state that already holds something, so the kernel must add rather than overwrite.
+      for (int g = 0; g < n_kv; ++g) absorb_row(cache.head(0, g), n - 1, d);
+      DeviceKvLayer dev(cache, 0, n);
+      const std::vector<int32_t> count{70, 0, 33};  // head 1 absorbs nothing; 33: a ragged last chunk
+      // Head 0 absorbs its rows in reverse order, head 2 every other row: read through the index.
+      std::vector<int32_t> rows(static_cast<size_t>(n_kv) * n, -1);
+      for (int t = 0; t < n; ++t) rows[static_cast<size_t>(t)] = n - 1 - t;
+      for (int t = 0; t < 33; ++t) rows[static_cast<size_t>(2 * n + t)] = 2 * t;
+      DeviceBuffer<int32_t> dcount(count), drows(rows);
+      linear_absorb_rows(dev.lin(), dev.view(), drows.get(), n, dcount.get());
+      for (int g = 0; g < n_kv; ++g)
+        for (int t = 0; t < count[static_cast<size_t>(g)]; ++t) absorb_row(cache.head(0, g), rows[static_cast<size_t>(g * n + t)], d);
+      expect_states_equal(dev, cache, d, "batch d=" + std::to_string(d) + kv_types_label(tk, tv));
     }
-    expect_states_equal(dev, cache, d, "batch d=" + std::to_string(d));
-  }
 }
 
 }  // namespace

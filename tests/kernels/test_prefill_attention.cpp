@@ -2,7 +2,8 @@
 // the head's linear state holds anything, exactly as slake::attention_prefill chooses): GQA with
 // groups that do and do not divide the block's 32 rows, heads with different token counts and
 // position gaps, queries that see only part of the cache (causal), sliding windows, and a query
-// count that leaves a ragged last block. Tolerance: |diff| <= 2e-5 + 1e-4 |cpu|.
+// count that leaves a ragged last block; every cache row type the device stores. Tolerance:
+// |diff| <= 2e-5 + 1e-4 |cpu|.
 #include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
@@ -19,14 +20,14 @@ struct Case {
   std::vector<int> absorbed;  // tokens in each KV head's linear state
 };
 
-void run_case(const Case& c, uint32_t seed) {
+void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
   const int d = c.head_dim, cap = *std::max_element(c.held.begin(), c.held.end());
-  KvCache cache(1, c.n_kv_heads, d, cap);
+  KvCache cache(1, c.n_kv_heads, d, cap, 0, tk, tv);
   for (int g = 0; g < c.n_kv_heads; ++g) {
     KvHead& kh = cache.head(0, g);
     const int n = c.held[static_cast<size_t>(g)];
     const std::vector<float> k = random_floats(static_cast<size_t>(n) * d, seed + 10 * g), v = random_floats(static_cast<size_t>(n) * d, seed + 10 * g + 1);
-    set_f32_rows(kh, k, v);
+    set_rows(kh, k, v, d);
     kh.pos.resize(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) kh.pos[static_cast<size_t>(j)] = g == 1 ? 2 * j : j;
     kh.n = n;
@@ -56,7 +57,12 @@ void run_case(const Case& c, uint32_t seed) {
     }
   expect_close(out.download(), want, 2e-5, 1e-4,
                "d=" + std::to_string(d) + " heads=" + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) +
-                   " window=" + std::to_string(c.window));
+                   " window=" + std::to_string(c.window) + kv_types_label(tk, tv));
+}
+
+// Every stored row type the device has: the kernel and the CPU read the same stored values.
+void run_case(const Case& c, uint32_t seed) {
+  for (const auto& [tk, tv] : device_row_types(c.head_dim)) run_case_typed(c, seed, tk, tv);
 }
 
 TEST(KernelPrefillAttention, GqaCausalMatchesTheCpu) {

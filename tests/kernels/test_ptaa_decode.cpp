@@ -1,7 +1,8 @@
 // PTAA decode (split + merge) against the CPU's slake::ptaa_one, per query head: GQA, heads with
 // different token counts (one empty), positions beyond the query (causal), a sliding window,
 // heads with and without a linear state, head dims that are not multiples of a warp, and split
-// lengths that leave ragged last splits. Tolerance: |diff| <= 2e-5 + 1e-4 |cpu|.
+// lengths that leave ragged last splits; every cache row type the device stores. Tolerance:
+// |diff| <= 2e-5 + 1e-4 |cpu|.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,17 +22,17 @@ struct Case {
   float evicted_along_q = 0;  // > 0: evicted keys are this multiple of query 0 (plus noise)
 };
 
-void run_case(const Case& c, uint32_t seed) {
+void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
   const std::vector<float> q = random_floats(static_cast<size_t>(c.n_heads) * c.head_dim, seed + 99, -1.5f, 1.5f);
   const int d = c.head_dim, cap = *std::max_element(c.held.begin(), c.held.end()) + 1;
-  KvCache cache(1, c.n_kv_heads, d, cap);
+  KvCache cache(1, c.n_kv_heads, d, cap, 0, tk, tv);
   const int32_t qpos = 1000;
   for (int g = 0; g < c.n_kv_heads; ++g) {
     KvHead& kh = cache.head(0, g);
     const int n = c.held[static_cast<size_t>(g)];
     const std::vector<float> k = random_floats(static_cast<size_t>(n) * d, seed + 10 * g, -c.key_scale, c.key_scale);
     const std::vector<float> v = random_floats(static_cast<size_t>(n) * d, seed + 10 * g + 1);
-    set_f32_rows(kh, k, v);
+    set_rows(kh, k, v, d);
     kh.pos.resize(static_cast<size_t>(n));
     // Increasing positions with gaps (evicted tokens); the last two lie after the query.
     for (int j = 0; j < n; ++j) kh.pos[static_cast<size_t>(j)] = j < n - 2 ? qpos - 3 * (n - 2 - j) + 1 : qpos + j;
@@ -56,7 +57,13 @@ void run_case(const Case& c, uint32_t seed) {
     ptaa_one(want.data() + static_cast<size_t>(h) * d, q.data() + static_cast<size_t>(h) * d, qpos, kh, kh.lin, d, c.window);
   }
   expect_close(out.download(), want, 2e-5, 1e-4,
-               "d=" + std::to_string(d) + " window=" + std::to_string(c.window) + " split=" + std::to_string(c.split_len));
+               "d=" + std::to_string(d) + " window=" + std::to_string(c.window) + " split=" + std::to_string(c.split_len) +
+                   kv_types_label(tk, tv));
+}
+
+// Every stored row type the device has: the kernel and the CPU read the same stored values.
+void run_case(const Case& c, uint32_t seed) {
+  for (const auto& [tk, tv] : device_row_types(c.head_dim)) run_case_typed(c, seed, tk, tv);
 }
 
 TEST(KernelPtaaDecode, MatchesCpuPtaaWithAndWithoutLinearState) {

@@ -1,8 +1,10 @@
 // Eviction on the device: per-KV-head top-k flags against slake::top_k_flags (ties to the lower
 // index, many ties, -0 and +0, every keep from none to all), and compaction (partition, gather of
-// kept and evicted rows, batch absorption) against KvCache::compact with absorption.
+// the kept rows' stored bytes, absorption of the evicted rows read in place) against
+// KvCache::compact with absorption, for every cache row type the device stores.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernel_test_util.h"
@@ -36,16 +38,17 @@ TEST(KernelTopk, FlagsMatchTheCpuSelectionIncludingTies) {
   }
 }
 
-TEST(KernelCompact, KeptRowsGatheredAndEvictedRowsAbsorbedLikeTheCpuCache) {
-  const int n_kv = 3, d = 24, cap = 300;
+void compact_case(int d, KvType tk, KvType tv) {
+  const int n_kv = 3, cap = 300;
+  const std::string what = "d=" + std::to_string(d) + kv_types_label(tk, tv);
   const std::vector<int> held{300, 37, 0};
-  KvCache cache(1, n_kv, d, cap);
+  KvCache cache(1, n_kv, d, cap, 0, tk, tv);
   std::vector<std::vector<char>> keep(n_kv);
   for (int g = 0; g < n_kv; ++g) {
     KvHead& kh = cache.head(0, g);
     const int n = held[static_cast<size_t>(g)];
     const std::vector<float> k = random_floats(static_cast<size_t>(n) * d, 60 + g), v = random_floats(static_cast<size_t>(n) * d, 70 + g);
-    set_f32_rows(kh, k, v);
+    set_rows(kh, k, v, d);
     kh.pos.resize(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) kh.pos[static_cast<size_t>(j)] = 5 * j + g;
     kh.n = n;
@@ -63,26 +66,27 @@ TEST(KernelCompact, KeptRowsGatheredAndEvictedRowsAbsorbedLikeTheCpuCache) {
   DeviceBuffer<int32_t> kept_idx(static_cast<size_t>(n_kv) * cap), evicted_idx(static_cast<size_t>(n_kv) * cap);
   DeviceBuffer<int32_t> n_kept(n_kv), n_evicted(n_kv);
   partition_rows(kept_idx.get(), n_kept.get(), evicted_idx.get(), n_evicted.get(), flags.get(), cap, dev.n_held.get(), n_kv, cap);
-  DeviceBuffer<float> new_k(static_cast<size_t>(n_kv) * cap * d), new_v(new_k.size()), ev_k(new_k.size()), ev_v(new_k.size());
+  DeviceBuffer<uint8_t> new_k(static_cast<size_t>(n_kv) * cap * dev.k_row), new_v(static_cast<size_t>(n_kv) * cap * dev.v_row);
   DeviceBuffer<int32_t> new_pos(static_cast<size_t>(n_kv) * cap);
-  gather_rows(new_k.get(), new_v.get(), new_pos.get(), cap, dev.view(), kept_idx.get(), cap, n_kept.get(), cap);
-  gather_rows(ev_k.get(), ev_v.get(), nullptr, cap, dev.view(), evicted_idx.get(), cap, n_evicted.get(), cap);
-  linear_absorb_rows(dev.lin(), ev_k.get(), ev_v.get(), n_evicted.get(), n_kv, d, static_cast<int64_t>(cap) * d);
+  const KvLayerMut dst{new_k.get(), new_v.get(), new_pos.get(), n_kv, cap, d, dev.type_k, dev.type_v};
+  gather_rows(dst, dev.view(), kept_idx.get(), cap, n_kept.get(), cap);
+  linear_absorb_rows(dev.lin(), dev.view(), evicted_idx.get(), cap, n_evicted.get());
 
   for (int g = 0; g < n_kv; ++g) cache.compact(0, g, keep[static_cast<size_t>(g)], true);
   const std::vector<int32_t> got_n = n_kept.download(), got_pos = new_pos.download();
-  const std::vector<float> got_k = new_k.download(), got_v = new_v.download();
+  const std::vector<uint8_t> got_k = new_k.download(), got_v = new_v.download();
   for (int g = 0; g < n_kv; ++g) {
     const KvHead& kh = cache.head(0, g);
-    ASSERT_EQ(got_n[static_cast<size_t>(g)], kh.n) << "head " << g;
-    for (int j = 0; j < kh.n; ++j) {
-      ASSERT_EQ(got_pos[static_cast<size_t>(g) * cap + j], kh.pos[static_cast<size_t>(j)]) << "head " << g << " row " << j;
-      for (int i = 0; i < d; ++i) {
-        ASSERT_EQ(got_k[(static_cast<size_t>(g) * cap + j) * d + i], kh.key(j, d)[i]);
-        ASSERT_EQ(got_v[(static_cast<size_t>(g) * cap + j) * d + i], kh.value(j, d)[i]);
-      }
-    }
-    EXPECT_EQ(n_evicted.download()[static_cast<size_t>(g)], held[static_cast<size_t>(g)] - kh.n);
+    ASSERT_EQ(got_n[static_cast<size_t>(g)], kh.n) << what << " head " << g;
+    for (int j = 0; j < kh.n; ++j)
+      ASSERT_EQ(got_pos[static_cast<size_t>(g) * cap + j], kh.pos[static_cast<size_t>(j)]) << what << " head " << g << " row " << j;
+    // The kept rows' stored bytes, exactly.
+    const size_t k0 = static_cast<size_t>(g) * cap * kh.k_row, v0 = static_cast<size_t>(g) * cap * kh.v_row;
+    ASSERT_TRUE(std::equal(kh.k.begin(), kh.k.begin() + static_cast<long>(kh.n * kh.k_row), got_k.begin() + static_cast<long>(k0)))
+        << what << " keys of head " << g;
+    ASSERT_TRUE(std::equal(kh.v.begin(), kh.v.begin() + static_cast<long>(kh.n * kh.v_row), got_v.begin() + static_cast<long>(v0)))
+        << what << " values of head " << g;
+    EXPECT_EQ(n_evicted.download()[static_cast<size_t>(g)], held[static_cast<size_t>(g)] - kh.n) << what;
   }
   // The CPU absorbs token by token, the kernel as one K^T V: equal up to fp32 summation order.
   std::vector<float> want_n, want_ks, want_vs, want_m;
@@ -93,10 +97,15 @@ TEST(KernelCompact, KeptRowsGatheredAndEvictedRowsAbsorbedLikeTheCpuCache) {
     for (int i = 0; i < d; ++i) want_vs.push_back(l.M.empty() ? 0.0f : l.vsum[static_cast<size_t>(i)]);
     for (int i = 0; i < d * d; ++i) want_m.push_back(l.M.empty() ? 0.0f : l.M[static_cast<size_t>(i)]);
   }
-  expect_close(dev.lin_n.download(), want_n, 0, 0, "n");
-  expect_close(dev.ksum.download(), want_ks, 1e-5, 1e-5, "ksum");
-  expect_close(dev.vsum.download(), want_vs, 1e-5, 1e-5, "vsum");
-  expect_close(dev.M.download(), want_m, 1e-5, 1e-5, "M");
+  expect_close(dev.lin_n.download(), want_n, 0, 0, what + " n");
+  expect_close(dev.ksum.download(), want_ks, 1e-5, 1e-5, what + " ksum");
+  expect_close(dev.vsum.download(), want_vs, 1e-5, 1e-5, what + " vsum");
+  expect_close(dev.M.download(), want_m, 1e-5, 1e-5, what + " M");
+}
+
+TEST(KernelCompact, KeptRowsGatheredAndEvictedRowsAbsorbedLikeTheCpuCache) {
+  for (const int d : {24, 64})
+    for (const auto& [tk, tv] : device_row_types(d)) compact_case(d, tk, tv);
 }
 
 }  // namespace

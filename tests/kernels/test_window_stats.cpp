@@ -1,5 +1,6 @@
 // Observation-window statistics against slake::window_stats (both poolings, GQA, a window of 1 and
-// prefix lengths that are not multiples of the 128-token chunk). Both sides work in double from
+// prefix lengths that are not multiples of the 128-token chunk; every cache row type the device
+// stores). Both sides work in double from
 // fp32 dot products summed in different orders: indicator within 1e-4 relative (1e-7 absolute),
 // entropy and variance sums within 1e-5 relative.
 #include <gtest/gtest.h>
@@ -12,8 +13,8 @@
 namespace slake::gpu::test {
 namespace {
 
-void run_case(int d, int n_heads, int n_kv, int S, int window, TokenPool pool, uint32_t seed) {
-  KvCache cache(1, n_kv, d, S);
+void run_case_typed(int d, int n_heads, int n_kv, int S, int window, TokenPool pool, uint32_t seed, KvType tk, KvType tv) {
+  KvCache cache(1, n_kv, d, S, 0, tk, tv);
   for (int t = 0; t < S; ++t) {
     const std::vector<float> k = random_floats(static_cast<size_t>(n_kv) * d, seed + 2 * t, -2.0f, 2.0f);
     const std::vector<float> v = random_floats(static_cast<size_t>(n_kv) * d, seed + 2 * t + 1);
@@ -32,9 +33,14 @@ void run_case(int d, int n_heads, int n_kv, int S, int window, TokenPool pool, u
                scratch.get());
   std::vector<float> want_ind;
   for (const auto& row : want.indicator) want_ind.insert(want_ind.end(), row.begin(), row.end());
-  const std::string what = "S=" + std::to_string(S) + " window=" + std::to_string(window);
+  const std::string what = "S=" + std::to_string(S) + " window=" + std::to_string(window) + kv_types_label(tk, tv);
   expect_close(indicator.download(), want_ind, 1e-7, 1e-4, what + " indicator");
   expect_close(totals.download(), std::vector<double>{want.entropy, want.variance}, 0, 1e-5, what + " entropy, variance");
+}
+
+// Every stored row type the device has: the kernels and the CPU read the same stored keys.
+void run_case(int d, int n_heads, int n_kv, int S, int window, TokenPool pool, uint32_t seed) {
+  for (const auto& [tk, tv] : device_row_types(d)) run_case_typed(d, n_heads, n_kv, S, window, pool, seed, tk, tv);
 }
 
 TEST(KernelWindowStats, MatchesTheCpuStatistics) {

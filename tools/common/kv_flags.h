@@ -10,7 +10,7 @@ namespace slake::tools {
 
 struct KvFlags {
   KvPolicyParams params;
-  std::string cache_type_k, cache_type_v;  // empty: the backend's default (kv_types_for_backend)
+  std::string cache_type_k, cache_type_v;  // empty: the default, f16
   double tau1 = 0, tau2 = 0, alpha = 0, beta = 0;  // copied into params only when given
 };
 
@@ -44,9 +44,9 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
       ->check(CLI::Range(1, 4096));
   std::string types;
   for (const std::string& t : kv_type_names()) types += (types.empty() ? "" : ", ") + t;
-  app.add_option("--cache-type-k", f.cache_type_k, "KV cache type for keys (-ctk): " + types + " (default: f16; f32 on the cuda backend)")
+  app.add_option("--cache-type-k", f.cache_type_k, "KV cache type for keys (-ctk): " + types + " (default: f16)")
       ->check(CLI::IsMember(kv_type_names()));
-  app.add_option("--cache-type-v", f.cache_type_v, "KV cache type for values (-ctv): " + types + " (default: f16; f32 on the cuda backend)")
+  app.add_option("--cache-type-v", f.cache_type_v, "KV cache type for values (-ctv): " + types + " (default: f16)")
       ->check(CLI::IsMember(kv_type_names()));
 }
 
@@ -63,13 +63,12 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
   if (app.count("--kv-beta")) kv.beta = f.beta;
 }
 
-// The cuda backend keeps an f32 cache: a type not given on the command line becomes f32 there,
-// and any other type given is an error (thrown before a model is loaded).
-inline void kv_types_for_backend(KvFlags& f, const std::string& backend) {
+// The cuda backend stores f32, f16, bf16 and q8_0 caches: any other type is an error there, thrown
+// before a model is loaded.
+inline void kv_types_for_backend(const KvFlags& f, const std::string& backend) {
   if (backend != "cuda") return;
-  for (const std::string* t : {&f.cache_type_k, &f.cache_type_v})
-    if (!t->empty() && *t != "f32") fail("the cuda backend keeps its KV cache in f32; cache type " + *t + " is cpu only");
-  f.params.type_k = f.params.type_v = KvType::F32;
+  check_kv_type_on_cuda(f.params.type_k);
+  check_kv_type_on_cuda(f.params.type_v);
 }
 
 }  // namespace slake::tools
