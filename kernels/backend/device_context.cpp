@@ -50,6 +50,8 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params) : 
   gemm_ = make_gemm();
   arena_ = device_alloc(plan_.total_bytes());
   device_memset(arena_, 0, plan_.total_bytes());
+  pool_ = find_area("kv");
+  if (plan_.evicting) staging_ = find_area("staging"), move_ = find_area("move");
   try {
     upload_weights();
     const Rope rope(model.cfg);
@@ -121,21 +123,23 @@ void DeviceContext::reset() {
   }
 }
 
-KvLayerMut DeviceContext::area(const std::string& name, int64_t off, int cap) const {
+DeviceContext::CacheArea DeviceContext::find_area(const std::string& name) const {
+  return CacheArea{at<uint8_t>((name + ".k").c_str()), at<uint8_t>((name + ".v").c_str()), at<int32_t>((name + ".pos").c_str())};
+}
+
+KvLayerMut DeviceContext::area(const CacheArea& a, int64_t off, int cap) const {
   const ModelConfig& c = model_.cfg;
   const int64_t H = c.n_kv_heads;
-  uint8_t* k = at<uint8_t>((name + ".k").c_str()) + off * H * static_cast<int64_t>(plan_.k_row);
-  uint8_t* v = at<uint8_t>((name + ".v").c_str()) + off * H * static_cast<int64_t>(plan_.v_row);
-  int32_t* pos = at<int32_t>((name + ".pos").c_str()) + off * H;
-  return KvLayerMut{k, v, pos, c.n_kv_heads, cap, c.head_dim, plan_.type_k, plan_.type_v};
+  return KvLayerMut{a.k + off * H * static_cast<int64_t>(plan_.k_row), a.v + off * H * static_cast<int64_t>(plan_.v_row),
+                    a.pos + off * H, c.n_kv_heads, cap, c.head_dim, plan_.type_k, plan_.type_v};
 }
 
 KvLayerMut DeviceContext::pool_layer(int l) const {
   const Layer& L = layers_[static_cast<size_t>(l)];
-  return area("kv", L.off, L.cap);
+  return area(pool_, L.off, L.cap);
 }
 
-KvLayerMut DeviceContext::staging() const { return area("staging", 0, static_cast<int>(plan_.staging_slots)); }
+KvLayerMut DeviceContext::staging() const { return area(staging_, 0, static_cast<int>(plan_.staging_slots)); }
 
 KvLayerView DeviceContext::view(const KvLayerMut& m, int l) const {
   const int32_t* n_held = at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * m.n_kv_heads;
@@ -306,7 +310,7 @@ void DeviceContext::on_layer_done(int l) {
     const int cap = static_cast<int>(budgets_[static_cast<size_t>(k)]) + W + 1;
     const int64_t n_cand = Lk.held - W;
     if (!(cap == Lk.cap && off == Lk.off && budgets_[static_cast<size_t>(k)] >= n_cand)) {
-      const KvLayerMut mv = area("move", 0, cap);
+      const KvLayerMut mv = area(move_, 0, cap);
       const KvLayerMut src = pool_layer(k);
       // Gather into the move area laid out with the new capacity, then copy it into place.
       relocate(k, src, budgets_[static_cast<size_t>(k)], -1, cap);
@@ -348,7 +352,7 @@ void DeviceContext::relocate(int l, const KvLayerMut& src, int64_t budget, int64
   partition_rows(kept, n_kept, evicted, n_evicted, flags, held, sv.n_held, H, ld);
   KvLayerMut dst;
   if (off < 0) {
-    dst = area("move", 0, cap);
+    dst = area(move_, 0, cap);
   } else {
     L.off = off;
     L.cap = cap;

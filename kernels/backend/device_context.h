@@ -68,8 +68,15 @@ class DeviceContext {
   T* at(const char* name) const {
     return reinterpret_cast<T*>(static_cast<char*>(arena_) + plan_.offset(name));
   }
-  // Rows [off, off + cap * ...) of the planned cache area `name` ("kv", "staging", "move"), cap per head.
-  KvLayerMut area(const std::string& name, int64_t off, int cap) const;
+  // A planned cache area's three buffers (device_plan: <name>.k, <name>.v, <name>.pos).
+  struct CacheArea {
+    uint8_t* k = nullptr;
+    uint8_t* v = nullptr;
+    int32_t* pos = nullptr;
+  };
+  CacheArea find_area(const std::string& name) const;
+  // The layer-shaped view of an area from slot `off` on, with `cap` rows per KV head.
+  KvLayerMut area(const CacheArea& a, int64_t off, int cap) const;
   KvLayerMut pool_layer(int l) const;
   KvLayerMut staging() const;
   KvLayerView view(const KvLayerMut& m, int l) const;
@@ -92,6 +99,7 @@ class DeviceContext {
   KvPolicyParts parts_{};
   std::unique_ptr<Gemm> gemm_;
   void* arena_ = nullptr;
+  CacheArea pool_, staging_, move_;  // staging and move: evicting plans only
   DeviceMatrix tok_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<Layer> layers_;
