@@ -51,6 +51,12 @@ struct KvHead {
   static const float* f32_rows(KvType t, const uint8_t* p, int d);
 };
 
+// What compacting one head changed, for KvCache::note_compacted.
+struct KvCompaction {
+  int removed = 0;       // tokens no longer held
+  bool new_lin = false;  // the head's linear state went from empty to holding something
+};
+
 class KvCache {
  public:
   // centroids > 0: the heads' linear states are centroid states of that many (kv_policy.h).
@@ -89,6 +95,11 @@ class KvCache {
   // Keeps, in order, the tokens of head (layer, h) whose indices are flagged in `keep` (size n);
   // the others are absorbed into its linear state when `absorb` is set, else dropped.
   void compact(int layer, int h, const std::vector<char>& keep, bool absorb);
+  // The same in two steps, so that several heads can be compacted at once: compact_head touches
+  // only head (layer, h) and may run concurrently for distinct heads; note_compacted (one thread)
+  // then updates the cache's counts and peak.
+  KvCompaction compact_head(int layer, int h, const std::vector<char>& keep, bool absorb);
+  void note_compacted(const KvCompaction& c);
 
   // Returns to the OS the memory pages of head (layer, h) beyond the tokens it holds, keeping the
   // reservation: after a large eviction, resident memory then follows what is held.

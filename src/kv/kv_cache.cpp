@@ -104,6 +104,16 @@ void KvCache::clear() {
 }
 
 void KvCache::compact(int layer, int h, const std::vector<char>& keep, bool absorb) {
+  note_compacted(compact_head(layer, h, keep, absorb));
+}
+
+void KvCache::note_compacted(const KvCompaction& c) {
+  held_ -= c.removed;
+  if (c.new_lin) ++lin_heads_;
+  note_usage();
+}
+
+KvCompaction KvCache::compact_head(int layer, int h, const std::vector<char>& keep, bool absorb) {
   KvHead& kh = head(layer, h);
   const bool had_lin = kh.lin.n > 0;
   thread_local std::vector<float> ks, vs;
@@ -134,10 +144,9 @@ void KvCache::compact(int layer, int h, const std::vector<char>& keep, bool abso
   kh.k.resize(static_cast<size_t>(w) * kh.k_row);
   kh.v.resize(static_cast<size_t>(w) * kh.v_row);
   kh.pos.resize(static_cast<size_t>(w));
-  held_ -= kh.n - w;
+  const KvCompaction c{kh.n - w, !had_lin && kh.lin.n > 0};
   kh.n = w;
-  if (!had_lin && kh.lin.n > 0) ++lin_heads_;
-  note_usage();
+  return c;
 }
 
 void KvCache::settle(int layer) {

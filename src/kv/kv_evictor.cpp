@@ -131,20 +131,21 @@ void KvEvictor::evict_to(const std::vector<int64_t>& budgets, KvCache& cache) {
       if (budgets[l] >= n_cand) continue;
       std::vector<char> keep = top_k_flags(cand.data(), n_cand, budgets[l]);
       keep.resize(static_cast<size_t>(kh.n), 1);  // the window and anything after it
-      remove_rows(static_cast<int>(l), h, keep, cache);
+      cache.note_compacted(remove_rows(static_cast<int>(l), h, keep, cache));
       cache.release_unused(static_cast<int>(l), h);  // so resident memory follows the cascading bound
     }
 }
 
-void KvEvictor::remove_rows(int layer, int kvh, const std::vector<char>& keep, KvCache& cache) {
-  cache.compact(layer, kvh, keep, p_.absorbs());
+KvCompaction KvEvictor::remove_rows(int layer, int kvh, const std::vector<char>& keep, KvCache& cache) {
+  const KvCompaction c = cache.compact_head(layer, kvh, keep, p_.absorbs());
   std::vector<std::vector<double>>& acc = acc_[static_cast<size_t>(layer)];
-  if (static_cast<size_t>(kvh) >= acc.size()) return;
+  if (static_cast<size_t>(kvh) >= acc.size()) return c;
   std::vector<double>& a = acc[static_cast<size_t>(kvh)];
   size_t w = 0;
   for (size_t r = 0; r < a.size(); ++r)
     if (keep[r]) a[w++] = a[r];
   a.resize(w);
+  return c;
 }
 
 int64_t KvEvictor::decode_budget(int layer) const {
@@ -206,7 +207,7 @@ void KvEvictor::on_decode_batched(int layer, const float* q, int32_t qpos, KvCac
   for (int kvh = 0; kvh < s_.n_kv_heads; ++kvh) {
     const std::vector<char>& k = keep[static_cast<size_t>(kvh)];
     if (k.empty()) continue;
-    remove_rows(layer, kvh, k, cache);
+    cache.note_compacted(remove_rows(layer, kvh, k, cache));
     if (scored) decode_x_[static_cast<size_t>(kvh)].keep_rows(k);
   }
   if (scored) decode_x_layer_ = layer;
@@ -220,31 +221,34 @@ void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cach
   const int d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads;
   if (scored) decode_x_.resize(static_cast<size_t>(s_.n_kv_heads));
   if (p_.evict_every > 1) return on_decode_batched(layer, q, qpos, cache, pool);
-  const int64_t b = decode_budget(layer);
-  // Each head over its budget gives up one row per round (one round per decoded token): the heads
-  // are scored in parallel, then compacted one after the other. The query's scores are computed
-  // once, in the first round, and lose the evicted rows with the cache.
-  std::vector<int> victim(static_cast<size_t>(s_.n_kv_heads));
+  const int64_t limit = decode_budget(layer) + p_.window;
+  // Each head over its budget gives up one row per round: a head scores its rows, picks its victim
+  // and compacts, in parallel with the others (one dispatch), and the counts are noted after. The
+  // query's scores are computed once, in the first round, and lose the evicted rows with the
+  // cache. A head is one row over after a decode token's append, so one round is the rule;
+  // another runs only while some head is still over.
+  std::vector<KvCompaction> done(static_cast<size_t>(s_.n_kv_heads));
   for (bool first = true;; first = false) {
     pool.parallel_for(s_.n_kv_heads, 1, [&](int64_t lo, int64_t hi, int) {
+      std::vector<char> keep;
       for (int64_t g = lo; g < hi; ++g) {
         const KvHead& kh = cache.head(layer, static_cast<int>(g));
         if (first && scored) decode_x_[static_cast<size_t>(g)].compute(q + static_cast<size_t>(g * group) * d, group, qpos, kh, d);
-        victim[static_cast<size_t>(g)] =
-            kh.n > b + p_.window ? decode_victim(layer, static_cast<int>(g), qpos, cache, kh.n - p_.window) : -1;
+        done[static_cast<size_t>(g)] = KvCompaction{};
+        if (kh.n <= limit) continue;
+        const int v = decode_victim(layer, static_cast<int>(g), qpos, cache, kh.n - p_.window);
+        keep.assign(static_cast<size_t>(kh.n), 1);
+        keep[static_cast<size_t>(v)] = 0;
+        done[static_cast<size_t>(g)] = remove_rows(layer, static_cast<int>(g), keep, cache);
+        if (scored) decode_x_[static_cast<size_t>(g)].erase(v);
       }
     });
-    bool evicted = false;
+    bool over = false;
     for (int kvh = 0; kvh < s_.n_kv_heads; ++kvh) {
-      const int v = victim[static_cast<size_t>(kvh)];
-      if (v < 0) continue;
-      std::vector<char> keep(static_cast<size_t>(cache.head(layer, kvh).n), 1);
-      keep[static_cast<size_t>(v)] = 0;
-      remove_rows(layer, kvh, keep, cache);
-      if (scored) decode_x_[static_cast<size_t>(kvh)].erase(v);
-      evicted = true;
+      if (done[static_cast<size_t>(kvh)].removed > 0) cache.note_compacted(done[static_cast<size_t>(kvh)]);
+      over |= cache.head(layer, kvh).n > limit;
     }
-    if (!evicted) break;
+    if (!over) break;
   }
   if (scored) decode_x_layer_ = layer;
 }
