@@ -15,7 +15,10 @@ enum class ElemType : int { F32 = 0, F16 = 1, Q8_0 = 8, BF16 = 30 };
 
 // Bytes of one row of n values of type t (n a multiple of 32 for Q8_0), as slake::kv_row_bytes.
 inline __host__ __device__ int64_t elem_row_bytes(ElemType t, int n) {
-  return t == ElemType::F32 ? 4 * static_cast<int64_t>(n) : t == ElemType::Q8_0 ? static_cast<int64_t>(n) / 32 * 34 : 2 * static_cast<int64_t>(n);
+  const int64_t m = n;
+  if (t == ElemType::F32) return 4 * m;
+  if (t == ElemType::Q8_0) return m / 32 * 34;
+  return 2 * m;  // F16, BF16
 }
 
 // ---- elementwise (embedding.cuh, rmsnorm.cuh, rope.cuh, swiglu.cuh, residual.cuh) ----
