@@ -95,6 +95,7 @@ expect_error "error: unknown synthetic model 'gpt-5' (llama-3.1-8b, llama-2-7b, 
 if ! "$bin/slake-bench" --synthetic tiny -p 16 -n 0 -r 1 --backend cuda >/dev/null 2>&1; then
   expect_error "error: .*cuda" "$bin/slake-bench" --synthetic tiny -p 16 -n 0 -r 1 --backend cpu,cuda
 fi
+expect_error "error: the cuda backend stores its KV cache as f32, f16, bf16 or q8_0; cache type q4_0 is cpu only" "$bin/slake-bench" -m /nonexistent.gguf --backend cuda -ctk f16,q4_0 --mem-bandwidth 1
 expect_error "error: -t: thread counts must be positive" "$bin/slake-bench" --synthetic tiny -t 2,0
 expect_error "error: -p: sizes must not be negative" "$bin/slake-bench" --synthetic tiny -p -5
 expect_error "error: KV budget 16 must be larger than the window 32" "$bin/slake-bench" --synthetic tiny --kv-policy slake --kv-budget 16

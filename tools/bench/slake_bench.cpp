@@ -194,10 +194,10 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  app.add_option("--cache-type-k", types_k, "KV cache types for keys (-ctk): f32, f16, bf16, q8_0, q4_0")
+  app.add_option("--cache-type-k", types_k, "KV cache types for keys (-ctk): f32, f16, bf16, q8_0, q4_0, kivi2, kivi4")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--cache-type-v", types_v, "KV cache types for values (-ctv): f32, f16, bf16, q8_0, q4_0")
+  app.add_option("--cache-type-v", types_v, "KV cache types for values (-ctv): f32, f16, bf16, q8_0, q4_0, kivi2, kivi4")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--backend", backends, "backends: cpu, cuda")->delimiter(',')->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
@@ -219,7 +219,6 @@ int main(int argc, char** argv) {
     for (int v : depths) if (v < 0) slake::fail("-d: depths must not be negative");
     for (int v : threads) if (v < 1) slake::fail("-t: thread counts must be positive");
     for (int v : budgets) if (v < 0) slake::fail("--kv-budget: budgets must not be negative");
-    for (const std::string& b : backends) slake::tools::check_backend(b);
     std::vector<slake::KvPolicyParams> kvs;
     for (const std::string& p : policies)
       for (int b : budgets)
@@ -240,6 +239,14 @@ int main(int argc, char** argv) {
                        k.type_v == kv.type_v;
               if (!dup) kvs.push_back(kv);
             }
+    // A cache type a backend lacks is refused here, before any model is loaded or test run.
+    for (const std::string& b : backends)
+      if (b == "cuda")
+        for (const auto& kv : kvs) {
+          slake::check_kv_type_on_cuda(kv.type_k);
+          slake::check_kv_type_on_cuda(kv.type_v);
+        }
+    for (const std::string& b : backends) slake::tools::check_backend(b);
     const slake::DType stype = synth_type == "f32" ? slake::DType::F32 : synth_type == "f16" ? slake::DType::F16
                              : synth_type == "bf16" ? slake::DType::BF16 : synth_type == "q8_0" ? slake::DType::Q8_0 : slake::DType::Q4_0;
 
