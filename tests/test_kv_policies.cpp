@@ -178,6 +178,35 @@ TEST_F(Policies, SlakeWideKeepsTheNewestHalfOfTheBudgetAfterPrefillAndDecode) {
     }
 }
 
+TEST_F(Policies, SlakeWidePrefersLayersByVabsTimesTheVarianceToDelta) {
+  // slake-wide's layer score is the spec's VABS preference (slake's, same window) times CAKE's
+  // attention variance Vr^delta; cake with 1/tau1 ~ 0 and tau2 = 1 scores a layer by Vr alone.
+  const int C = 64, W = 32;  // slake-wide widens the window 16 to C / 2
+  std::unique_ptr<Context> vabs, var;
+  run(policy("slake", C, W, "none"), &vabs, 0);
+  KvPolicyParams cake = policy("cake", C, W);
+  cake.tau1 = 1e15;
+  cake.tau2 = 1.0;
+  run(cake, &var, 0);
+  for (double delta : {1.0, 0.5, 0.0}) {
+    SCOPED_TRACE(delta);
+    KvPolicyParams p = policy("slake-wide", C, 16);
+    p.delta = delta;
+    std::unique_ptr<Context> wide;
+    run(p, &wide, 0);
+    ASSERT_EQ(wide->evictor().params().window, W);
+    const std::vector<double>& got = wide->evictor().scores();
+    ASSERT_EQ(got.size(), vabs->evictor().scores().size());
+    for (size_t l = 0; l < got.size(); ++l) {
+      const double vr = var->evictor().scores()[l], want = vabs->evictor().scores()[l] * std::pow(vr, delta);
+      ASSERT_GT(vr, 0.0);
+      EXPECT_NEAR(got[l], want, 1e-9 * want) << "layer " << l;
+    }
+    if (delta == 0.0) EXPECT_EQ(wide->evictor().budgets(), vabs->evictor().budgets());  // VABS alone: the spec's budgets
+    else EXPECT_NE(wide->evictor().budgets(), vabs->evictor().budgets());
+  }
+}
+
 TEST_F(Policies, StreamingKeepsSinksAndTheMostRecent) {
   const int C = 64, Sw = 16, b = C - Sw, P = kPrompt - Sw;
   std::unique_ptr<Context> ctx;

@@ -103,6 +103,9 @@ TEST(KvPolicyParams, BadValuesAreRefused) {
   p.alpha = -0.5;
   EXPECT_THROW(validate(p), Error);
   p.alpha.reset();
+  p.delta = -1;
+  EXPECT_THROW(validate(p), Error);
+  p.delta = 1;
   p.gamma = -1;
   EXPECT_THROW(validate(p), Error);
 }
@@ -129,7 +132,9 @@ TEST(KvPolicyParams, PartsFollowTheSpecTable) {
 
 TEST(KvPolicyParams, SlakeWideRanksAtMostHalfTheBudgetAnd256Tokens) {
   EXPECT_EQ(policy_parts("slake-wide").selector, KvSelector::Indicator);
-  EXPECT_EQ(policy_parts("slake-wide").allocator, KvAllocator::Vabs);
+  EXPECT_EQ(policy_parts("slake-wide").allocator, KvAllocator::VabsVariance);
+  EXPECT_TRUE(by_preference(KvAllocator::VabsVariance));
+  EXPECT_FALSE(by_preference(KvAllocator::Pyramid));
   const ModelConfig cfg;
   KvPolicyParams p = cake(512, 32);
   p.policy = "slake-wide";

@@ -12,7 +12,8 @@ namespace slake {
 
 struct KvPolicyParams {
   // full, streaming, h2o, snapkv, pyramidkv, cake, slake (spec section 6), and slake-wide: slake with
-  // a window of C - min(C/2, 256) tokens, at least half the budget (resolve_kv_defaults; docs/kv-quality.md).
+  // a window of C - min(C/2, 256) tokens, at least half the budget (resolve_kv_defaults), and VABS's
+  // layer preference times CAKE's attention variance to the power delta (docs/kv-quality.md).
   std::string policy = "full";
   int budget = 0;               // C: average tokens kept per layer, window included; 0 = no eviction
   int window = 32;              // Sw
@@ -26,6 +27,7 @@ struct KvPolicyParams {
   // Layer-preference exponents; unset: the per-model defaults of the spec (resolve_kv_defaults).
   std::optional<double> tau1, tau2;   // CAKE
   std::optional<double> alpha, beta;  // VABS
+  double delta = 1.0;           // slake-wide: exponent of the attention variance in its layer preference
   bool cascade = true;          // evict after every layer; false: once, after the last (Theorem 1 tests)
   // Decode-time eviction in batches: a head may grow to its budget + window + evict_every - 1
   // rows, then gives up evict_every rows chosen by one scoring (1: the spec's one row per step).
@@ -69,7 +71,13 @@ enum class KvAllocator {
   Pyramid,  // linearly decreasing with depth (PyramidKV, beta = 20)
   Cake,     // CAKE preference, cascading
   Vabs,     // SLAKE's VABS preference, cascading
+  // slake-wide: VABS's preference times CAKE's attention variance Vr^delta, cascading. VABS alone
+  // moves the budget to the first layers, whose window attention hardly moves; Vr says which
+  // layers' attention shifts between queries (docs/kv-quality.md).
+  VabsVariance,
 };
+// Whether the allocator splits the budget by a layer preference score, cascading (spec 2.5-2.6).
+inline bool by_preference(KvAllocator a) { return a == KvAllocator::Cake || a == KvAllocator::Vabs || a == KvAllocator::VabsVariance; }
 struct KvPolicyParts {
   KvSelector selector;
   KvAllocator allocator;

@@ -267,7 +267,7 @@ void DeviceContext::on_layer_done(int l) {
         copy_to_host(t, at<double>("totals"), sizeof t);
         score = std::pow(t[0], 1.0 / p.tau1.value_or(1.0)) * std::pow(t[1], 1.0 / p.tau2.value_or(1.0));
       }
-      if (parts_.allocator == KvAllocator::Vabs) {
+      if (parts_.allocator == KvAllocator::Vabs || parts_.allocator == KvAllocator::VabsVariance) {
         topk_flags(at<uint8_t>("uniform_kept"), ind, H, P, P, p.budget - p.window);
         vabs_terms(at<double>("vabs"), at<float>("q_window"), S_, W, c.n_heads, st, at<uint8_t>("uniform_kept"));
         std::vector<double> v(static_cast<size_t>(W) * c.n_heads * 2);
@@ -281,6 +281,11 @@ void DeviceContext::on_layer_done(int l) {
         }
         const double rows = static_cast<double>(c.n_heads) * W;
         score = std::pow(tv_va / rows, p.alpha.value_or(0.5)) * std::pow(en / rows, p.beta.value_or(0.4));
+        if (parts_.allocator == KvAllocator::VabsVariance) {
+          double t[2];
+          copy_to_host(t, at<double>("totals"), sizeof t);
+          score *= std::pow(t[1], p.delta);
+        }
       }
       break;
     }
@@ -292,7 +297,7 @@ void DeviceContext::on_layer_done(int l) {
   // Budgets of the layers seen so far: KvEvictor::on_layer_done.
   const size_t seen = static_cast<size_t>(l) + 1;
   std::vector<int64_t> b;
-  if (parts_.allocator == KvAllocator::Cake || parts_.allocator == KvAllocator::Vabs) {
+  if (by_preference(parts_.allocator)) {
     const int64_t total = static_cast<int64_t>(p.budget - p.window) * c.n_layers, cap = P;
     b = total >= cap * static_cast<int64_t>(seen) ? std::vector<int64_t>(seen, cap) : allocate_budgets(scores_, total, cap);
     for (size_t k = 0; k < budgets_.size(); ++k) b[k] = std::min(b[k], budgets_[k]);

@@ -85,9 +85,10 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
       tok = std::move(st.indicator);
       if (parts_.allocator == KvAllocator::Cake)
         score = std::pow(st.entropy, 1.0 / p_.tau1.value_or(1.0)) * std::pow(st.variance, 1.0 / p_.tau2.value_or(1.0));
-      if (parts_.allocator == KvAllocator::Vabs) {
+      if (parts_.allocator == KvAllocator::Vabs || parts_.allocator == KvAllocator::VabsVariance) {
         const VabsTerms v = vabs_terms(q_window_.data(), S_, p_.window, cache, layer, s_, tok, p_.budget - p_.window, pool);
         score = std::pow(v.tv_va, p_.alpha.value_or(0.5)) * std::pow(v.entropy, p_.beta.value_or(0.4));
+        if (parts_.allocator == KvAllocator::VabsVariance) score *= std::pow(st.variance, p_.delta);
       }
       break;
     }
@@ -99,7 +100,7 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
 
   const size_t seen = static_cast<size_t>(layer) + 1;
   std::vector<int64_t> b;
-  if (parts_.allocator == KvAllocator::Cake || parts_.allocator == KvAllocator::Vabs) {
+  if (by_preference(parts_.allocator)) {
     // Over the layers seen so far the same total (spec 2.6); while they all fit, each keeps its prefix.
     const int64_t total = static_cast<int64_t>(p_.budget - p_.window) * n_layers_, cap = P;
     b = total >= cap * static_cast<int64_t>(seen) ? std::vector<int64_t>(seen, cap) : allocate_budgets(scores_, total, cap);

@@ -43,6 +43,7 @@ void validate(const KvPolicyParams& p) {
     if (t && !(*t > 0)) fail("KV CAKE exponents tau1/tau2 must be positive");
   for (const std::optional<double>& t : {p.alpha, p.beta})
     if (t && !(*t >= 0 && std::isfinite(*t))) fail("KV VABS exponents alpha/beta must not be negative");
+  if (!(p.delta >= 0 && std::isfinite(p.delta))) fail("KV variance exponent delta must not be negative");
 }
 
 KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c) {
@@ -79,7 +80,8 @@ KvPolicyParts policy_parts(const std::string& policy) {
   if (policy == "snapkv") return {KvSelector::WindowMax7, KvAllocator::Uniform};
   if (policy == "pyramidkv") return {KvSelector::WindowMax7, KvAllocator::Pyramid};
   if (policy == "cake") return {KvSelector::Indicator, KvAllocator::Cake};
-  if (policy == "slake" || policy == "slake-wide") return {KvSelector::Indicator, KvAllocator::Vabs};
+  if (policy == "slake") return {KvSelector::Indicator, KvAllocator::Vabs};
+  if (policy == "slake-wide") return {KvSelector::Indicator, KvAllocator::VabsVariance};
   return {KvSelector::None, KvAllocator::None};
 }
 

@@ -37,6 +37,9 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
   app.add_option("--kv-tau2", f.tau2, "CAKE preference exponent 1/tau2 (default: per model and budget)");
   app.add_option("--kv-alpha", f.alpha, "VABS preference exponent alpha (default: per model and budget)");
   app.add_option("--kv-beta", f.beta, "VABS preference exponent beta (default: per model and budget)");
+  app.add_option("--kv-delta", kv.delta, "slake-wide: exponent of the attention variance in its layer preference")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-evict-every", kv.evict_every,
                  "decode-time eviction in batches: a head grows to its budget + window + k - 1 tokens, then gives up k "
                  "chosen by one scoring (1: one token per step, the spec's)")
