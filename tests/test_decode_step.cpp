@@ -172,7 +172,7 @@ TEST(AttentionDecode, MatchesFloat64WithScoresComputedOnce) {
     int n_heads, n_kv, d, n_keys, window;
   };
   for (const S s : {S{4, 4, 8, 1, 0}, S{8, 2, 16, 65, 0}, S{32, 4, 64, 300, 0}, S{20, 1, 16, 70, 0}, S{8, 1, 64, 257, 64},
-                    S{6, 3, 12, 130, 17}}) {
+                    S{6, 3, 12, 130, 17}, S{9, 3, 64, 2500, 0}, S{8, 2, 16, 1500, 600}}) {  // the last two split their keys
     std::mt19937 rng(5 + s.n_keys);
     std::normal_distribution<float> nd(0.0f, 1.5f);
     KvCache cache(1, s.n_kv, s.d, s.n_keys);
@@ -197,6 +197,10 @@ TEST(AttentionDecode, MatchesFloat64WithScoresComputedOnce) {
         ASSERT_NEAR(out[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], 2e-5 * (1 + std::abs(want[static_cast<size_t>(i)])))
             << "heads " << s.n_heads << " keys " << s.n_keys << " head " << h << " dim " << i;
     }
+    // The same sums as attention_prefill, whose keys are split the same way.
+    std::vector<float> pre(q.size());
+    attention_prefill(pre.data(), q.data(), &qpos, 1, cache, 0, {s.n_heads, s.n_kv, s.d, s.window}, pool);
+    EXPECT_EQ(out, pre) << "keys " << s.n_keys;
     // Scores that do not match the cache are refused rather than read out of bounds.
     xs[0].erase(0);
     EXPECT_THROW(attention_decode(out.data(), q.data(), qpos, cache, 0, {s.n_heads, s.n_kv, s.d, s.window}, xs, pool), Error);

@@ -17,13 +17,23 @@ namespace {
 constexpr int kTile = 64;
 constexpr int kSplitKeys = 1024;  // keys per work item when a call's rows fit one block
 
+// How many parts attention_split_keys cuts the keys of `layer` into: about kSplitKeys keys each,
+// from the longest head.
+int key_splits(const KvCache& cache, int layer, int n_kv_heads) {
+  int most = 0;
+  for (int h = 0; h < n_kv_heads; ++h) most = std::max(most, cache.head(layer, h).n);
+  return std::min(64, (most + kSplitKeys - 1) / kSplitKeys);
+}
+
 // One block of rows per KV head (a decode token, or a few) over a long cache: each head's visible
 // keys are split into parts of about kSplitKeys, every part is its own work item, and the parts'
 // (m, l, acc) are merged per row (flash-decoding). Without it a step has one item per KV head:
 // SmolLM2's 3 heads on 2 threads leave one thread idle a third of the time. The split depends on
 // the keys only, never on the thread count, so results do not change with -t.
+// With `scores` (a decode step, attention_decode), each part takes its rows' scores from them and
+// reads no key.
 void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
-                          const AttentionShape& s, int splits, ThreadPool& pool) {
+                          const AttentionShape& s, int splits, ThreadPool& pool, const std::vector<DecodeRowScores>* scores) {
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, rows = n_tokens * group;
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
   const size_t parts = static_cast<size_t>(s.n_kv_heads) * splits;
@@ -53,7 +63,10 @@ void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n
       const auto [j_begin, j_end] = block.key_range(kv, s.sliding_window);
       const int per = (j_end - j_begin + splits - 1) / splits;
       const int lo = j_begin + part * per, hi = std::min(j_end, lo + per);
-      if (lo < hi) block.attend(kv, s.sliding_window, lo, hi);
+      if (lo < hi) {
+        if (scores) block.attend_scored(kv, (*scores)[static_cast<size_t>(kvh)].x[0].data(), s.sliding_window, lo, hi);
+        else block.attend(kv, s.sliding_window, lo, hi);
+      }
       block.finish(&part_acc[static_cast<size_t>(w) * kLanes * d], &part_m[static_cast<size_t>(w) * kLanes],
                    &part_l[static_cast<size_t>(w) * kLanes]);
     }
@@ -130,10 +143,8 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
   const int64_t blocks = (rows + kLanes - 1) / kLanes;
   const int64_t items = (blocks + kBlocks - 1) / kBlocks;
   if (blocks == 1) {
-    int most = 0;
-    for (int h = 0; h < s.n_kv_heads; ++h) most = std::max(most, cache.head(layer, h).n);
-    const int splits = std::min(64, (most + kSplitKeys - 1) / kSplitKeys);
-    if (splits > 1) return attention_split_keys(out, q, qpos, n_tokens, cache, layer, s, splits, pool);
+    const int splits = key_splits(cache, layer, s.n_kv_heads);
+    if (splits > 1) return attention_split_keys(out, q, qpos, n_tokens, cache, layer, s, splits, pool, nullptr);
   }
   pool.parallel_for(items * s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
     thread_local std::vector<RowBlock> block(kBlocks);
@@ -185,6 +196,16 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim;
   const int blocks = (group + kLanes - 1) / kLanes;
   if (static_cast<int>(scores.size()) != s.n_kv_heads) fail("internal: decode scores for " + std::to_string(scores.size()) + " KV heads");
+  for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) {
+    const DecodeRowScores& xs = scores[static_cast<size_t>(kvh)];
+    if (xs.n != cache.head(layer, kvh).n || xs.group != group) fail("internal: decode scores are out of step with the cache");
+  }
+  // A long cache is split over its keys as attention_prefill splits it, so that 3 KV heads keep 2
+  // threads busy and both paths sum in the same order.
+  if (blocks == 1) {
+    const int splits = key_splits(cache, layer, s.n_kv_heads);
+    if (splits > 1) return attention_split_keys(out, q, &qpos, 1, cache, layer, s, splits, pool, &scores);
+  }
   pool.parallel_for(static_cast<int64_t>(s.n_kv_heads) * blocks, 1, [&](int64_t b, int64_t e, int) {
     thread_local RowBlock block;
     thread_local std::vector<float> acc;
@@ -196,7 +217,6 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
       const int kvh = static_cast<int>(w / blocks), g0 = static_cast<int>(w % blocks) * kLanes;
       const KvHead& kv = cache.head(layer, kvh);
       const DecodeRowScores& xs = scores[static_cast<size_t>(kvh)];
-      if (xs.n != kv.n || xs.group != group) fail("internal: decode scores are out of step with the cache");
       const int n = std::min(kLanes, group - g0);
       for (int r = 0; r < n; ++r) {
         qr[r] = q + static_cast<size_t>(kvh * group + g0 + r) * d;
