@@ -37,6 +37,7 @@ expect_error "error: .*implausible header" "$bin/slake-convert-llama2c" "$tmp/ra
 expect_error "unknown KV policy 'bogus'" "$bin/slake-cli" -m "$model_ok" --kv-policy bogus --kv-budget 64
 expect_error "must be larger than the window" "$bin/slake-cli" -m "$model_ok" --kv-budget 16
 expect_error "kv-budget" "$bin/slake-cli" -m "$model_ok" --kv-budget -3
+expect_error "kv-delta" "$bin/slake-perplexity" -m "$model_ok" -f /nonexistent.txt --kv-delta -0.5
 # Cache types: an unknown one, or one the backend lacks, before any file is opened (-m names none);
 # one the model's head dimension cannot hold (llama2-mha: 16) once its header is read.
 expect_error "cache-type-k: q5_1 not in {f32,f16,bf16,q8_0,q4_0,kivi2,kivi4}" "$bin/slake-cli" -m /nonexistent.gguf -ctk q5_1
