@@ -182,6 +182,14 @@ TEST(Kivi, CacheBytesAreTheStoredBytesAndWithinThePlan) {
   const size_t per_head = 64 * 20 + 6 * 128 + 2 * 256 + n * 128 + n * 4;
   EXPECT_EQ(cache.bytes_used(), per_head * layers * heads);
   EXPECT_LE(cache.bytes_used(), KvCache::planned_bytes(layers, heads, kD, n, KvType::KIVI2, KvType::F16));
+  // A prompt settled at once leaves no f16 copy of itself and no doubled vector behind.
+  KvCache big(1, 1, kD, 2112, 0, KvType::KIVI4, KvType::KIVI4);
+  const std::vector<float> y = rows_of(2100, 17);
+  for (int j = 0; j < 2100; ++j) big.append(0, &y[static_cast<size_t>(j) * kD], &y[static_cast<size_t>(j) * kD], j);
+  EXPECT_GT(big.bytes_allocated(), 2100u * 2 * kD * 2);  // the residual: every row in f16, keys and values
+  big.settle(0);
+  const size_t residual_bound = 2 * 2 * KiviRows::kGroup * kD * 2;  // keys and values: two groups of f16 rows
+  EXPECT_LE(big.bytes_allocated(), big.bytes_used() + residual_bound) << big.bytes_used();
   // Attention reads what load() reads: the head's rows.
   std::vector<float> k(static_cast<size_t>(n) * kD);
   cache.head(1, 1).load_keys(0, n, kD, k.data());

@@ -111,6 +111,7 @@ class KvCache {
   // anything. The peak is the largest value since construction or clear().
   size_t bytes_used() const;
   size_t peak_bytes_used() const { return peak_bytes_; }
+  // Bytes allocated for the heads' rows (KIVI storage included), held or not.
   size_t bytes_allocated() const;
 
  private:

@@ -52,6 +52,8 @@ class KiviRows {
 
   // Stored bytes: quantised rows, the scales and minima of the groups in use, residual rows.
   size_t bytes() const;
+  // Bytes the vectors behind it hold allocated (bytes() and the room they have grown beyond it).
+  size_t bytes_allocated() const;
   // Bytes of one quantised row (the codes, and for keys the index of its group).
   size_t quantised_row_bytes() const { return row_; }
   // A bound on bytes() for a head of n rows: every row at most an f16 row once the groups' scales

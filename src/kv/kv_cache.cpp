@@ -192,7 +192,8 @@ size_t KvCache::bytes_used() const {
 
 size_t KvCache::bytes_allocated() const {
   size_t n = 0;
-  for (const KvHead& h : heads_) n += h.k.capacity() + h.v.capacity() + h.pos.capacity() * sizeof(int32_t);
+  for (const KvHead& h : heads_)
+    n += h.k.capacity() + h.v.capacity() + h.pos.capacity() * sizeof(int32_t) + h.kivi_k.bytes_allocated() + h.kivi_v.bytes_allocated();
   return n;
 }
 

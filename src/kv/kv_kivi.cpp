@@ -145,6 +145,12 @@ void KiviRows::quantise_value(const float* x, uint8_t* dst) const {
 void KiviRows::settle() {
   if (nr_ >= kGroup) {
     const int take = nr_ / kGroup * kGroup;
+    // A prompt's rows settle at once: room for exactly them, where growing group by group would
+    // leave up to twice the codes' bytes allocated. A decode step's one group grows as a vector does.
+    if (take > kGroup) {
+      rows_.reserve(static_cast<size_t>(nq_ + take) * row_);
+      if (per_channel_) params_.reserve((group_rows_.size() + static_cast<size_t>(take / kGroup)) * 2 * d_);
+    }
     std::vector<float> x(static_cast<size_t>(kGroup) * d_);
     for (int g0 = 0; g0 < take; g0 += kGroup) {
       for (size_t i = 0; i < x.size(); ++i) x[i] = fp16_to_fp32(residual_[static_cast<size_t>(g0) * d_ + i]);
@@ -158,6 +164,9 @@ void KiviRows::settle() {
     }
     residual_.erase(residual_.begin(), residual_.begin() + static_cast<std::ptrdiff_t>(take) * d_);
     nr_ -= take;
+    // Until this settle the residual held every prompt token of the layer in f16; decode keeps
+    // fewer than a group there, so the rest of that allocation is given back.
+    if (residual_.capacity() > static_cast<size_t>(2 * kGroup) * d_) residual_.shrink_to_fit();
   }
   if (per_channel_ && groups_in_use() > 2 * ((nq_ + kGroup - 1) / kGroup)) regroup();
 }
@@ -214,6 +223,11 @@ void KiviRows::clear() {
 size_t KiviRows::bytes() const {
   return static_cast<size_t>(nq_) * row_ + static_cast<size_t>(nr_) * d_ * sizeof(uint16_t) +
          static_cast<size_t>(groups_in_use()) * 2 * d_ * sizeof(uint16_t);
+}
+
+size_t KiviRows::bytes_allocated() const {
+  return rows_.capacity() + (residual_.capacity() + params_.capacity()) * sizeof(uint16_t) +
+         (group_rows_.capacity() + free_groups_.capacity()) * sizeof(int32_t);
 }
 
 size_t KiviRows::bound_bytes(bool per_channel, int head_dim, int64_t n) {
