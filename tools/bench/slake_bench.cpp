@@ -13,6 +13,7 @@
 #include "bandwidth_probe.h"
 #include "bench_record.h"
 #include "../common/backend.h"
+#include "../common/kv_flags.h"
 #include "../common/llama_spellings.h"
 #include "process_memory.h"
 #include "slake/context.h"
@@ -241,11 +242,7 @@ int main(int argc, char** argv) {
             }
     // A cache type a backend lacks is refused here, before any model is loaded or test run.
     for (const std::string& b : backends)
-      if (b == "cuda")
-        for (const auto& kv : kvs) {
-          slake::check_kv_type_on_cuda(kv.type_k);
-          slake::check_kv_type_on_cuda(kv.type_v);
-        }
+      for (const auto& kv : kvs) slake::tools::kv_types_for_backend(kv, b);
     for (const std::string& b : backends) slake::tools::check_backend(b);
     const slake::DType stype = synth_type == "f32" ? slake::DType::F32 : synth_type == "f16" ? slake::DType::F16
                              : synth_type == "bf16" ? slake::DType::BF16 : synth_type == "q8_0" ? slake::DType::Q8_0 : slake::DType::Q4_0;

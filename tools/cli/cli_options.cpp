@@ -94,7 +94,7 @@ void check_options(const CLI::App& app, CliOptions& o) {
     fail("--jinja renders a Jinja template (the model's, or --chat-template-file's); --chat-template names a built-in "
          "format: give one of them");
   tools::finish_kv_flags(app, o.kv);
-  tools::kv_types_for_backend(o.kv, o.backend);
+  tools::kv_types_for_backend(o.kv.params, o.backend);
   validate(o.kv.params);
 }
 

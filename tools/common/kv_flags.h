@@ -68,10 +68,10 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
 
 // The cuda backend stores f32, f16, bf16 and q8_0 caches: any other type is an error there, thrown
 // before a model is loaded.
-inline void kv_types_for_backend(const KvFlags& f, const std::string& backend) {
+inline void kv_types_for_backend(const KvPolicyParams& p, const std::string& backend) {
   if (backend != "cuda") return;
-  check_kv_type_on_cuda(f.params.type_k);
-  check_kv_type_on_cuda(f.params.type_v);
+  check_kv_type_on_cuda(p.type_k);
+  check_kv_type_on_cuda(p.type_v);
 }
 
 }  // namespace slake::tools

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
 
   try {
     slake::tools::finish_kv_flags(app, kvf);
-    slake::tools::kv_types_for_backend(kvf, backend);
+    slake::tools::kv_types_for_backend(kvf.params, backend);
     slake::validate(kvf.params);
     if (prefill < 1 || prefill >= n_ctx)
       slake::fail("--prefill must be between 1 and the chunk size - 1 (" + std::to_string(n_ctx - 1) + "), got " + std::to_string(prefill));
