@@ -261,17 +261,19 @@ void DeviceContext::on_layer_done(int l) {
       const bool snap = parts_.selector == KvSelector::WindowMax7;
       window_stats(ind, at<double>("totals"), at<float>("q_window"), S_, W, c.n_heads, st, snap ? 0.0 : p.gamma, snap ? 1 : 0,
                    at<double>("window_scratch"));
-      if (parts_.allocator == KvAllocator::Cake) {
-        double t[2];
-        synchronize();
-        copy_to_host(t, at<double>("totals"), sizeof t);
-        score = std::pow(t[0], 1.0 / p.tau1.value_or(1.0)) * std::pow(t[1], 1.0 / p.tau2.value_or(1.0));
-      }
-      if (parts_.allocator == KvAllocator::Vabs || parts_.allocator == KvAllocator::VabsVariance) {
+      const bool vabs = parts_.allocator == KvAllocator::Vabs || parts_.allocator == KvAllocator::VabsVariance;
+      if (vabs) {
         topk_flags(at<uint8_t>("uniform_kept"), ind, H, P, P, p.budget - p.window);
         vabs_terms(at<double>("vabs"), at<float>("q_window"), S_, W, c.n_heads, st, at<uint8_t>("uniform_kept"));
+      }
+      if (!by_preference(parts_.allocator)) break;
+      double t[2];  // the window's totals: Hn, Vr
+      synchronize();
+      copy_to_host(t, at<double>("totals"), sizeof t);
+      if (parts_.allocator == KvAllocator::Cake)
+        score = std::pow(t[0], 1.0 / p.tau1.value_or(1.0)) * std::pow(t[1], 1.0 / p.tau2.value_or(1.0));
+      if (vabs) {
         std::vector<double> v(static_cast<size_t>(W) * c.n_heads * 2);
-        synchronize();
         copy_to_host(v.data(), at<double>("vabs"), v.size() * sizeof(double));
         double tv_va = 0, en = 0;  // per head over the window, then over the heads, as slake::vabs_terms
         for (int h = 0; h < c.n_heads; ++h) {
@@ -281,11 +283,7 @@ void DeviceContext::on_layer_done(int l) {
         }
         const double rows = static_cast<double>(c.n_heads) * W;
         score = std::pow(tv_va / rows, p.alpha.value_or(0.5)) * std::pow(en / rows, p.beta.value_or(0.4));
-        if (parts_.allocator == KvAllocator::VabsVariance) {
-          double t[2];
-          copy_to_host(t, at<double>("totals"), sizeof t);
-          score *= std::pow(t[1], p.delta);
-        }
+        if (parts_.allocator == KvAllocator::VabsVariance) score *= std::pow(t[1], p.delta);
       }
       break;
     }
