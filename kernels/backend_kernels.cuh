@@ -98,14 +98,14 @@ void gather_scores(float* out, int64_t ld, const float* indicator, int P, const 
   SLAKE_CHECK_LAUNCH("gather_scores_kernel");
 }
 
-// Block (window query i, query head h), as one (i, h) step of slake::vabs_terms: the true softmax
-// row A over keys 0 .. P + i, PTAA's row w with the prefix tokens not flagged in `kept` folded into
+// Block (observing query i, query head h), as one (i, h) step of slake::vabs_terms: the true
+// softmax row A over keys 0 .. S - n_obs + i, PTAA's row w with the prefix tokens not flagged in `kept` folded into
 // the linear state, then out = {0.5 * TV * (VA / sum |v|)^0.1, entropy of A}.
-__global__ void vabs_kernel(double* out, const float* q_window, int S, int window, int n_heads, KvLayerView kv,
+__global__ void vabs_kernel(double* out, const float* q_window, int S, int n_obs, int P, int n_heads, KvLayerView kv,
                             const uint8_t* kept) {
   SLAKE_SHARED(double, red, 32);
   const int i = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), d = kv.head_dim;
-  const int g = h / (n_heads / kv.n_kv_heads), P = S - window, n_vis = P + i + 1;
+  const int g = h / (n_heads / kv.n_kv_heads), n_vis = S - n_obs + i + 1;
   const float* q = q_window + (static_cast<int64_t>(i) * n_heads + h) * d;
   const uint8_t* kp = kept + static_cast<int64_t>(g) * P;
   const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
@@ -160,11 +160,11 @@ __global__ void vabs_kernel(double* out, const float* q_window, int S, int windo
   }
 }
 
-void vabs_terms(double* out, const float* q_window, int S, int window, int n_heads, const KvLayerView& kv, const uint8_t* kept,
-                Stream stream) {
-  if (window <= 0 || S <= window || n_heads % kv.n_kv_heads != 0) throw Error("vabs_terms: needs 0 < window < S");
-  SLAKE_LAUNCH(dim3(static_cast<unsigned>(window), static_cast<unsigned>(n_heads)), dim3(kWindowThreads), 0, stream, vabs_kernel)
-  (out, q_window, S, window, n_heads, kv, kept);
+void vabs_terms(double* out, const float* q_window, int S, int n_obs, int P, int n_heads, const KvLayerView& kv,
+                const uint8_t* kept, Stream stream) {
+  if (n_obs <= 0 || P <= 0 || P > S - n_obs || n_heads % kv.n_kv_heads != 0) throw Error("vabs_terms: needs 0 < P <= S - n_obs");
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(n_obs), static_cast<unsigned>(n_heads)), dim3(kWindowThreads), 0, stream, vabs_kernel)
+  (out, q_window, S, n_obs, P, n_heads, kv, kept);
   SLAKE_CHECK_LAUNCH("vabs_kernel");
 }
 

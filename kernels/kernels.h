@@ -97,12 +97,13 @@ void prefill_attention(float* out, int64_t out_stride, const float* q, int64_t q
 
 // ---- observation-window statistics (window_stats.cuh) ----
 
-// slake::window_stats on the device, in double like the CPU: q_window holds the last `window`
-// prompt queries ([window][n_heads * head_dim], roped) at positions S - window .. S - 1, and the
-// layer's cache holds the S prompt tokens in order. Writes indicator[g * P + j] (P = S - window,
-// float) and totals[0] = entropy Hn, totals[1] = variance Vr. pool: 0 average of 5, 1 maximum of 7.
-size_t window_stats_scratch_doubles(int n_heads, int S, int window);
-void window_stats(float* indicator, double* totals, const float* q_window, int S, int window, int n_heads,
+// slake::window_stats on the device, in double like the CPU: q_window holds the last `n_obs`
+// prompt queries ([n_obs][n_heads * head_dim], roped) at positions S - n_obs .. S - 1, which score
+// the prefix tokens 0 .. P - 1 (P <= S - n_obs), and the layer's cache holds the S prompt tokens
+// in order. Writes indicator[g * P + j] (float) and totals[0] = entropy Hn, totals[1] = variance
+// Vr. pool: 0 average of 5, 1 maximum of 7.
+size_t window_stats_scratch_doubles(int n_heads, int n_obs, int P);
+void window_stats(float* indicator, double* totals, const float* q_window, int S, int n_obs, int P, int n_heads,
                   const KvLayerView& kv, double gamma, int pool, double* scratch, Stream stream = nullptr);
 
 // ---- the linear state (linear_state.cuh) ----
@@ -155,11 +156,12 @@ void kv_append(const KvLayerMut& kv, int row0, const float* k, const float* v, i
 // out[g * ld + r] = indicator[g * P + pos of row r of head g], r < n_cand: the prefill scores of a
 // layer's candidate rows (slake::KvEvictor::evict_to).
 void gather_scores(float* out, int64_t ld, const float* indicator, int P, const KvLayerView& kv, int n_cand, Stream stream = nullptr);
-// SLAKE's VABS terms per (window query i, query head h): out[(i * n_heads + h) * 2] = tv_va and
-// [.. + 1] = entropy, as one step of slake::vabs_terms; kept[g * P + j] flags the prefix tokens a
-// uniform budget keeps. The cache holds the S prompt tokens in order.
-void vabs_terms(double* out, const float* q_window, int S, int window, int n_heads, const KvLayerView& kv, const uint8_t* kept,
-                Stream stream = nullptr);
+// SLAKE's VABS terms per (observing query i, query head h): out[(i * n_heads + h) * 2] = tv_va and
+// [.. + 1] = entropy, as one step of slake::vabs_terms (q_window, n_obs and P as for
+// window_stats); kept[g * P + j] flags the prefix tokens a uniform budget keeps. The cache holds
+// the S prompt tokens in order.
+void vabs_terms(double* out, const float* q_window, int S, int n_obs, int P, int n_heads, const KvLayerView& kv,
+                const uint8_t* kept, Stream stream = nullptr);
 // The decode victim of every KV head among its first n_cand rows (slake::KvEvictor::decode_victim):
 // mode 0 attention average-pooled over 5 (cake, slake), 1 max-pooled over 7 (snapkv, pyramidkv),
 // 2 recency with 4 sinks (streaming). scratch: victim_scratch_doubles().

@@ -16,8 +16,10 @@
 namespace slake {
 namespace {
 
-TEST(WindowStats, MatchesBruteForce) {
-  const int H = 4, Hkv = 2, d = 8, S = 40, Sw = 6, P = S - Sw, G = H / Hkv;
+// window_stats with Sobs observing queries (positions S - Sobs .. S - 1) scoring the prefix tokens
+// before P = S - Sw, against float64; Sobs < Sw is slake-wide's wide window observed by its end.
+void expect_window_stats_match_brute_force(int Sw, int Sobs) {
+  const int H = 4, Hkv = 2, d = 8, S = 40, P = S - Sw, G = H / Hkv;
   const double gamma = 200.0;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -28,26 +30,27 @@ TEST(WindowStats, MatchesBruteForce) {
     for (auto& x : v) x = nd(rng);
     cache.append(0, k.data(), v.data(), j);
   }
-  std::vector<float> q(static_cast<size_t>(Sw * H * d));
+  std::vector<float> q(static_cast<size_t>(Sobs * H * d));
   for (auto& x : q) x = nd(rng);
   ThreadPool pool(2);
-  const LayerStats st = window_stats(q.data(), S, Sw, cache, 0, {H, Hkv, d, 0}, gamma, TokenPool::Avg5, pool);
+  const LayerStats st = window_stats(q.data(), S, Sobs, P, cache, 0, {H, Hkv, d, 0}, gamma, TokenPool::Avg5, pool);
 
   double entropy = 0, variance = 0;
   std::vector<std::vector<double>> pooled(Hkv, std::vector<double>(P, 0.0));
   for (int h = 0; h < H; ++h) {
     const KvHead& kv = cache.head(0, h / G);
-    std::vector<std::vector<double>> A(Sw);
-    for (int i = 0; i < Sw; ++i) {
-      const std::vector<double> x = test::attention_probs64(&q[static_cast<size_t>((i * H + h) * d)], kv, d, P + i + 1);
+    std::vector<std::vector<double>> A(Sobs);
+    for (int i = 0; i < Sobs; ++i) {
+      const int qpos = S - Sobs + i;  // sees every key up to itself, scores only those before P
+      const std::vector<double> x = test::attention_probs64(&q[static_cast<size_t>((i * H + h) * d)], kv, d, qpos + 1);
       A[static_cast<size_t>(i)] = x;
       for (int j = 0; j < P; ++j) entropy -= x[static_cast<size_t>(j)] * std::log(x[static_cast<size_t>(j)] + 1e-10);
     }
     std::vector<double> I(P);
     for (int j = 0; j < P; ++j) {
       double mean = 0, var = 0;
-      for (int i = 0; i < Sw; ++i) mean += A[static_cast<size_t>(i)][static_cast<size_t>(j)] / Sw;
-      for (int i = 0; i < Sw; ++i) var += std::pow(A[static_cast<size_t>(i)][static_cast<size_t>(j)] - mean, 2) / (Sw - 1);
+      for (int i = 0; i < Sobs; ++i) mean += A[static_cast<size_t>(i)][static_cast<size_t>(j)] / Sobs;
+      for (int i = 0; i < Sobs; ++i) var += std::pow(A[static_cast<size_t>(i)][static_cast<size_t>(j)] - mean, 2) / (Sobs - 1);
       I[static_cast<size_t>(j)] = mean + gamma * var;
       variance += var;
     }
@@ -64,6 +67,22 @@ TEST(WindowStats, MatchesBruteForce) {
     for (int j = 0; j < P; ++j)
       ASSERT_NEAR(st.indicator[static_cast<size_t>(h)][static_cast<size_t>(j)], pooled[static_cast<size_t>(h)][static_cast<size_t>(j)],
                   1e-5 * (1 + pooled[static_cast<size_t>(h)][static_cast<size_t>(j)]));
+}
+
+TEST(WindowStats, MatchesBruteForce) { expect_window_stats_match_brute_force(6, 6); }
+
+TEST(WindowStats, FewerObservingQueriesThanTheWindowKeepsMatchBruteForce) {
+  expect_window_stats_match_brute_force(12, 4);
+  expect_window_stats_match_brute_force(12, 2);
+}
+
+TEST(WindowStats, ObservingQueriesMustLieAfterThePrefix) {
+  KvCache cache(1, 1, 8, 20);
+  std::vector<float> kv(8, 0.5f), q(static_cast<size_t>(8) * 8, 0.1f);
+  for (int j = 0; j < 20; ++j) cache.append(0, kv.data(), kv.data(), j);
+  ThreadPool pool(1);
+  EXPECT_THROW(window_stats(q.data(), 20, 8, 16, cache, 0, {1, 1, 8, 0}, 1.0, TokenPool::Avg5, pool), Error);
+  EXPECT_NO_THROW(window_stats(q.data(), 20, 8, 12, cache, 0, {1, 1, 8, 0}, 1.0, TokenPool::Avg5, pool));
 }
 
 KvPolicyParams cake(int budget, int window) {

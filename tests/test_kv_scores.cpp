@@ -118,7 +118,8 @@ TEST(AccumulateAttention, SumsSoftmaxRowsOverQueriesAndGroups) {
 
 // VABS by the letter of the spec, without the max shift: W_j = exp(x_j) / Z for kept tokens and
 // exp(mu) (1 + x_j - mu) / Z for evicted ones, Z = sum_kept exp(x_j) + |E| exp(mu).
-VabsTerms vabs_brute_force(const RandomLayer& r, int S, int Sw, const std::vector<std::vector<float>>& ind, int keep) {
+// VABS's terms with Sobs observing queries (positions S - Sobs .. S - 1) and prefix P = S - Sw.
+VabsTerms vabs_brute_force(const RandomLayer& r, int S, int Sw, int Sobs, const std::vector<std::vector<float>>& ind, int keep) {
   const int H = r.shape.n_heads, d = r.shape.head_dim, G = H / r.shape.n_kv_heads, P = S - Sw;
   VabsTerms t;
   for (int h = 0; h < H; ++h) {
@@ -129,8 +130,8 @@ VabsTerms vabs_brute_force(const RandomLayer& r, int S, int Sw, const std::vecto
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return I[static_cast<size_t>(a)] > I[static_cast<size_t>(b)]; });
     std::vector<bool> kept(static_cast<size_t>(S), true);
     for (int c = keep; c < P; ++c) kept[static_cast<size_t>(order[static_cast<size_t>(c)])] = false;
-    for (int i = 0; i < Sw; ++i) {
-      const int qpos = P + i;
+    for (int i = 0; i < Sobs; ++i) {
+      const int qpos = S - Sobs + i;
       const std::vector<double> A = r.probs(qpos, h, qpos);
       std::vector<double> x;
       for (int j = 0; j <= qpos; ++j)
@@ -151,8 +152,8 @@ VabsTerms vabs_brute_force(const RandomLayer& r, int S, int Sw, const std::vecto
         vnorm_sum += vn;
         en -= A[static_cast<size_t>(j)] * std::log(A[static_cast<size_t>(j)]);
       }
-      t.tv_va += tv * std::pow(va / vnorm_sum, 0.1) / (H * Sw);
-      t.entropy += en / (H * Sw);
+      t.tv_va += tv * std::pow(va / vnorm_sum, 0.1) / (H * Sobs);
+      t.entropy += en / (H * Sobs);
     }
   }
   return t;
@@ -170,16 +171,23 @@ TEST(Vabs, MatchesTheSpecFormulaInFloat64) {
   // The window queries are the rows of q at positions P .. S-1.
   const float* qw = r.q.data() + static_cast<size_t>(P) * H * d;
   for (int keep : {1, 10, P - 2}) {
-    const VabsTerms got = vabs_terms(qw, S, Sw, r.cache, 0, r.shape, ind, keep, pool);
-    const VabsTerms want = vabs_brute_force(r, S, Sw, ind, keep);
+    const VabsTerms got = vabs_terms(qw, S, Sw, P, r.cache, 0, r.shape, ind, keep, pool);
+    const VabsTerms want = vabs_brute_force(r, S, Sw, Sw, ind, keep);
     EXPECT_NEAR(got.tv_va, want.tv_va, 1e-5 * want.tv_va) << keep;
     EXPECT_NEAR(got.entropy, want.entropy, 1e-6 * want.entropy) << keep;
     EXPECT_GT(got.tv_va, 0.0);
+    // The window's last 3 queries alone (slake-wide observes fewer queries than its window keeps).
+    const int Sobs = 3;
+    const VabsTerms end = vabs_terms(qw + static_cast<size_t>(Sw - Sobs) * H * d, S, Sobs, P, r.cache, 0, r.shape, ind, keep, pool);
+    const VabsTerms end_want = vabs_brute_force(r, S, Sw, Sobs, ind, keep);
+    EXPECT_NEAR(end.tv_va, end_want.tv_va, 1e-5 * end_want.tv_va) << keep;
+    EXPECT_NEAR(end.entropy, end_want.entropy, 1e-6 * end_want.entropy) << keep;
+    EXPECT_NE(end.tv_va, got.tv_va) << keep;
   }
   // Keeping every prefix token, PTAA is exact attention: no distortion at all. With one token
   // evicted, mu is its own score and the expansion around it is exact too.
-  EXPECT_EQ(vabs_terms(qw, S, Sw, r.cache, 0, r.shape, ind, P, pool).tv_va, 0.0);
-  EXPECT_NEAR(vabs_terms(qw, S, Sw, r.cache, 0, r.shape, ind, P - 1, pool).tv_va, 0.0, 1e-12);
+  EXPECT_EQ(vabs_terms(qw, S, Sw, P, r.cache, 0, r.shape, ind, P, pool).tv_va, 0.0);
+  EXPECT_NEAR(vabs_terms(qw, S, Sw, P, r.cache, 0, r.shape, ind, P - 1, pool).tv_va, 0.0, 1e-12);
 }
 
 TEST(Vabs, StaysFiniteWhenEvictedKeysScoreHigh) {
@@ -187,7 +195,7 @@ TEST(Vabs, StaysFiniteWhenEvictedKeysScoreHigh) {
   RandomLayer r(H, Hkv, d, S, 13, 40.0f);  // scores in the hundreds: exp() alone would overflow
   std::vector<std::vector<float>> ind(Hkv, std::vector<float>(P, 1.0f));
   ThreadPool pool(1);
-  const VabsTerms t = vabs_terms(r.q.data() + static_cast<size_t>(P) * H * d, S, Sw, r.cache, 0, r.shape, ind, 4, pool);
+  const VabsTerms t = vabs_terms(r.q.data() + static_cast<size_t>(P) * H * d, S, Sw, P, r.cache, 0, r.shape, ind, 4, pool);
   EXPECT_TRUE(std::isfinite(t.tv_va));
   EXPECT_TRUE(std::isfinite(t.entropy));
 }

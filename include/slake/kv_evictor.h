@@ -64,7 +64,7 @@ class KvEvictor {
   AttentionShape s_;
   int S_ = 0;
   bool prompt_evicts_ = false;
-  std::vector<float> q_window_;  // the prompt's last Sw queries of the current layer
+  std::vector<float> q_window_;  // the prompt's last Sobs queries of the current layer
   std::vector<double> scores_;
   std::vector<int64_t> budgets_;
   std::vector<std::vector<std::vector<float>>> token_scores_;  // [layer][kv head][position in P]

@@ -17,6 +17,9 @@ struct KvPolicyParams {
   std::string policy = "full";
   int budget = 0;               // C: average tokens kept per layer, window included; 0 = no eviction
   int window = 32;              // Sw
+  // Sobs: how many of the prompt's last queries score its tokens at prefill (0: the window's, the
+  // spec's; at most the window). Fewer than the window keeps scores by the prompt's end alone.
+  int observe = 0;
   // What happens to evicted tokens: "auto" (the policy's own: taylor for slake, none otherwise:
   // slake-wide measured better without it at equal bytes, docs/kv-quality.md),
   // "taylor" (absorbed into the linear state, attended by PTAA), "centroids" (merged into
@@ -44,6 +47,8 @@ struct KvPolicyParams {
   // The compensator's name as the tools print it: taylor, centroids or none.
   std::string compensator() const { return centroid_count() > 0 ? "centroids" : taylor() ? "taylor" : "none"; }
   bool evicts() const { return policy != "full" && budget > 0; }
+  // The observing queries at prefill: Sobs, or the whole window.
+  int observed() const { return observe > 0 ? observe : window; }
 };
 
 // The policy names, in the order of the spec's table.

@@ -52,10 +52,12 @@ struct LayerStats {
   double variance = 0.0;                      // Vr (CAKE), over j in P
 };
 
-// q_window: the last `window` queries of the prompt ([window][n_heads * head_dim], after RoPE),
-// at positions S - window .. S - 1; the layer's cache holds all S prompt tokens in order.
+// q_window: the last `n_obs` queries of the prompt ([n_obs][n_heads * head_dim], after RoPE), at
+// positions S - n_obs .. S - 1; they score the prefix tokens 0 .. P - 1 (P <= S - n_obs: the
+// tokens from P on are the kept window, which may hold more tokens than it has observing queries).
+// The layer's cache holds all S prompt tokens in order.
 // indicator = pool(mean_i A + gamma var_i A) per query head, then the mean over its group.
-LayerStats window_stats(const float* q_window, int S, int window, const KvCache& cache, int layer,
+LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const KvCache& cache, int layer,
                         const AttentionShape& s, double gamma, TokenPool pool, ThreadPool& threads);
 
 // H2O: for each of the n queries (positions qpos[t], after RoPE), adds its softmax row, averaged
@@ -63,15 +65,15 @@ LayerStats window_stats(const float* q_window, int S, int window, const KvCache&
 void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCache& cache, int layer,
                           const AttentionShape& s, std::vector<std::vector<double>>& acc, ThreadPool& threads);
 
-// VABS (SLAKE eq. 15-18): compares each window query's true softmax row with the row PTAA gives
+// VABS (SLAKE eq. 15-18): compares each observing query's true softmax row with the row PTAA gives
 // when the layer keeps the `keep` best prefix tokens by `indicator` plus the window and folds the
-// rest into the linear state. Returns the means over heads and window queries of TV * VA and of
+// rest into the linear state (q_window, n_obs and P as for window_stats). Returns the means over heads and window queries of TV * VA and of
 // the entropy En; the layer preference is tv_va^alpha * entropy^beta.
 struct VabsTerms {
   double tv_va = 0.0;
   double entropy = 0.0;
 };
-VabsTerms vabs_terms(const float* q_window, int S, int window, const KvCache& cache, int layer, const AttentionShape& s,
+VabsTerms vabs_terms(const float* q_window, int S, int n_obs, int P, const KvCache& cache, int layer, const AttentionShape& s,
                      const std::vector<std::vector<float>>& indicator, int64_t keep, ThreadPool& threads);
 
 // The `keep` best entries of score[0..n) (ties: the earlier index first), as a flag per entry.

@@ -201,9 +201,9 @@ void DeviceContext::run_layer(int l, int n, const int32_t* pos_host, bool prompt
     set_held(l, held + nb);
     if (!prompt && plan_.evicting) decode_evict(l, pos_host[t0]);  // nb == 1 here (eval splits)
     if (prompt && prompt_evicts_) {
-      const int first = std::max(t0, S_ - plan_.kv.window), last = t0 + nb;  // window queries in this chunk
+      const int obs0 = S_ - plan_.kv.observed(), first = std::max(t0, obs0), last = t0 + nb;  // observing queries in this chunk
       if (first < last)
-        copy_device(at<float>("q_window") + (first - (S_ - plan_.kv.window)) * qd, q + (first - t0) * qd,
+        copy_device(at<float>("q_window") + (first - obs0) * qd, q + (first - t0) * qd,
                     static_cast<size_t>(last - first) * qd * sizeof(float));
     }
     const KvLayerView kvv = view(in_staging ? staging() : pool_layer(l), l);
@@ -237,7 +237,7 @@ int64_t DeviceContext::decode_budget(int l) const {
 void DeviceContext::on_layer_done(int l) {
   const ModelConfig& c = model_.cfg;
   const KvPolicyParams& p = plan_.kv;
-  const int H = c.n_kv_heads, W = p.window;
+  const int H = c.n_kv_heads, W = p.window, n_obs = p.observed();
   if (!prompt_evicts_) {  // kept whole: into the pool with room for decode up to the default budget
     const int cap = std::min(std::max(S_, p.budget) + 1, plan_.n_ctx + 1);
     relocate(l, staging(), S_, pool_used_, cap);
@@ -259,12 +259,12 @@ void DeviceContext::on_layer_done(int l) {
     case KvSelector::WindowMax7:
     case KvSelector::Indicator: {
       const bool snap = parts_.selector == KvSelector::WindowMax7;
-      window_stats(ind, at<double>("totals"), at<float>("q_window"), S_, W, c.n_heads, st, snap ? 0.0 : p.gamma, snap ? 1 : 0,
+      window_stats(ind, at<double>("totals"), at<float>("q_window"), S_, n_obs, P, c.n_heads, st, snap ? 0.0 : p.gamma, snap ? 1 : 0,
                    at<double>("window_scratch"));
       const bool vabs = parts_.allocator == KvAllocator::Vabs || parts_.allocator == KvAllocator::VabsVariance;
       if (vabs) {
         topk_flags(at<uint8_t>("uniform_kept"), ind, H, P, P, p.budget - p.window);
-        vabs_terms(at<double>("vabs"), at<float>("q_window"), S_, W, c.n_heads, st, at<uint8_t>("uniform_kept"));
+        vabs_terms(at<double>("vabs"), at<float>("q_window"), S_, n_obs, P, c.n_heads, st, at<uint8_t>("uniform_kept"));
       }
       if (!by_preference(parts_.allocator)) break;
       double t[2];  // the window's totals: Hn, Vr
@@ -273,15 +273,15 @@ void DeviceContext::on_layer_done(int l) {
       if (parts_.allocator == KvAllocator::Cake)
         score = std::pow(t[0], 1.0 / p.tau1.value_or(1.0)) * std::pow(t[1], 1.0 / p.tau2.value_or(1.0));
       if (vabs) {
-        std::vector<double> v(static_cast<size_t>(W) * c.n_heads * 2);
+        std::vector<double> v(static_cast<size_t>(n_obs) * c.n_heads * 2);
         copy_to_host(v.data(), at<double>("vabs"), v.size() * sizeof(double));
-        double tv_va = 0, en = 0;  // per head over the window, then over the heads, as slake::vabs_terms
+        double tv_va = 0, en = 0;  // per head over the observing queries, then over the heads, as slake::vabs_terms
         for (int h = 0; h < c.n_heads; ++h) {
           double a = 0, b = 0;
-          for (int i = 0; i < W; ++i) a += v[(static_cast<size_t>(i) * c.n_heads + h) * 2], b += v[(static_cast<size_t>(i) * c.n_heads + h) * 2 + 1];
+          for (int i = 0; i < n_obs; ++i) a += v[(static_cast<size_t>(i) * c.n_heads + h) * 2], b += v[(static_cast<size_t>(i) * c.n_heads + h) * 2 + 1];
           tv_va += a, en += b;
         }
-        const double rows = static_cast<double>(c.n_heads) * W;
+        const double rows = static_cast<double>(c.n_heads) * n_obs;
         score = std::pow(tv_va / rows, p.alpha.value_or(0.5)) * std::pow(en / rows, p.beta.value_or(0.4));
         if (parts_.allocator == KvAllocator::VabsVariance) score *= std::pow(t[1], p.delta);
       }

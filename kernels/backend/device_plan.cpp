@@ -131,11 +131,11 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params) {
 
   // The policy's statistics and work arrays.
   if (evicting) {
-    const size_t rows = static_cast<size_t>(max_capacity), W = static_cast<size_t>(kv.window);
+    const size_t rows = static_cast<size_t>(max_capacity), W = static_cast<size_t>(kv.observed());  // observing queries
     const size_t nh = static_cast<size_t>(c.n_heads);
     add("policy", "q_window", W * qd * sizeof(float));
     add("policy", "window_scratch",
-        (n_ctx > kv.window ? window_stats_scratch_doubles(c.n_heads, n_ctx, kv.window) : 0) * sizeof(double));
+        (n_ctx > kv.window ? window_stats_scratch_doubles(c.n_heads, kv.observed(), n_ctx - kv.window) : 0) * sizeof(double));
     add("policy", "totals", 2 * sizeof(double));
     add("policy", "indicator", L * H * ctx * sizeof(float));
     add("policy", "uniform_kept", H * ctx);

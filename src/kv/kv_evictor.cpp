@@ -42,7 +42,7 @@ void KvEvictor::begin_prompt(int S) {
   reset();
   S_ = S;
   prompt_evicts_ = p_.evicts() && S > p_.budget + p_.window;
-  if (prompt_evicts_ && uses_window()) q_window_.assign(static_cast<size_t>(p_.window) * s_.n_heads * s_.head_dim, 0.0f);
+  if (prompt_evicts_ && uses_window()) q_window_.assign(static_cast<size_t>(p_.observed()) * s_.n_heads * s_.head_dim, 0.0f);
 }
 
 void KvEvictor::observe(int layer, const float* q, const int32_t* pos, int n, const KvCache& cache, ThreadPool& pool) {
@@ -51,9 +51,9 @@ void KvEvictor::observe(int layer, const float* q, const int32_t* pos, int n, co
     accumulate_attention(q, pos, n, cache, layer, s_, acc_[static_cast<size_t>(layer)], pool);
   if (!prompt_evicts_ || !uses_window()) return;
   const size_t qd = static_cast<size_t>(s_.n_heads) * s_.head_dim;
+  const int first = S_ - p_.observed();
   for (int t = 0; t < n; ++t)
-    if (pos[t] >= S_ - p_.window)
-      std::copy(q + t * qd, q + (t + 1) * qd, q_window_.data() + (pos[t] - (S_ - p_.window)) * qd);
+    if (pos[t] >= first) std::copy(q + t * qd, q + (t + 1) * qd, q_window_.data() + (pos[t] - first) * qd);
 }
 
 std::vector<int64_t> KvEvictor::fixed_budgets() const {
@@ -80,13 +80,13 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
     case KvSelector::WindowMax7:
     case KvSelector::Indicator: {
       const bool snap = parts_.selector == KvSelector::WindowMax7;
-      LayerStats st = window_stats(q_window_.data(), S_, p_.window, cache, layer, s_, snap ? 0.0 : p_.gamma,
+      LayerStats st = window_stats(q_window_.data(), S_, p_.observed(), P, cache, layer, s_, snap ? 0.0 : p_.gamma,
                                    snap ? TokenPool::Max7 : TokenPool::Avg5, pool);
       tok = std::move(st.indicator);
       if (parts_.allocator == KvAllocator::Cake)
         score = std::pow(st.entropy, 1.0 / p_.tau1.value_or(1.0)) * std::pow(st.variance, 1.0 / p_.tau2.value_or(1.0));
       if (parts_.allocator == KvAllocator::Vabs || parts_.allocator == KvAllocator::VabsVariance) {
-        const VabsTerms v = vabs_terms(q_window_.data(), S_, p_.window, cache, layer, s_, tok, p_.budget - p_.window, pool);
+        const VabsTerms v = vabs_terms(q_window_.data(), S_, p_.observed(), P, cache, layer, s_, tok, p_.budget - p_.window, pool);
         score = std::pow(v.tv_va, p_.alpha.value_or(0.5)) * std::pow(v.entropy, p_.beta.value_or(0.4));
         if (parts_.allocator == KvAllocator::VabsVariance) score *= std::pow(st.variance, p_.delta);
       }

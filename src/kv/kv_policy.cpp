@@ -36,6 +36,9 @@ void validate(const KvPolicyParams& p) {
     fail("KV centroid count must be in 1..4096, got " + std::to_string(p.centroids));
   if (p.budget < 0) fail("KV budget must not be negative, got " + std::to_string(p.budget));
   if (p.window < 1) fail("KV observation window must be positive, got " + std::to_string(p.window));
+  if (p.observe < 0 || p.observe > p.window)
+    fail("KV observing queries (--kv-observe) must be in 0..window (" + std::to_string(p.window) + "), got " +
+         std::to_string(p.observe));
   if (p.policy != "full" && p.budget > 0 && p.budget <= p.window)
     fail("KV budget " + std::to_string(p.budget) + " must be larger than the window " + std::to_string(p.window));
   if (!(p.gamma >= 0)) fail("KV indicator weight gamma must not be negative");

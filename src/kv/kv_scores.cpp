@@ -109,9 +109,10 @@ void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double
   }
 }
 
-LayerStats window_stats(const float* q_window, int S, int window, const KvCache& cache, int layer, const AttentionShape& s,
+LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const KvCache& cache, int layer, const AttentionShape& s,
                         double gamma, TokenPool pool, ThreadPool& threads) {
-  const int P = S - window, d = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  if (n_obs < 1 || P < 1 || P > S - n_obs) fail("internal: window_stats needs 0 < P <= S - n_obs");
+  const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
   std::vector<std::vector<double>> pooled(static_cast<size_t>(s.n_heads), std::vector<double>(static_cast<size_t>(P)));
   std::vector<double> head_entropy(static_cast<size_t>(s.n_heads)), head_var(static_cast<size_t>(s.n_heads));
   threads.parallel_for(s.n_heads, 1, [&](int64_t hb, int64_t he, int) {
@@ -122,10 +123,10 @@ LayerStats window_stats(const float* q_window, int S, int window, const KvCache&
       std::fill(sum.begin(), sum.end(), 0.0);
       std::fill(sumsq.begin(), sumsq.end(), 0.0);
       double entropy = 0;
-      for (int i = 0; i < window; ++i) {
+      for (int i = 0; i < n_obs; ++i) {
         const float* q = q_window + (static_cast<size_t>(i) * s.n_heads + static_cast<size_t>(h)) * d;
-        const int n_vis = P + i + 1;  // causal inside the window
-        attention_logits(q, P + i, kv, d, n_vis, a.data());
+        const int qpos = S - n_obs + i, n_vis = qpos + 1;  // causal inside the window
+        attention_logits(q, qpos, kv, d, n_vis, a.data());
         softmax_inplace(a.data(), n_vis);
         for (int j = 0; j < P; ++j) {
           const double A = a[static_cast<size_t>(j)];
@@ -136,8 +137,8 @@ LayerStats window_stats(const float* q_window, int S, int window, const KvCache&
       }
       double var_total = 0;
       for (int j = 0; j < P; ++j) {
-        const double mean = sum[static_cast<size_t>(j)] / window;
-        const double var = window > 1 ? std::max(0.0, (sumsq[static_cast<size_t>(j)] - window * mean * mean) / (window - 1)) : 0.0;
+        const double mean = sum[static_cast<size_t>(j)] / n_obs;
+        const double var = n_obs > 1 ? std::max(0.0, (sumsq[static_cast<size_t>(j)] - n_obs * mean * mean) / (n_obs - 1)) : 0.0;
         I[static_cast<size_t>(j)] = mean + gamma * var;
         var_total += var;
       }

@@ -3,13 +3,15 @@
 #include <cmath>
 #include <limits>
 
+#include "slake/error.h"
 #include "slake/kv_scores.h"
 
 namespace slake {
 
-VabsTerms vabs_terms(const float* q_window, int S, int window, const KvCache& cache, int layer, const AttentionShape& s,
+VabsTerms vabs_terms(const float* q_window, int S, int n_obs, int P, const KvCache& cache, int layer, const AttentionShape& s,
                      const std::vector<std::vector<float>>& indicator, int64_t keep, ThreadPool& threads) {
-  const int P = S - window, d = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  if (n_obs < 1 || P < 1 || P > S - n_obs) fail("internal: vabs_terms needs 0 < P <= S - n_obs");
+  const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
   // Per KV head: which prefix tokens the uniform budget keeps, and each token's share of the value norms.
   std::vector<std::vector<char>> kept(static_cast<size_t>(s.n_kv_heads));
   std::vector<std::vector<double>> vnorm(static_cast<size_t>(s.n_kv_heads), std::vector<double>(static_cast<size_t>(S)));
@@ -33,10 +35,10 @@ VabsTerms vabs_terms(const float* q_window, int S, int window, const KvCache& ca
       const std::vector<char>& keep_j = kept[static_cast<size_t>(g)];
       const std::vector<double>& vn = vnorm[static_cast<size_t>(g)];
       double tv_va = 0, en = 0;
-      for (int i = 0; i < window; ++i) {
+      for (int i = 0; i < n_obs; ++i) {
         const float* q = q_window + (static_cast<size_t>(i) * s.n_heads + static_cast<size_t>(h)) * d;
-        const int n_vis = P + i + 1;
-        attention_logits(q, P + i, kv, d, n_vis, x.data());
+        const int qpos = S - n_obs + i, n_vis = qpos + 1;
+        attention_logits(q, qpos, kv, d, n_vis, x.data());
         std::copy(x.begin(), x.begin() + n_vis, a.begin());
         softmax_inplace(a.data(), n_vis);
         // PTAA's row: exact weights for kept tokens, lambda (1 + x - mu) / Z for the evicted ones.
@@ -77,7 +79,7 @@ VabsTerms vabs_terms(const float* q_window, int S, int window, const KvCache& ca
     t.tv_va += head_tv_va[static_cast<size_t>(h)];
     t.entropy += head_en[static_cast<size_t>(h)];
   }
-  const double rows = static_cast<double>(s.n_heads) * window;
+  const double rows = static_cast<double>(s.n_heads) * n_obs;
   t.tv_va /= rows;
   t.entropy /= rows;
   return t;

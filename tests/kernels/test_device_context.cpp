@@ -211,6 +211,11 @@ TEST(DeviceContext, OtherPoliciesMatchCpu) {
   compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 4), 3, "llama-gqa-tied cake+taylor");
   // slake-wide: the window widened to C/2 = 6 on both backends (resolve_kv_defaults).
   compare(*m, params(96, "slake-wide", 12, 4), prompt_tokens(40, m->cfg.n_vocab, 6), 3, "llama-gqa-tied slake-wide");
+  // Fewer observing queries than the window keeps: the last 3 of slake-wide's window of 8 (C=16)
+  // score the prompt and weigh the layers.
+  cp = params(96, "slake-wide", 16, 4);
+  cp.kv.observe = 3;
+  compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 7), 3, "llama-gqa-tied slake-wide --kv-observe 3");
 }
 
 TEST(DeviceContext, StoredCacheTypesMatchCpu) {

@@ -1,6 +1,6 @@
-// Observation-window statistics against slake::window_stats (both poolings, GQA, a window of 1 and
-// prefix lengths that are not multiples of the 128-token chunk; every cache row type the device
-// stores). Both sides work in double from
+// Observation-window statistics against slake::window_stats (both poolings, GQA, a window of 1,
+// fewer observing queries than the window keeps, and prefix lengths that are not multiples of the
+// 128-token chunk; every cache row type the device stores). Both sides work in double from
 // fp32 dot products summed in different orders: indicator within 1e-4 relative (1e-7 absolute),
 // entropy and variance sums within 1e-5 relative.
 #include <gtest/gtest.h>
@@ -13,40 +13,45 @@
 namespace slake::gpu::test {
 namespace {
 
-void run_case_typed(int d, int n_heads, int n_kv, int S, int window, TokenPool pool, uint32_t seed, KvType tk, KvType tv) {
+void run_case_typed(int d, int n_heads, int n_kv, int S, int window, int n_obs, TokenPool pool, uint32_t seed, KvType tk,
+                    KvType tv) {
   KvCache cache(1, n_kv, d, S, 0, tk, tv);
   for (int t = 0; t < S; ++t) {
     const std::vector<float> k = random_floats(static_cast<size_t>(n_kv) * d, seed + 2 * t, -2.0f, 2.0f);
     const std::vector<float> v = random_floats(static_cast<size_t>(n_kv) * d, seed + 2 * t + 1);
     cache.append(0, k.data(), v.data(), t);
   }
-  const std::vector<float> qw = random_floats(static_cast<size_t>(window) * n_heads * d, seed + 999, -1.5f, 1.5f);
+  const std::vector<float> qw = random_floats(static_cast<size_t>(n_obs) * n_heads * d, seed + 999, -1.5f, 1.5f);
   const double gamma = 200.0;
+  const int P = S - window;
   ThreadPool threads(1);
-  const LayerStats want = slake::window_stats(qw.data(), S, window, cache, 0, AttentionShape{n_heads, n_kv, d, 0}, gamma, pool, threads);
+  const LayerStats want =
+      slake::window_stats(qw.data(), S, n_obs, P, cache, 0, AttentionShape{n_heads, n_kv, d, 0}, gamma, pool, threads);
 
   DeviceKvLayer dev(cache, 0, S);
-  const int P = S - window;
   DeviceBuffer<float> dq(qw), indicator(static_cast<size_t>(n_kv) * P);
-  DeviceBuffer<double> totals(2), scratch(window_stats_scratch_doubles(n_heads, S, window));
-  window_stats(indicator.get(), totals.get(), dq.get(), S, window, n_heads, dev.view(), gamma, pool == TokenPool::Avg5 ? 0 : 1,
+  DeviceBuffer<double> totals(2), scratch(window_stats_scratch_doubles(n_heads, n_obs, P));
+  window_stats(indicator.get(), totals.get(), dq.get(), S, n_obs, P, n_heads, dev.view(), gamma, pool == TokenPool::Avg5 ? 0 : 1,
                scratch.get());
   std::vector<float> want_ind;
   for (const auto& row : want.indicator) want_ind.insert(want_ind.end(), row.begin(), row.end());
-  const std::string what = "S=" + std::to_string(S) + " window=" + std::to_string(window) + kv_types_label(tk, tv);
+  const std::string what =
+      "S=" + std::to_string(S) + " window=" + std::to_string(window) + " observing=" + std::to_string(n_obs) + kv_types_label(tk, tv);
   expect_close(indicator.download(), want_ind, 1e-7, 1e-4, what + " indicator");
   expect_close(totals.download(), std::vector<double>{want.entropy, want.variance}, 0, 1e-5, what + " entropy, variance");
 }
 
 // Every stored row type the device has: the kernels and the CPU read the same stored keys.
-void run_case(int d, int n_heads, int n_kv, int S, int window, TokenPool pool, uint32_t seed) {
-  for (const auto& [tk, tv] : device_row_types(d)) run_case_typed(d, n_heads, n_kv, S, window, pool, seed, tk, tv);
+void run_case(int d, int n_heads, int n_kv, int S, int window, TokenPool pool, uint32_t seed, int n_obs = 0) {
+  for (const auto& [tk, tv] : device_row_types(d))
+    run_case_typed(d, n_heads, n_kv, S, window, n_obs > 0 ? n_obs : window, pool, seed, tk, tv);
 }
 
 TEST(KernelWindowStats, MatchesTheCpuStatistics) {
   run_case(40, 8, 2, 150, 16, TokenPool::Avg5, 1);
   run_case(64, 4, 4, 300, 32, TokenPool::Max7, 2);
   run_case(32, 6, 2, 20, 1, TokenPool::Avg5, 3);
+  run_case(64, 9, 3, 260, 96, TokenPool::Avg5, 4, 8);  // slake-wide: a wide window observed by its end
 }
 
 }  // namespace

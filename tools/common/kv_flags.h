@@ -24,6 +24,10 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
   app.add_option("--kv-window", kv.window, "observation window Sw (the last Sw tokens are always kept)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--kv-observe", kv.observe,
+                 "Sobs: how many of the prompt's last queries score its tokens at prefill (0: the whole window)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-compensate", kv.compensate,
                  "evicted tokens: taylor (linear cache + PTAA), centroids (merged into --kv-centroids mean "
                  "tokens per head), none (dropped), auto (taylor for slake only)")
