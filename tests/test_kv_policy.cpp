@@ -116,6 +116,15 @@ TEST(KvPolicyParams, BadValuesAreRefused) {
   p.centroids = 32;
   p.compensate = "none";
   EXPECT_FALSE(p.absorbs());
+  p.observe = 33;  // more observing queries than the window of 32
+  EXPECT_THAT([&] { validate(p); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--kv-observe")));
+  p.observe = -1;
+  EXPECT_THROW(validate(p), Error);
+  p.observe = 8;
+  validate(p);
+  EXPECT_EQ(p.observed(), 8);
+  p.observe = 0;
+  EXPECT_EQ(p.observed(), 32);
   p.tau1 = 0.0;
   EXPECT_THROW(validate(p), Error);
   p.tau1.reset();
