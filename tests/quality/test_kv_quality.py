@@ -1,0 +1,146 @@
+"""tools/quality/kv_quality.py: which records are current (a policy's records before the commit it
+last changed at are not), the rows the matrix names, the table's cells, its bold minimum and the
+comparison at equal bytes (against figures worked by hand), the doc's markers, and a run on
+stories260K that writes one record per missing cell with the commit and runs nothing the second
+time."""
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tools", "quality"))
+import kv_quality as kq  # noqa: E402
+
+SHARED = os.environ.get("SLAKE_SHARED_DIR", "")
+BIN = os.environ.get("SLAKE_BIN_DIR", "")
+MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
+TEXT = os.path.join(SHARED, "text", "tinyshakespeare.txt")
+
+
+def rec(policy, comp, budget, kl, mib, commit="new", top1=0.5):
+    return dict(kv_policy=policy, kv_compensate=comp, kv_budget=budget, kl_mean=kl, top1_agreement=top1,
+                kv_bytes_end=int(mib * 2**20), ppl=10.0, n_ctx=4096, n_prefill=2048, n_decode=2048, commit=commit)
+
+
+class Rows(unittest.TestCase):
+    def test_labels(self):
+        self.assertEqual(kq.row_label("slake", "taylor"), "slake")
+        self.assertEqual(kq.row_label("slake", "none"), "slake, no compensator")
+        self.assertEqual(kq.row_label("cake", "none"), "cake")
+        self.assertEqual(kq.row_label("cake", "centroids"), "cake + centroids")
+
+    def test_matrix_is_every_policy_with_every_compensator(self):
+        rows = kq.matrix_rows()
+        self.assertEqual(len(rows), 1 + 7 * 3)
+        self.assertEqual(len(set(kq.row_label(p, c) for p, c in rows)), len(rows))
+
+    def test_parse_rows(self):
+        self.assertEqual(kq.parse_rows("cake"), [("cake", "none")])
+        self.assertEqual(kq.parse_rows("slake*"), [("slake", c) for c in kq.COMPENSATORS])
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+            kq.parse_rows("cake + nothing")
+
+
+class Current(unittest.TestCase):
+    def setUp(self):
+        self.saved = kq.descends
+        kq.descends = lambda commit, since: commit == "new"  # "old" is before every POLICY_SINCE
+
+    def tearDown(self):
+        kq.descends = self.saved
+
+    def test_stale_records_of_a_changed_policy_are_dropped(self):
+        recs = [rec("slake-wide", "none", 128, 0.4, 2.86, "old"), rec("cake", "none", 128, 0.3, 2.86, "old")]
+        cur = kq.current(recs)
+        self.assertNotIn(("slake-wide", "none", 128), cur)  # changed since "old"
+        self.assertIn(("cake", "none", 128), cur)           # cake has not changed
+
+    def test_the_latest_current_record_wins(self):
+        recs = [rec("slake-wide", "none", 128, 0.4, 2.86), rec("slake-wide", "none", 128, 0.35, 2.86),
+                rec("slake-wide", "none", 128, 0.1, 2.86, "old")]
+        self.assertEqual(kq.current(recs)[("slake-wide", "none", 128)]["kl_mean"], 0.35)
+
+
+class Table(unittest.TestCase):
+    def test_cells_bold_and_comparison(self):
+        recs = [rec("streaming", "none", 128, 0.40, 2.86), rec("cake", "none", 128, 0.30, 2.86),
+                rec("cake", "taylor", 128, 0.20, 4.31),  # lower, but with more bytes: neither bold nor compared
+                rec("slake-wide", "none", 128, 0.27, 2.85), rec("cake", "none", 256, 0.2, 5.71)]
+        text = kq.context_section("4k", {kq.cell_key(r): r for r in recs})
+        lines = text.splitlines()
+        wide = next(l for l in lines if l.startswith("| slake-wide |"))
+        self.assertEqual(wide, "| slake-wide | **0.2700** / 50.0% / 2.85 | . |")
+        self.assertIn("| cake + taylor | 0.2000 / 50.0% / 4.31 | . |", lines)
+        self.assertIn("| cake | 0.3000 / 50.0% / 2.86 | **0.2000** / 50.0% / 5.71 |", lines)
+        # 0.27 / 0.30 - 1 = -10.0%; C=256 has no slake-wide record, so no comparison line.
+        self.assertIn("| 128 | cake 0.3000 | 0.2700 | -10.0% |", lines)
+        self.assertFalse(any(l.startswith("| 256 |") for l in lines))
+
+    def test_small_kl_in_scientific_notation(self):
+        self.assertEqual(kq.num(8.0e-7), "8.0e-07")
+        self.assertEqual(kq.num(0.04249), "0.0425")
+
+
+class Write(unittest.TestCase):
+    def write(self, doc_text, records):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "r"))
+            with open(os.path.join(d, "r", "kl-4k.jsonl"), "w") as f:
+                for r in records:
+                    f.write(json.dumps(r) + "\n")
+            doc = os.path.join(d, "doc.md")
+            with open(doc, "w") as f:
+                f.write(doc_text)
+            saved = kq.descends
+            kq.descends = lambda commit, since: True
+            try:
+                kq.write(type("A", (), dict(records=os.path.join(d, "r"), doc=doc, no_plot=True))())
+            finally:
+                kq.descends = saved
+            with open(doc) as f:
+                return f.read()
+
+    def test_replaces_between_the_markers_only(self):
+        out = self.write(f"# head\n{kq.BEGIN}\nold table\n{kq.END}\ntail\n", [rec("cake", "none", 128, 0.3, 2.86)])
+        self.assertTrue(out.startswith("# head\n" + kq.BEGIN))
+        self.assertTrue(out.endswith(kq.END + "\ntail\n"))
+        self.assertNotIn("old table", out)
+        self.assertIn("| cake | **0.3000** / 50.0% / 2.86 |", out)
+
+    def test_refuses_a_doc_without_markers(self):
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+            self.write("# no markers\n", [rec("cake", "none", 128, 0.3, 2.86)])
+
+
+@unittest.skipUnless(os.path.exists(MODEL) and os.path.exists(TEXT) and os.path.exists(os.path.join(BIN, "slake-perplexity")),
+                     "needs ../shared's stories260K and tinyshakespeare, and slake-perplexity")
+class RunOnStories(unittest.TestCase):
+    def test_runs_missing_cells_once(self):
+        with tempfile.TemporaryDirectory() as d:
+            cmd = [sys.executable, os.path.join(ROOT, "tools", "quality", "kv_quality.py"), "run", "-m", MODEL, "-f", TEXT,
+                   "--bin", os.path.join(BIN, "slake-perplexity"), "--contexts", "tiny=256:128", "--rows", "full,cake,slake",
+                   "--budgets", "32,64,128", "--window", "8", "--records", d, "--allow-dirty", "-t", "1"]
+            first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            self.assertEqual(first.returncode, 0, first.stderr)
+            recs = kq.load(os.path.join(d, "kl-tiny.jsonl"))
+            # full once; cake and slake at 32 and 64 (128 >= the 128 prefilled tokens is left out).
+            self.assertEqual(sorted(kq.cell_key(r) for r in recs),
+                             sorted([("full", "none", 0), ("cake", "none", 32), ("cake", "none", 64),
+                                     ("slake", "taylor", 32), ("slake", "taylor", 64)]))
+            head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True).stdout.strip()
+            self.assertTrue(all(r["commit"] == head and r["n_ctx"] == 256 and r["n_prefill"] == 128 for r in recs))
+            self.assertTrue(all(r["kl_mean"] > 0 for r in recs if r["kv_policy"] != "full"))
+            second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            self.assertEqual(second.returncode, 0, second.stderr)
+            self.assertEqual(len(kq.load(os.path.join(d, "kl-tiny.jsonl"))), len(recs), "nothing runs twice")
+            self.assertEqual(second.stderr, "")
+
+
+if __name__ == "__main__":
+    unittest.main()
