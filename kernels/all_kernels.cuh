@@ -8,6 +8,7 @@
 #include "swiglu.cuh"
 #include "argmax.cuh"
 #include "linear_state.cuh"
+#include "centroids.cuh"
 #include "ptaa_decode.cuh"
 #include "compact.cuh"
 #include "topk.cuh"

@@ -64,12 +64,19 @@ struct KvLayerView {
 };
 
 // The linear (Taylor) states of a layer's KV heads: n[g], ksum[g][d], vsum[g][d], M[g][d][d]
-// with M[i][j] = sum k_i v_j (slake::LinearState, one per head, packed).
+// with M[i][j] = sum k_i v_j (slake::LinearState, one per head, packed); the attention kernels
+// (ptaa_decode, prefill_attention) add whichever term the state holds.
 struct LinearStateView {
   float* n;
   float* ksum;
   float* vsum;
   float* M;
+  // The centroid compensator instead (centroids > 0; ksum, vsum and M null): per KV head, cn [K]
+  // tokens per centroid, ck and cv [K][d] the sums of their keys and values.
+  int centroids = 0;
+  float* cn = nullptr;
+  float* ck = nullptr;
+  float* cv = nullptr;
 };
 
 // ---- PTAA decode (ptaa_decode.cuh) ----
@@ -117,6 +124,14 @@ void linear_absorb_rows(const LinearStateView& lin, const KvLayerView& kv, const
 // Only the sums and counts of the above (for callers that form M += K^T V with cuBLAS: absorb_gemm).
 void linear_state_sums(const LinearStateView& lin, const KvLayerView& kv, const int32_t* idx, int64_t idx_ld,
                        const int32_t* count, Stream stream = nullptr);
+
+// ---- the centroid compensator (centroids.cuh) ----
+
+// As linear_absorb_rows and linear_absorb_one for a centroid state (lin.centroids > 0): each row
+// joins the first unseeded centroid, else the nearest by mean key, in order (slake::LinearState).
+void centroid_absorb_rows(const LinearStateView& lin, const KvLayerView& kv, const int32_t* idx, int64_t idx_ld,
+                          const int32_t* count, Stream stream = nullptr);
+void centroid_absorb_one(const LinearStateView& lin, const KvLayerView& kv, const int32_t* row, Stream stream = nullptr);
 
 // ---- eviction: top-k selection (topk.cuh) and compaction (compact.cuh) ----
 

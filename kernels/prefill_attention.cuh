@@ -1,7 +1,7 @@
 // Prefill attention: a block per (tile of query tokens, KV head) holds the query rows of all the
 // KV head's G query heads (GQA: each key/value tile is loaded into shared memory once for all of
 // them), streams the head's keys in tiles with an online softmax, and ends with the Taylor term of
-// the linear state (as ptaa_decode's merge) when that state holds anything. One warp owns every
+// the linear state, or its centroids (as ptaa_decode's merge), when that state holds anything. One warp owns every
 // kPrefillWarps-th query row; lanes own head dimensions lane, lane + 32, ...
 // (fp32 CUDA cores; a tensor-core (mma) path for the QK^T and PV products is not written yet.)
 #pragma once
@@ -79,12 +79,18 @@ __global__ void prefill_attention_kernel(float* out, int64_t out_stride, const f
   }
 
   const float n_lin = lin.n ? lin.n[g] : 0.0f;
+  const bool cent = lin.centroids > 0 && n_lin > 0.0f, taylor = lin.centroids == 0 && n_lin > 0.0f;
+  const int K = lin.centroids;
+  const float* cn = cent ? lin.cn + static_cast<int64_t>(g) * K : nullptr;
   for (int a = 0; a < kPrefillRowsPerWarp; ++a) {
     const int r = warp + a * kPrefillWarps;
     if (r >= rows) break;
     const float* qr = qs + r * d;
     float mu = 0.0f, mstar = m[a];
-    if (n_lin > 0.0f) {
+    if (cent)
+      for (int c = 0; c < K; ++c)
+        if (cn[c] != 0.0f) mstar = fmaxf(mstar, centroid_logit_warp(qr, lin, g, c, d, scale));
+    if (taylor) {
       float dot = 0.0f;
       for (int i = lane; i < d; i += 32) dot += qr[i] * lin.ksum[static_cast<int64_t>(g) * d + i];
       mu = warp_sum(dot) * scale / n_lin;
@@ -96,14 +102,26 @@ __global__ void prefill_attention_kernel(float* out, int64_t out_stride, const f
       continue;
     }
     const float corr = m[a] == -INFINITY ? 0.0f : expf(m[a] - mstar);
-    const float lam = n_lin > 0.0f ? expf(mu - mstar) : 0.0f;
-    const float den = l[a] * corr + lam * n_lin;
+    const float lam = taylor ? expf(mu - mstar) : 0.0f;
+    float den = l[a] * corr + lam * n_lin;
+    float cacc[kPtaaLaneDims];  // the centroids' share of the numerator, per lane dimension
+    for (int c = 0; c < kPtaaLaneDims; ++c) cacc[c] = 0.0f;
+    if (cent) {
+      for (int k = 0; k < K; ++k) {
+        if (cn[k] == 0.0f) continue;
+        const float w = expf(centroid_logit_warp(qr, lin, g, k, d, scale) - mstar);
+        den += w * cn[k];
+        const float* cv = lin.cv + (static_cast<int64_t>(g) * K + k) * d;
+        for (int c = 0; c < kPtaaLaneDims; ++c)
+          if (lane + 32 * c < d) cacc[c] += w * cv[lane + 32 * c];
+      }
+    }
     const float* M = lin.M + static_cast<int64_t>(g) * d * d;
     for (int c = 0; c < kPtaaLaneDims; ++c) {
       const int i = lane + 32 * c;
       if (i >= d) break;
-      float num = acc[a][c] * corr;
-      if (n_lin > 0.0f) {
+      float num = acc[a][c] * corr + cacc[c];
+      if (taylor) {
         float qm = 0.0f;
         for (int k = 0; k < d; ++k) qm += qr[k] * M[static_cast<int64_t>(k) * d + i];
         num += lam * ((1.0f - mu) * lin.vsum[static_cast<int64_t>(g) * d + i] + scale * qm);

@@ -5,7 +5,10 @@
 //   m* = max(max_s m_s, mu),  mu = q . ksum / (n sqrt d),  lam = exp(mu - m*)
 //   den = sum_s l_s exp(m_s - m*) + lam n
 //   num = sum_s acc_s exp(m_s - m*) + lam ((1 - mu) vsum + q^T M / sqrt d)
+// or, for a centroid state, the seeded centroids as cn[c] tokens of logit x_c (centroids.cuh):
+//   m* = max(max_s m_s, max_c x_c),  den += sum_c exp(x_c - m*) cn[c],  num += sum_c exp(x_c - m*) cv[c]
 #pragma once
+#include "centroids.cuh"
 #include "common.cuh"
 
 namespace slake::gpu {
@@ -88,11 +91,14 @@ __global__ void ptaa_merge_kernel(float* out, const float* scratch, const float*
                                   int n_splits, LinearStateView lin) {
   SLAKE_SHARED(float, qs, kMaxHeadDim);
   SLAKE_SHARED(float, red, 32);
+  SLAKE_SHARED(float, cnum, kMaxHeadDim);  // the centroids' share of the numerator
+  SLAKE_SHARED(float, cw, kPtaaThreads);   // one chunk of centroid weights
   const int h = static_cast<int>(blockIdx.x), g = h / (n_heads / n_kv_heads);
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
   const float scale = 1.0f / sqrtf(static_cast<float>(d));
   float dot = 0.0f;
   const float n_lin = lin.n ? lin.n[g] : 0.0f;
-  const bool taylor = n_lin > 0.0f;
+  const bool cent = lin.centroids > 0 && n_lin > 0.0f, taylor = lin.centroids == 0 && n_lin > 0.0f;
   const float* ksum = taylor ? lin.ksum + static_cast<int64_t>(g) * d : nullptr;
   for (int i = static_cast<int>(threadIdx.x); i < d; i += static_cast<int>(blockDim.x)) {
     qs[i] = q[static_cast<int64_t>(h) * d + i];
@@ -100,11 +106,19 @@ __global__ void ptaa_merge_kernel(float* out, const float* scratch, const float*
   }
   const float mu = taylor ? block_sum(dot, red) * scale / n_lin : 0.0f;  // block_sum's barriers publish qs
   if (!taylor) __syncthreads();
+  const int K = lin.centroids;
+  const float* cn = cent ? lin.cn + static_cast<int64_t>(g) * K : nullptr;
+  float mc = -INFINITY;  // the largest seeded centroid logit
+  if (cent) {
+    for (int c = tid; c < K; c += nt)
+      if (cn[c] != 0.0f) mc = fmaxf(mc, centroid_logit(qs, lin, g, c, d, scale));
+    mc = block_max(mc, red);
+  }
 
   const float* part_m = scratch + static_cast<int64_t>(h) * n_splits;
   const float* part_l = scratch + static_cast<int64_t>(n_heads) * n_splits + static_cast<int64_t>(h) * n_splits;
   const float* part_acc = scratch + 2 * static_cast<int64_t>(n_heads) * n_splits + static_cast<int64_t>(h) * n_splits * d;
-  float m = taylor ? mu : -INFINITY;
+  float m = taylor ? mu : mc;
   for (int s = 0; s < n_splits; ++s) m = fmaxf(m, part_m[s]);
   float* o = out + static_cast<int64_t>(h) * d;
   if (m == -INFINITY) {  // nothing visible and nothing evicted
@@ -113,6 +127,23 @@ __global__ void ptaa_merge_kernel(float* out, const float* scratch, const float*
   }
   const float lam = taylor ? expf(mu - m) : 0.0f;
   float den = lam * n_lin;
+  if (cent) {  // weights of nt centroids at a time; every thread sums the denominator, each its dims
+    for (int i = tid; i < d; i += nt) cnum[i] = 0.0f;
+    float cden = 0.0f;
+    for (int c0 = 0; c0 < K; c0 += nt) {
+      __syncthreads();  // the previous chunk's weights are read
+      const int c = c0 + tid;
+      cw[tid] = c < K && cn[c] != 0.0f ? expf(centroid_logit(qs, lin, g, c, d, scale) - m) : 0.0f;
+      __syncthreads();
+      const int chunk = min(nt, K - c0);
+      for (int cc = 0; cc < chunk; ++cc) {
+        cden += cw[cc] * cn[c0 + cc];
+        const float* cv = lin.cv + (static_cast<int64_t>(g) * K + c0 + cc) * d;
+        for (int i = tid; i < d; i += nt) cnum[i] += cw[cc] * cv[i];
+      }
+    }
+    den += cden;
+  }
   for (int s = 0; s < n_splits; ++s)
     if (part_m[s] != -INFINITY) den += part_l[s] * expf(part_m[s] - m);
   const float* vsum = taylor ? lin.vsum + static_cast<int64_t>(g) * d : nullptr;
@@ -126,6 +157,7 @@ __global__ void ptaa_merge_kernel(float* out, const float* scratch, const float*
       for (int k = 0; k < d; ++k) qm += qs[k] * M[static_cast<int64_t>(k) * d + i];
       num += lam * ((1.0f - mu) * vsum[i] + scale * qm);
     }
+    if (cent) num += cnum[i];  // written by this thread
     o[i] = num / den;
   }
 }

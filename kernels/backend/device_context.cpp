@@ -114,12 +114,18 @@ void DeviceContext::reset() {
     L.lin = false;
   }
   device_memset(at<int32_t>("kv.n_held"), 0, static_cast<size_t>(c.n_layers) * c.n_kv_heads * sizeof(int32_t));
+  const size_t H = static_cast<size_t>(c.n_layers) * c.n_kv_heads, d = static_cast<size_t>(c.head_dim);
   if (plan_.evicting && plan_.kv.taylor()) {
-    const size_t H = static_cast<size_t>(c.n_layers) * c.n_kv_heads, d = static_cast<size_t>(c.head_dim);
     device_memset(at<float>("lin.n"), 0, H * sizeof(float));
     device_memset(at<float>("lin.ksum"), 0, H * d * sizeof(float));
     device_memset(at<float>("lin.vsum"), 0, H * d * sizeof(float));
     device_memset(at<float>("lin.M"), 0, H * d * d * sizeof(float));
+  }
+  if (const size_t K = centroids(); K > 0) {
+    device_memset(at<float>("lin.n"), 0, H * sizeof(float));
+    device_memset(at<float>("lin.cn"), 0, H * K * sizeof(float));
+    device_memset(at<float>("lin.ck"), 0, H * K * d * sizeof(float));
+    device_memset(at<float>("lin.cv"), 0, H * K * d * sizeof(float));
   }
 }
 
@@ -146,10 +152,20 @@ KvLayerView DeviceContext::view(const KvLayerMut& m, int l) const {
   return KvLayerView{m.k, m.v, m.pos, n_held, m.n_kv_heads, m.capacity, m.head_dim, m.type_k, m.type_v};
 }
 
+int DeviceContext::centroids() const { return plan_.evicting ? plan_.kv.centroid_count() : 0; }
+
 LinearStateView DeviceContext::lin(int l) const {
-  if (!(plan_.evicting && plan_.kv.taylor())) return LinearStateView{nullptr, nullptr, nullptr, nullptr};
   const ModelConfig& c = model_.cfg;
   const int64_t H = c.n_kv_heads, d = c.head_dim, g0 = static_cast<int64_t>(l) * H;
+  if (const int64_t K = centroids(); K > 0) {
+    LinearStateView v{at<float>("lin.n") + g0, nullptr, nullptr, nullptr};
+    v.centroids = static_cast<int>(K);
+    v.cn = at<float>("lin.cn") + g0 * K;
+    v.ck = at<float>("lin.ck") + g0 * K * d;
+    v.cv = at<float>("lin.cv") + g0 * K * d;
+    return v;
+  }
+  if (!(plan_.evicting && plan_.kv.taylor())) return LinearStateView{nullptr, nullptr, nullptr, nullptr};
   return LinearStateView{at<float>("lin.n") + g0, at<float>("lin.ksum") + g0 * d, at<float>("lin.vsum") + g0 * d,
                          at<float>("lin.M") + g0 * d * d};
 }
@@ -170,7 +186,7 @@ size_t DeviceContext::kv_bytes_used() const {
   size_t lin_heads = 0;
   for (const Layer& L : layers_) lin_heads += L.lin ? static_cast<size_t>(c.n_kv_heads) : 0;
   return static_cast<size_t>(tokens_held()) * (plan_.k_row + plan_.v_row + sizeof(int32_t)) +
-         lin_heads * LinearState(c.head_dim).bytes();
+         lin_heads * LinearState(c.head_dim, centroids()).bytes();
 }
 
 void DeviceContext::note_usage() { kv_peak_ = std::max(kv_peak_, kv_bytes_used()); }
@@ -363,8 +379,9 @@ void DeviceContext::relocate(int l, const KvLayerMut& src, int64_t budget, int64
   }
   const int kept_rows = evict ? static_cast<int>(budget) + W : held;
   gather_rows(dst, sv, kept, ld, n_kept, kept_rows);
-  if (evict && p.taylor()) {  // the evicted rows, read where they are (src is not written)
-    linear_absorb_rows(lin(l), sv, evicted, ld, n_evicted);
+  if (evict && p.absorbs()) {  // the evicted rows, read where they are (src is not written)
+    if (centroids() > 0) centroid_absorb_rows(lin(l), sv, evicted, ld, n_evicted);
+    else linear_absorb_rows(lin(l), sv, evicted, ld, n_evicted);
     L.lin = true;
   }
   set_held(l, kept_rows);
@@ -383,8 +400,9 @@ void DeviceContext::decode_evict(int l, int32_t qpos) {
   while (L.held > b + p.window) {
     const KvLayerView kv = view(m, l);
     decode_victims(victim, at<double>("victim_scratch"), at<float>("q"), qpos, c.n_heads, kv, L.held - p.window, mode);
-    if (p.taylor()) {
-      linear_absorb_one(lin(l), kv, victim);
+    if (p.absorbs()) {
+      if (centroids() > 0) centroid_absorb_one(lin(l), kv, victim);
+      else linear_absorb_one(lin(l), kv, victim);
       L.lin = true;
     }
     remove_rows(m, victim, L.held);

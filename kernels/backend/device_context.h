@@ -81,6 +81,7 @@ class DeviceContext {
   KvLayerMut staging() const;
   KvLayerView view(const KvLayerMut& m, int l) const;
   LinearStateView lin(int l) const;
+  int centroids() const;  // K of the centroid compensator, 0 without one
   void set_held(int l, int held);
   void note_usage();
 

@@ -44,7 +44,6 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params) {
   kv = resolve_kv_defaults(params.kv, c);
   validate(kv);
   evicting = kv.evicts();
-  if (evicting && kv.centroid_count() > 0) fail("the cuda backend has no centroid compensator yet (taylor or none)");
   if (c.head_dim > kMaxHeadDim || c.head_dim % 2 != 0)
     fail("the cuda backend supports head_dim up to " + std::to_string(kMaxHeadDim) + " (even), the model has " +
          std::to_string(c.head_dim));
@@ -104,10 +103,14 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params) {
     slots("move", move_slots);
   }
   const bool lin = evicting && kv.taylor();
-  add("kv", "lin.n", lin ? L * H * sizeof(float) : 0);
+  const size_t K = evicting ? static_cast<size_t>(kv.centroid_count()) : 0;  // the centroid compensator's
+  add("kv", "lin.n", lin || K > 0 ? L * H * sizeof(float) : 0);
   add("kv", "lin.ksum", lin ? L * H * d * sizeof(float) : 0);
   add("kv", "lin.vsum", lin ? L * H * d * sizeof(float) : 0);
   add("kv", "lin.M", lin ? L * H * d * d * sizeof(float) : 0);
+  add("kv", "lin.cn", L * H * K * sizeof(float));
+  add("kv", "lin.ck", L * H * K * d * sizeof(float));
+  add("kv", "lin.cv", L * H * K * d * sizeof(float));
 
   // Activations: the residual stream of a whole prompt, one chunk's scratch, the logits of a chunk.
   const size_t dim = static_cast<size_t>(c.dim), qd = static_cast<size_t>(c.q_dim()), kvd = static_cast<size_t>(c.kv_dim());

@@ -209,6 +209,15 @@ TEST(DeviceContext, OtherPoliciesMatchCpu) {
   ContextParams cp = params(96, "cake", 12, 4);
   cp.kv.compensate = "taylor";  // cake with the linear cache
   compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 4), 3, "llama-gqa-tied cake+taylor");
+  // The centroid compensator: 3 centroids take the 24 prompt tokens evicted per head and one more
+  // each decode step; the spec's slake with 40, most of them never seeded.
+  cp.kv.compensate = "centroids";
+  cp.kv.centroids = 3;
+  compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 5), 3, "llama-gqa-tied cake+centroids");
+  cp = params(96, "slake", 12, 4);
+  cp.kv.compensate = "centroids";
+  cp.kv.centroids = 40;
+  compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 8), 3, "llama-gqa-tied slake+centroids");
   // slake-wide: the window widened to C/2 = 6 on both backends (resolve_kv_defaults).
   compare(*m, params(96, "slake-wide", 12, 4), prompt_tokens(40, m->cfg.n_vocab, 6), 3, "llama-gqa-tied slake-wide");
   // Fewer observing queries than the window keeps: the last 3 of slake-wide's window of 8 (C=16)

@@ -1,7 +1,9 @@
 // Absorption into the linear state against slake::LinearState: the decode rank-1 update of one
 // row per KV head (some heads skipping), and the prefill batch M += K^T V over rows listed by index
 // with ragged token counts and head dims not multiples of the 16-wide tile; every cache row type
-// the device stores (both sides absorb the stored values). Tolerance: 1e-5 + 1e-5 |cpu|.
+// the device stores (both sides absorb the stored values). Tolerance: 1e-5 + 1e-5 |cpu|. The
+// centroid states the same way: counts exactly (every row joins the same centroid as on the CPU),
+// key and value sums within the same tolerance.
 #include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
@@ -32,13 +34,13 @@ void expect_states_equal(const DeviceKvLayer& dev, const KvCache& cache, int d, 
   expect_close(dev.M.download(), packed(cache, 3, d), 1e-5, 1e-5, what + " M");
 }
 
-KvCache cache_with_tokens(int n_kv, int d, int n, uint32_t seed, KvType tk, KvType tv) {
+KvCache cache_with_tokens(int n_kv, int d, int n, uint32_t seed, KvType tk, KvType tv, int centroids = 0) {
   KvCache cache(1, n_kv, d, n, 0, tk, tv);
   for (int t = 0; t < n; ++t) {
     const std::vector<float> k = random_floats(static_cast<size_t>(n_kv) * d, seed + 2 * t), v = random_floats(static_cast<size_t>(n_kv) * d, seed + 2 * t + 1);
     cache.append(0, k.data(), v.data(), t);
   }
-  for (int g = 0; g < n_kv; ++g) cache.head(0, g).lin = LinearState(d);
+  for (int g = 0; g < n_kv; ++g) cache.head(0, g).lin = LinearState(d, centroids);
   return cache;
 }
 
@@ -82,6 +84,67 @@ TEST(KernelLinearState, BatchAbsorbOfGatheredRows) {
       for (int g = 0; g < n_kv; ++g)
         for (int t = 0; t < count[static_cast<size_t>(g)]; ++t) absorb_row(cache.head(0, g), rows[static_cast<size_t>(g * n + t)], d);
       expect_states_equal(dev, cache, d, "batch d=" + std::to_string(d) + kv_types_label(tk, tv));
+    }
+}
+
+void expect_centroids_equal(const DeviceKvLayer& dev, const KvCache& cache, const std::string& what) {
+  std::vector<float> n, cn, ck, cv;
+  for (int g = 0; g < cache.n_kv_heads(); ++g) {
+    const LinearState& l = cache.head(0, g).lin;
+    const size_t K = static_cast<size_t>(l.centroids), d = static_cast<size_t>(l.head_dim);
+    n.push_back(l.n);
+    if (l.cn.empty()) {  // never absorbed anything: zeros on the device
+      cn.insert(cn.end(), K, 0.0f), ck.insert(ck.end(), K * d, 0.0f), cv.insert(cv.end(), K * d, 0.0f);
+      continue;
+    }
+    cn.insert(cn.end(), l.cn.begin(), l.cn.end());
+    ck.insert(ck.end(), l.ck.begin(), l.ck.end());
+    cv.insert(cv.end(), l.cv.begin(), l.cv.end());
+  }
+  expect_close(dev.lin_n.download(), n, 0, 0, what + " n");
+  expect_close(dev.cn.download(), cn, 0, 0, what + " tokens per centroid");
+  expect_close(dev.ck.download(), ck, 1e-5, 1e-5, what + " key sums");
+  expect_close(dev.cv.download(), cv, 1e-5, 1e-5, what + " value sums");
+}
+
+TEST(KernelCentroids, OneRowPerHead) {
+  const int n_kv = 3, d = 40, n = 12, K = 4;
+  for (const auto& [tk, tv] : device_row_types(d)) {
+    KvCache cache = cache_with_tokens(n_kv, d, n, 50, tk, tv, K);
+    // A head that has absorbed rows already, so the device starts from a seeded state.
+    for (int r : {1, 2}) absorb_row(cache.head(0, 0), r, d);
+    DeviceKvLayer dev(cache, 0, n);
+    // Seven decode steps: the first four seed head 1 and 2's centroids, the rest join the nearest;
+    // head 1 evicts nothing in the third.
+    const std::vector<std::vector<int32_t>> steps{{0, 3, 8}, {5, 4, 2}, {6, -1, 1}, {7, 7, 7}, {9, 9, 9}, {10, 11, 0}, {11, 0, 3}};
+    for (const std::vector<int32_t>& rows : steps) {
+      DeviceBuffer<int32_t> drows(rows);
+      centroid_absorb_one(dev.lin(), dev.view(), drows.get());
+      for (int g = 0; g < n_kv; ++g)
+        if (rows[static_cast<size_t>(g)] >= 0) absorb_row(cache.head(0, g), rows[static_cast<size_t>(g)], d);
+    }
+    expect_centroids_equal(dev, cache, "one row" + kv_types_label(tk, tv));
+  }
+}
+
+TEST(KernelCentroids, RowsInTheirEvictionOrder) {
+  // K = 6: more rows than centroids; K = 200: more centroids than threads and rows (some stay
+  // unseeded, and the first unseeded lies beyond the first thread's stride).
+  for (const int K : {6, 200})
+    for (const auto& [tk, tv] : device_row_types(64)) {
+      const int n_kv = 3, n = 70, d = 64;
+      KvCache cache = cache_with_tokens(n_kv, d, n, 60, tk, tv, K);
+      for (int r = 0; r < 150 && r < K + 5; ++r) absorb_row(cache.head(0, 2), r % n, d);  // head 2 starts seeded
+      DeviceKvLayer dev(cache, 0, n);
+      const std::vector<int32_t> count{70, 0, 33};
+      std::vector<int32_t> rows(static_cast<size_t>(n_kv) * n, -1);
+      for (int t = 0; t < n; ++t) rows[static_cast<size_t>(t)] = n - 1 - t;
+      for (int t = 0; t < 33; ++t) rows[static_cast<size_t>(2 * n + t)] = 2 * t;
+      DeviceBuffer<int32_t> dcount(count), drows(rows);
+      centroid_absorb_rows(dev.lin(), dev.view(), drows.get(), n, dcount.get());
+      for (int g = 0; g < n_kv; ++g)
+        for (int t = 0; t < count[static_cast<size_t>(g)]; ++t) absorb_row(cache.head(0, g), rows[static_cast<size_t>(g * n + t)], d);
+      expect_centroids_equal(dev, cache, "K=" + std::to_string(K) + kv_types_label(tk, tv));
     }
 }
 

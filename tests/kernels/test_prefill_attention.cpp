@@ -18,6 +18,7 @@ struct Case {
   int head_dim, n_heads, n_kv_heads, window, n_q;
   std::vector<int> held;      // tokens per KV head (positions 0, 2, 4, ... for head 1, dense otherwise)
   std::vector<int> absorbed;  // tokens in each KV head's linear state
+  int centroids = 0;          // > 0: centroid states of this many
 };
 
 void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
@@ -31,7 +32,7 @@ void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
     kh.pos.resize(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) kh.pos[static_cast<size_t>(j)] = g == 1 ? 2 * j : j;
     kh.n = n;
-    kh.lin = LinearState(d);
+    kh.lin = LinearState(d, c.centroids);
     const int e = c.absorbed[static_cast<size_t>(g)];
     const std::vector<float> ke = random_floats(static_cast<size_t>(e) * d, seed + 10 * g + 2), ve = random_floats(static_cast<size_t>(e) * d, seed + 10 * g + 3);
     if (e > 0) kh.lin.absorb_batch(ke.data(), ve.data(), e, static_cast<size_t>(d));
@@ -75,6 +76,11 @@ TEST(KernelPrefillAttention, SlidingWindowAndLinearState) {
   run_case({72, 4, 2, 17, 9, {90, 60}, {0, 0}}, 4);
   run_case({40, 8, 2, 0, 13, {70, 45}, {25, 0}}, 5);     // head 0 has evicted tokens: PTAA
   run_case({256, 4, 1, 0, 5, {40}, {8}}, 6);              // the largest head dim
+}
+
+TEST(KernelPrefillAttention, CentroidStates) {
+  run_case({40, 8, 2, 0, 13, {70, 45}, {25, 3}, 8}, 7);    // head 0 all 8 seeded, head 1 three
+  run_case({128, 2, 2, 17, 9, {90, 60}, {40, 0}, 32}, 8);  // a sliding window; head 1 none
 }
 
 }  // namespace

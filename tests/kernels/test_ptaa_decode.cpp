@@ -1,6 +1,6 @@
 // PTAA decode (split + merge) against the CPU's slake::ptaa_one, per query head: GQA, heads with
 // different token counts (one empty), positions beyond the query (causal), a sliding window,
-// heads with and without a linear state, head dims that are not multiples of a warp, and split
+// heads with and without a linear state (Taylor or centroids), head dims that are not multiples of a warp, and split
 // lengths that leave ragged last splits; every cache row type the device stores. Tolerance:
 // |diff| <= 2e-5 + 1e-4 |cpu|.
 #include <gtest/gtest.h>
@@ -20,6 +20,7 @@ struct Case {
   std::vector<int> absorbed;  // tokens in each KV head's linear state
   float key_scale;            // larger: peakier softmax
   float evicted_along_q = 0;  // > 0: evicted keys are this multiple of query 0 (plus noise)
+  int centroids = 0;          // > 0: the linear states are centroid states of this many
 };
 
 void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
@@ -37,7 +38,7 @@ void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
     // Increasing positions with gaps (evicted tokens); the last two lie after the query.
     for (int j = 0; j < n; ++j) kh.pos[static_cast<size_t>(j)] = j < n - 2 ? qpos - 3 * (n - 2 - j) + 1 : qpos + j;
     kh.n = n;
-    kh.lin = LinearState(d);
+    kh.lin = LinearState(d, c.centroids);
     const int e = c.absorbed[static_cast<size_t>(g)];
     std::vector<float> ke = random_floats(static_cast<size_t>(e) * d, seed + 10 * g + 2, -c.key_scale, c.key_scale);
     if (c.evicted_along_q > 0)
@@ -58,7 +59,7 @@ void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
   }
   expect_close(out.download(), want, 2e-5, 1e-4,
                "d=" + std::to_string(d) + " window=" + std::to_string(c.window) + " split=" + std::to_string(c.split_len) +
-                   kv_types_label(tk, tv));
+                   " centroids=" + std::to_string(c.centroids) + kv_types_label(tk, tv));
 }
 
 // Every stored row type the device has: the kernel and the CPU read the same stored values.
@@ -77,6 +78,14 @@ TEST(KernelPtaaDecode, MatchesCpuPtaaWithAndWithoutLinearState) {
 TEST(KernelPtaaDecode, SlidingWindowAndASingleSplit) {
   run_case({72, 6, 2, 40, 256, {90, 61}, {20, 0}, 1.0f}, 4);
   run_case({256, 2, 1, 7, 5, {23}, {9}, 1.0f}, 5);
+}
+
+TEST(KernelPtaaDecode, MatchesCpuWithCentroidStates) {
+  // Heads with more evicted tokens than centroids (all seeded), fewer (some unseeded), a state
+  // only, none; 300 centroids take three chunks of the merge's weights.
+  run_case({40, 8, 4, 0, 16, {75, 50, 0, 0}, {30, 3, 12, 0}, 1.0f, 0, 8}, 11);
+  run_case({64, 4, 2, 0, 32, {129, 33}, {500, 1}, 1.0f, 0, 300}, 12);
+  run_case({32, 1, 1, 0, 8, {40}, {25}, 1.0f, 24.0f, 4}, 13);  // evicted keys far above the retained
 }
 
 TEST(KernelPtaaDecode, EvictedKeysScoringFarAboveTheRetainedOnesStayFinite) {
