@@ -50,6 +50,23 @@ void absorb_row(KvHead& kh, int r, int d) {
   kh.lin.absorb(kh.key(r, d, k.data()), kh.value(r, d, v.data()));
 }
 
+// The evicted rows of three heads of an n-row cache (n >= 66), as partition_rows lists them: head 0
+// all n in reverse order, head 1 none, head 2 every other row of the first 66 (33: a ragged last
+// chunk), read through the index.
+struct Evicted {
+  std::vector<int32_t> count, rows;  // rows: [3][n]
+};
+Evicted evicted_rows(int n) {
+  Evicted e{{n, 0, 33}, std::vector<int32_t>(static_cast<size_t>(3) * n, -1)};
+  for (int t = 0; t < n; ++t) e.rows[static_cast<size_t>(t)] = n - 1 - t;
+  for (int t = 0; t < 33; ++t) e.rows[static_cast<size_t>(2 * n + t)] = 2 * t;
+  return e;
+}
+void absorb_on_cpu(KvCache& cache, const Evicted& e, int n, int d) {
+  for (int g = 0; g < 3; ++g)
+    for (int t = 0; t < e.count[static_cast<size_t>(g)]; ++t) absorb_row(cache.head(0, g), e.rows[static_cast<size_t>(g * n + t)], d);
+}
+
 TEST(KernelLinearState, RankOneAbsorbOfOneRowPerHead) {
   const int n_kv = 3, d = 64, n = 9;
   for (const auto& [tk, tv] : device_row_types(d)) {
@@ -74,15 +91,10 @@ TEST(KernelLinearState, BatchAbsorbOfGatheredRows) {
       // A state that already holds something, so the kernel must add rather than overwrite.
       for (int g = 0; g < n_kv; ++g) absorb_row(cache.head(0, g), n - 1, d);
       DeviceKvLayer dev(cache, 0, n);
-      const std::vector<int32_t> count{70, 0, 33};  // head 1 absorbs nothing; 33: a ragged last chunk
-      // Head 0 absorbs its rows in reverse order, head 2 every other row: read through the index.
-      std::vector<int32_t> rows(static_cast<size_t>(n_kv) * n, -1);
-      for (int t = 0; t < n; ++t) rows[static_cast<size_t>(t)] = n - 1 - t;
-      for (int t = 0; t < 33; ++t) rows[static_cast<size_t>(2 * n + t)] = 2 * t;
-      DeviceBuffer<int32_t> dcount(count), drows(rows);
+      const Evicted e = evicted_rows(n);
+      DeviceBuffer<int32_t> dcount(e.count), drows(e.rows);
       linear_absorb_rows(dev.lin(), dev.view(), drows.get(), n, dcount.get());
-      for (int g = 0; g < n_kv; ++g)
-        for (int t = 0; t < count[static_cast<size_t>(g)]; ++t) absorb_row(cache.head(0, g), rows[static_cast<size_t>(g * n + t)], d);
+      absorb_on_cpu(cache, e, n, d);
       expect_states_equal(dev, cache, d, "batch d=" + std::to_string(d) + kv_types_label(tk, tv));
     }
 }
@@ -136,14 +148,10 @@ TEST(KernelCentroids, RowsInTheirEvictionOrder) {
       KvCache cache = cache_with_tokens(n_kv, d, n, 60, tk, tv, K);
       for (int r = 0; r < 150 && r < K + 5; ++r) absorb_row(cache.head(0, 2), r % n, d);  // head 2 starts seeded
       DeviceKvLayer dev(cache, 0, n);
-      const std::vector<int32_t> count{70, 0, 33};
-      std::vector<int32_t> rows(static_cast<size_t>(n_kv) * n, -1);
-      for (int t = 0; t < n; ++t) rows[static_cast<size_t>(t)] = n - 1 - t;
-      for (int t = 0; t < 33; ++t) rows[static_cast<size_t>(2 * n + t)] = 2 * t;
-      DeviceBuffer<int32_t> dcount(count), drows(rows);
+      const Evicted e = evicted_rows(n);
+      DeviceBuffer<int32_t> dcount(e.count), drows(e.rows);
       centroid_absorb_rows(dev.lin(), dev.view(), drows.get(), n, dcount.get());
-      for (int g = 0; g < n_kv; ++g)
-        for (int t = 0; t < count[static_cast<size_t>(g)]; ++t) absorb_row(cache.head(0, g), rows[static_cast<size_t>(g * n + t)], d);
+      absorb_on_cpu(cache, e, n, d);
       expect_centroids_equal(dev, cache, "K=" + std::to_string(K) + kv_types_label(tk, tv));
     }
 }
