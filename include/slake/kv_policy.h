@@ -20,10 +20,6 @@ struct KvPolicyParams {
   // Sobs: how many of the prompt's last queries score its tokens at prefill (0: the window's, the
   // spec's; at most the window). Fewer than the window keeps scores by the prompt's end alone.
   int observe = 0;
-  // The prompt's end: the indicator of its last `end_window` queries alone is added to the
-  // observing queries' (0: off; fewer than Sobs). A token the question at the end of a long prompt
-  // attends to is then kept though the rest of a wide window ignores it (docs/kv-quality.md).
-  int end_window = 0;
   // What happens to evicted tokens: "auto" (the policy's own: taylor for slake, none otherwise:
   // slake-wide measured better without it at equal bytes, docs/kv-quality.md),
   // "taylor" (absorbed into the linear state, attended by PTAA), "centroids" (merged into
@@ -54,9 +50,6 @@ struct KvPolicyParams {
   // The observing queries at prefill: Sobs, or the whole window.
   int observed() const { return observe > 0 ? observe : window; }
 };
-
-// The window a policy keeps: Sw, or slake-wide's C - min(C/2, 256) when that is larger.
-int kept_window(const KvPolicyParams& p);
 
 // The policy names, in the order of the spec's table.
 const std::vector<std::string>& kv_policy_names();

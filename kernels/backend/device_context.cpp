@@ -275,16 +275,8 @@ void DeviceContext::on_layer_done(int l) {
     case KvSelector::WindowMax7:
     case KvSelector::Indicator: {
       const bool snap = parts_.selector == KvSelector::WindowMax7;
-      // The end window's indicator first (its totals are overwritten by the whole window's), then
-      // added to the whole window's, as KvEvictor::on_layer_done.
-      const int e = p.end_window;
-      float* ind_end = at<float>("indicator_end");
-      if (e > 0)
-        window_stats(ind_end, at<double>("totals"), at<float>("q_window") + static_cast<int64_t>(n_obs - e) * c.q_dim(), S_, e, P,
-                     c.n_heads, st, snap ? 0.0 : p.gamma, snap ? 1 : 0, at<double>("window_scratch"));
       window_stats(ind, at<double>("totals"), at<float>("q_window"), S_, n_obs, P, c.n_heads, st, snap ? 0.0 : p.gamma, snap ? 1 : 0,
                    at<double>("window_scratch"));
-      if (e > 0) residual_add(ind, ind_end, static_cast<int64_t>(H) * P);
       const bool vabs = parts_.allocator == KvAllocator::Vabs || parts_.allocator == KvAllocator::VabsVariance;
       if (vabs) {
         topk_flags(at<uint8_t>("uniform_kept"), ind, H, P, P, p.budget - p.window);

@@ -141,7 +141,6 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params) {
         (n_ctx > kv.window ? window_stats_scratch_doubles(c.n_heads, kv.observed(), n_ctx - kv.window) : 0) * sizeof(double));
     add("policy", "totals", 2 * sizeof(double));
     add("policy", "indicator", L * H * ctx * sizeof(float));
-    add("policy", "indicator_end", kv.end_window > 0 ? H * ctx * sizeof(float) : 0);  // --kv-end-window's
     add("policy", "uniform_kept", H * ctx);
     add("policy", "vabs", W * nh * 2 * sizeof(double));
     add("policy", "cand_scores", H * rows * sizeof(float));

@@ -83,13 +83,6 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
       LayerStats st = window_stats(q_window_.data(), S_, p_.observed(), P, cache, layer, s_, snap ? 0.0 : p_.gamma,
                                    snap ? TokenPool::Max7 : TokenPool::Avg5, pool);
       tok = std::move(st.indicator);
-      if (const int e = p_.end_window; e > 0) {  // what the prompt's last e queries attend to, added
-        const size_t qd = static_cast<size_t>(s_.n_heads) * s_.head_dim;
-        const LayerStats end = window_stats(q_window_.data() + (p_.observed() - e) * qd, S_, e, P, cache, layer, s_,
-                                            snap ? 0.0 : p_.gamma, snap ? TokenPool::Max7 : TokenPool::Avg5, pool);
-        for (size_t g = 0; g < tok.size(); ++g)
-          for (size_t j = 0; j < tok[g].size(); ++j) tok[g][j] += end.indicator[g][j];
-      }
       if (parts_.allocator == KvAllocator::Cake)
         score = std::pow(st.entropy, 1.0 / p_.tau1.value_or(1.0)) * std::pow(st.variance, 1.0 / p_.tau2.value_or(1.0));
       if (parts_.allocator == KvAllocator::Vabs || parts_.allocator == KvAllocator::VabsVariance) {

@@ -225,10 +225,6 @@ TEST(DeviceContext, OtherPoliciesMatchCpu) {
   cp = params(96, "slake-wide", 16, 4);
   cp.kv.observe = 3;
   compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 7), 3, "llama-gqa-tied slake-wide --kv-observe 3");
-  // The last 2 of the window's 8 queries also score the prompt on their own (--kv-end-window).
-  cp.kv.observe = 0;
-  cp.kv.end_window = 2;
-  compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 9), 3, "llama-gqa-tied slake-wide --kv-end-window 2");
 }
 
 TEST(DeviceContext, StoredCacheTypesMatchCpu) {

@@ -198,14 +198,6 @@ class Behaviour(unittest.TestCase):
         status, body = post(self.server, "/v1/completions", {"prompt": "x", "kv_policy": "nope"})
         self.assertEqual(status, 400)
         self.assertIn("nope", body["error"]["message"])
-        # slake-wide scored by the prompt's end as well; an end window as wide as the window is refused.
-        r = c.completions.create(model=self.model, prompt=long_prompt, max_tokens=N, temperature=0,
-                                 extra_body={"kv_policy": "slake-wide", "kv_budget": 64, "kv_window": 8, "kv_end_window": 8})
-        self.assertEqual(r.usage.completion_tokens, N)
-        status, body = post(self.server, "/v1/completions",
-                            {"prompt": "x", "kv_policy": "cake", "kv_budget": 32, "kv_window": 8, "kv_end_window": 8})
-        self.assertEqual(status, 400)
-        self.assertIn("--kv-end-window", body["error"]["message"])
 
     def test_bad_requests_are_400(self):
         cases = [

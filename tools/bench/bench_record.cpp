@@ -34,7 +34,6 @@ nlohmann::ordered_json BenchRecord::to_json() const {
   j["kv_budget"] = kv_budget;
   j["kv_window"] = kv_window;
   j["kv_observe"] = kv_observe;
-  j["kv_end_window"] = kv_end_window;
   j["kv_evict_every"] = kv_evict_every;
   j["type_k"] = type_k;
   j["type_v"] = type_v;

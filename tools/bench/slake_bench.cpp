@@ -92,7 +92,6 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
   rec.kv_budget = t.kv.budget;
   rec.kv_window = t.kv.window;
   rec.kv_observe = t.kv.observe;
-  rec.kv_end_window = t.kv.end_window;
   rec.kv_evict_every = t.kv.evict_every;
   rec.type_k = slake::kv_type_name(t.kv.type_k);
   rec.type_v = slake::kv_type_name(t.kv.type_v);
@@ -171,7 +170,7 @@ int main(int argc, char** argv) {
   CLI::App app{"slake-bench: speed, latency and memory of the engine (llama-bench's conventions)"};
   std::vector<std::string> models, synthetic, policies{"full"}, backends{"cpu"}, types_k{"f16"}, types_v{"f16"};
   std::vector<int> prompts{512}, gens{128}, depths{0}, threads{slake::default_thread_count()}, budgets{0}, evict_every{1};
-  int reps = 5, window = 32, observe = 0, end_window = 0;
+  int reps = 5, window = 32, observe = 0;
   uint64_t seed = 42;
   std::string format = "md", synth_type = "q4_0";
   bool no_warmup = false;
@@ -194,9 +193,6 @@ int main(int argc, char** argv) {
   app.add_option("--kv-budget", budgets, "KV budgets C (0: no eviction)")->delimiter(',')->capture_default_str();
   app.add_option("--kv-window", window, "observation window Sw")->capture_default_str();
   app.add_option("--kv-observe", observe, "Sobs: the prompt's last queries that score it (0: the window)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--kv-end-window", end_window, "the prompt's last queries whose own score is added (0: off)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-evict-every", evict_every, "decode-time eviction in batches of k (1: the spec's one token a step)")
@@ -239,7 +235,6 @@ int main(int argc, char** argv) {
               kv.budget = p == "full" ? 0 : b;
               kv.window = window;
               kv.observe = observe;
-              kv.end_window = end_window;
               kv.evict_every = p == "full" ? 1 : every;
               kv.type_k = slake::parse_kv_type(tk);
               kv.type_v = slake::parse_kv_type(tv);

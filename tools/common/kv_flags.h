@@ -28,10 +28,6 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
                  "Sobs: how many of the prompt's last queries score its tokens at prefill (0: the whole window)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--kv-end-window", kv.end_window,
-                 "also score the prompt by its last N queries alone, added to the window's score (0: off)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-compensate", kv.compensate,
                  "evicted tokens: taylor (linear cache + PTAA), centroids (merged into --kv-centroids mean "
                  "tokens per head), none (dropped), auto (taylor for slake only)")

@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     nlohmann::json j{{"model", model_path}, {"file", file}, {"n_ctx", n_ctx}, {"n_prefill", prefill}, {"n_decode", n_ctx - prefill},
-                     {"chunks", chunks}, {"kv_policy", kv.policy}, {"kv_budget", kv.budget}, {"kv_window", kv.window}, {"kv_observe", kv.observed()}, {"kv_end_window", kv.end_window},
+                     {"chunks", chunks}, {"kv_policy", kv.policy}, {"kv_budget", kv.budget}, {"kv_window", kv.window}, {"kv_observe", kv.observed()},
                      {"kv_compensate", kv.compensator()}, {"cache_type_k", slake::kv_type_name(kv.type_k)},
                      {"cache_type_v", slake::kv_type_name(kv.type_v)}, {"kv_evict_every", kv.evict_every}, {"scored_tokens", tot.n}, {"ppl", tot.ppl()},
                      {"ppl_stderr", tot.ppl_err()}, {"kv_bytes_after_prefill", kv_bytes_prefill},

@@ -147,7 +147,6 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
   kv.budget = static_cast<int>(get_int(body, "kv_budget", kv.budget, 0, std::numeric_limits<int>::max()));
   kv.window = static_cast<int>(get_int(body, "kv_window", kv.window, 1, std::numeric_limits<int>::max()));
   kv.observe = static_cast<int>(get_int(body, "kv_observe", kv.observe, 0, std::numeric_limits<int>::max()));
-  kv.end_window = static_cast<int>(get_int(body, "kv_end_window", kv.end_window, 0, std::numeric_limits<int>::max()));
   // As --kv-budget alone: a budget with no policy named means slake.
   if (!policy_given && field(body, "kv_budget") && kv.budget > 0 && kv.policy == "full") kv.policy = "slake";
   try {

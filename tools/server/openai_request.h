@@ -1,5 +1,5 @@
 // The request bodies of /v1/completions and /v1/chat/completions (OpenAI's fields, llama-server's
-// sampling extensions top_k and min_p, and slake's kv_policy, kv_budget, kv_window, kv_observe and kv_end_window), checked and
+// sampling extensions top_k and min_p, and slake's kv_policy, kv_budget, kv_window and kv_observe), checked and
 // turned into a GenRequest. Anything wrong is an ApiError naming the field; unknown fields are
 // ignored, as OpenAI's own server does for forward compatibility.
 #pragma once
