@@ -125,6 +125,16 @@ TEST(KvPolicyParams, BadValuesAreRefused) {
   EXPECT_EQ(p.observed(), 8);
   p.observe = 0;
   EXPECT_EQ(p.observed(), 32);
+  // slake-wide's window is checked as resolve_kv_defaults will widen it: 768 at C=1024.
+  p.policy = "slake-wide";
+  p.budget = 1024;
+  p.observe = 768;
+  validate(p);
+  p.observe = 769;
+  EXPECT_THAT([&] { validate(p); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("0..window (768)")));
+  p.observe = 0;
+  p.policy = "slake";
+  p.budget = 64;
   p.tau1 = 0.0;
   EXPECT_THROW(validate(p), Error);
   p.tau1.reset();

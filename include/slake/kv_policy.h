@@ -51,6 +51,9 @@ struct KvPolicyParams {
   int observed() const { return observe > 0 ? observe : window; }
 };
 
+// The window a policy keeps: Sw, or slake-wide's C - min(C/2, 256) when that is larger.
+int kept_window(const KvPolicyParams& p);
+
 // The policy names, in the order of the spec's table.
 const std::vector<std::string>& kv_policy_names();
 

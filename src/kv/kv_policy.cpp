@@ -16,6 +16,10 @@ namespace slake {
 // (docs/kv-quality.md, "slake-wide").
 constexpr int kWideRankedMax = 256;
 
+int kept_window(const KvPolicyParams& p) {
+  return p.policy == "slake-wide" ? std::max(p.window, p.budget - std::min(p.budget / 2, kWideRankedMax)) : p.window;
+}
+
 const std::vector<std::string>& kv_policy_names() {
   static const std::vector<std::string> names{"full", "streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake", "slake-wide"};
   return names;
@@ -36,9 +40,10 @@ void validate(const KvPolicyParams& p) {
     fail("KV centroid count must be in 1..4096, got " + std::to_string(p.centroids));
   if (p.budget < 0) fail("KV budget must not be negative, got " + std::to_string(p.budget));
   if (p.window < 1) fail("KV observation window must be positive, got " + std::to_string(p.window));
-  if (p.observe < 0 || p.observe > p.window)
-    fail("KV observing queries (--kv-observe) must be in 0..window (" + std::to_string(p.window) + "), got " +
-         std::to_string(p.observe));
+  // Against the window the policy will have (slake-wide's is widened by resolve_kv_defaults).
+  const int W = kept_window(p);
+  if (p.observe < 0 || p.observe > W)
+    fail("KV observing queries (--kv-observe) must be in 0..window (" + std::to_string(W) + "), got " + std::to_string(p.observe));
   if (p.policy != "full" && p.budget > 0 && p.budget <= p.window)
     fail("KV budget " + std::to_string(p.budget) + " must be larger than the window " + std::to_string(p.window));
   if (!(p.gamma >= 0)) fail("KV indicator weight gamma must not be negative");
@@ -73,7 +78,7 @@ KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c) {
   if (!p.tau2) p.tau2 = t2;
   if (!p.alpha) p.alpha = a;
   if (!p.beta) p.beta = b;
-  if (p.policy == "slake-wide") p.window = std::max(p.window, p.budget - std::min(p.budget / 2, kWideRankedMax));
+  p.window = kept_window(p);
   return p;
 }
 

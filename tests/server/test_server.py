@@ -297,6 +297,18 @@ class LongPromptsAndPolicies(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_request_budget_gets_its_own_policy_defaults(self):
+        # The server's default slake-wide at C=512 widens its window to 256; a request asking for
+        # C=64 gets slake-wide's window for C=64 (32), as slake-cli does, not the server's 256.
+        server = Server(STORIES, "-c", str(self.CTX), "-np", "1", "-t", "2", "--kv-policy", "slake-wide", "--kv-budget", "512")
+        try:
+            want = cli_greedy(STORIES, self.long, N, self.CTX, "--kv-policy", "slake-wide", "--kv-budget", "64")
+            got = client(server).completions.create(model="stories260K.gguf", prompt=self.long, max_tokens=N, temperature=0,
+                                                    extra_body={"kv_budget": 64}).choices[0].text
+            self.assertEqual(got, want)
+        finally:
+            server.stop()
+
 
 @unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
 class AdmissionAndAuth(unittest.TestCase):

@@ -31,7 +31,7 @@ struct RequestEnv {
   const ChatPrompter& chat;
   const ModelConfig& cfg;
   int n_ctx;
-  KvPolicyParams kv_default;  // the --kv-* flags
+  KvPolicyParams kv_default;  // the --kv-* flags, not resolved (get_kv resolves each request's)
 };
 
 // Throws ApiError (400).

@@ -55,7 +55,9 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
                sc.kv_memory ? (std::to_string(sc.kv_memory >> 20) + " MiB").c_str() : "no limit", chat.describe().c_str());
 
   slake::server::HttpCounters counters;
-  slake::server::ServerEnv env{{slake::server::model_id(o), *tokenizer, chat, c, sc.n_ctx, sc.kv},
+  // The --kv-* flags as given: a request's own policy or budget gets that policy's defaults (its
+  // window) from resolve_kv_defaults, not the server default's resolved ones.
+  slake::server::ServerEnv env{{slake::server::model_id(o), *tokenizer, chat, c, sc.n_ctx, o.kv.params},
                                scheduler,
                                counters,
                                o.api_key,
