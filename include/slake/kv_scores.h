@@ -67,8 +67,9 @@ void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCa
 
 // VABS (SLAKE eq. 15-18): compares each observing query's true softmax row with the row PTAA gives
 // when the layer keeps the `keep` best prefix tokens by `indicator` plus the window and folds the
-// rest into the linear state (q_window, n_obs and P as for window_stats). Returns the means over heads and window queries of TV * VA and of
-// the entropy En; the layer preference is tv_va^alpha * entropy^beta.
+// rest into the linear state (q_window, n_obs and P as for window_stats). Returns the means over
+// heads and observing queries of TV * VA and of the entropy En; the layer preference is
+// tv_va^alpha * entropy^beta.
 struct VabsTerms {
   double tv_va = 0.0;
   double entropy = 0.0;

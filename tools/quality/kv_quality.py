@@ -127,11 +127,11 @@ def run(args):
     for spec in args.contexts.split(","):
         ctx_name, n_ctx, prefill = parse_context(spec)
         path = os.path.join(args.records, f"kl-{ctx_name}.jsonl")
+        have = set(current(load(path)))  # read once per context; each run's cell is added below
         for policy, comp in parse_rows(args.rows):
             for budget in [0] if policy == "full" else [int(b) for b in args.budgets.split(",")]:
                 if policy != "full" and budget >= prefill:
                     continue  # the whole prompt fits: nothing is evicted at prefill
-                have = current(load(path))
                 if (policy, comp, budget) in have:
                     continue
                 cmd = [args.bin, "-m", args.model, "-f", args.file, "-c", str(n_ctx), "--prefill", str(prefill),
@@ -146,6 +146,7 @@ def run(args):
                 rec["commit"] = head
                 with open(path, "a") as f:
                     f.write(json.dumps(rec) + "\n")
+                have.add(cell_key(rec))
 
 
 def num(x, digits=4):
