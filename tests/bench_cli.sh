@@ -41,6 +41,12 @@ for r in recs:
         # 32), plus one fp32 linear state per head.
         assert r["type_k"] == "f16" and r["type_v"] == "f16", r
         assert r["kv_bytes_start"] == 16 * (48 * 132 + (32 * 34 + 1) * 4), r["kv_bytes_start"]
+        # The layers' prefix budgets share L x (C - Sw) = 4 x (48 - 32) tokens (spec 2.5): what
+        # the heads hold beyond the window, counted in kv_bytes_start above.
+        b = r["kv_layer_budgets"]
+        assert len(b) == 4 and sum(b) == 64 and min(b) >= 0, b
+    else:
+        assert "kv_layer_budgets" not in r, r  # nothing was evicted
 # Cache types: keys of 32 values in f32 (128 bytes) or one q8_0 block (34), values in one q4_0
 # block (18), and the position.
 trecs = [json.loads(l) for l in open(f"{tmp}/types.jsonl")]

@@ -60,6 +60,7 @@ nlohmann::ordered_json BenchRecord::to_json() const {
   j["kv_bytes_start"] = kv_bytes_start;
   j["kv_bytes"] = kv_bytes_end;
   j["kv_peak_bytes"] = kv_peak_bytes;
+  if (!kv_layer_budgets.empty()) j["kv_layer_budgets"] = kv_layer_budgets;
   return j;
 }
 

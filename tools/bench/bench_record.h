@@ -28,6 +28,9 @@ struct BenchRecord {
   uint64_t peak_rss_bytes = 0, peak_device_bytes = 0;
   bool peak_rss_per_test = true;  // false: the OS could not reset the peak, so it is the process's so far
   uint64_t kv_bytes_start = 0, kv_bytes_end = 0, kv_peak_bytes = 0;
+  // An evicting policy: each layer's decode budget after the depth's prefill (the last repetition),
+  // so that uneven per-layer budgets can be told from a slow step. Empty for the full cache.
+  std::vector<int64_t> kv_layer_budgets;
   // Generation: bytes read per decoded token (every weight once, plus the KV cache in use; the
   // extra pass of an evicting policy over the keys is not counted, so this is a lower bound) and
   // the machine's read bandwidth.

@@ -123,6 +123,7 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
       std::fprintf(stderr, "slake-bench: depth prefilled in %.1f s; timing\n", ns_since(t0) * 1e-9);
     }
     const uint64_t kv_start = ctx.kv_bytes_used();
+    rec.kv_layer_budgets = ctx.layer_budgets();
     std::vector<float> logits;
     double total = 0;
     std::vector<double> per_token;
