@@ -3,6 +3,7 @@
 // windows, rows that see nothing, and a cache whose tokens were evicted into the linear state
 // (attention_prefill with PTAA against the Taylor formula token by token).
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -40,6 +41,39 @@ TEST(LanesExp, LimitsAndZero) {
   EXPECT_EQ(y[1], 0.0f);
   EXPECT_EQ(y[2], 0.0f);
   EXPECT_TRUE(std::isinf(y[3]));
+}
+
+// The part-wise comparisons, select and maximum of lanes.h against the scalar expression, lane by
+// lane, with -inf, +inf, NaN and equal values among the inputs.
+TEST(LanesCompare, EveryLaneMatchesTheScalarExpression) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> pick(0, 6);
+  const float specials[] = {-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f, 1.5f};
+  std::normal_distribution<float> g;
+  for (int it = 0; it < 2000; ++it) {
+    lanes_f a, b;
+    lanes_i ia, ib;
+    for (int i = 0; i < kLanes; ++i) {
+      const int ka = pick(rng), kb = pick(rng);
+      a[i] = ka < 6 ? specials[ka] : g(rng);
+      b[i] = kb < 6 ? specials[kb] : (it % 3 == 0 ? a[i] : g(rng));
+      ia[i] = static_cast<int32_t>(rng() % 7) - 3;
+      ib[i] = static_cast<int32_t>(rng() % 7) - 3;
+    }
+    const lanes_i gt = lanes_gt(a, b), lt = lanes_lt(a, b), eq = lanes_eq(a, b), gti = lanes_gt_i(ia, ib), lei = lanes_le_i(ia, ib);
+    const lanes_f sel = lanes_select(gt, a, b), mx = lanes_max(a, b);
+    for (int i = 0; i < kLanes; ++i) {
+      ASSERT_EQ(gt[i], a[i] > b[i] ? -1 : 0) << a[i] << " " << b[i];
+      ASSERT_EQ(lt[i], a[i] < b[i] ? -1 : 0) << a[i] << " " << b[i];
+      ASSERT_EQ(eq[i], a[i] == b[i] ? -1 : 0) << a[i] << " " << b[i];
+      ASSERT_EQ(gti[i], ia[i] > ib[i] ? -1 : 0) << ia[i] << " " << ib[i];
+      ASSERT_EQ(lei[i], ia[i] <= ib[i] ? -1 : 0) << ia[i] << " " << ib[i];
+      const float want = a[i] > b[i] ? a[i] : b[i];  // the second operand on NaN and on ties
+      ASSERT_EQ(std::memcmp(&sel[i], &want, sizeof want), 0) << a[i] << " " << b[i];
+      ASSERT_EQ(std::memcmp(&mx[i], &want, sizeof want), 0) << a[i] << " " << b[i];
+    }
+  }
 }
 
 struct RowsCase {

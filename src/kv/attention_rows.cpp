@@ -13,27 +13,11 @@ namespace slake {
 namespace {
 constexpr int kKeys = 16;  // keys per tile of the online softmax
 
-// The register-blocked loops below work on native-width parts of the lanes: one part with
-// AVX-512, two of 8 floats with AVX2, four of 4 elsewhere. Written on whole 16-lane vectors,
+// The register-blocked loops below work on native-width parts of the lanes (lanes.h): one part
+// with AVX-512, two of 8 floats with AVX2, four of 4 elsewhere. Written on whole 16-lane vectors,
 // GCC keeps AVX2's accumulators in memory and shuffles them through general registers (5 GFLOP/s).
-#if defined(__AVX512F__)
-constexpr int kPartLanes = 16;
-#elif defined(__AVX__)
-constexpr int kPartLanes = 8;
-#else
-constexpr int kPartLanes = 4;
-#endif
-constexpr int kParts = kLanes / kPartLanes;
-using part_f = float __attribute__((vector_size(kPartLanes * sizeof(float))));
-
-inline part_f load_part(const lanes_f* v, int part) {
-  part_f x;
-  std::memcpy(&x, reinterpret_cast<const float*>(v) + part * kPartLanes, sizeof x);
-  return x;
-}
-inline void store_part(lanes_f* v, int part, part_f x) {
-  std::memcpy(reinterpret_cast<float*>(v) + part * kPartLanes, &x, sizeof x);
-}
+inline part_f load_part(const lanes_f* v, int part) { return part_of<part_f>(*v, part); }
+inline void store_part(lanes_f* v, int part, part_f x) { set_part(*v, part, x); }
 
 // Score chains held at once (of 32 registers with AVX-512, of 16 with AVX2), and value
 // dimensions per block in the P V product.
@@ -227,16 +211,16 @@ void RowBlock::attend_tiles(const KvHead& kv, const lanes_f* x, int window, int 
           continue;
         }
         const lanes_i kp = splat_i(kpos[j0 + j]);
-        const lanes_i seen = window > 0 ? ((kp <= qp_) & (kp > qp_ - window)) : (kp <= qp_);
-        s[j] = seen ? s[j] : neg_inf;
+        const lanes_i seen = window > 0 ? (lanes_le_i(kp, qp_) & lanes_gt_i(kp, qp_ - window)) : lanes_le_i(kp, qp_);
+        s[j] = lanes_select(seen, s[j], neg_inf);
       }
 
     lanes_f tile_max = s[0];
     for (int j = 1; j < kKeys; ++j) tile_max = lanes_max(tile_max, s[j]);
     const lanes_f m_new = lanes_max(m_, tile_max);
     // A row that has seen nothing yet keeps m = -inf; measure it from 0 so no -inf - -inf appears.
-    const lanes_f ref = m_new == neg_inf ? lanes_f{} : m_new;
-    const lanes_i grew = m_new > m_;
+    const lanes_f ref = lanes_select(lanes_eq(m_new, neg_inf), lanes_f{}, m_new);
+    const lanes_i grew = lanes_gt(m_new, m_);
     bool any_grew = false;
     for (int r = 0; r < kLanes; ++r) any_grew |= grew[r] != 0;
     if (any_grew) {
@@ -279,8 +263,8 @@ void RowBlock::attend_tiles_few(const KvHead& kv, const lanes_f* x, int window, 
         s = score_keys(&q_r_[static_cast<size_t>(r) * d], k, d);
       }
       const lanes_i qp = splat_i(qp_[r]);
-      const lanes_i seen = window > 0 ? ((kp <= qp) & (kp > qp - window)) : (kp <= qp);
-      s = seen ? s : neg_inf_l;
+      const lanes_i seen = window > 0 ? (lanes_le_i(kp, qp) & lanes_gt_i(kp, qp - window)) : lanes_le_i(kp, qp);
+      s = lanes_select(seen, s, neg_inf_l);
       const float m_new = std::max(m_[r], lanes_hmax(s));
       if (m_new == neg_inf) {  // this row sees none of the tile's keys, nor any before
         for (int j = 0; j < kKeys; ++j) p[r][j] = 0.0f;
@@ -325,7 +309,7 @@ void RowBlock::scores(const KvHead& kv, int n_keys, lanes_f* x) const {
     const float* k = tile_rows(kv, true, j0, nk, d_, tail_k);
     lanes_f s[kKeys];
     score_tile(q_t_.data(), k, d_, s);
-    for (int j = 0; j < nk; ++j) x[j0 + j] = (splat_i(kv.pos[static_cast<size_t>(j0 + j)]) <= qp_) ? s[j] : neg_inf;
+    for (int j = 0; j < nk; ++j) x[j0 + j] = lanes_select(lanes_le_i(splat_i(kv.pos[static_cast<size_t>(j0 + j)]), qp_), s[j], neg_inf);
   }
 }
 

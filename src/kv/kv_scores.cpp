@@ -81,31 +81,62 @@ void DecodeRowScores::keep_rows(const std::vector<char>& keep) {
 
 void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double* score) {
   std::fill(score, score + n_cand, 0.0);
-  thread_local std::vector<lanes_f> e;
+  thread_local std::vector<part_f> e;
+  thread_local std::vector<double> prob;
   e.resize(static_cast<size_t>(xs.n));
-  const int half = pool == TokenPool::Avg5 ? 2 : 3;
+  const bool avg = pool == TokenPool::Avg5;
+  // Avg5 pools with a sum, which commutes with the mean over the heads: each candidate's
+  // probability is summed over the group first (prob), and the pooling runs once on that sum.
+  if (avg) prob.assign(static_cast<size_t>(n_cand), 0.0);
+  const part_f neg_inf = part_f{} - std::numeric_limits<float>::infinity();
   for (int g0 = 0; g0 < xs.group; g0 += kLanes) {
-    const int n = std::min(kLanes, xs.group - g0);
     const std::vector<lanes_f>& x = xs.x[static_cast<size_t>(g0 / kLanes)];
-    // Softmax per lane over every row; lanes without a query see nothing and stay 0.
-    lanes_f m = splat(-std::numeric_limits<float>::infinity());
-    for (int j = 0; j < xs.n; ++j) m = lanes_max(m, x[static_cast<size_t>(j)]);
-    const lanes_f ref = m == splat(-std::numeric_limits<float>::infinity()) ? lanes_f{} : m;
-    lanes_f z{};
-    for (int j = 0; j < xs.n; ++j) z += (e[static_cast<size_t>(j)] = lanes_exp(x[static_cast<size_t>(j)] - ref));
-    const lanes_f inv = z > lanes_f{} ? 1.0f / z : lanes_f{};
-    // Pool along the candidates (pooling commutes with the positive 1/z), then average the heads.
-    for (int j = 0; j < n_cand; ++j) {
-      const int lo = std::max(0, j - half), hi = std::min(n_cand - 1, j + half);
-      lanes_f p = e[static_cast<size_t>(lo)];
-      for (int k = lo + 1; k <= hi; ++k)
-        p = pool == TokenPool::Avg5 ? p + e[static_cast<size_t>(k)] : lanes_max(p, e[static_cast<size_t>(k)]);
-      p *= inv;
-      if (pool == TokenPool::Avg5) p *= 0.2f;
-      double sum = 0;
-      for (int r = 0; r < n; ++r) sum += p[r];
-      score[j] += sum / xs.group;
+    // One native-width part of the block at a time (lanes.h); parts past the group's last head
+    // hold no query and are skipped (SmolLM2's group of 3 is one part of 8 with AVX2).
+    for (int part = 0; part * kPartLanes < std::min(kLanes, xs.group - g0); ++part) {
+      const int n = std::min(kPartLanes, xs.group - g0 - part * kPartLanes);
+      // Softmax per lane over every row; lanes without a query see nothing and stay 0.
+      part_f m = neg_inf;
+      for (int j = 0; j < xs.n; ++j) {
+        const part_f v = part_of<part_f>(x[static_cast<size_t>(j)], part);
+        m = m > v ? m : v;
+      }
+      const part_f ref = m == neg_inf ? part_f{} : m;
+      part_f z{};
+      for (int j = 0; j < xs.n; ++j) z += (e[static_cast<size_t>(j)] = part_exp(part_of<part_f>(x[static_cast<size_t>(j)], part) - ref));
+      const part_f inv = z > part_f{} ? 1.0f / z : part_f{};
+      if (avg) {
+        for (int j = 0; j < n_cand; ++j) {
+          const part_f p = e[static_cast<size_t>(j)] * inv;
+          double sum = 0;
+          for (int r = 0; r < n; ++r) sum += p[r];
+          prob[static_cast<size_t>(j)] += sum;
+        }
+        continue;
+      }
+      // Max7 pools with a maximum, per head, before the mean.
+      for (int j = 0; j < n_cand; ++j) {
+        const int lo = std::max(0, j - 3), hi = std::min(n_cand - 1, j + 3);
+        part_f p = e[static_cast<size_t>(lo)];
+        for (int k = lo + 1; k <= hi; ++k) {
+          const part_f v = e[static_cast<size_t>(k)];
+          p = p > v ? p : v;
+        }
+        p *= inv;
+        double sum = 0;
+        for (int r = 0; r < n; ++r) sum += p[r];
+        score[j] += sum / xs.group;
+      }
     }
+  }
+  if (!avg) return;
+  // Zero padding at both ends, as pool_tokens.
+  const double scale = 0.2 / xs.group;
+  for (int j = 0; j < n_cand; ++j) {
+    const int lo = std::max(0, j - 2), hi = std::min(n_cand - 1, j + 2);
+    double sum = 0;
+    for (int k = lo; k <= hi; ++k) sum += prob[static_cast<size_t>(k)];
+    score[j] = sum * scale;
   }
 }
 

@@ -5,7 +5,8 @@
 // (2 K N tokens per product). slake-kernel-bench --bandwidth first prints the machine's read
 // bandwidth (the decode ceiling) from the same probe as slake-bench; BM_fma_peak measures one
 // core's fp32 FMA peak (the ceiling of the float-weight prefill figures). BM_attention compares the
-// flash attention kernel with the scalar reference at decode and prefill shapes.
+// flash attention kernel with the scalar reference at decode and prefill shapes; BM_decode_scores
+// times an attention-scored policy's decode-time ranking of one KV head.
 //
 //   build/bin/slake-kernel-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -178,6 +179,38 @@ void attention_args(benchmark::internal::Benchmark* b) {
           if (kernel < 2 || tokens == 1) b->Args({kernel, tokens, keys, threads});
 }
 BENCHMARK(BM_attention)->Apply(attention_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// Spec section 5's decode score of one KV head (decode_scores: the group's softmax over the rows,
+// pooled along the candidates, averaged over the group), the part of an attention-scored policy's
+// decode step that the full cache does not have. Arguments: rows held, group size (3: SmolLM2,
+// 8: TinyLlama), pool (0: Avg5, SLAKE's; 1: Max7). The scores come from DecodeRowScores::compute
+// once, outside the timing. Counter: rows per second.
+void BM_decode_scores(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0)), group = static_cast<int>(state.range(1)), d = 64;
+  const slake::TokenPool pool = state.range(2) == 0 ? slake::TokenPool::Avg5 : slake::TokenPool::Max7;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g;
+  slake::KvCache cache(1, 1, d, rows);
+  std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d)), q(static_cast<size_t>(group) * d);
+  for (int j = 0; j < rows; ++j) {
+    for (auto& x : k) x = 2.0f * g(rng);
+    for (auto& x : v) x = g(rng);
+    cache.append(0, k.data(), v.data(), j);
+  }
+  for (auto& x : q) x = g(rng);
+  slake::DecodeRowScores xs;
+  xs.compute(q.data(), group, rows, cache.head(0, 0), d);
+  const int n_cand = rows - 32;
+  std::vector<double> score(static_cast<size_t>(n_cand));
+  for (auto _ : state) {
+    slake::decode_scores(xs, n_cand, pool, score.data());
+    benchmark::DoNotOptimize(score.data());
+  }
+  state.SetLabel(std::string(pool == slake::TokenPool::Avg5 ? "avg5" : "max7") + " rows=" + std::to_string(rows) +
+                 " group=" + std::to_string(group));
+  state.counters["rows_per_s"] = benchmark::Counter(rows, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_decode_scores)->ArgsProduct({{1056}, {3, 8}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 // The core's fp32 FMA peak: twelve independent chains of vector FMAs (enough to cover the FMA
 // latency on every port), the ceiling for the float-weight prefill figures above.
