@@ -92,7 +92,6 @@ inline lanes_f lanes_max(lanes_f a, lanes_f b) {
 // (including -inf), +inf above. Cephes' expf: x = n ln2 + r with |r| <= ln2/2, a degree-6
 // polynomial for exp(r), and 2^n built in the exponent bits. On one native-width part.
 inline part_f part_exp(part_f x) {
-  using part_u = int32_t __attribute__((vector_size(kPartLanes * sizeof(int32_t))));
   const part_f lo = part_f{} + -87.33654f, hi = part_f{} + 88.72283f;
   const part_f xc = x < lo ? lo : (x > hi ? hi : x);
   const part_f shifter = part_f{} + 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
@@ -107,7 +106,7 @@ inline part_f part_exp(part_f x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const part_f y = p * (r * r) + r + 1.0f;
-  const part_u e = (__builtin_convertvector(n, part_u) + 127) << 23;
+  const part_i e = (__builtin_convertvector(n, part_i) + 127) << 23;
   part_f two_n;
   std::memcpy(&two_n, &e, sizeof two_n);
   const part_f big = part_f{} + __builtin_huge_valf();
