@@ -130,14 +130,8 @@ void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double
     }
   }
   if (!avg) return;
-  // Zero padding at both ends, as pool_tokens.
-  const double scale = 0.2 / xs.group;
-  for (int j = 0; j < n_cand; ++j) {
-    const int lo = std::max(0, j - 2), hi = std::min(n_cand - 1, j + 2);
-    double sum = 0;
-    for (int k = lo; k <= hi; ++k) sum += prob[static_cast<size_t>(k)];
-    score[j] = sum * scale;
-  }
+  pool_tokens(prob.data(), n_cand, TokenPool::Avg5, score);
+  for (int j = 0; j < n_cand; ++j) score[j] /= xs.group;
 }
 
 LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const KvCache& cache, int layer, const AttentionShape& s,
