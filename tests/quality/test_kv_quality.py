@@ -2,7 +2,7 @@
 last changed at are not), the rows the matrix names, the table's cells, its bold minimum and the
 comparison at equal bytes (against figures worked by hand), the doc's markers, and a run on
 stories260K that writes one record per missing cell with the commit and runs nothing the second
-time."""
+time, and slake-perplexity --kv-sweep's records against separate runs'."""
 import contextlib
 import io
 import json
@@ -140,6 +140,38 @@ class RunOnStories(unittest.TestCase):
             self.assertEqual(second.returncode, 0, second.stderr)
             self.assertEqual(len(kq.load(os.path.join(d, "kl-tiny.jsonl"))), len(recs), "nothing runs twice")
             self.assertEqual(second.stderr, "")
+
+    def test_sweep_gives_each_setting_its_own_runs_record(self):
+        """--kv-sweep decodes the settings together (decode_batch) against one reference; every
+        figure of each setting's record must equal what its own process prints."""
+        base = [os.path.join(BIN, "slake-perplexity"), "-m", MODEL, "-f", TEXT, "-c", "256", "--prefill", "128",
+                "--chunks", "2", "-t", "2", "--kl-divergence", "-o", "json", "--kv-window", "8"]
+        settings = ["cake/taylor/32", "slake-wide/none/64", "h2o/centroids/32", "full/none/0", "slake/auto/48"]
+        out = subprocess.run(base + ["--kv-sweep", ",".join(settings)], capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        together = json.loads(out.stdout)
+        self.assertEqual(len(together), len(settings))
+        timing = ("seconds", "settings_run_together")
+        for setting, got in zip(settings, together):
+            policy, comp, budget = setting.split("/")
+            alone = subprocess.run(base + ["--kv-policy", policy, "--kv-compensate", comp, "--kv-budget", budget],
+                                   capture_output=True, text=True, timeout=300)
+            self.assertEqual(alone.returncode, 0, alone.stderr)
+            want = json.loads(alone.stdout)
+            self.assertEqual({k: v for k, v in got.items() if k not in timing},
+                             {k: v for k, v in want.items() if k not in timing}, setting)
+            self.assertEqual(got["settings_run_together"], len(settings))
+        self.assertGreater(together[0]["kl_mean"], 0)
+        self.assertLess(together[3]["kl_mean"], 1e-4)  # the f16 full cache against the f32 reference
+
+    def test_sweep_refuses_a_malformed_setting(self):
+        for bad, msg in [("cake/taylor", "not POLICY/COMPENSATOR/BUDGET"), ("cake/taylor/x", "budget must be a number"),
+                         ("cake/bogus/64", "unknown KV compensator 'bogus'"), ("nope/none/64", "unknown KV policy 'nope'"),
+                         ("cake/none/64,", "'' is not POLICY/COMPENSATOR/BUDGET")]:
+            out = subprocess.run([os.path.join(BIN, "slake-perplexity"), "-m", MODEL, "-f", TEXT, "--kv-sweep", bad],
+                                 capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 1, bad)
+            self.assertIn(msg, out.stderr, bad)
 
 
 if __name__ == "__main__":

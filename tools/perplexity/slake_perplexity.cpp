@@ -6,12 +6,19 @@
 // eviction happens), the rest is decoded one token at a time (so decode eviction happens), and the
 // predictions of the decoded tokens are scored: the prediction of token p from the prompt's last
 // position, then each decode step's prediction of the next token.
+//
+// --kv-sweep runs several (policy, compensator, budget) settings over the same chunks in one
+// process: the full-cache reference is evaluated once per chunk, and on the cpu backend the
+// settings' decode steps run together (decode_batch), which reads the weights once per step for
+// all of them and gives each the logits it would get alone. Each setting's record is the one its
+// own run would print.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "slake/batch_decode.h"
 #include "slake/context.h"
 #include "slake/error.h"
 #include "slake/logit_stats.h"
@@ -31,6 +38,19 @@ struct Totals {
   std::vector<double> kl;
   int64_t top1_same = 0;
 
+  // Adds one scored token: its NLL under the policy and, when the reference is given, the full
+  // cache's NLL, KL(full || policy) and whether both rank the same token first.
+  void score(const float* logits, const float* full, int n_vocab, int32_t next) {
+    const double v = slake::token_nll(logits, n_vocab, next);
+    nll += v;
+    nll2 += v * v;
+    ++n;
+    if (!full) return;
+    full_nll += slake::token_nll(full, n_vocab, next);
+    kl.push_back(slake::kl_divergence(full, logits, n_vocab));
+    top1_same += slake::argmax(full, n_vocab) == slake::argmax(logits, n_vocab);
+  }
+
   double ppl() const { return std::exp(nll / static_cast<double>(n)); }
   // llama-perplexity's error estimate: the standard error of the mean NLL, carried through exp.
   double ppl_err() const {
@@ -39,11 +59,46 @@ struct Totals {
   }
 };
 
+// One KV setting under evaluation: its session, the logits of its last step and its totals.
+struct Run {
+  slake::KvPolicyParams kv;
+  std::unique_ptr<slake::tools::Session> session;
+  std::vector<float> logits;
+  Totals tot;
+  size_t kv_bytes_prefill = 0, kv_bytes_end = 0, kv_peak = 0;
+  std::vector<int64_t> layer_budgets;  // the first chunk's, after its prefill
+};
+
+// --kv-sweep's list: POLICY/COMPENSATOR/BUDGET settings separated by commas, each applied on top of
+// the command line's other KV flags.
+std::vector<slake::KvPolicyParams> parse_sweep(const std::string& spec, const slake::KvPolicyParams& base) {
+  std::vector<slake::KvPolicyParams> out;
+  size_t at = 0;
+  while (at <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', at), spec.size());
+    const std::string item = spec.substr(at, comma - at);
+    const size_t a = item.find('/'), b = a == std::string::npos ? a : item.find('/', a + 1);
+    if (b == std::string::npos || item.find('/', b + 1) != std::string::npos)
+      slake::fail("--kv-sweep: '" + item + "' is not POLICY/COMPENSATOR/BUDGET (e.g. cake/taylor/128)");
+    slake::KvPolicyParams p = base;
+    p.policy = item.substr(0, a);
+    p.compensate = item.substr(a + 1, b - a - 1);
+    const std::string budget = item.substr(b + 1);
+    if (budget.empty() || budget.size() > 9 || budget.find_first_not_of("0123456789") != std::string::npos)
+      slake::fail("--kv-sweep: '" + item + "': the budget must be a number of tokens");
+    p.budget = std::stoi(budget);
+    slake::validate(p);
+    out.push_back(p);
+    at = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"slake-perplexity: perplexity of a text, and KL divergence of a KV policy against the full cache"};
-  std::string model_path, file, format = "text";
+  std::string model_path, file, format = "text", sweep;
   int n_ctx = 512, n_chunks = -1, n_threads = 0, prefill = -1;
   bool kl = false;
   app.add_option("-m,--model", model_path, "GGUF file or Hugging Face model directory")->required();
@@ -56,6 +111,9 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output-format", format, "text or json (on stdout)")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
   slake::tools::KvFlags kvf;
   slake::tools::add_kv_flags(app, kvf);
+  app.add_option("--kv-sweep", sweep,
+                 "several KV settings in one run, POLICY/COMPENSATOR/BUDGET separated by commas (e.g. "
+                 "cake/none/128,cake/taylor/128), each with the other KV flags; json output is then a list of records");
   std::string backend = "cpu";
   slake::tools::add_backend_flag(app, backend);
   try {
@@ -69,6 +127,8 @@ int main(int argc, char** argv) {
     slake::tools::finish_kv_flags(app, kvf);
     slake::tools::kv_types_for_backend(kvf.params, backend);
     slake::validate(kvf.params);
+    const std::vector<slake::KvPolicyParams> settings =
+        sweep.empty() ? std::vector<slake::KvPolicyParams>{kvf.params} : parse_sweep(sweep, kvf.params);
     if (prefill < 1 || prefill >= n_ctx)
       slake::fail("--prefill must be between 1 and the chunk size - 1 (" + std::to_string(n_ctx - 1) + "), got " + std::to_string(prefill));
     const std::string text = slake::read_text_file(file);
@@ -80,28 +140,36 @@ int main(int argc, char** argv) {
       slake::fail(file + ": " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " + std::to_string(n_ctx));
     const int chunks = n_chunks < 0 ? available : std::min(n_chunks, available);
     const int n_vocab = model->cfg.n_vocab;
-    const slake::KvPolicyParams kv = slake::resolve_kv_defaults(kvf.params, model->cfg);
     std::fprintf(stderr, "%s: %zu tokens; %d chunks of %d tokens: %d prefilled, %d decoded and scored per chunk\n", file.c_str(),
                  tokens.size(), chunks, n_ctx, prefill, n_ctx - prefill);
 
+    // The settings decode together on the cpu backend, so they share one pool.
+    const bool batched = backend == "cpu" && settings.size() > 1;
+    std::unique_ptr<slake::ThreadPool> pool;
+    if (batched) pool = std::make_unique<slake::ThreadPool>(n_threads > 0 ? n_threads : slake::default_thread_count());
     slake::ContextParams cp;
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
-    cp.kv = kv;
-    const std::unique_ptr<slake::tools::Session> session = slake::tools::make_session(backend, *model, cp);
-    slake::tools::Session& ctx = *session;
+    cp.pool = pool.get();
+    std::vector<Run> runs(settings.size());
+    for (size_t i = 0; i < settings.size(); ++i) {
+      runs[i].kv = cp.kv = slake::resolve_kv_defaults(settings[i], model->cfg);
+      runs[i].session = slake::tools::make_session(backend, *model, cp);
+    }
     std::unique_ptr<slake::tools::Session> full;
     if (kl) {  // the reference: every token, in an f32 cache
       cp.kv = slake::KvPolicyParams{};
       cp.kv.type_k = cp.kv.type_v = slake::KvType::F32;
       full = slake::tools::make_session(backend, *model, cp);
     }
-    std::fprintf(stderr, "slake-perplexity: %s\n", ctx.describe().c_str());
-    Totals tot;
-    size_t kv_bytes_prefill = 0, kv_bytes_end = 0, kv_peak = 0;
+    std::fprintf(stderr, "slake-perplexity: %s, %zu KV setting%s\n", runs[0].session->describe().c_str(), runs.size(),
+                 runs.size() > 1 ? "s decoded together" : "");
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<float> logits, full_logits;
-    std::vector<int64_t> layer_budgets;  // the first chunk's, after its prefill
+    std::vector<float> full_logits;
+    std::vector<slake::Context*> batch;
+    for (Run& r : runs)
+      if (batched) batch.push_back(&static_cast<slake::tools::CpuSession&>(*r.session).context());
+    std::vector<std::vector<float>> step_logits(runs.size());
     for (int c = 0; c < chunks; ++c) {
       std::vector<int32_t> chunk(tokens.begin() + static_cast<int64_t>(c) * n_ctx, tokens.begin() + static_cast<int64_t>(c + 1) * n_ctx);
       if (model->vocab.bos >= 0) chunk[0] = model->vocab.bos;
@@ -109,60 +177,67 @@ int main(int argc, char** argv) {
         full->reset();
         full->eval(std::vector<int32_t>(chunk.begin(), chunk.end() - 1), &full_logits, true);
       }
-      ctx.reset();
-      ctx.eval(std::vector<int32_t>(chunk.begin(), chunk.begin() + prefill), &logits);
-      kv_bytes_prefill = std::max(kv_bytes_prefill, ctx.kv_bytes_used());
-      if (c == 0) layer_budgets = ctx.layer_budgets();
+      for (Run& r : runs) {
+        r.session->reset();
+        r.session->eval(std::vector<int32_t>(chunk.begin(), chunk.begin() + prefill), &r.logits);
+        r.kv_bytes_prefill = std::max(r.kv_bytes_prefill, r.session->kv_bytes_used());
+        if (c == 0) r.layer_budgets = r.session->layer_budgets();
+      }
       for (int t = prefill; t < n_ctx; ++t) {
         const int32_t next = chunk[static_cast<size_t>(t)];
-        const double nll = slake::token_nll(logits.data(), n_vocab, next);
-        tot.nll += nll;
-        tot.nll2 += nll * nll;
-        ++tot.n;
-        if (full) {
-          const float* f = full_logits.data() + static_cast<size_t>(t - 1) * n_vocab;
-          tot.full_nll += slake::token_nll(f, n_vocab, next);
-          tot.kl.push_back(slake::kl_divergence(f, logits.data(), n_vocab));
-          tot.top1_same += slake::argmax(f, n_vocab) == slake::argmax(logits.data(), n_vocab);
+        const float* f = full ? full_logits.data() + static_cast<size_t>(t - 1) * n_vocab : nullptr;
+        for (Run& r : runs) r.tot.score(r.logits.data(), f, n_vocab, next);
+        if (t + 1 == n_ctx) break;
+        if (batched) {
+          slake::decode_batch(batch, std::vector<int32_t>(runs.size(), next), &step_logits);
+          for (size_t i = 0; i < runs.size(); ++i) runs[i].logits.swap(step_logits[i]);
+        } else {
+          for (Run& r : runs) r.session->eval({next}, &r.logits);
         }
-        if (t + 1 < n_ctx) ctx.eval({next}, &logits);
       }
-      kv_bytes_end = std::max(kv_bytes_end, ctx.kv_bytes_used());
-      kv_peak = std::max(kv_peak, ctx.kv_peak_bytes());
-      std::fprintf(stderr, "[%d]%.4f%s", c + 1, tot.ppl(), c + 1 == chunks ? "\n" : ",");
+      for (Run& r : runs) {
+        r.kv_bytes_end = std::max(r.kv_bytes_end, r.session->kv_bytes_used());
+        r.kv_peak = std::max(r.kv_peak, r.session->kv_peak_bytes());
+      }
+      std::fprintf(stderr, "[%d]%.4f%s", c + 1, runs[0].tot.ppl(), c + 1 == chunks ? "\n" : ",");
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-    nlohmann::json j{{"model", model_path}, {"file", file}, {"n_ctx", n_ctx}, {"n_prefill", prefill}, {"n_decode", n_ctx - prefill},
-                     {"chunks", chunks}, {"kv_policy", kv.policy}, {"kv_budget", kv.budget}, {"kv_window", kv.window}, {"kv_observe", kv.observed()},
-                     {"kv_compensate", kv.compensator()}, {"cache_type_k", slake::kv_type_name(kv.type_k)},
-                     {"cache_type_v", slake::kv_type_name(kv.type_v)}, {"kv_evict_every", kv.evict_every}, {"scored_tokens", tot.n}, {"ppl", tot.ppl()},
-                     {"ppl_stderr", tot.ppl_err()}, {"kv_bytes_after_prefill", kv_bytes_prefill},
-                     {"kv_bytes_end", kv_bytes_end}, {"kv_peak_bytes", kv_peak}, {"kv_layer_budgets", layer_budgets}, {"seconds", secs}};
-    if (full) {
-      double mean = 0;
-      for (double k : tot.kl) mean += k;
-      mean /= static_cast<double>(tot.kl.size());
-      j["full_ppl"] = std::exp(tot.full_nll / static_cast<double>(tot.n));
-      j["kl_mean"] = mean;
-      j["kl_p99"] = slake::percentile(tot.kl, 99.0);
-      j["kl_max"] = slake::percentile(tot.kl, 100.0);
-      j["top1_agreement"] = static_cast<double>(tot.top1_same) / static_cast<double>(tot.n);
+    nlohmann::json records = nlohmann::json::array();
+    for (const Run& r : runs) {
+      const slake::KvPolicyParams& kv = r.kv;
+      const Totals& tot = r.tot;
+      nlohmann::json j{{"model", model_path}, {"file", file}, {"n_ctx", n_ctx}, {"n_prefill", prefill}, {"n_decode", n_ctx - prefill},
+                       {"chunks", chunks}, {"kv_policy", kv.policy}, {"kv_budget", kv.budget}, {"kv_window", kv.window}, {"kv_observe", kv.observed()},
+                       {"kv_compensate", kv.compensator()}, {"cache_type_k", slake::kv_type_name(kv.type_k)},
+                       {"cache_type_v", slake::kv_type_name(kv.type_v)}, {"kv_evict_every", kv.evict_every}, {"scored_tokens", tot.n}, {"ppl", tot.ppl()},
+                       {"ppl_stderr", tot.ppl_err()}, {"kv_bytes_after_prefill", r.kv_bytes_prefill},
+                       {"kv_bytes_end", r.kv_bytes_end}, {"kv_peak_bytes", r.kv_peak}, {"kv_layer_budgets", r.layer_budgets},
+                       {"seconds", secs}, {"settings_run_together", runs.size()}};
+      if (full) {
+        double mean = 0;
+        for (double k : tot.kl) mean += k;
+        mean /= static_cast<double>(tot.kl.size());
+        j["full_ppl"] = std::exp(tot.full_nll / static_cast<double>(tot.n));
+        j["kl_mean"] = mean;
+        j["kl_p99"] = slake::percentile(tot.kl, 99.0);
+        j["kl_max"] = slake::percentile(tot.kl, 100.0);
+        j["top1_agreement"] = static_cast<double>(tot.top1_same) / static_cast<double>(tot.n);
+      }
+      records.push_back(j);
+      if (format == "json") continue;
+      std::printf("policy %s, budget %d, window %d, compensator %s, cache %s/%s; %d chunks x (%d prefilled + %d decoded) tokens\n",
+                  kv.policy.c_str(), kv.budget, kv.window, kv.compensator().c_str(), slake::kv_type_name(kv.type_k),
+                  slake::kv_type_name(kv.type_v), chunks, prefill, n_ctx - prefill);
+      std::printf("Final estimate: PPL = %.4f +/- %.4f over %lld scored tokens\n", tot.ppl(), tot.ppl_err(), static_cast<long long>(tot.n));
+      if (full)
+        std::printf("vs full cache (PPL %.4f): mean KL %.6f, p99 KL %.6f, max KL %.6f, top-1 agreement %.2f%%\n",
+                    j["full_ppl"].get<double>(), j["kl_mean"].get<double>(), j["kl_p99"].get<double>(), j["kl_max"].get<double>(),
+                    100.0 * j["top1_agreement"].get<double>());
+      std::printf("KV cache: %.3f MiB after prefill, %.3f MiB at the end, %.3f MiB peak (%.1f s)\n", r.kv_bytes_prefill / 1048576.0,
+                  r.kv_bytes_end / 1048576.0, r.kv_peak / 1048576.0, secs);
     }
-    if (format == "json") {
-      std::printf("%s\n", j.dump(2).c_str());
-      return 0;
-    }
-    std::printf("policy %s, budget %d, window %d, compensator %s, cache %s/%s; %d chunks x (%d prefilled + %d decoded) tokens\n",
-                kv.policy.c_str(), kv.budget, kv.window, kv.compensator().c_str(), slake::kv_type_name(kv.type_k),
-                slake::kv_type_name(kv.type_v), chunks, prefill, n_ctx - prefill);
-    std::printf("Final estimate: PPL = %.4f +/- %.4f over %lld scored tokens\n", tot.ppl(), tot.ppl_err(), static_cast<long long>(tot.n));
-    if (full)
-      std::printf("vs full cache (PPL %.4f): mean KL %.6f, p99 KL %.6f, max KL %.6f, top-1 agreement %.2f%%\n",
-                  j["full_ppl"].get<double>(), j["kl_mean"].get<double>(), j["kl_p99"].get<double>(), j["kl_max"].get<double>(),
-                  100.0 * j["top1_agreement"].get<double>());
-    std::printf("KV cache: %.3f MiB after prefill, %.3f MiB at the end, %.3f MiB peak (%.1f s)\n", kv_bytes_prefill / 1048576.0,
-                kv_bytes_end / 1048576.0, kv_peak / 1048576.0, secs);
+    if (format == "json") std::printf("%s\n", (sweep.empty() ? records[0] : records).dump(2).c_str());
   } catch (const slake::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

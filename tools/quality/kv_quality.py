@@ -3,9 +3,9 @@
 at 2K, 4K and 8K tokens, kept as records and written into docs/kv-quality.md.
 
   run    runs slake-perplexity --kl-divergence for every cell of the matrix (context x row x budget)
-         that has no current record, appending each run's record (with the commit it ran at) to
-         <records>/kl-<ctx>.jsonl as it finishes: an interrupted run loses one cell, and the next run
-         goes on where it stopped. --contexts, --rows and --budgets pick part of the matrix.
+         that has no current record, --together cells per process (--kv-sweep), appending each
+         group's records (with the commit they ran at) to <records>/kl-<ctx>.jsonl as it finishes:
+         an interrupted run loses one group, and the next run goes on where it stopped. --contexts, --rows and --budgets pick part of the matrix.
   write  renders one table per context from the records (a cell with no current record shows as
          "."), the comparison at equal bytes, and a plot of KL against KV bytes per context, and
          puts them between the suite's markers in the doc.
@@ -127,26 +127,26 @@ def run(args):
     for spec in args.contexts.split(","):
         ctx_name, n_ctx, prefill = parse_context(spec)
         path = os.path.join(args.records, f"kl-{ctx_name}.jsonl")
-        have = set(current(load(path)))  # read once per context; each run's cell is added below
-        for policy, comp in parse_rows(args.rows):
-            for budget in [0] if policy == "full" else [int(b) for b in args.budgets.split(",")]:
-                if policy != "full" and budget >= prefill:
-                    continue  # the whole prompt fits: nothing is evicted at prefill
-                if (policy, comp, budget) in have:
-                    continue
-                cmd = [args.bin, "-m", args.model, "-f", args.file, "-c", str(n_ctx), "--prefill", str(prefill),
-                       "--chunks", "1", "-t", str(args.threads), "--kl-divergence", "-o", "json",
-                       "--kv-policy", policy, "--kv-compensate", comp, "--kv-window", str(args.window)]
-                if policy != "full":
-                    cmd += ["--kv-budget", str(budget)]
-                print(" ".join(cmd), file=sys.stderr, flush=True)
-                if args.dry_run:
-                    continue
-                rec = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-                rec["commit"] = head
-                with open(path, "a") as f:
+        have = set(current(load(path)))  # read once per context
+        cells = [(policy, comp, budget) for policy, comp in parse_rows(args.rows)
+                 for budget in ([0] if policy == "full" else [int(b) for b in args.budgets.split(",")])
+                 # a budget that holds the whole prompt evicts nothing at prefill: left out
+                 if (policy == "full" or budget < prefill) and (policy, comp, budget) not in have]
+        # The cells of a context run in groups that share one process (slake-perplexity --kv-sweep:
+        # one reference, the decode steps batched); a group's records are appended when it ends.
+        for at in range(0, len(cells), args.together):
+            group = cells[at:at + args.together]
+            cmd = [args.bin, "-m", args.model, "-f", args.file, "-c", str(n_ctx), "--prefill", str(prefill),
+                   "--chunks", "1", "-t", str(args.threads), "--kl-divergence", "-o", "json", "--kv-window", str(args.window),
+                   "--kv-sweep", ",".join(f"{p}/{c}/{b}" for p, c, b in group)]
+            print(" ".join(cmd), file=sys.stderr, flush=True)
+            if args.dry_run:
+                continue
+            recs = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            with open(path, "a") as f:
+                for rec in recs:
+                    rec["commit"] = head
                     f.write(json.dumps(rec) + "\n")
-                have.add(cell_key(rec))
 
 
 def num(x, digits=4):
@@ -268,6 +268,8 @@ def main():
     r.add_argument("--window", type=int, default=32)
     r.add_argument("-t", "--threads", type=int, default=2)
     r.add_argument("--records", default=os.path.join(ROOT, "docs/bench/quality"))
+    r.add_argument("--together", type=int, default=8,
+                   help="cells run in one process (decoded together); an interrupted run loses that group")
     r.add_argument("--dry-run", action="store_true", help="print the commands of the missing cells only")
     r.add_argument("--allow-dirty", action="store_true", help="run with uncommitted changes (the records say HEAD)")
     w = sub.add_parser("write")
