@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "slake/error.h"
-#include "slake/gguf.h"
-#include "slake/model.h"
-#include "slake/quant_dot.h"
+#include "slake/model/gguf.h"
+#include "slake/model/model.h"
+#include "slake/quant/quant_dot.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "slake/error.h"
-#include "slake/safetensors.h"
+#include "slake/model/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -4,9 +4,9 @@
 #include <set>
 #include <string>
 
-#include "slake/attention.h"
+#include "slake/kv/attention.h"
 #include "slake/error.h"
-#include "slake/ops.h"
+#include "slake/cpu/ops.h"
 
 namespace slake {
 

@@ -5,9 +5,9 @@
 
 #include <cstring>
 
-#include "slake/attention.h"
+#include "slake/kv/attention.h"
 #include "slake/error.h"
-#include "slake/ops.h"
+#include "slake/cpu/ops.h"
 
 namespace slake {
 

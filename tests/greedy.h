@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "slake/context.h"
-#include "slake/model.h"
+#include "slake/model/model.h"
 
 namespace slake::test {
 

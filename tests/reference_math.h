@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "slake/kv_cache.h"
+#include "slake/kv/kv_cache.h"
 
 namespace slake::test {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "slake/attention.h"
+#include "slake/kv/attention.h"
 #include "reference_math.h"
 #include "test_util.h"
 

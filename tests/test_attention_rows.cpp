@@ -8,9 +8,9 @@
 #include <random>
 
 #include "reference_math.h"
-#include "slake/attention.h"
-#include "slake/attention_rows.h"
-#include "slake/lanes.h"
+#include "slake/kv/attention.h"
+#include "slake/kv/attention_rows.h"
+#include "slake/cpu/lanes.h"
 #include "test_util.h"
 
 namespace slake {

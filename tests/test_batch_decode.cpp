@@ -7,8 +7,8 @@
 #include <random>
 
 #include "slake/batch_decode.h"
-#include "slake/dtype.h"
-#include "slake/synthetic_model.h"
+#include "slake/quant/dtype.h"
+#include "slake/model/synthetic_model.h"
 #include "test_util.h"
 
 namespace slake {

@@ -8,7 +8,7 @@
 
 #include "slake/chat_template.h"
 #include "slake/error.h"
-#include "slake/vocab.h"
+#include "slake/tokenizer/vocab.h"
 #include "test_util.h"
 
 namespace slake {

@@ -8,9 +8,9 @@
 #include <random>
 
 #include "reference_math.h"
-#include "slake/attention.h"
-#include "slake/kv_evictor.h"
-#include "slake/kv_scores.h"
+#include "slake/kv/attention.h"
+#include "slake/kv/kv_evictor.h"
+#include "slake/kv/kv_scores.h"
 #include "test_util.h"
 
 namespace slake {

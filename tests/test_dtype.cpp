@@ -5,8 +5,8 @@
 #include <cmath>
 #include <random>
 
-#include "slake/dtype.h"
-#include "slake/gguf.h"
+#include "slake/quant/dtype.h"
+#include "slake/model/gguf.h"
 #include "test_util.h"
 
 namespace slake {

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "slake/context.h"
-#include "slake/mapped_file.h"
-#include "slake/model.h"
+#include "slake/model/mapped_file.h"
+#include "slake/model/model.h"
 #include "test_util.h"
 
 namespace slake {

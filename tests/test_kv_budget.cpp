@@ -3,7 +3,7 @@
 #include <random>
 
 #include "slake/error.h"
-#include "slake/kv_budget.h"
+#include "slake/kv/kv_budget.h"
 #include "test_util.h"
 
 namespace slake {

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "slake/kv_cache.h"
+#include "slake/kv/kv_cache.h"
 
 namespace slake {
 namespace {

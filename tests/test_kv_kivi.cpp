@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "slake/dtype.h"
-#include "slake/kv_cache.h"
-#include "slake/kv_kivi.h"
+#include "slake/quant/dtype.h"
+#include "slake/kv/kv_cache.h"
+#include "slake/kv/kv_kivi.h"
 
 namespace slake {
 namespace {

@@ -9,8 +9,8 @@
 #include <numeric>
 
 #include "slake/context.h"
-#include "slake/kv_policy.h"
-#include "slake/model.h"
+#include "slake/kv/kv_policy.h"
+#include "slake/model/model.h"
 #include "greedy.h"
 #include "test_util.h"
 

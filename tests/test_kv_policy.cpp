@@ -8,9 +8,9 @@
 #include "reference_math.h"
 #include "slake/context.h"
 #include "slake/error.h"
-#include "slake/kv_policy.h"
-#include "slake/kv_scores.h"
-#include "slake/model.h"
+#include "slake/kv/kv_policy.h"
+#include "slake/kv/kv_scores.h"
+#include "slake/model/model.h"
 #include "test_util.h"
 
 namespace slake {

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "reference_math.h"
-#include "slake/kv_scores.h"
+#include "slake/kv/kv_scores.h"
 
 namespace slake {
 namespace {

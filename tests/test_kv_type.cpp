@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "reference_math.h"
-#include "slake/attention.h"
-#include "slake/attention_rows.h"
+#include "slake/kv/attention.h"
+#include "slake/kv/attention_rows.h"
 #include "slake/context.h"
-#include "slake/kv_cache.h"
-#include "slake/kv_type.h"
-#include "slake/mapped_file.h"
-#include "slake/model.h"
-#include "slake/tokenizer.h"
+#include "slake/kv/kv_cache.h"
+#include "slake/kv/kv_type.h"
+#include "slake/model/mapped_file.h"
+#include "slake/model/model.h"
+#include "slake/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace slake {

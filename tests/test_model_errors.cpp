@@ -6,8 +6,8 @@
 
 #include "slake/context.h"
 #include "slake/error.h"
-#include "slake/model.h"
-#include "slake/writers.h"
+#include "slake/model/model.h"
+#include "slake/model/writers.h"
 #include "test_util.h"
 
 namespace slake {

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "slake/error.h"
-#include "slake/mapped_file.h"
-#include "slake/vocab.h"
+#include "slake/model/mapped_file.h"
+#include "slake/tokenizer/vocab.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer_internal.h"
 

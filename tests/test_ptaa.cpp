@@ -2,7 +2,7 @@
 #include <random>
 
 #include "reference_math.h"
-#include "slake/ptaa.h"
+#include "slake/kv/ptaa.h"
 #include "test_util.h"
 
 namespace slake {

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "slake/dtype.h"
+#include "slake/quant/dtype.h"
 #include "slake/error.h"
-#include "slake/ops.h"
-#include "slake/quant_dot.h"
-#include "slake/weight_pack.h"
+#include "slake/cpu/ops.h"
+#include "slake/quant/quant_dot.h"
+#include "slake/quant/weight_pack.h"
 
 namespace slake {
 namespace {

@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include "slake/context.h"
-#include "slake/model.h"
-#include "slake/tokenizer.h"
-#include "slake/vocab.h"
+#include "slake/model/model.h"
+#include "slake/tokenizer/tokenizer.h"
+#include "slake/tokenizer/vocab.h"
 #include "test_util.h"
 
 namespace slake {

@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "slake/context.h"
-#include "slake/llama2c.h"
-#include "slake/model.h"
-#include "slake/vocab.h"
+#include "slake/model/llama2c.h"
+#include "slake/model/model.h"
+#include "slake/tokenizer/vocab.h"
 #include "greedy.h"
 #include "test_util.h"
 

@@ -8,7 +8,7 @@
 
 #include "slake/context.h"
 #include "slake/error.h"
-#include "slake/synthetic_model.h"
+#include "slake/model/synthetic_model.h"
 
 namespace slake {
 namespace {

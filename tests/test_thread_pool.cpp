@@ -1,7 +1,7 @@
 #include <atomic>
 
 #include "slake/error.h"
-#include "slake/thread_pool.h"
+#include "slake/cpu/thread_pool.h"
 #include "test_util.h"
 
 namespace slake {

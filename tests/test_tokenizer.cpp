@@ -7,11 +7,11 @@
 #include <sstream>
 
 #include "slake/error.h"
-#include "slake/llama2c.h"
-#include "slake/mapped_file.h"
-#include "slake/model.h"
-#include "slake/tokenizer.h"
-#include "slake/vocab.h"
+#include "slake/model/llama2c.h"
+#include "slake/model/mapped_file.h"
+#include "slake/model/model.h"
+#include "slake/tokenizer/tokenizer.h"
+#include "slake/tokenizer/vocab.h"
 #include "test_util.h"
 
 namespace slake {

@@ -4,9 +4,9 @@
 #include <algorithm>
 
 #include "slake/error.h"
-#include "slake/tokenizer.h"
-#include "slake/vocab.h"
-#include "slake/writers.h"
+#include "slake/tokenizer/tokenizer.h"
+#include "slake/tokenizer/vocab.h"
+#include "slake/model/writers.h"
 #include "test_util.h"
 
 namespace slake {

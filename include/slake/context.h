@@ -7,12 +7,12 @@
 #include <memory>
 #include <vector>
 
-#include "slake/kv_cache.h"
-#include "slake/kv_evictor.h"
-#include "slake/model.h"
-#include "slake/rope.h"
-#include "slake/thread_pool.h"
-#include "slake/weight_pack.h"
+#include "slake/kv/kv_cache.h"
+#include "slake/kv/kv_evictor.h"
+#include "slake/model/model.h"
+#include "slake/cpu/rope.h"
+#include "slake/cpu/thread_pool.h"
+#include "slake/quant/weight_pack.h"
 
 namespace slake {
 

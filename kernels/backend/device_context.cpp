@@ -5,11 +5,11 @@
 #include <numeric>
 
 #include "device_memory.h"
-#include "slake/dtype.h"
+#include "slake/quant/dtype.h"
 #include "slake/error.h"
-#include "slake/kv_budget.h"
-#include "slake/rope.h"
-#include "slake/weight_pack.h"
+#include "slake/kv/kv_budget.h"
+#include "slake/cpu/rope.h"
+#include "slake/quant/weight_pack.h"
 
 namespace slake::gpu {
 

@@ -18,8 +18,8 @@
 #include "backend/gemm.h"
 #include "kernels.h"
 #include "slake/context.h"
-#include "slake/kv_policy.h"
-#include "slake/model.h"
+#include "slake/kv/kv_policy.h"
+#include "slake/model/model.h"
 
 namespace slake::gpu {
 

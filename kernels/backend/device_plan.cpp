@@ -6,7 +6,7 @@
 #include "device_memory.h"
 #include "kernels.h"
 #include "slake/error.h"
-#include "slake/kv_policy.h"
+#include "slake/kv/kv_policy.h"
 
 namespace slake::gpu {
 

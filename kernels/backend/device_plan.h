@@ -11,7 +11,7 @@
 
 #include "kernels.h"
 #include "slake/context.h"
-#include "slake/model.h"
+#include "slake/model/model.h"
 
 namespace slake::gpu {
 

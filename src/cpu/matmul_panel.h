@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "slake/dtype.h"
+#include "slake/quant/dtype.h"
 
 namespace slake {
 

@@ -1,9 +1,9 @@
-#include "slake/ops.h"
+#include "slake/cpu/ops.h"
 
 #include "matmul_amx.h"
 #include "matmul_panel.h"
-#include "slake/quant_dot.h"
-#include "slake/weight_pack.h"
+#include "slake/quant/quant_dot.h"
+#include "slake/quant/weight_pack.h"
 
 #include <immintrin.h>
 

@@ -1,4 +1,4 @@
-#include "slake/rope.h"
+#include "slake/cpu/rope.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "slake/thread_pool.h"
+#include "slake/cpu/thread_pool.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,15 +1,15 @@
-#include "slake/attention.h"
+#include "slake/kv/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "slake/attention_rows.h"
+#include "slake/kv/attention_rows.h"
 #include "slake/error.h"
-#include "slake/kv_scores.h"
-#include "slake/ops.h"
-#include "slake/ptaa.h"
+#include "slake/kv/kv_scores.h"
+#include "slake/cpu/ops.h"
+#include "slake/kv/ptaa.h"
 
 namespace slake {
 

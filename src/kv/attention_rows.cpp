@@ -1,4 +1,4 @@
-#include "slake/attention_rows.h"
+#include "slake/kv/attention_rows.h"
 
 #include <algorithm>
 #include <cmath>

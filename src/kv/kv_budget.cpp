@@ -1,4 +1,4 @@
-#include "slake/kv_budget.h"
+#include "slake/kv/kv_budget.h"
 
 #include <cmath>
 #include <numeric>

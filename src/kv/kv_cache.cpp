@@ -1,4 +1,4 @@
-#include "slake/kv_cache.h"
+#include "slake/kv/kv_cache.h"
 
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,12 +1,12 @@
-#include "slake/kv_evictor.h"
+#include "slake/kv/kv_evictor.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "slake/error.h"
-#include "slake/kv_budget.h"
-#include "slake/kv_scores.h"
+#include "slake/kv/kv_budget.h"
+#include "slake/kv/kv_scores.h"
 
 namespace slake {
 

@@ -1,11 +1,11 @@
-#include "slake/kv_kivi.h"
+#include "slake/kv/kv_kivi.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
-#include "slake/dtype.h"
+#include "slake/quant/dtype.h"
 #include "slake/error.h"
 
 namespace slake {

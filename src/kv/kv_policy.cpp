@@ -1,4 +1,4 @@
-#include "slake/kv_policy.h"
+#include "slake/kv/kv_policy.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,8 @@
 #include <numeric>
 
 #include "slake/error.h"
-#include "slake/kv_budget.h"
-#include "slake/ops.h"
+#include "slake/kv/kv_budget.h"
+#include "slake/cpu/ops.h"
 
 namespace slake {
 

@@ -1,13 +1,13 @@
-#include "slake/kv_scores.h"
+#include "slake/kv/kv_scores.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
-#include "slake/attention_rows.h"
+#include "slake/kv/attention_rows.h"
 #include "slake/error.h"
-#include "slake/ops.h"
+#include "slake/cpu/ops.h"
 
 namespace slake {
 

@@ -1,4 +1,4 @@
-#include "slake/kv_type.h"
+#include "slake/kv/kv_type.h"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "slake/error.h"
-#include "slake/kv_scores.h"
+#include "slake/kv/kv_scores.h"
 
 namespace slake {
 

@@ -1,4 +1,4 @@
-#include "slake/linear_cache.h"
+#include "slake/kv/linear_cache.h"
 
 #include <algorithm>
 #include <limits>

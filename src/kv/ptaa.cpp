@@ -1,12 +1,12 @@
-#include "slake/ptaa.h"
+#include "slake/kv/ptaa.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "slake/attention.h"
-#include "slake/ops.h"
+#include "slake/kv/attention.h"
+#include "slake/cpu/ops.h"
 
 namespace slake {
 

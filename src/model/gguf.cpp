@@ -1,4 +1,4 @@
-#include "slake/gguf.h"
+#include "slake/model/gguf.h"
 
 #include <algorithm>
 #include <cstring>

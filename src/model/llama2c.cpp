@@ -1,4 +1,4 @@
-#include "slake/llama2c.h"
+#include "slake/model/llama2c.h"
 
 #include <cstring>
 #include <limits>
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "slake/error.h"
-#include "slake/mapped_file.h"
-#include "slake/writers.h"
+#include "slake/model/mapped_file.h"
+#include "slake/model/writers.h"
 
 namespace slake {
 

@@ -1,4 +1,4 @@
-#include "slake/mapped_file.h"
+#include "slake/model/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

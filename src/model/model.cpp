@@ -1,5 +1,5 @@
 // Parts of model loading shared by both formats: Llama 3 RoPE factors, shape validation, sizes.
-#include "slake/model.h"
+#include "slake/model/model.h"
 
 #include <sys/stat.h>
 

@@ -4,7 +4,7 @@
 
 #include "model_internal.h"
 #include "slake/error.h"
-#include "slake/gguf.h"
+#include "slake/model/gguf.h"
 #include "../tokenizer/vocab_internal.h"
 
 namespace slake {

@@ -8,7 +8,7 @@
 
 #include "model_internal.h"
 #include "slake/error.h"
-#include "slake/safetensors.h"
+#include "slake/model/safetensors.h"
 #include "../tokenizer/vocab_internal.h"
 
 namespace slake::detail {

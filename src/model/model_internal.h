@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "slake/model.h"
+#include "slake/model/model.h"
 
 namespace slake::detail {
 

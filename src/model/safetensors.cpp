@@ -1,4 +1,4 @@
-#include "slake/safetensors.h"
+#include "slake/model/safetensors.h"
 
 #include <sys/stat.h>
 

@@ -1,5 +1,5 @@
-#include "slake/synthetic_model.h"
-#include "slake/weight_pack.h"
+#include "slake/model/synthetic_model.h"
+#include "slake/quant/weight_pack.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,7 +7,7 @@
 
 #include "model_internal.h"
 #include "slake/error.h"
-#include "slake/thread_pool.h"
+#include "slake/cpu/thread_pool.h"
 
 namespace slake {
 

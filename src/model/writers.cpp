@@ -1,4 +1,4 @@
-#include "slake/writers.h"
+#include "slake/model/writers.h"
 
 #include <cstring>
 #include <fstream>

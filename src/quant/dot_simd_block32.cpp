@@ -9,7 +9,7 @@
 
 #include "dot_simd_internal.h"
 #include "simd_util.h"
-#include "slake/quant_dot.h"
+#include "slake/quant/quant_dot.h"
 
 #ifdef SLAKE_SIMD_DOT
 

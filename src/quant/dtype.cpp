@@ -1,4 +1,4 @@
-#include "slake/dtype.h"
+#include "slake/quant/dtype.h"
 
 #include <cmath>
 #include <cstring>

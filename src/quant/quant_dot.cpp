@@ -1,7 +1,7 @@
 // Activation preparation (ggml's quantize_row_q8_0 / q8_K, rounding half to even as its SIMD
 // quantisers and nearest_int do) and the portable dot
 // products: plain integer arithmetic per block, the reference for the SIMD kernels.
-#include "slake/quant_dot.h"
+#include "slake/quant/quant_dot.h"
 
 #include <cmath>
 #include <cstring>
@@ -9,7 +9,7 @@
 
 #include "quant_blocks.h"
 #include "slake/error.h"
-#include "slake/weight_pack.h"
+#include "slake/quant/weight_pack.h"
 
 namespace slake {
 

@@ -17,7 +17,7 @@
 #include "quant_blocks.h"
 #include "dot_simd_internal.h"
 #include "simd_util.h"
-#include "slake/quant_dot.h"
+#include "slake/quant/quant_dot.h"
 
 namespace slake {
 

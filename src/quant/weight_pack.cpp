@@ -1,10 +1,10 @@
-#include "slake/weight_pack.h"
+#include "slake/quant/weight_pack.h"
 
 #include <cstdlib>
 #include <cstring>
 
 #include "slake/error.h"
-#include "slake/quant_dot.h"
+#include "slake/quant/quant_dot.h"
 
 namespace slake {
 

@@ -1,13 +1,13 @@
 // What both tokenizers share: checking the vocabulary, cutting special tokens out of the text,
 // BOS, the SentencePiece space prefix, and the way back from ids to text.
-#include "slake/tokenizer.h"
+#include "slake/tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <utility>
 
 #include "slake/error.h"
-#include "slake/vocab.h"
+#include "slake/tokenizer/vocab.h"
 #include "tokenizer_internal.h"
 #include "unicode_util.h"
 

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "slake/model.h"
+#include "slake/model/model.h"
 
 namespace slake::detail {
 

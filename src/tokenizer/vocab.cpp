@@ -1,4 +1,4 @@
-#include "slake/vocab.h"
+#include "slake/tokenizer/vocab.h"
 
 #include "unicode_util.h"
 

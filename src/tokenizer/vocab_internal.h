@@ -4,7 +4,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
-#include "slake/model.h"
+#include "slake/model/model.h"
 
 namespace slake {
 

@@ -8,9 +8,9 @@
 
 #include "pretokenizer.h"
 #include "slake/error.h"
-#include "slake/gguf.h"
-#include "slake/mapped_file.h"
-#include "slake/vocab.h"
+#include "slake/model/gguf.h"
+#include "slake/model/mapped_file.h"
+#include "slake/tokenizer/vocab.h"
 #include "vocab_internal.h"
 
 namespace slake {

@@ -7,7 +7,7 @@
 
 #include "device_memory.h"
 #include "kernels.h"
-#include "slake/kv_cache.h"
+#include "slake/kv/kv_cache.h"
 
 namespace slake::gpu::test {
 

@@ -5,7 +5,7 @@
 #include "cublas_gemm.h"
 #include "kernel_test_util.h"
 #include "kv_device.h"
-#include "slake/dtype.h"
+#include "slake/quant/dtype.h"
 
 namespace slake::gpu::test {
 namespace {

@@ -24,10 +24,10 @@
 #include "backend/device_context.h"
 #include "device_memory.h"
 #include "slake/context.h"
-#include "slake/dtype.h"
+#include "slake/quant/dtype.h"
 #include "slake/error.h"
-#include "slake/model.h"
-#include "slake/synthetic_model.h"
+#include "slake/model/model.h"
+#include "slake/model/synthetic_model.h"
 #include "test_util.h"
 
 #ifndef SLAKE_KERNEL_TESTS_ON_GPU

@@ -6,9 +6,9 @@
 
 #include "kernel_test_util.h"
 #include "reference/residual_ref.h"
-#include "slake/dtype.h"
-#include "slake/ops.h"
-#include "slake/rope.h"
+#include "slake/quant/dtype.h"
+#include "slake/cpu/ops.h"
+#include "slake/cpu/rope.h"
 
 namespace slake::gpu::test {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "kernel_test_util.h"
 #include "kv_device.h"
-#include "slake/attention.h"
-#include "slake/ptaa.h"
+#include "slake/kv/attention.h"
+#include "slake/kv/ptaa.h"
 
 namespace slake::gpu::test {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "kernel_test_util.h"
 #include "kv_device.h"
-#include "slake/ptaa.h"
+#include "slake/kv/ptaa.h"
 
 namespace slake::gpu::test {
 namespace {

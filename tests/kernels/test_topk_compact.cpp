@@ -9,7 +9,7 @@
 
 #include "kernel_test_util.h"
 #include "kv_device.h"
-#include "slake/kv_scores.h"
+#include "slake/kv/kv_scores.h"
 
 namespace slake::gpu::test {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "kernel_test_util.h"
 #include "kv_device.h"
-#include "slake/kv_scores.h"
-#include "slake/thread_pool.h"
+#include "slake/kv/kv_scores.h"
+#include "slake/cpu/thread_pool.h"
 
 namespace slake::gpu::test {
 namespace {

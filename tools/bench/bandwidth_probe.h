@@ -4,7 +4,7 @@
 #pragma once
 #include <cstddef>
 
-#include "slake/thread_pool.h"
+#include "slake/cpu/thread_pool.h"
 
 namespace slake::bench {
 

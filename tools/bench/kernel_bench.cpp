@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "bandwidth_probe.h"
-#include "slake/attention.h"
-#include "slake/dtype.h"
-#include "slake/kv_scores.h"
-#include "slake/ops.h"
-#include "slake/quant_dot.h"
-#include "slake/thread_pool.h"
-#include "slake/weight_pack.h"
+#include "slake/kv/attention.h"
+#include "slake/quant/dtype.h"
+#include "slake/kv/kv_scores.h"
+#include "slake/cpu/ops.h"
+#include "slake/quant/quant_dot.h"
+#include "slake/cpu/thread_pool.h"
+#include "slake/quant/weight_pack.h"
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include "process_memory.h"
 #include "slake/context.h"
 #include "slake/error.h"
-#include "slake/model.h"
-#include "slake/synthetic_model.h"
+#include "slake/model/model.h"
+#include "slake/model/synthetic_model.h"
 
 namespace {
 

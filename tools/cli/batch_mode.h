@@ -18,7 +18,7 @@
 
 #include "../common/backend.h"
 #include "slake/context.h"
-#include "slake/tokenizer.h"
+#include "slake/tokenizer/tokenizer.h"
 #include "batch_request.h"
 #include "cli_options.h"
 

@@ -3,7 +3,7 @@
 #include <climits>
 
 #include "slake/error.h"
-#include "slake/tokenizer.h"
+#include "slake/tokenizer/tokenizer.h"
 
 namespace slake::cli {
 

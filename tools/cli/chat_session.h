@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "slake/chat_template.h"
-#include "slake/tokenizer.h"
+#include "slake/tokenizer/tokenizer.h"
 #include "cli_options.h"
 
 namespace slake::cli {

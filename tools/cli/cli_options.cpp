@@ -4,7 +4,7 @@
 
 #include "slake/chat_template.h"
 #include "slake/error.h"
-#include "slake/kv_policy.h"
+#include "slake/kv/kv_policy.h"
 #include "../common/llama_spellings.h"
 
 namespace slake::cli {

@@ -11,7 +11,7 @@
 #include "../common/end_of_generation.h"
 #include "slake/context.h"
 #include "slake/sampler.h"
-#include "slake/tokenizer.h"
+#include "slake/tokenizer/tokenizer.h"
 
 namespace slake::cli {
 

@@ -14,10 +14,10 @@
 
 #include "slake/context.h"
 #include "slake/error.h"
-#include "slake/mapped_file.h"
-#include "slake/model.h"
+#include "slake/model/mapped_file.h"
+#include "slake/model/model.h"
 #include "slake/sampler.h"
-#include "slake/tokenizer.h"
+#include "slake/tokenizer/tokenizer.h"
 #include "batch_mode.h"
 #include "chat_session.h"
 #include "cli_options.h"

@@ -11,7 +11,7 @@
 
 #include "slake/context.h"
 #include "slake/error.h"
-#include "slake/model.h"
+#include "slake/model/model.h"
 #if SLAKE_HAVE_CUDA_BACKEND
 #include "backend/device_context.h"
 #endif

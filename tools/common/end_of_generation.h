@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <unordered_set>
 
-#include "slake/model.h"
+#include "slake/model/model.h"
 
 namespace slake::tools {
 

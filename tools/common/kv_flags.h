@@ -4,7 +4,7 @@
 #include <string>
 
 #include "slake/error.h"
-#include "slake/kv_policy.h"
+#include "slake/kv/kv_policy.h"
 
 namespace slake::tools {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "slake/error.h"
-#include "slake/llama2c.h"
+#include "slake/model/llama2c.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"slake-convert-llama2c: convert a llama2.c checkpoint to GGUF and/or a Hugging Face directory"};

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "slake/chat_template.h"
-#include "slake/tokenizer.h"
+#include "slake/tokenizer/tokenizer.h"
 
 namespace slake::server {
 

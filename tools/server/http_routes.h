@@ -15,7 +15,7 @@
 #include "metrics.h"
 #include "openai_request.h"
 #include "scheduler.h"
-#include "slake/tokenizer.h"
+#include "slake/tokenizer/tokenizer.h"
 
 namespace slake::server {
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "slake/kv_cache.h"
-#include "slake/linear_cache.h"
+#include "slake/kv/kv_cache.h"
+#include "slake/kv/linear_cache.h"
 
 namespace slake::server {
 

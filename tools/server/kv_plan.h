@@ -9,8 +9,8 @@
 #pragma once
 #include <cstddef>
 
-#include "slake/kv_policy.h"
-#include "slake/model.h"
+#include "slake/kv/kv_policy.h"
+#include "slake/model/model.h"
 
 namespace slake::server {
 

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "chat_prompt.h"
-#include "slake/kv_policy.h"
-#include "slake/model.h"
-#include "slake/tokenizer.h"
+#include "slake/kv/kv_policy.h"
+#include "slake/model/model.h"
+#include "slake/tokenizer/tokenizer.h"
 #include "task.h"
 
 namespace slake::server {

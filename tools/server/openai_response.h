@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "openai_request.h"
-#include "slake/tokenizer.h"
+#include "slake/tokenizer/tokenizer.h"
 #include "task.h"
 
 namespace slake::server {

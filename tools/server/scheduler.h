@@ -20,9 +20,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "slake/model.h"
-#include "slake/thread_pool.h"
-#include "slake/tokenizer.h"
+#include "slake/model/model.h"
+#include "slake/cpu/thread_pool.h"
+#include "slake/tokenizer/tokenizer.h"
 #include "slot.h"
 #include "task.h"
 

@@ -15,9 +15,9 @@
 #include "http_routes.h"
 #include "server_options.h"
 #include "slake/error.h"
-#include "slake/kv_cache.h"
-#include "slake/model.h"
-#include "slake/tokenizer.h"
+#include "slake/kv/kv_cache.h"
+#include "slake/model/model.h"
+#include "slake/tokenizer/tokenizer.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 
 #include "slake/context.h"
 #include "slake/sampler.h"
-#include "slake/tokenizer.h"
+#include "slake/tokenizer/tokenizer.h"
 #include "task.h"
 
 namespace slake::server {

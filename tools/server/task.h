@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "slake/kv_policy.h"
+#include "slake/kv/kv_policy.h"
 #include "slake/sampler.h"
 
 namespace slake::server {

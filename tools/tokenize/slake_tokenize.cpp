@@ -6,9 +6,9 @@
 #include <iterator>
 
 #include "slake/error.h"
-#include "slake/mapped_file.h"
-#include "slake/tokenizer.h"
-#include "slake/vocab.h"
+#include "slake/model/mapped_file.h"
+#include "slake/tokenizer/tokenizer.h"
+#include "slake/tokenizer/vocab.h"
 
 namespace {
 

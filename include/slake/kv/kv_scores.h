@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "slake/attention.h"
-#include "slake/kv_cache.h"
-#include "slake/lanes.h"
-#include "slake/thread_pool.h"
+#include "slake/kv/attention.h"
+#include "slake/kv/kv_cache.h"
+#include "slake/cpu/lanes.h"
+#include "slake/cpu/thread_pool.h"
 
 namespace slake {
 

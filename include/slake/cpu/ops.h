@@ -3,8 +3,8 @@
 #pragma once
 #include <cstdint>
 
-#include "slake/model.h"
-#include "slake/thread_pool.h"
+#include "slake/model/model.h"
+#include "slake/cpu/thread_pool.h"
 
 namespace slake {
 

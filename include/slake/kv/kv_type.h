@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "slake/dtype.h"
+#include "slake/quant/dtype.h"
 
 namespace slake {
 

@@ -5,8 +5,8 @@
 #pragma once
 #include <cstdint>
 
-#include "slake/kv_cache.h"
-#include "slake/linear_cache.h"
+#include "slake/kv/kv_cache.h"
+#include "slake/kv/linear_cache.h"
 
 namespace slake {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "slake/dtype.h"
-#include "slake/model.h"
+#include "slake/quant/dtype.h"
+#include "slake/model/model.h"
 
 namespace slake {
 

@@ -7,11 +7,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "slake/attention.h"
-#include "slake/kv_cache.h"
-#include "slake/kv_policy.h"
-#include "slake/kv_scores.h"
-#include "slake/thread_pool.h"
+#include "slake/kv/attention.h"
+#include "slake/kv/kv_cache.h"
+#include "slake/kv/kv_policy.h"
+#include "slake/kv/kv_scores.h"
+#include "slake/cpu/thread_pool.h"
 
 namespace slake {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "slake/model.h"
+#include "slake/model/model.h"
 
 namespace slake {
 

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "slake/kv_cache.h"
-#include "slake/lanes.h"
+#include "slake/kv/kv_cache.h"
+#include "slake/cpu/lanes.h"
 
 namespace slake {
 

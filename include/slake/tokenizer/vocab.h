@@ -2,7 +2,7 @@
 #pragma once
 #include <string>
 
-#include "slake/model.h"
+#include "slake/model/model.h"
 
 namespace slake {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "slake/dtype.h"
+#include "slake/quant/dtype.h"
 
 namespace slake {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "slake/kv_cache.h"
-#include "slake/thread_pool.h"
+#include "slake/kv/kv_cache.h"
+#include "slake/cpu/thread_pool.h"
 
 namespace slake {
 

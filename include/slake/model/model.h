@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "slake/tensor.h"
+#include "slake/model/tensor.h"
 
 namespace slake {
 

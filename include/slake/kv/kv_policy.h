@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "slake/kv_type.h"
-#include "slake/model.h"
+#include "slake/kv/kv_type.h"
+#include "slake/model/model.h"
 
 namespace slake {
 

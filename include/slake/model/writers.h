@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "slake/gguf.h"
+#include "slake/model/gguf.h"
 
 namespace slake {
 

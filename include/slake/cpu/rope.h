@@ -3,7 +3,7 @@
 #pragma once
 #include <vector>
 
-#include "slake/model.h"
+#include "slake/model/model.h"
 
 namespace slake {
 

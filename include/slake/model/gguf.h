@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "slake/mapped_file.h"
-#include "slake/tensor.h"
+#include "slake/model/mapped_file.h"
+#include "slake/model/tensor.h"
 
 namespace slake {
 

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "slake/kv_kivi.h"
-#include "slake/kv_type.h"
-#include "slake/linear_cache.h"
+#include "slake/kv/kv_kivi.h"
+#include "slake/kv/kv_type.h"
+#include "slake/kv/linear_cache.h"
 
 namespace slake {
 
