@@ -20,7 +20,7 @@ expect_error() {  # expect_error PATTERN CMD...
   fi
 }
 
-model_ok=$(dirname "$0")/fixtures/models/llama2-mha/model.gguf
+model_ok=$(dirname "$0")/../fixtures/models/llama2-mha/model.gguf
 printf 'GGUF\x03\x00\x00\x00' >"$tmp/truncated.gguf"
 head -c 100 /dev/urandom >"$tmp/random.gguf"
 mkdir -p "$tmp/hf" && echo '{"model_type": "llama",' >"$tmp/hf/config.json"

@@ -11,8 +11,8 @@ for f in stories260K.gguf stories260K.bin tok512.bin; do
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# shellcheck source=check_lib.sh
-. "$(dirname "$0")/check_lib.sh"
+# shellcheck source=../check_lib.sh
+. "$(dirname "$0")/../check_lib.sh"
 
 cli() {  # cli NAME ARGS...: runs slake-cli, stdout to $tmp/NAME.out, stderr to $tmp/NAME.err
   local name=$1; shift

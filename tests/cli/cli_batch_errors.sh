@@ -8,8 +8,8 @@ model=$2/models/stories260K.gguf
 if [ ! -e "$model" ]; then echo "skipped: shared material missing: $model"; exit 77; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# shellcheck source=check_lib.sh
-. "$(dirname "$0")/check_lib.sh"
+# shellcheck source=../check_lib.sh
+. "$(dirname "$0")/../check_lib.sh"
 
 flag_error() {  # flag_error EXPECTED_MESSAGE ARGS...: exit 1, one "error:" line with the message, nothing on stdout
   local msg=$1; shift

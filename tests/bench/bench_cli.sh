@@ -12,7 +12,7 @@ common=(--synthetic tiny -t 2 -r 2 --no-warmup --mem-bandwidth 10)
 "$bin/slake-bench" "${common[@]}" -p 16 -n 4 -o json >"$tmp/out.json" 2>/dev/null
 "$bin/slake-bench" "${common[@]}" -p 0 -n 4 -o md >"$tmp/out.md" 2>/dev/null
 # A model file whose training context (128) is shorter than the test: refused, unless asked for.
-fixture="$(dirname "$0")/fixtures/models/llama2-mha/model.gguf"
+fixture="$(dirname "$0")/../fixtures/models/llama2-mha/model.gguf"
 if "$bin/slake-bench" -m "$fixture" -p 200 -n 0 -r 1 --mem-bandwidth 10 >/dev/null 2>"$tmp/ctx.err"; then
   echo "a 200-token prompt past the 128-token training context was not refused" >&2; exit 1
 fi
@@ -61,7 +61,7 @@ md = open(f"{tmp}/out.md").read().splitlines()
 assert len(md) == 3 and "| tg4 |" in md[2], md
 # plot.py --table: one row per generation test, its bound the bytes read over the bandwidth given.
 import os, subprocess
-plot = os.path.join(os.path.dirname(os.path.abspath(sys.argv[2])), "..", "tools", "bench", "plot.py")
+plot = os.path.join(os.path.dirname(os.path.abspath(sys.argv[2])), "..", "..", "tools", "bench", "plot.py")
 out = subprocess.run([sys.executable, plot, f"{tmp}/out.jsonl", "--table"], check=True, capture_output=True, text=True).stdout
 rows = [l.split("|")[1:-1] for l in out.splitlines()[2:]]
 gens = sorted((r for r in recs if r["n_gen"]), key=lambda r: r["n_depth"])

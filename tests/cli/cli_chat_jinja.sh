@@ -15,8 +15,8 @@ for f in "$gguf" "$tmpl"; do
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# shellcheck source=check_lib.sh
-. "$(dirname "$0")/check_lib.sh"
+# shellcheck source=../check_lib.sh
+. "$(dirname "$0")/../check_lib.sh"
 
 printf 'Hi there\nTell me a story\nThanks\n' >"$tmp/chat.in"
 "$bin/slake-cli" -m "$gguf" -c 512 -cnv --chat-template-file "$tmpl" --verbose-prompt -n 8 --temp 0 \

@@ -6,9 +6,9 @@ set -u
 bin=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# shellcheck source=check_lib.sh
-. "$(dirname "$0")/check_lib.sh"
-model=$(dirname "$0")/fixtures/models/llama2-mha/model.gguf
+# shellcheck source=../check_lib.sh
+. "$(dirname "$0")/../check_lib.sh"
+model=$(dirname "$0")/../fixtures/models/llama2-mha/model.gguf
 
 fails_with() {  # fails_with PATTERN ARGS...
   local pattern=$1; shift
