@@ -109,4 +109,25 @@ void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>&
     (*logits)[static_cast<size_t>(i)].assign(all.begin() + i * c.n_vocab, all.begin() + (i + 1) * c.n_vocab);
 }
 
+void prefill_shared(const std::vector<Context*>& ctxs, const std::vector<int32_t>& tokens, std::vector<float>* logits) {
+  if (ctxs.empty()) fail("prefill_shared: no contexts");
+  std::set<const Context*> seen;
+  const Context& c0 = *ctxs[0];
+  for (size_t i = 0; i < ctxs.size(); ++i) {
+    Context* c = ctxs[i];
+    if (!c) fail("prefill_shared: context " + std::to_string(i) + " is null");
+    if (!seen.insert(c).second) fail("prefill_shared: context " + std::to_string(i) + " appears twice");
+    if (&c->model() != &c0.model()) fail("prefill_shared: the contexts do not share one model");
+    if (&c->pool() != c0.pool_) fail("prefill_shared: the contexts do not share one thread pool");
+    if (c->n_past() != 0) fail("prefill_shared: context " + std::to_string(i) + " already holds tokens");
+    if (c->kv_.type_k() != c0.kv_.type_k() || c->kv_.type_v() != c0.kv_.type_v())
+      fail("prefill_shared: context " + std::to_string(i) + " stores another cache type");
+    if (c->params_.n_batch != c0.params_.n_batch) fail("prefill_shared: context " + std::to_string(i) + " has another n_batch");
+    if (static_cast<int>(tokens.size()) > c->n_ctx())
+      fail("context full: a prompt of " + std::to_string(tokens.size()) + " tokens exceeds context " + std::to_string(i) +
+           "'s size " + std::to_string(c->n_ctx()));
+  }
+  ctxs[0]->eval_into(tokens, logits, false, std::vector<Context*>(ctxs.begin() + 1, ctxs.end()));
+}
+
 }  // namespace slake

@@ -58,7 +58,7 @@ void Context::reset() {
   n_past_ = 0;
 }
 
-void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt) {
+void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt, const std::vector<Context*>& also) {
   const ModelConfig& c = model_.cfg;
   const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
   const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.ffn_dim;
@@ -73,9 +73,13 @@ void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt)
       rope_.apply(q_.data() + t * qd, c.n_heads, pos[t0 + t]);
       rope_.apply(k_.data() + t * kvd, c.n_kv_heads, pos[t0 + t]);
       kv_.append(l, k_.data() + t * kvd, v_.data() + t * kvd, pos[t0 + t]);
+      for (Context* o : also) o->kv_.append(l, k_.data() + t * kvd, v_.data() + t * kvd, pos[t0 + t]);
       if (!prompt) evictor_.on_decode(l, q_.data() + t * qd, pos[t0 + t], kv_, *pool_);
     }
-    if (prompt) evictor_.observe(l, q_.data(), pos + t0, nb, kv_, *pool_);
+    if (prompt) {
+      evictor_.observe(l, q_.data(), pos + t0, nb, kv_, *pool_);
+      for (Context* o : also) o->evictor_.observe(l, q_.data(), pos + t0, nb, o->kv_, *pool_);
+    }
     // A decode step of a policy that scored this token for eviction reuses those scores.
     const std::vector<DecodeRowScores>* scored = prompt || nb != 1 ? nullptr : evictor_.decode_row_scores(l);
     if (scored)
@@ -97,6 +101,11 @@ void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt)
 }
 
 void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits) {
+  eval_into(tokens, logits, all_logits, {});
+}
+
+void Context::eval_into(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
+                        const std::vector<Context*>& also) {
   const ModelConfig& c = model_.cfg;
   const int n = static_cast<int>(tokens.size());
   if (n == 0) fail("eval: no tokens");
@@ -109,6 +118,7 @@ void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logit
   // A prompt evaluated into an empty cache is where prefill eviction happens; tokens added later
   // are decoded one at a time when the policy evicts, so each one is scored and evicted as such.
   const bool prompt = n_past_ == 0;
+  if (!prompt && !also.empty()) fail("prefill_shared: the first context already holds tokens");
   if (!prompt && n > 1 && evictor_.evicts_in_decode()) {
     eval_one_at_a_time(tokens, logits, all_logits, [&](int32_t t, std::vector<float>* l) { eval({t}, l); });
     return;
@@ -120,14 +130,21 @@ void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logit
     embedding_row(x.data() + t * dim, model_.tok_embd, tokens[static_cast<size_t>(t)]);
     pos[static_cast<size_t>(t)] = n_past_ + t;
   }
-  if (prompt) evictor_.begin_prompt(n);
+  std::vector<Context*> all{this};  // every context this prompt goes into
+  all.insert(all.end(), also.begin(), also.end());
+  if (prompt)
+    for (Context* o : all) o->evictor_.begin_prompt(n);
   for (int l = 0; l < c.n_layers; ++l) {
-    run_layer(l, x.data(), n, pos.data(), prompt);
-    if (prompt) evictor_.on_layer_done(l, kv_, *pool_);
-    kv_.settle(l);  // KIVI groups form from what the layer's eviction kept
+    run_layer(l, x.data(), n, pos.data(), prompt, also);
+    for (Context* o : all) {
+      if (prompt) o->evictor_.on_layer_done(l, o->kv_, *pool_);
+      o->kv_.settle(l);  // KIVI groups form from what the layer's eviction kept
+    }
   }
-  if (prompt) evictor_.finish(kv_);
-  n_past_ += n;
+  for (Context* o : all) {
+    if (prompt) o->evictor_.finish(o->kv_);
+    o->n_past_ += n;
+  }
 
   if (!logits) return;
   const int first = all_logits ? 0 : n - 1;

@@ -57,13 +57,18 @@ class Context {
   ThreadPool& pool() { return *pool_; }
   void reset();
 
-  // One decode step of several sequences (batch_decode.h).
+  // One decode step of several sequences, and one prompt into several contexts (batch_decode.h).
   friend void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>& tokens,
                            std::vector<std::vector<float>>* logits);
+  friend void prefill_shared(const std::vector<Context*>& ctxs, const std::vector<int32_t>& tokens, std::vector<float>* logits);
 
  private:
+  // eval, with `also`: empty contexts that take the same prompt (prefill_shared). Each appends
+  // the same keys and values, observes the same queries and evicts with its own policy.
+  void eval_into(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
+                 const std::vector<Context*>& also);
   // prompt: a prompt into an empty cache (observed for eviction); else decode steps.
-  void run_layer(int layer, float* x, int n_tokens, const int32_t* pos, bool prompt);
+  void run_layer(int layer, float* x, int n_tokens, const int32_t* pos, bool prompt, const std::vector<Context*>& also);
 
   const Model& model_;
   const CpuWeights& weights_;  // the model's matrices as the CPU kernels read them (weight_pack.h)

@@ -3,6 +3,10 @@
 // the full cache and under evicting policies (their decode eviction and linear state run per
 // context). The sequences differ in prompt length, so they sit at different positions, and some
 // steps leave a sequence out, as a server does when one finishes.
+//
+// prefill_shared: one prompt into several contexts with different policies leaves each exactly
+// as its own eval(prompt) does (the kept tokens' bytes and positions, the linear states, the
+// logits), and the decode that follows stays equal.
 #include <memory>
 #include <random>
 
@@ -114,6 +118,104 @@ TEST(BatchDecode, SyntheticQ8ManySequencesEqualSingle) {
   const auto m = make_synthetic_model("tiny", DType::Q8_0, 3);
   check_batched_equals_single(*m, KvPolicyParams{}, 18, 6);
   check_batched_equals_single(*m, policy("snapkv", 24, 8), 18, 6);
+}
+
+// Every head of every layer holds the same tokens, bytes and linear state in a and b.
+void expect_same_cache(const Context& a, const Context& b) {
+  const KvCache& x = a.kv_cache();
+  const KvCache& y = b.kv_cache();
+  ASSERT_EQ(x.tokens_held(), y.tokens_held());
+  for (int l = 0; l < a.model().cfg.n_layers; ++l)
+    for (int h = 0; h < a.model().cfg.n_kv_heads; ++h) {
+      const KvHead& p = x.head(l, h);
+      const KvHead& q = y.head(l, h);
+      ASSERT_EQ(p.pos, q.pos) << "layer " << l << " head " << h;
+      ASSERT_EQ(p.k, q.k);
+      ASSERT_EQ(p.v, q.v);
+      ASSERT_EQ(p.lin.n, q.lin.n);
+      ASSERT_EQ(p.lin.ksum, q.lin.ksum);
+      ASSERT_EQ(p.lin.M, q.lin.M);
+      ASSERT_EQ(p.lin.ck, q.lin.ck);
+      ASSERT_EQ(p.lin.cv, q.lin.cv);
+    }
+}
+
+TEST(BatchDecode, PrefillSharedEqualsEachPrefill) {
+  SLAKE_STORIES_OR_SKIP(dir);
+  const auto m = load_model(dir + "stories260K.gguf");
+  std::vector<KvPolicyParams> kvs = {KvPolicyParams{}, policy("slake", 24, 8), policy("h2o", 32, 8), policy("cake", 40, 8),
+                                     policy("slake-wide", 48, 8), policy("streaming", 24, 8)};
+  kvs[3].compensate = "centroids";
+  kvs[5].compensate = "taylor";
+  ThreadPool pool(2);
+  std::vector<std::unique_ptr<Context>> shared, alone;
+  std::vector<Context*> ptrs;
+  for (const KvPolicyParams& kv : kvs) {
+    ContextParams p;
+    p.n_ctx = 256;
+    p.n_batch = 32;  // the prompt is observed in several chunks
+    p.kv = kv;
+    p.pool = &pool;
+    shared.push_back(std::make_unique<Context>(*m, p));
+    alone.push_back(std::make_unique<Context>(*m, p));
+    ptrs.push_back(shared.back().get());
+  }
+  std::mt19937 rng(11);
+  const std::vector<int32_t> prompt = random_tokens(150, m->cfg.n_vocab, rng);
+  std::vector<float> got, want;
+  prefill_shared(ptrs, prompt, &got);
+  for (size_t i = 0; i < kvs.size(); ++i) {
+    SCOPED_TRACE(kvs[i].policy);
+    alone[i]->eval(prompt, &want);
+    ASSERT_EQ(got, want);
+    ASSERT_EQ(shared[i]->n_past(), 150);
+    ASSERT_EQ(shared[i]->evictor().budgets(), alone[i]->evictor().budgets());
+    expect_same_cache(*shared[i], *alone[i]);
+    if (kvs[i].evicts()) {
+      EXPECT_LT(shared[i]->kv_cache().tokens_held(), 150LL * m->cfg.n_layers * m->cfg.n_kv_heads) << "nothing evicted";
+    }
+  }
+  std::vector<std::vector<float>> step;
+  for (int t = 0; t < 12; ++t) {
+    decode_batch(ptrs, std::vector<int32_t>(kvs.size(), prompt[static_cast<size_t>(t)]), &step);
+    for (size_t i = 0; i < kvs.size(); ++i) {
+      alone[i]->eval({prompt[static_cast<size_t>(t)]}, &want);
+      ASSERT_EQ(step[i], want) << kvs[i].policy << " at step " << t;
+    }
+  }
+  for (size_t i = 0; i < kvs.size(); ++i) expect_same_cache(*shared[i], *alone[i]);
+}
+
+TEST(BatchDecode, PrefillSharedRefusesBadSets) {
+  const auto m = make_synthetic_model("tiny", DType::F32, 3);
+  ThreadPool pool(1), other(1);
+  ContextParams p;
+  p.n_ctx = 8;
+  p.pool = &pool;
+  Context a(*m, p), b(*m, p);
+  ContextParams q = p;
+  q.pool = &other;
+  Context c(*m, q);
+  ContextParams r = p;
+  r.kv.type_k = KvType::Q8_0;
+  Context d(*m, r);
+  ContextParams s = p;
+  s.n_batch = 4;
+  Context e(*m, s);
+  ContextParams small = p;
+  small.n_ctx = 4;
+  Context f(*m, small);
+  EXPECT_NE(error_of([&] { prefill_shared({}, {1}, nullptr); }).find("no contexts"), std::string::npos);
+  EXPECT_NE(error_of([&] { prefill_shared({&a, &a}, {1}, nullptr); }).find("appears twice"), std::string::npos);
+  EXPECT_NE(error_of([&] { prefill_shared({&a, &c}, {1}, nullptr); }).find("one thread pool"), std::string::npos);
+  EXPECT_NE(error_of([&] { prefill_shared({&a, &d}, {1}, nullptr); }).find("another cache type"), std::string::npos);
+  EXPECT_NE(error_of([&] { prefill_shared({&a, &e}, {1}, nullptr); }).find("another n_batch"), std::string::npos);
+  EXPECT_NE(error_of([&] { prefill_shared({&a, &f}, {1, 2, 3, 4, 5}, nullptr); }).find("context full"), std::string::npos);
+  EXPECT_NE(error_of([&] { prefill_shared({&a, &b}, {1, -1}, nullptr); }).find("outside the vocabulary"), std::string::npos);
+  b.eval({1}, nullptr);
+  EXPECT_NE(error_of([&] { prefill_shared({&a, &b}, {1}, nullptr); }).find("already holds tokens"), std::string::npos);
+  EXPECT_EQ(a.n_past(), 0);  // nothing changed by a refused set
+  EXPECT_EQ(b.n_past(), 1);
 }
 
 TEST(BatchDecode, RefusesBadBatches) {

@@ -9,9 +9,9 @@
 //
 // --kv-sweep runs several (policy, compensator, budget) settings over the same chunks in one
 // process: the full-cache reference is evaluated once per chunk, and on the cpu backend the
-// settings' decode steps run together (decode_batch), which reads the weights once per step for
-// all of them and gives each the logits it would get alone. Each setting's record is the one its
-// own run would print.
+// settings share one forward pass of each prompt (prefill_shared) and decode together
+// (decode_batch), which reads the weights once per step for all of them; both give each setting
+// what it would get alone, so each record is the one its own run would print.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
   slake::tools::add_kv_flags(app, kvf);
   app.add_option("--kv-sweep", sweep,
                  "several KV settings in one run, POLICY/COMPENSATOR/BUDGET separated by commas (e.g. "
-                 "cake/none/128,cake/taylor/128), each with the other KV flags; json output is then a list of records");
+                 "cake/none/128,cake/taylor/128), each with the other KV flags; they share each prompt's forward pass "
+                 "and decode together; json output is then a list of records");
   std::string backend = "cpu";
   slake::tools::add_backend_flag(app, backend);
   try {
@@ -177,9 +178,14 @@ int main(int argc, char** argv) {
         full->reset();
         full->eval(std::vector<int32_t>(chunk.begin(), chunk.end() - 1), &full_logits, true);
       }
+      const std::vector<int32_t> prompt(chunk.begin(), chunk.begin() + prefill);
+      for (Run& r : runs) r.session->reset();
+      if (batched) {  // one forward pass; each setting evicts from it as its own prefill would
+        slake::prefill_shared(batch, prompt, &runs[0].logits);
+        for (Run& r : runs) r.logits = runs[0].logits;
+      }
       for (Run& r : runs) {
-        r.session->reset();
-        r.session->eval(std::vector<int32_t>(chunk.begin(), chunk.begin() + prefill), &r.logits);
+        if (!batched) r.session->eval(prompt, &r.logits);
         r.kv_bytes_prefill = std::max(r.kv_bytes_prefill, r.session->kv_bytes_used());
         if (c == 0) r.layer_budgets = r.session->layer_budgets();
       }
