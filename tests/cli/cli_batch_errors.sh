@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # slake-cli --batch on bad flags and bad requests: a flag error stops before the model is loaded; a
 # bad request gets an error response naming its line, and every later request is still answered.
+# --kv-sweep: each setting's responses equal those of its own run, and a bad request is answered
+# once per setting.
 # Exits 77 (ctest's SKIP_RETURN_CODE) when ../shared lacks the model.
 set -u
 bin=$1
@@ -75,5 +77,50 @@ check "responses in order, each error naming its line" \
 check "the good request after all the bad ones generates" grep -q '"id":12,.*"n_gen":5' "$tmp/resp.jsonl"
 check "ids given back" [ "$(grep -c '"id":null' "$tmp/resp.jsonl")" -eq 3 ]
 check "a summary on stderr" grep -q "batch: 15 requests, 14 failed" "$tmp/err"
+
+check "--kv-sweep without --batch" flag_error "--kv-sweep needs --batch" -m "$model" -p hi --kv-sweep cake/none/64
+check "--kv-sweep with a bad setting" flag_error "--kv-sweep: 'cake/64' is not POLICY/COMPENSATOR/BUDGET" -m "$model" \
+  --batch - --kv-sweep full/none/0,cake/64
+check "--kv-sweep with a bad policy" flag_error "unknown KV policy 'nope'" -m "$model" --batch - --kv-sweep nope/none/64
+
+# The sweep against one run per setting: prompts long enough to evict at prefill (about 140
+# tokens, budgets of 48 and 64), replies long enough to evict in decode, a stop string, and a
+# request that fails.
+story=$(printf 'Lily went to the park. She saw a big dog. %.0s' $(seq 1 8))
+printf '%s\n' \
+  "{\"id\": \"a\", \"prompt\": \"$story\", \"max_new_tokens\": 60}" \
+  "{\"id\": \"b\", \"prompt\": \"Once upon a time, $story\", \"max_new_tokens\": 40, \"stop\": [\".\"]}" \
+  '{"id": "c", "prompt": 5}' \
+  "{\"id\": \"d\", \"prompt\": \"$story The dog\", \"max_new_tokens\": 0}" >"$tmp/sweep.jsonl"
+settings="full/none/0,cake/none/48,slake/auto/48,h2o/centroids/64,slake-wide/none/64"
+"$bin/slake-cli" -m "$model" -c 256 --kv-window 8 -t 2 --batch "$tmp/sweep.jsonl" --kv-sweep "$settings" \
+  >"$tmp/sweep.out" 2>"$tmp/sweep.err"
+check "--kv-sweep exits 0" [ $? -eq 0 ]
+IFS=, read -r -a list <<<"$settings"
+for s in "${list[@]}"; do
+  IFS=/ read -r policy comp budget <<<"$s"
+  "$bin/slake-cli" -m "$model" -c 256 --kv-window 8 -t 2 --batch "$tmp/sweep.jsonl" --kv-policy "$policy" \
+    --kv-compensate "$comp" --kv-budget "$budget" >"$tmp/alone-$policy.out" 2>/dev/null
+done
+same_as_alone() {  # each setting's lines of the sweep, in order, equal its own run's but for timings and "kv"
+  python3 - "$tmp" "$settings" <<'PY'
+import json, sys
+tmp, settings = sys.argv[1], sys.argv[2].split(",")
+sweep = [json.loads(l) for l in open(f"{tmp}/sweep.out")]
+assert len(sweep) == 4 * len(settings), len(sweep)
+drop = ("prefill_s", "decode_s", "kv")
+for i, s in enumerate(settings):
+    policy, comp, budget = s.split("/")
+    mine = sweep[i::len(settings)]
+    assert all(r["kv"]["policy"] == policy and r["kv"]["budget"] == int(budget) for r in mine), mine
+    alone = [json.loads(l) for l in open(f"{tmp}/alone-{policy}.out")]
+    assert [{k: v for k, v in r.items() if k not in drop} for r in mine] == \
+           [{k: v for k, v in r.items() if k not in drop} for r in alone], (s, mine, alone)
+assert [r["n_gen"] for r in sweep[:len(settings)]] == [60] * len(settings)  # request a decodes 60 tokens in all
+assert all("error" in r for r in sweep[2 * len(settings):3 * len(settings)])
+assert len({r["text"] for r in sweep[:len(settings)]}) > 1, "the settings should not all reply alike"
+PY
+}
+check "--kv-sweep: each setting's responses are its own run's" same_as_alone
 
 check_summary

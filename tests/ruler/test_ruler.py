@@ -103,15 +103,25 @@ class EndToEnd(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "r.jsonl")
             sys.argv = ["ruler.py", "run", "-m", os.path.join(SHARED, "models", "stories260K.gguf"), "-c", "1024", "-n", "1",
-                        "--policies", "full,streaming", "--budgets", "64", "--bin-dir", BIN, "-t", "1", "-o", out]
+                        "--policies", "full,streaming,cake", "--budgets", "64", "--compensate", "centroids", "--bin-dir", BIN,
+                        "-t", "1", "-o", out]
             with contextlib.redirect_stderr(io.StringIO()):
                 ruler.main()
             recs = [json.loads(line) for line in open(out)]
-        self.assertEqual(sorted({(r["policy"], r["budget"]) for r in recs}), [("full", 0), ("streaming", 64)])
-        self.assertEqual(len(recs), 2 * len(ruler.TASKS))
+        # one process for the three settings (--kv-sweep); the rows named as the table names them
+        self.assertEqual(sorted({(r["policy"], r["budget"]) for r in recs}),
+                         [("cake --kv-compensate centroids", 64), ("full", 0), ("streaming --kv-compensate centroids", 64)])
+        self.assertEqual(len(recs), 3 * len(ruler.TASKS))
         for r in recs:
             self.assertLessEqual(r["n_prompt_tokens"] + r["max_new_tokens"], 1024)
             self.assertEqual(r["score"], ruler.score(r["reply"], r["answers"]))
+
+
+    def test_refuses_kv_settings_in_extra(self):
+        sys.argv = ["ruler.py", "run", "-m", "x.gguf", "--extra", "--kv-compensate none", "-o", "/dev/null"]
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit) as e:
+            ruler.main()
+        self.assertIn("--compensate", str(e.exception.code))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <limits>
 
+#include "slake/batch_decode.h"
 #include "slake/error.h"
 #include "chat_session.h"
 #include "generator.h"
@@ -34,6 +35,11 @@ int32_t argmax(const std::vector<float>& logits) {
   return static_cast<int32_t>(best);
 }
 
+// A sweep setting as its response names it.
+json kv_label(const KvPolicyParams& kv) {
+  return {{"policy", kv.policy}, {"compensate", kv.compensator()}, {"budget", kv.budget}};
+}
+
 std::string dump_line(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
@@ -48,8 +54,12 @@ std::string decode_skip_special(const Tokenizer& tokenizer, const std::vector<in
   return tokenizer.detokenize(kept, false);
 }
 
-BatchRunner::BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, tools::Session& ctx)
-    : o_(o), tokenizer_(tokenizer), ctx_(ctx), eog_(end_of_generation_tokens(tokenizer.vocab())) {}
+BatchRunner::BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, std::vector<tools::Session*> ctxs,
+                         std::vector<KvPolicyParams> kvs)
+    : o_(o), tokenizer_(tokenizer), ctxs_(std::move(ctxs)), kvs_(std::move(kvs)), eog_(end_of_generation_tokens(tokenizer.vocab())) {
+  if (ctxs_.empty() || (ctxs_.size() > 1 && kvs_.size() != ctxs_.size()))
+    fail("batch mode: " + std::to_string(ctxs_.size()) + " sessions for " + std::to_string(kvs_.size()) + " KV settings");
+}
 
 BatchPrompt BatchRunner::build_prompt(const BatchRequest& r) {
   const Vocab& v = tokenizer_.vocab();
@@ -75,63 +85,112 @@ BatchPrompt BatchRunner::build_prompt(const BatchRequest& r) {
   return p;
 }
 
-json BatchRunner::run(const BatchRequest& r) {
+namespace {
+
+// One sequence's greedy decode: its logits, the tokens it has generated and why it stopped.
+struct GreedySequence {
+  std::vector<float> logits;
+  std::vector<int32_t> out;
+  std::string reason = "length";
+  bool done = false;
+
+  // Picks the next token from `logits`, as Hugging Face's greedy search with min_length and stop
+  // tokens does. Returns it when the sequence goes on (its logits then come from evaluating it),
+  // or -1 when it has ended here.
+  int32_t next(const BatchRequest& r, const std::unordered_set<int32_t>& eog, const std::unordered_set<int32_t>& stop,
+               int n_past, int n_ctx) {
+    const int n = static_cast<int>(out.size());
+    if (r.max_new_tokens >= 0 && n >= r.max_new_tokens) return finish("length");
+    if (n < r.min_new_tokens) {  // Hugging Face's min_length: no end of the reply yet
+      for (const auto* set : {&eog, &stop})
+        for (const int32_t t : *set)
+          if (static_cast<size_t>(t) < logits.size()) logits[static_cast<size_t>(t)] = -kInf;
+    }
+    const int32_t tok = argmax(logits);
+    if (eog.count(tok)) return finish("eos");
+    out.push_back(tok);
+    if (stop.count(tok)) return finish("stop");
+    if (static_cast<int>(out.size()) == r.max_new_tokens) return finish("length");
+    if (n_past >= n_ctx) return finish("context");
+    return tok;
+  }
+  int32_t finish(const char* why) {
+    reason = why;
+    done = true;
+    return -1;
+  }
+};
+
+}  // namespace
+
+std::vector<json> BatchRunner::run(const BatchRequest& r) {
   const BatchPrompt p = build_prompt(r);
-  if (static_cast<int64_t>(p.tokens.size()) > ctx_.n_ctx())
+  tools::Session& first = *ctxs_[0];
+  if (static_cast<int64_t>(p.tokens.size()) > first.n_ctx())
     fail("the prompt is " + std::to_string(p.tokens.size()) + " tokens, more than the context holds (-c " +
-         std::to_string(ctx_.n_ctx()) + ")");
+         std::to_string(first.n_ctx()) + ")");
   std::unordered_set<int32_t> stop_tokens;
   for (const std::string& s : r.stop) {
     const std::vector<int32_t> t = tokenizer_.tokenize(s, false, false);
     if (!t.empty()) stop_tokens.insert(t.back());
   }
 
-  ctx_.reset();
-  std::vector<float> logits;
+  const size_t n_seq = ctxs_.size();
+  std::vector<GreedySequence> seqs(n_seq);
+  std::vector<Context*> contexts;  // the cpu contexts of a sweep
+  for (tools::Session* s : ctxs_) {
+    s->reset();
+    if (n_seq > 1) contexts.push_back(&dynamic_cast<tools::CpuSession&>(*s).context());
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  ctx_.eval(p.tokens, &logits);
+  if (n_seq == 1) {
+    first.eval(p.tokens, &seqs[0].logits);
+  } else {
+    prefill_shared(contexts, p.tokens, &seqs[0].logits);
+    for (GreedySequence& q : seqs) q.logits = seqs[0].logits;
+  }
   const double prefill_s = seconds_since(t0);
 
   const auto t1 = std::chrono::steady_clock::now();
-  std::vector<int32_t> out;
-  std::string reason = "length";
-  for (int n = 0; r.max_new_tokens < 0 || n < r.max_new_tokens;) {
-    if (n < r.min_new_tokens) {  // Hugging Face's min_length: no end of the reply yet
-      for (const auto* set : {&eog_, &stop_tokens})
-        for (const int32_t t : *set)
-          if (static_cast<size_t>(t) < logits.size()) logits[static_cast<size_t>(t)] = -kInf;
+  std::vector<std::vector<float>> step_logits;
+  for (;;) {
+    std::vector<Context*> step_ctxs;
+    std::vector<int32_t> step_tokens;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < n_seq; ++i) {
+      if (seqs[i].done) continue;
+      const int32_t tok = seqs[i].next(r, eog_, stop_tokens, ctxs_[i]->n_past(), ctxs_[i]->n_ctx());
+      if (tok < 0) continue;
+      who.push_back(i);
+      step_tokens.push_back(tok);
+      if (n_seq > 1) step_ctxs.push_back(contexts[i]);
     }
-    const int32_t tok = argmax(logits);
-    if (eog_.count(tok)) {
-      reason = "eos";
-      break;
+    if (who.empty()) break;
+    if (n_seq == 1) {
+      first.eval({step_tokens[0]}, &seqs[0].logits);
+    } else {
+      decode_batch(step_ctxs, step_tokens, &step_logits);
+      for (size_t j = 0; j < who.size(); ++j) seqs[who[j]].logits.swap(step_logits[j]);
     }
-    out.push_back(tok);
-    ++n;
-    if (stop_tokens.count(tok)) {
-      reason = "stop";
-      break;
-    }
-    if (n == r.max_new_tokens) break;
-    if (ctx_.n_past() >= ctx_.n_ctx()) {
-      reason = "context";
-      break;
-    }
-    ctx_.eval({tok}, &logits);
   }
   const double decode_s = seconds_since(t1);
 
-  json resp = {{"id", r.id},
-               {"text", decode_skip_special(tokenizer_, out)},
-               {"n_prompt_tokens_in", p.n_tokens_in},
-               {"n_prompt_tokens", p.tokens.size()},
-               {"truncated", p.truncated},
-               {"n_gen", out.size()},
-               {"stop_reason", reason},
-               {"prefill_s", prefill_s},
-               {"decode_s", decode_s}};
-  if (r.echo_prompt) resp["prompt_text"] = p.text;
-  return resp;
+  std::vector<json> resps;
+  for (size_t i = 0; i < n_seq; ++i) {
+    json resp = {{"id", r.id},
+                 {"text", decode_skip_special(tokenizer_, seqs[i].out)},
+                 {"n_prompt_tokens_in", p.n_tokens_in},
+                 {"n_prompt_tokens", p.tokens.size()},
+                 {"truncated", p.truncated},
+                 {"n_gen", seqs[i].out.size()},
+                 {"stop_reason", seqs[i].reason},
+                 {"prefill_s", prefill_s},
+                 {"decode_s", decode_s}};
+    if (r.echo_prompt) resp["prompt_text"] = p.text;
+    if (!kvs_.empty()) resp["kv"] = kv_label(kvs_[i]);
+    resps.push_back(std::move(resp));
+  }
+  return resps;
 }
 
 int BatchRunner::run_all(std::istream& in, std::FILE* out) {
@@ -141,7 +200,7 @@ int BatchRunner::run_all(std::istream& in, std::FILE* out) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     json id;  // null until the request is read
-    json resp;
+    std::vector<json> resps;
     try {
       json j;
       try {
@@ -150,14 +209,18 @@ int BatchRunner::run_all(std::istream& in, std::FILE* out) {
         fail(std::string("invalid JSON: ") + e.what());
       }
       if (j.is_object() && j.contains("id")) id = j.at("id");
-      resp = run(parse_batch_request(j, o_.n_predict));
+      resps = run(parse_batch_request(j, o_.n_predict));
     } catch (const std::exception& e) {  // slake::Error, and out of memory for one huge prompt
-      resp = {{"id", id}, {"error", "request line " + std::to_string(line_no) + ": " + e.what()}};
+      const std::string why = "request line " + std::to_string(line_no) + ": " + e.what();
+      resps.assign(kvs_.empty() ? 1 : kvs_.size(), json{{"id", id}, {"error", why}});
+      for (size_t i = 0; i < kvs_.size(); ++i) resps[i]["kv"] = kv_label(kvs_[i]);
       ++errors;
-      std::fprintf(stderr, "batch: %s\n", resp["error"].get<std::string>().c_str());
+      std::fprintf(stderr, "batch: %s\n", why.c_str());
     }
-    const std::string text = dump_line(resp);
-    std::fwrite(text.data(), 1, text.size(), out);
+    for (const json& resp : resps) {
+      const std::string text = dump_line(resp);
+      std::fwrite(text.data(), 1, text.size(), out);
+    }
     std::fflush(out);
     ++answered;
   }
@@ -166,7 +229,8 @@ int BatchRunner::run_all(std::istream& in, std::FILE* out) {
   return errors;
 }
 
-int run_batch(const CliOptions& o, const Tokenizer& tokenizer, tools::Session& ctx) {
+int run_batch(const CliOptions& o, const Tokenizer& tokenizer, std::vector<tools::Session*> ctxs,
+              std::vector<KvPolicyParams> kvs) {
   std::ifstream file;
   std::istream* in = &std::cin;
   if (o.batch_in != "-") {
@@ -179,7 +243,7 @@ int run_batch(const CliOptions& o, const Tokenizer& tokenizer, tools::Session& c
     out = std::fopen(o.batch_out.c_str(), "wb");
     if (!out) fail(o.batch_out + ": cannot write the batch responses");
   }
-  BatchRunner runner(o, tokenizer, ctx);
+  BatchRunner runner(o, tokenizer, std::move(ctxs), std::move(kvs));
   try {
     runner.run_all(*in, out);
   } catch (...) {

@@ -8,7 +8,8 @@
 // together without special tokens (so a SentencePiece reply loses its first space, as Hugging
 // Face's decode does); invalid UTF-8 in it becomes U+FFFD. A request that cannot be run (bad JSON,
 // a bad field, a prompt longer than the context, no chat template) is answered with
-// {"id": ..., "error": "..."} and the next one is read.
+// {"id": ..., "error": "..."} and the next one is read. With --kv-sweep every request is answered
+// once per KV setting, each line with "kv": {"policy", "compensate", "budget"}.
 #pragma once
 #include <cstdio>
 #include <istream>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "../common/backend.h"
+#include "slake/kv/kv_policy.h"
 #include "slake/context.h"
 #include "slake/tokenizer/tokenizer.h"
 #include "batch_request.h"
@@ -40,26 +42,33 @@ struct BatchPrompt {
 class BatchRunner {
  public:
   // All must outlive the runner. `o` gives -sys and --chat-template (the template is looked up at
-  // the first chat request, so a model without one can still run plain requests).
-  BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, tools::Session& ctx);
+  // the first chat request, so a model without one can still run plain requests). `ctxs` is one
+  // session, or (--kv-sweep) several cpu sessions sharing one thread pool whose KV settings are
+  // `kvs`: each request then runs in all of them, with one forward pass of its prompt
+  // (prefill_shared) and their greedy decodes stepped together (decode_batch), and is answered by
+  // one line per setting, in their order, each with a "kv" field naming its setting.
+  BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, std::vector<tools::Session*> ctxs,
+              std::vector<KvPolicyParams> kvs = {});
 
   BatchPrompt build_prompt(const BatchRequest& r);
-  // Runs one request; slake::Error for a request that cannot run.
-  nlohmann::json run(const BatchRequest& r);
-  // Reads requests until the end of `in`, writing one response line each to `out`. Returns the
+  // Runs one request: one response per session; slake::Error for a request that cannot run.
+  std::vector<nlohmann::json> run(const BatchRequest& r);
+  // Reads requests until the end of `in`, writing the response lines to `out`. Returns the
   // number of requests answered with an error.
   int run_all(std::istream& in, std::FILE* out);
 
  private:
   const CliOptions& o_;
   const Tokenizer& tokenizer_;
-  tools::Session& ctx_;
+  std::vector<tools::Session*> ctxs_;
+  std::vector<KvPolicyParams> kvs_;  // empty with one session
   std::unordered_set<int32_t> eog_;
 };
 
 // The batch mode of slake-cli: opens --batch and --batch-out ("-": standard input and output) and
 // runs every request. Returns the process's exit code (0 when the input was read to its end, even
 // if some requests failed: their responses say why).
-int run_batch(const CliOptions& o, const Tokenizer& tokenizer, tools::Session& ctx);
+int run_batch(const CliOptions& o, const Tokenizer& tokenizer, std::vector<tools::Session*> ctxs,
+              std::vector<KvPolicyParams> kvs = {});
 
 }  // namespace slake::cli

@@ -64,6 +64,10 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
   app.add_option("--batch-out", o.batch_out, "where batch mode writes its responses (- for standard output)")
       ->capture_default_str();
   tools::add_kv_flags(app, o.kv);
+  app.add_option("--kv-sweep", o.kv_sweep,
+                 "batch mode on the cpu backend: run every request under several KV settings, POLICY/COMPENSATOR/BUDGET "
+                 "separated by commas (e.g. cake/none/256,slake/auto/256), with one forward pass of its prompt and the "
+                 "decodes stepped together; one response line per setting, with a \"kv\" field");
   tools::add_backend_flag(app, o.backend);
   app.footer(
       "Sampling follows llama.cpp: repeat penalty, top-k, top-p, min-p, then temperature and a seeded draw.\n"
@@ -86,6 +90,8 @@ void check_options(const CLI::App& app, CliOptions& o) {
   } else if (app.count("--batch-out")) {
     fail("--batch-out needs --batch");
   }
+  if (!o.kv_sweep.empty() && o.batch_in.empty()) fail("--kv-sweep needs --batch");
+  if (!o.kv_sweep.empty() && o.backend != "cpu") fail("--kv-sweep runs on the cpu backend only");
   validate(o.sampling);
   if (!o.chat_template.empty()) chat_format_from_name(o.chat_template);
   if (!o.chat_template.empty() && !o.chat_template_file.empty())
@@ -96,6 +102,7 @@ void check_options(const CLI::App& app, CliOptions& o) {
   tools::finish_kv_flags(app, o.kv);
   tools::kv_types_for_backend(o.kv.params, o.backend);
   validate(o.kv.params);
+  if (!o.kv_sweep.empty()) tools::parse_kv_sweep(o.kv_sweep, o.kv.params);  // a bad setting fails here
 }
 
 }  // namespace slake::cli

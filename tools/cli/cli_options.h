@@ -30,6 +30,7 @@ struct CliOptions {
   std::string batch_in;         // --batch: JSONL requests ("-": standard input); "" when not in batch mode
   std::string batch_out = "-";  // --batch-out: the responses ("-": standard output)
   tools::KvFlags kv;
+  std::string kv_sweep;  // --kv-sweep (batch mode): POLICY/COMPENSATOR/BUDGET settings, each request run in all
   std::string backend = "cpu";  // --backend cpu|cuda
 };
 

@@ -1,7 +1,9 @@
 // The KV-cache flags shared by slake-cli, slake-perplexity and slake-server (slake-bench takes lists).
 #pragma once
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "slake/error.h"
 #include "slake/kv/kv_policy.h"
@@ -68,6 +70,31 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
   if (app.count("--kv-tau2")) kv.tau2 = f.tau2;
   if (app.count("--kv-alpha")) kv.alpha = f.alpha;
   if (app.count("--kv-beta")) kv.beta = f.beta;
+}
+
+// --kv-sweep's list (slake-perplexity, slake-cli --batch): POLICY/COMPENSATOR/BUDGET settings
+// separated by commas, each applied on top of the command line's other KV flags and validated.
+inline std::vector<KvPolicyParams> parse_kv_sweep(const std::string& spec, const KvPolicyParams& base) {
+  std::vector<KvPolicyParams> out;
+  size_t at = 0;
+  while (at <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', at), spec.size());
+    const std::string item = spec.substr(at, comma - at);
+    const size_t a = item.find('/'), b = a == std::string::npos ? a : item.find('/', a + 1);
+    if (b == std::string::npos || item.find('/', b + 1) != std::string::npos)
+      fail("--kv-sweep: '" + item + "' is not POLICY/COMPENSATOR/BUDGET (e.g. cake/taylor/128)");
+    KvPolicyParams p = base;
+    p.policy = item.substr(0, a);
+    p.compensate = item.substr(a + 1, b - a - 1);
+    const std::string budget = item.substr(b + 1);
+    if (budget.empty() || budget.size() > 9 || budget.find_first_not_of("0123456789") != std::string::npos)
+      fail("--kv-sweep: '" + item + "': the budget must be a number of tokens");
+    p.budget = std::stoi(budget);
+    validate(p);
+    out.push_back(p);
+    at = comma + 1;
+  }
+  return out;
 }
 
 // The cuda backend stores f32, f16, bf16 and q8_0 caches: any other type is an error there, thrown

@@ -69,31 +69,6 @@ struct Run {
   std::vector<int64_t> layer_budgets;  // the first chunk's, after its prefill
 };
 
-// --kv-sweep's list: POLICY/COMPENSATOR/BUDGET settings separated by commas, each applied on top of
-// the command line's other KV flags.
-std::vector<slake::KvPolicyParams> parse_sweep(const std::string& spec, const slake::KvPolicyParams& base) {
-  std::vector<slake::KvPolicyParams> out;
-  size_t at = 0;
-  while (at <= spec.size()) {
-    const size_t comma = std::min(spec.find(',', at), spec.size());
-    const std::string item = spec.substr(at, comma - at);
-    const size_t a = item.find('/'), b = a == std::string::npos ? a : item.find('/', a + 1);
-    if (b == std::string::npos || item.find('/', b + 1) != std::string::npos)
-      slake::fail("--kv-sweep: '" + item + "' is not POLICY/COMPENSATOR/BUDGET (e.g. cake/taylor/128)");
-    slake::KvPolicyParams p = base;
-    p.policy = item.substr(0, a);
-    p.compensate = item.substr(a + 1, b - a - 1);
-    const std::string budget = item.substr(b + 1);
-    if (budget.empty() || budget.size() > 9 || budget.find_first_not_of("0123456789") != std::string::npos)
-      slake::fail("--kv-sweep: '" + item + "': the budget must be a number of tokens");
-    p.budget = std::stoi(budget);
-    slake::validate(p);
-    out.push_back(p);
-    at = comma + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,7 +104,7 @@ int main(int argc, char** argv) {
     slake::tools::kv_types_for_backend(kvf.params, backend);
     slake::validate(kvf.params);
     const std::vector<slake::KvPolicyParams> settings =
-        sweep.empty() ? std::vector<slake::KvPolicyParams>{kvf.params} : parse_sweep(sweep, kvf.params);
+        sweep.empty() ? std::vector<slake::KvPolicyParams>{kvf.params} : slake::tools::parse_kv_sweep(sweep, kvf.params);
     if (prefill < 1 || prefill >= n_ctx)
       slake::fail("--prefill must be between 1 and the chunk size - 1 (" + std::to_string(n_ctx - 1) + "), got " + std::to_string(prefill));
     const std::string text = slake::read_text_file(file);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """RULER-style synthetic long-context tasks, generated locally from a seed (no downloaded data), run
-through slake-cli --batch for each KV policy and budget, and scored as RULER scores them: the share
+through one slake-cli --batch process for all the KV policies and budgets (--kv-sweep), and scored as RULER scores them: the share
 of the expected values that appear in the reply (string match, case-insensitive).
 
 Tasks, in RULER's templates (Hsieh et al., "RULER: What's the Real Context Size of Your
@@ -30,6 +30,8 @@ import random
 import string
 import subprocess
 import sys
+import tempfile
+import threading
 import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -188,34 +190,53 @@ def token_counter(args):
     return count
 
 
+def label(policy, comp, extra):
+    """A row's name in the records and the table: the policy, then any compensator other than its
+    own and the extra flags, as given on the command line."""
+    name = policy + (f" --kv-compensate {comp}" if comp != "auto" and policy != "full" else "")
+    return name + (f" {extra}" if extra else "")
+
+
 def run(args):
+    """Every (policy, budget) in one slake-cli --batch process (--kv-sweep): each prompt's forward
+    pass is shared by the settings and their replies are decoded together; each setting replies as
+    its own run would. A record is appended as each request's replies arrive."""
+    if args.extra and any(f in args.extra.split() for f in ("--kv-policy", "--kv-budget", "--kv-compensate", "--kv-sweep")):
+        sys.exit("ruler: give policies, budgets and the compensator with --policies, --budgets and --compensate, not --extra")
     reqs = requests(args, token_counter(args))
     policies = args.policies.split(",")
     runs = [("full", 0)] * ("full" in policies) + [(p, b) for p in policies if p != "full" for b in map(int, args.budgets.split(","))]
-    for policy, budget in runs:
+    sweep = ",".join(f"{p}/{'none' if p == 'full' else args.compensate}/{b}" for p, b in runs)
+    by_id = {r["id"]: r for r in reqs}
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as body:
+        body.write("".join(json.dumps({k: r[k] for k in ("id", "prompt", "max_new_tokens")}) + "\n" for r in reqs))
+        body.flush()
         cmd = [os.path.join(args.bin_dir, "slake-cli"), "-m", args.model, "-c", str(args.ctx), "-t", str(args.threads),
-               "--temp", "0", "--batch", "-", "--batch-out", "-", "--kv-policy", policy]
-        cmd += ["--kv-budget", str(budget)] if budget else []
+               "--temp", "0", "--batch", body.name, "--batch-out", "-", "--kv-sweep", sweep]
         cmd += args.extra.split() if args.extra else []
-        body = "".join(json.dumps({k: r[k] for k in ("id", "prompt", "max_new_tokens")}) + "\n" for r in reqs)
-        p = subprocess.run(cmd, input=body.encode(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=args.timeout)
-        if p.returncode not in (0, 1):
-            sys.exit(f"slake-cli failed ({p.returncode}): {p.stderr.decode()[-2000:]}")
-        replies = {}
-        for line in p.stdout.decode().splitlines():
-            j = json.loads(line)
-            if "error" in j:
-                sys.exit(f"request {j['id']}: {j['error']}")
-            replies[j["id"]] = j
-        for r in reqs:
-            j = replies[r["id"]]
-            rec = {"policy": policy + (f" {args.extra}" if args.extra else ""), "budget": budget, "ctx": args.ctx, "task": r["id"].split("/")[0], "id": r["id"],
-                   "score": score(j["text"], r["answers"]), "reply": j["text"], "answers": r["answers"],
-                   "n_prompt_tokens": j["n_prompt_tokens"], "max_new_tokens": r["max_new_tokens"],
-                   "model": os.path.basename(args.model)}
-            with open(args.output, "a") as f:
-                f.write(json.dumps(rec) + "\n")
-        print(f"{policy} C={budget}: done", file=sys.stderr, flush=True)
+        print(" ".join(cmd), file=sys.stderr, flush=True)
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+            timer = threading.Timer(args.timeout, p.kill)
+            timer.start()
+            try:
+                for line in p.stdout:
+                    j = json.loads(line)
+                    if "error" in j:
+                        p.kill()
+                        sys.exit(f"request {j['id']}: {j['error']}")
+                    r, kv = by_id[j["id"]], j["kv"]
+                    rec = {"policy": label(kv["policy"], args.compensate, args.extra), "budget": kv["budget"], "ctx": args.ctx,
+                           "task": r["id"].split("/")[0], "id": r["id"], "score": score(j["text"], r["answers"]), "reply": j["text"],
+                           "answers": r["answers"], "n_prompt_tokens": j["n_prompt_tokens"], "max_new_tokens": r["max_new_tokens"],
+                           "model": os.path.basename(args.model)}
+                    with open(args.output, "a") as f:
+                        f.write(json.dumps(rec) + "\n")
+                err = p.stderr.read()
+            finally:
+                timer.cancel()
+            if p.wait() != 0:
+                sys.exit(f"slake-cli failed ({p.returncode}): {err[-2000:]}")
+    print(f"{len(runs)} settings x {len(reqs)} requests: done", file=sys.stderr, flush=True)
 
 
 def table(paths):
@@ -253,7 +274,8 @@ def main():
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--policies", default="full,streaming,snapkv,cake,slake")
     r.add_argument("--budgets", default="128,256")
-    r.add_argument("--extra", help="more slake-cli flags for every run (e.g. \"--kv-compensate centroids\")")
+    r.add_argument("--compensate", default="auto", help="the compensator of every evicting policy (auto, none, taylor, centroids)")
+    r.add_argument("--extra", help="more slake-cli flags for every setting (e.g. \"--kv-observe 32\")")
     r.add_argument("-t", "--threads", type=int, default=2)
     r.add_argument("--chars-scale", type=float, default=1.0, help="scales the characters per token the haystacks are sized with")
     r.add_argument("--bin-dir", default=os.environ.get("SLAKE_BIN_DIR", os.path.join(ROOT, "build", "bin")))
