@@ -70,17 +70,23 @@ class Current(unittest.TestCase):
 class Table(unittest.TestCase):
     def test_cells_bold_and_comparison(self):
         recs = [rec("streaming", "none", 128, 0.40, 2.86), rec("cake", "none", 128, 0.30, 2.86),
-                rec("cake", "taylor", 128, 0.20, 4.31),  # lower, but with more bytes: neither bold nor compared
-                rec("slake-wide", "none", 128, 0.27, 2.85), rec("cake", "none", 256, 0.2, 5.71)]
+                rec("cake", "taylor", 128, 0.20, 4.31),  # lower, but with more bytes: neither bold nor compared at 128
+                rec("slake-wide", "none", 128, 0.27, 2.85), rec("cake", "none", 256, 0.2, 5.71),
+                rec("slake-wide", "none", 256, 0.22, 5.71), rec("streaming", "none", 256, 0.25, 5.71)]
         text = kq.context_section("4k", {kq.cell_key(r): r for r in recs})
         lines = text.splitlines()
         wide = next(l for l in lines if l.startswith("| slake-wide |"))
-        self.assertEqual(wide, "| slake-wide | **0.2700** / 50.0% / 2.85 | . |")
+        self.assertEqual(wide, "| slake-wide | **0.2700** / 50.0% / 2.85 | 0.2200 / 50.0% / 5.71 |")
         self.assertIn("| cake + taylor | 0.2000 / 50.0% / 4.31 | . |", lines)
         self.assertIn("| cake | 0.3000 / 50.0% / 2.86 | **0.2000** / 50.0% / 5.71 |", lines)
-        # 0.27 / 0.30 - 1 = -10.0%; C=256 has no slake-wide record, so no comparison line.
-        self.assertIn("| 128 | cake 0.3000 | 0.2700 | -10.0% |", lines)
-        self.assertFalse(any(l.startswith("| 256 |") for l in lines))
+        # 0.27 / 0.30 - 1 = -10.0% (cake's 2.86 MiB is within 1% of 2.85);
+        self.assertIn("| 128 | cake C=128: 0.3000 | 0.2700 | -10.0% |", lines)
+        # at 5.71 MiB cake + taylor at C=128 (4.31 MiB) competes and is the best: 0.22 / 0.20 - 1.
+        self.assertIn("| 256 | cake + taylor C=128: 0.2000 | 0.2200 | +10.0% |", lines)
+        # the compensator against eviction alone: cake + taylor 0.20 against cake 0.30 at C=128.
+        self.assertIn("| cake | -33.3% / . | . / . |", lines)
+        effect = lines[next(i for i, l in enumerate(lines) if l.startswith("Each compensator")):]
+        self.assertFalse(any(l.startswith("| streaming |") for l in effect))  # no compensated streaming row
 
     def test_small_kl_in_scientific_notation(self):
         self.assertEqual(kq.num(8.0e-7), "8.0e-07")
