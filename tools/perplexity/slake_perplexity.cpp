@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
       full = slake::tools::make_session(backend, *model, cp);
     }
     std::fprintf(stderr, "slake-perplexity: %s, %zu KV setting%s\n", runs[0].session->describe().c_str(), runs.size(),
-                 runs.size() > 1 ? "s decoded together" : "");
+                 batched ? "s decoded together" : runs.size() > 1 ? "s, one after another" : "");
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> full_logits;
     std::vector<slake::Context*> batch;
