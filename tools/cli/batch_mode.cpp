@@ -54,11 +54,11 @@ std::string decode_skip_special(const Tokenizer& tokenizer, const std::vector<in
   return tokenizer.detokenize(kept, false);
 }
 
-BatchRunner::BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, std::vector<tools::Session*> ctxs,
-                         std::vector<KvPolicyParams> kvs)
-    : o_(o), tokenizer_(tokenizer), ctxs_(std::move(ctxs)), kvs_(std::move(kvs)), eog_(end_of_generation_tokens(tokenizer.vocab())) {
-  if (ctxs_.empty() || (ctxs_.size() > 1 && kvs_.size() != ctxs_.size()))
-    fail("batch mode: " + std::to_string(ctxs_.size()) + " sessions for " + std::to_string(kvs_.size()) + " KV settings");
+BatchRunner::BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, tools::SweepSessions& sessions)
+    : o_(o), tokenizer_(tokenizer), sessions_(sessions), name_settings_(!o.kv_sweep.empty()),
+      eog_(end_of_generation_tokens(tokenizer.vocab())) {
+  if (sessions_.size() > 1 && !sessions_.together())
+    fail("batch mode: " + std::to_string(sessions_.size()) + " KV settings need the cpu backend, where they run together");
 }
 
 BatchPrompt BatchRunner::build_prompt(const BatchRequest& r) {
@@ -125,7 +125,7 @@ struct GreedySequence {
 
 std::vector<json> BatchRunner::run(const BatchRequest& r) {
   const BatchPrompt p = build_prompt(r);
-  tools::Session& first = *ctxs_[0];
+  tools::Session& first = sessions_.session(0);
   if (static_cast<int64_t>(p.tokens.size()) > first.n_ctx())
     fail("the prompt is " + std::to_string(p.tokens.size()) + " tokens, more than the context holds (-c " +
          std::to_string(first.n_ctx()) + ")");
@@ -135,13 +135,10 @@ std::vector<json> BatchRunner::run(const BatchRequest& r) {
     if (!t.empty()) stop_tokens.insert(t.back());
   }
 
-  const size_t n_seq = ctxs_.size();
+  const size_t n_seq = sessions_.size();
   std::vector<GreedySequence> seqs(n_seq);
-  std::vector<Context*> contexts;  // the cpu contexts of a sweep
-  for (tools::Session* s : ctxs_) {
-    s->reset();
-    if (n_seq > 1) contexts.push_back(&dynamic_cast<tools::CpuSession&>(*s).context());
-  }
+  const std::vector<Context*>& contexts = sessions_.contexts();  // a sweep's, stepped together
+  for (size_t i = 0; i < n_seq; ++i) sessions_.session(i).reset();
   const auto t0 = std::chrono::steady_clock::now();
   if (n_seq == 1) {
     first.eval(p.tokens, &seqs[0].logits);
@@ -159,7 +156,7 @@ std::vector<json> BatchRunner::run(const BatchRequest& r) {
     std::vector<size_t> who;
     for (size_t i = 0; i < n_seq; ++i) {
       if (seqs[i].done) continue;
-      const int32_t tok = seqs[i].next(r, eog_, stop_tokens, ctxs_[i]->n_past(), ctxs_[i]->n_ctx());
+      const int32_t tok = seqs[i].next(r, eog_, stop_tokens, sessions_.session(i).n_past(), sessions_.session(i).n_ctx());
       if (tok < 0) continue;
       who.push_back(i);
       step_tokens.push_back(tok);
@@ -187,7 +184,7 @@ std::vector<json> BatchRunner::run(const BatchRequest& r) {
                  {"prefill_s", prefill_s},
                  {"decode_s", decode_s}};
     if (r.echo_prompt) resp["prompt_text"] = p.text;
-    if (!kvs_.empty()) resp["kv"] = kv_label(kvs_[i]);
+    if (name_settings_) resp["kv"] = kv_label(sessions_.kv(i));
     resps.push_back(std::move(resp));
   }
   return resps;
@@ -212,8 +209,9 @@ int BatchRunner::run_all(std::istream& in, std::FILE* out) {
       resps = run(parse_batch_request(j, o_.n_predict));
     } catch (const std::exception& e) {  // slake::Error, and out of memory for one huge prompt
       const std::string why = "request line " + std::to_string(line_no) + ": " + e.what();
-      resps.assign(kvs_.empty() ? 1 : kvs_.size(), json{{"id", id}, {"error", why}});
-      for (size_t i = 0; i < kvs_.size(); ++i) resps[i]["kv"] = kv_label(kvs_[i]);
+      resps.assign(sessions_.size(), json{{"id", id}, {"error", why}});
+      if (name_settings_)
+        for (size_t i = 0; i < resps.size(); ++i) resps[i]["kv"] = kv_label(sessions_.kv(i));
       ++errors;
       std::fprintf(stderr, "batch: %s\n", why.c_str());
     }
@@ -229,8 +227,7 @@ int BatchRunner::run_all(std::istream& in, std::FILE* out) {
   return errors;
 }
 
-int run_batch(const CliOptions& o, const Tokenizer& tokenizer, std::vector<tools::Session*> ctxs,
-              std::vector<KvPolicyParams> kvs) {
+int run_batch(const CliOptions& o, const Tokenizer& tokenizer, tools::SweepSessions& sessions) {
   std::ifstream file;
   std::istream* in = &std::cin;
   if (o.batch_in != "-") {
@@ -243,7 +240,7 @@ int run_batch(const CliOptions& o, const Tokenizer& tokenizer, std::vector<tools
     out = std::fopen(o.batch_out.c_str(), "wb");
     if (!out) fail(o.batch_out + ": cannot write the batch responses");
   }
-  BatchRunner runner(o, tokenizer, std::move(ctxs), std::move(kvs));
+  BatchRunner runner(o, tokenizer, sessions);
   try {
     runner.run_all(*in, out);
   } catch (...) {

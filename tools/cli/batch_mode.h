@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../common/backend.h"
+#include "../common/kv_sweep_sessions.h"
 #include "slake/kv/kv_policy.h"
 #include "slake/context.h"
 #include "slake/tokenizer/tokenizer.h"
@@ -42,13 +43,12 @@ struct BatchPrompt {
 class BatchRunner {
  public:
   // All must outlive the runner. `o` gives -sys and --chat-template (the template is looked up at
-  // the first chat request, so a model without one can still run plain requests). `ctxs` is one
-  // session, or (--kv-sweep) several cpu sessions sharing one thread pool whose KV settings are
-  // `kvs`: each request then runs in all of them, with one forward pass of its prompt
-  // (prefill_shared) and their greedy decodes stepped together (decode_batch), and is answered by
-  // one line per setting, in their order, each with a "kv" field naming its setting.
-  BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, std::vector<tools::Session*> ctxs,
-              std::vector<KvPolicyParams> kvs = {});
+  // the first chat request, so a model without one can still run plain requests). `sessions` is
+  // one KV setting, or (--kv-sweep) several: each request then runs in all of them, with one
+  // forward pass of its prompt (prefill_shared) and their greedy decodes stepped together
+  // (decode_batch) when the sessions run together, and is answered by one line per setting, in
+  // their order, each with a "kv" field naming its setting.
+  BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, tools::SweepSessions& sessions);
 
   BatchPrompt build_prompt(const BatchRequest& r);
   // Runs one request: one response per session; slake::Error for a request that cannot run.
@@ -60,15 +60,14 @@ class BatchRunner {
  private:
   const CliOptions& o_;
   const Tokenizer& tokenizer_;
-  std::vector<tools::Session*> ctxs_;
-  std::vector<KvPolicyParams> kvs_;  // empty with one session
+  tools::SweepSessions& sessions_;
+  bool name_settings_;  // --kv-sweep: each response says its "kv"
   std::unordered_set<int32_t> eog_;
 };
 
 // The batch mode of slake-cli: opens --batch and --batch-out ("-": standard input and output) and
 // runs every request. Returns the process's exit code (0 when the input was read to its end, even
 // if some requests failed: their responses say why).
-int run_batch(const CliOptions& o, const Tokenizer& tokenizer, std::vector<tools::Session*> ctxs,
-              std::vector<KvPolicyParams> kvs = {});
+int run_batch(const CliOptions& o, const Tokenizer& tokenizer, tools::SweepSessions& sessions);
 
 }  // namespace slake::cli

@@ -139,27 +139,18 @@ int run(CliOptions& o) {
   cp.n_ctx = o.n_ctx;
   cp.n_threads = o.n_threads;
   cp.kv = o.kv.params;
-  if (!o.kv_sweep.empty()) {  // batch mode, every request under several KV settings (one pool)
-    const std::vector<slake::KvPolicyParams> kvs = slake::tools::parse_kv_sweep(o.kv_sweep, o.kv.params);
-    slake::ThreadPool pool(o.n_threads > 0 ? o.n_threads : slake::default_thread_count());
-    cp.pool = &pool;
-    std::vector<std::unique_ptr<slake::tools::Session>> owners;
-    std::vector<slake::tools::Session*> sessions;
-    std::vector<slake::KvPolicyParams> resolved;
-    for (const slake::KvPolicyParams& kv : kvs) {
-      cp.kv = kv;
-      owners.push_back(slake::tools::make_session(o.backend, *model, cp));
-      sessions.push_back(owners.back().get());
-      resolved.push_back(slake::resolve_kv_defaults(kv, model->cfg));
-    }
-    o.n_ctx = sessions[0]->n_ctx();
-    return slake::cli::run_batch(o, *tokenizer, sessions, resolved);
+  if (!o.batch_in.empty()) {  // every request under one KV setting, or under each of --kv-sweep's
+    const std::vector<slake::KvPolicyParams> kvs =
+        o.kv_sweep.empty() ? std::vector<slake::KvPolicyParams>{o.kv.params} : slake::tools::parse_kv_sweep(o.kv_sweep, o.kv.params);
+    slake::tools::SweepSessions sessions(o.backend, *model, cp, kvs);
+    if (o.backend != "cpu") std::fprintf(stderr, "slake-cli: %s\n", sessions.session(0).describe().c_str());
+    o.n_ctx = sessions.session(0).n_ctx();
+    return slake::cli::run_batch(o, *tokenizer, sessions);
   }
   const std::unique_ptr<slake::tools::Session> ctx_owner = slake::tools::make_session(o.backend, *model, cp);
   slake::tools::Session& ctx = *ctx_owner;
   if (o.backend != "cpu") std::fprintf(stderr, "slake-cli: %s\n", ctx.describe().c_str());
   o.n_ctx = ctx.n_ctx();
-  if (!o.batch_in.empty()) return slake::cli::run_batch(o, *tokenizer, {&ctx});
   o.sampling.seed = choose_seed(o.seed, o.sampling.temp <= 0);
   slake::Sampler sampler(o.sampling);
   slake::cli::Generator gen(ctx, *tokenizer, sampler, stdout);

@@ -28,6 +28,7 @@
 #include "../common/backend.h"
 #include "../common/llama_spellings.h"
 #include "../common/kv_flags.h"
+#include "../common/kv_sweep_sessions.h"
 
 namespace {
 
@@ -62,7 +63,7 @@ struct Totals {
 // One KV setting under evaluation: its session, the logits of its last step and its totals.
 struct Run {
   slake::KvPolicyParams kv;
-  std::unique_ptr<slake::tools::Session> session;
+  slake::tools::Session* session = nullptr;  // owned by the sweep's sessions
   std::vector<float> logits;
   Totals tot;
   size_t kv_bytes_prefill = 0, kv_bytes_end = 0, kv_peak = 0;
@@ -119,21 +120,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %zu tokens; %d chunks of %d tokens: %d prefilled, %d decoded and scored per chunk\n", file.c_str(),
                  tokens.size(), chunks, n_ctx, prefill, n_ctx - prefill);
 
-    // The settings decode together on the cpu backend, so they share one pool.
-    const bool batched = backend == "cpu" && settings.size() > 1;
-    std::unique_ptr<slake::ThreadPool> pool;
-    if (batched) pool = std::make_unique<slake::ThreadPool>(n_threads > 0 ? n_threads : slake::default_thread_count());
     slake::ContextParams cp;
     cp.n_ctx = n_ctx;
     cp.n_threads = n_threads;
-    cp.pool = pool.get();
+    slake::tools::SweepSessions sweep_sessions(backend, *model, cp, settings);
+    const bool batched = sweep_sessions.together();
     std::vector<Run> runs(settings.size());
-    for (size_t i = 0; i < settings.size(); ++i) {
-      runs[i].kv = cp.kv = slake::resolve_kv_defaults(settings[i], model->cfg);
-      runs[i].session = slake::tools::make_session(backend, *model, cp);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      runs[i].kv = sweep_sessions.kv(i);
+      runs[i].session = &sweep_sessions.session(i);
     }
     std::unique_ptr<slake::tools::Session> full;
     if (kl) {  // the reference: every token, in an f32 cache
+      cp.pool = sweep_sessions.pool();
       cp.kv = slake::KvPolicyParams{};
       cp.kv.type_k = cp.kv.type_v = slake::KvType::F32;
       full = slake::tools::make_session(backend, *model, cp);
@@ -142,9 +141,7 @@ int main(int argc, char** argv) {
                  batched ? "s decoded together" : runs.size() > 1 ? "s, one after another" : "");
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> full_logits;
-    std::vector<slake::Context*> batch;
-    for (Run& r : runs)
-      if (batched) batch.push_back(&static_cast<slake::tools::CpuSession&>(*r.session).context());
+    const std::vector<slake::Context*>& batch = sweep_sessions.contexts();
     std::vector<std::vector<float>> step_logits(runs.size());
     for (int c = 0; c < chunks; ++c) {
       std::vector<int32_t> chunk(tokens.begin() + static_cast<int64_t>(c) * n_ctx, tokens.begin() + static_cast<int64_t>(c + 1) * n_ctx);
