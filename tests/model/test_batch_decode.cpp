@@ -186,12 +186,20 @@ TEST(BatchDecode, PrefillSharedEqualsEachPrefill) {
   for (size_t i = 0; i < kvs.size(); ++i) expect_same_cache(*shared[i], *alone[i]);
 }
 
-TEST(BatchDecode, PrefillSharedRefusesBadSets) {
-  const auto m = make_synthetic_model("tiny", DType::F32, 3);
-  ThreadPool pool(1), other(1);
+// The refusal tests' set-up: a tiny model, contexts of 8 tokens on `pool`, and a second pool for
+// the sets that mix pools.
+class BatchRefusal : public ::testing::Test {
+ protected:
+  BatchRefusal() {
+    p.n_ctx = 8;
+    p.pool = &pool;
+  }
+  std::unique_ptr<Model> m = make_synthetic_model("tiny", DType::F32, 3);
+  ThreadPool pool{1}, other{1};
   ContextParams p;
-  p.n_ctx = 8;
-  p.pool = &pool;
+};
+
+TEST_F(BatchRefusal, PrefillSharedRefusesBadSets) {
   Context a(*m, p), b(*m, p);
   ContextParams q = p;
   q.pool = &other;
@@ -218,12 +226,7 @@ TEST(BatchDecode, PrefillSharedRefusesBadSets) {
   EXPECT_EQ(b.n_past(), 1);
 }
 
-TEST(BatchDecode, RefusesBadBatches) {
-  const auto m = make_synthetic_model("tiny", DType::F32, 3);
-  ThreadPool pool(1), other(1);
-  ContextParams p;
-  p.n_ctx = 8;
-  p.pool = &pool;
+TEST_F(BatchRefusal, RefusesBadBatches) {
   Context a(*m, p), b(*m, p);
   EXPECT_NE(error_of([&] { decode_batch({&a}, {1}, nullptr); }).find("holds no prompt"), std::string::npos);
   a.eval({1, 2, 3}, nullptr);
