@@ -16,10 +16,12 @@ inline double dot64(const float* a, const float* b, int d) {
 
 inline bool visible(int32_t p, int32_t qpos, int window) { return p <= qpos && (window <= 0 || p > qpos - window); }
 
-// softmax over the first n_rows keys of `kv` of q.k_j / sqrt(d) (all assumed visible).
+// softmax over the first n_rows keys of `kv` of q.k_j / sqrt(d) (all assumed visible); the keys
+// as their stored type dequantises them.
 inline std::vector<double> attention_probs64(const float* q, const KvHead& kv, int d, int n_rows) {
   std::vector<double> x;
-  for (int j = 0; j < n_rows; ++j) x.push_back(dot64(q, kv.key(j, d), d) / std::sqrt(static_cast<double>(d)));
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int j = 0; j < n_rows; ++j) x.push_back(dot64(q, kv.key(j, d, row.data()), d) / std::sqrt(static_cast<double>(d)));
   const double m = *std::max_element(x.begin(), x.end());
   double z = 0;
   for (double& e : x) z += (e = std::exp(e - m));

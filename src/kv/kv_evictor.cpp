@@ -155,7 +155,16 @@ int64_t KvEvictor::decode_budget(int layer) const {
 }
 
 bool KvEvictor::scores_in_decode() const {
-  return parts_.selector == KvSelector::Indicator || parts_.selector == KvSelector::WindowMax7;
+  return parts_.selector == KvSelector::Indicator || parts_.selector == KvSelector::WindowMax7 ||
+         parts_.selector == KvSelector::HeavyHitter;
+}
+
+void KvEvictor::score_decode_query(int layer, int kvh, const float* q, int32_t qpos, const KvHead& kh) {
+  const int d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads;
+  DecodeRowScores& x = decode_x_[static_cast<size_t>(kvh)];
+  x.compute(q + static_cast<size_t>(kvh * group) * d, group, qpos, kh, d);
+  // H2O's sums take this query's softmax row before the victim is chosen from them.
+  if (parts_.selector == KvSelector::HeavyHitter) accumulate_decode_scores(x, acc_[static_cast<size_t>(layer)][static_cast<size_t>(kvh)]);
 }
 
 int KvEvictor::decode_victim(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand) const {
@@ -187,14 +196,13 @@ void KvEvictor::on_decode_batched(int layer, const float* q, int32_t qpos, KvCac
   // A head evicts only once it holds evict_every rows over budget + window, then all of them at
   // once: one scoring pass ranks the candidates and one compaction moves the rows.
   const bool scored = scores_in_decode();
-  const int d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads;
   const int64_t b = decode_budget(layer);
   std::vector<std::vector<char>> keep(static_cast<size_t>(s_.n_kv_heads));
   pool.parallel_for(s_.n_kv_heads, 1, [&](int64_t lo, int64_t hi, int) {
     std::vector<double> score;
     for (int64_t g = lo; g < hi; ++g) {
       const KvHead& kh = cache.head(layer, static_cast<int>(g));
-      if (scored) decode_x_[static_cast<size_t>(g)].compute(q + static_cast<size_t>(g * group) * d, group, qpos, kh, d);
+      if (scored) score_decode_query(layer, static_cast<int>(g), q, qpos, kh);
       const int64_t over = kh.n - (b + p_.window);
       if (over < p_.evict_every) continue;
       const int n_cand = kh.n - p_.window;
@@ -217,10 +225,9 @@ void KvEvictor::on_decode_batched(int layer, const float* q, int32_t qpos, KvCac
 void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cache, ThreadPool& pool) {
   decode_x_layer_ = -1;
   if (!evicts_in_decode()) return;
-  if (parts_.selector == KvSelector::HeavyHitter) accumulate_attention(q, &qpos, 1, cache, layer, s_, acc_[static_cast<size_t>(layer)], pool);
   const bool scored = scores_in_decode();
-  const int d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads;
   if (scored) decode_x_.resize(static_cast<size_t>(s_.n_kv_heads));
+  if (parts_.selector == KvSelector::HeavyHitter) acc_[static_cast<size_t>(layer)].resize(static_cast<size_t>(s_.n_kv_heads));
   if (p_.evict_every > 1) return on_decode_batched(layer, q, qpos, cache, pool);
   const int64_t limit = decode_budget(layer) + p_.window;
   // Each head over its budget gives up one row per round: a head scores its rows, picks its victim
@@ -234,7 +241,7 @@ void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cach
       std::vector<char> keep;
       for (int64_t g = lo; g < hi; ++g) {
         const KvHead& kh = cache.head(layer, static_cast<int>(g));
-        if (first && scored) decode_x_[static_cast<size_t>(g)].compute(q + static_cast<size_t>(g * group) * d, group, qpos, kh, d);
+        if (first && scored) score_decode_query(layer, static_cast<int>(g), q, qpos, kh);
         done[static_cast<size_t>(g)] = KvCompaction{};
         if (kh.n <= limit) continue;
         const int v = decode_victim(layer, static_cast<int>(g), qpos, cache, kh.n - p_.window);

@@ -79,42 +79,68 @@ void DecodeRowScores::keep_rows(const std::vector<char>& keep) {
   n = x.empty() ? static_cast<int>(std::count(keep.begin(), keep.end(), 1)) : w;
 }
 
+namespace {
+
+// Part `part` of every lane's softmax over the rows x[0..n): e[j] = exp(x[j] - max), and the
+// returned factor 1 / sum_j e[j] turns them into probabilities. A lane whose rows are all -inf
+// (no query, or no key visible) gets 0 for both. In fp32, one native-width part at a time
+// (lanes.h).
+part_f lane_softmax_part(const lanes_f* x, int n, int part, part_f* e) {
+  const part_f neg_inf = part_f{} - std::numeric_limits<float>::infinity();
+  part_f m = neg_inf;
+  for (int j = 0; j < n; ++j) {
+    const part_f v = part_of<part_f>(x[j], part);
+    m = m > v ? m : v;
+  }
+  const part_f ref = m == neg_inf ? part_f{} : m;
+  part_f z{};
+  for (int j = 0; j < n; ++j) z += (e[j] = part_exp(part_of<part_f>(x[j], part) - ref));
+  return z > part_f{} ? 1.0f / z : part_f{};
+}
+
+// Adds to sum[j], for j < n_add <= n, the probabilities of row j in the softmax over x[0..n) of
+// each of the first `rows` lanes, summed over those lanes (in double). Lanes from `rows` on are
+// not read.
+void add_lane_softmax(const lanes_f* x, int n, int rows, int n_add, double* sum) {
+  thread_local std::vector<part_f> e;
+  e.resize(static_cast<size_t>(n));
+  for (int part = 0; part * kPartLanes < rows; ++part) {
+    const int in_part = std::min(kPartLanes, rows - part * kPartLanes);
+    const part_f inv = lane_softmax_part(x, n, part, e.data());
+    for (int j = 0; j < n_add; ++j) {
+      const part_f p = e[static_cast<size_t>(j)] * inv;
+      double t = 0;
+      for (int r = 0; r < in_part; ++r) t += p[r];
+      sum[j] += t;
+    }
+  }
+}
+
+}  // namespace
+
 void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double* score) {
   std::fill(score, score + n_cand, 0.0);
+  if (pool == TokenPool::Avg5) {
+    // Avg5 pools with a sum, which commutes with the mean over the heads: each candidate's
+    // probability is summed over the group first (prob), and the pooling runs once on that sum.
+    thread_local std::vector<double> prob;
+    prob.assign(static_cast<size_t>(n_cand), 0.0);
+    for (int g0 = 0; g0 < xs.group; g0 += kLanes)
+      add_lane_softmax(xs.x[static_cast<size_t>(g0 / kLanes)].data(), xs.n, std::min(kLanes, xs.group - g0), n_cand, prob.data());
+    pool_tokens(prob.data(), n_cand, TokenPool::Avg5, score);
+    for (int j = 0; j < n_cand; ++j) score[j] /= xs.group;
+    return;
+  }
+  // Max7 pools with a maximum, per head, before the mean.
   thread_local std::vector<part_f> e;
-  thread_local std::vector<double> prob;
   e.resize(static_cast<size_t>(xs.n));
-  const bool avg = pool == TokenPool::Avg5;
-  // Avg5 pools with a sum, which commutes with the mean over the heads: each candidate's
-  // probability is summed over the group first (prob), and the pooling runs once on that sum.
-  if (avg) prob.assign(static_cast<size_t>(n_cand), 0.0);
-  const part_f neg_inf = part_f{} - std::numeric_limits<float>::infinity();
   for (int g0 = 0; g0 < xs.group; g0 += kLanes) {
     const std::vector<lanes_f>& x = xs.x[static_cast<size_t>(g0 / kLanes)];
-    // One native-width part of the block at a time (lanes.h); parts past the group's last head
-    // hold no query and are skipped (SmolLM2's group of 3 is one part of 8 with AVX2).
+    // Parts past the group's last head hold no query and are skipped (SmolLM2's group of 3 is one
+    // part of 8 with AVX2).
     for (int part = 0; part * kPartLanes < std::min(kLanes, xs.group - g0); ++part) {
       const int n = std::min(kPartLanes, xs.group - g0 - part * kPartLanes);
-      // Softmax per lane over every row; lanes without a query see nothing and stay 0.
-      part_f m = neg_inf;
-      for (int j = 0; j < xs.n; ++j) {
-        const part_f v = part_of<part_f>(x[static_cast<size_t>(j)], part);
-        m = m > v ? m : v;
-      }
-      const part_f ref = m == neg_inf ? part_f{} : m;
-      part_f z{};
-      for (int j = 0; j < xs.n; ++j) z += (e[static_cast<size_t>(j)] = part_exp(part_of<part_f>(x[static_cast<size_t>(j)], part) - ref));
-      const part_f inv = z > part_f{} ? 1.0f / z : part_f{};
-      if (avg) {
-        for (int j = 0; j < n_cand; ++j) {
-          const part_f p = e[static_cast<size_t>(j)] * inv;
-          double sum = 0;
-          for (int r = 0; r < n; ++r) sum += p[r];
-          prob[static_cast<size_t>(j)] += sum;
-        }
-        continue;
-      }
-      // Max7 pools with a maximum, per head, before the mean.
+      const part_f inv = lane_softmax_part(x.data(), xs.n, part, e.data());
       for (int j = 0; j < n_cand; ++j) {
         const int lo = std::max(0, j - 3), hi = std::min(n_cand - 1, j + 3);
         part_f p = e[static_cast<size_t>(lo)];
@@ -129,9 +155,6 @@ void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double
       }
     }
   }
-  if (!avg) return;
-  pool_tokens(prob.data(), n_cand, TokenPool::Avg5, score);
-  for (int j = 0; j < n_cand; ++j) score[j] /= xs.group;
 }
 
 LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const KvCache& cache, int layer, const AttentionShape& s,
@@ -188,22 +211,53 @@ void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCa
   const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
   acc.resize(static_cast<size_t>(s.n_kv_heads));
   threads.parallel_for(s.n_kv_heads, 1, [&](int64_t gb, int64_t ge, int) {
+    thread_local RowBlock block;
+    thread_local std::vector<lanes_f> x;
+    thread_local std::vector<double> sum;
     for (int64_t g = gb; g < ge; ++g) {
       const KvHead& kh = cache.head(layer, static_cast<int>(g));
       std::vector<double>& a = acc[static_cast<size_t>(g)];
       // Rows are only ever appended since the last call (and compacted together with acc).
       if (a.size() > static_cast<size_t>(kh.n)) fail("internal: accumulated attention is out of step with the cache");
       a.resize(static_cast<size_t>(kh.n), 0.0);
-      std::vector<double> p(static_cast<size_t>(kh.n));
-      for (int t = 0; t < n; ++t)
-        for (int h = 0; h < group; ++h) {
-          const float* qh = q + (static_cast<size_t>(t) * s.n_heads + static_cast<size_t>(g * group + h)) * d;
-          attention_logits(qh, qpos[t], kh, d, kh.n, p.data());
-          softmax_inplace(p.data(), kh.n);
-          for (int r = 0; r < kh.n; ++r) a[static_cast<size_t>(r)] += p[static_cast<size_t>(r)] / group;
+      sum.assign(static_cast<size_t>(kh.n), 0.0);
+      // The (query, head) pairs of this KV head, query-major, kLanes at a time: one block of
+      // lanes scores every key at once (RowBlock::scores, causal), and each lane's softmax row
+      // is added to the sums.
+      const int64_t pairs = static_cast<int64_t>(n) * group;
+      const float* qr[kLanes];
+      int32_t pr[kLanes];
+      for (int64_t i0 = 0; i0 < pairs; i0 += kLanes) {
+        const int rows = static_cast<int>(std::min<int64_t>(kLanes, pairs - i0));
+        int32_t last = 0;
+        for (int r = 0; r < rows; ++r) {
+          const int64_t t = (i0 + r) / group, h = (i0 + r) % group;
+          qr[r] = q + (static_cast<size_t>(t) * s.n_heads + static_cast<size_t>(g * group + h)) * d;
+          pr[r] = qpos[t];
+          last = std::max(last, pr[r]);
         }
+        // Rows hold increasing positions from 0, so row j's position is at least j: no row from
+        // the block's last position + 1 on is visible to any of its queries.
+        const int n_keys = static_cast<int>(std::min<int64_t>(kh.n, static_cast<int64_t>(last) + 1));
+        x.resize(static_cast<size_t>(n_keys));
+        block.begin(qr, pr, rows, d);
+        block.scores(kh, n_keys, x.data());
+        add_lane_softmax(x.data(), n_keys, rows, n_keys, sum.data());
+      }
+      // Summed over the group's heads; H2O adds their mean.
+      for (int j = 0; j < kh.n; ++j) a[static_cast<size_t>(j)] += sum[static_cast<size_t>(j)] / group;
     }
   });
+}
+
+void accumulate_decode_scores(const DecodeRowScores& xs, std::vector<double>& acc) {
+  if (acc.size() > static_cast<size_t>(xs.n)) fail("internal: accumulated attention is out of step with the cache");
+  acc.resize(static_cast<size_t>(xs.n), 0.0);
+  thread_local std::vector<double> sum;
+  sum.assign(static_cast<size_t>(xs.n), 0.0);
+  for (int g0 = 0; g0 < xs.group; g0 += kLanes)
+    add_lane_softmax(xs.x[static_cast<size_t>(g0 / kLanes)].data(), xs.n, std::min(kLanes, xs.group - g0), xs.n, sum.data());
+  for (int j = 0; j < xs.n; ++j) acc[static_cast<size_t>(j)] += sum[static_cast<size_t>(j)] / xs.group;
 }
 
 namespace {

@@ -13,22 +13,27 @@ namespace slake {
 namespace {
 
 struct RandomLayer {
-  RandomLayer(int H, int Hkv, int d, int S, unsigned seed, float key_scale = 2.0f) : cache(1, Hkv, d, S), shape{H, Hkv, d, 0} {
+  // Rows at positions 0, pos_step, 2 pos_step, ...
+  RandomLayer(int H, int Hkv, int d, int S, unsigned seed, float key_scale = 2.0f, int pos_step = 1, KvType type = KvType::F32)
+      : cache(1, Hkv, d, S, 0, type, type), shape{H, Hkv, d, 0} {
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> k(static_cast<size_t>(Hkv * d)), v(static_cast<size_t>(Hkv * d));
     for (int j = 0; j < S; ++j) {
       for (auto& x : k) x = key_scale * nd(rng);
       for (auto& x : v) x = nd(rng);
-      cache.append(0, k.data(), v.data(), j);
+      cache.append(0, k.data(), v.data(), j * pos_step);
     }
     q.resize(static_cast<size_t>(S) * H * d);
     for (auto& x : q) x = nd(rng);
   }
-  // Float64 softmax row of query-head h of the query stored at row `i` of q, at position qpos.
-  std::vector<double> probs(int i, int h, int qpos) const {
+  // Float64 softmax row of query-head h of the query stored at row `i` of q, at position qpos
+  // (rows at consecutive positions).
+  std::vector<double> probs(int i, int h, int qpos) const { return probs_over_rows(i, h, qpos + 1); }
+  // The same over rows 0 .. n_rows - 1.
+  std::vector<double> probs_over_rows(int i, int h, int n_rows) const {
     const int d = shape.head_dim, G = shape.n_heads / shape.n_kv_heads;
-    return test::attention_probs64(&q[(static_cast<size_t>(i) * shape.n_heads + h) * d], cache.head(0, h / G), d, qpos + 1);
+    return test::attention_probs64(&q[(static_cast<size_t>(i) * shape.n_heads + h) * d], cache.head(0, h / G), d, n_rows);
   }
   KvCache cache;
   AttentionShape shape;
@@ -113,6 +118,40 @@ TEST(AccumulateAttention, SumsSoftmaxRowsOverQueriesAndGroups) {
       }
     ASSERT_EQ(acc[static_cast<size_t>(g)].size(), static_cast<size_t>(S));
     for (int j = 0; j < S; ++j) EXPECT_NEAR(acc[static_cast<size_t>(g)][static_cast<size_t>(j)], want[static_cast<size_t>(j)], 1e-5);
+  }
+}
+
+// Decode steps after the prompt, over rows whose positions have gaps (as after eviction), with a
+// group of 3 (a partial part of lanes on every target) and f16 keys: the sums still follow the
+// float64 softmax over the keys each query sees.
+TEST(AccumulateAttention, DecodeStepsOverRowsWithGapsAndF16Keys) {
+  const int H = 6, Hkv = 2, d = 64, S = 70, G = H / Hkv, step = 3;
+  RandomLayer r(H, Hkv, d, S, 5, 1.0f, step, KvType::F16);
+  ThreadPool pool(2);
+  // Queries 0..39 at the positions of rows 0..39 (a prompt), then queries 40..69 one at a time at
+  // positions past every row (decode steps), then two at once at positions in the middle.
+  std::vector<int32_t> pos(S);
+  for (int i = 0; i < 40; ++i) pos[static_cast<size_t>(i)] = i * step;
+  for (int i = 40; i < S; ++i) pos[static_cast<size_t>(i)] = S * step + i;
+  std::vector<std::vector<double>> acc;
+  accumulate_attention(r.q.data(), pos.data(), 40, r.cache, 0, r.shape, acc, pool);
+  for (int i = 40; i < S - 2; ++i) accumulate_attention(r.q.data() + static_cast<size_t>(i) * H * d, &pos[static_cast<size_t>(i)], 1, r.cache, 0, r.shape, acc, pool);
+  pos[S - 2] = 10 * step + 1;  // sees rows 0..10
+  pos[S - 1] = 50 * step;      // sees rows 0..50
+  accumulate_attention(r.q.data() + static_cast<size_t>(S - 2) * H * d, &pos[S - 2], 2, r.cache, 0, r.shape, acc, pool);
+  for (int g = 0; g < Hkv; ++g) {
+    std::vector<double> want(S, 0.0);
+    for (int i = 0; i < S; ++i) {
+      const int n_vis = std::min(S, pos[static_cast<size_t>(i)] / step + 1);
+      for (int h = g * G; h < (g + 1) * G; ++h) {
+        const std::vector<double> p = r.probs_over_rows(i, h, n_vis);
+        for (int j = 0; j < n_vis; ++j) want[static_cast<size_t>(j)] += p[static_cast<size_t>(j)] / G;
+      }
+    }
+    ASSERT_EQ(acc[static_cast<size_t>(g)].size(), static_cast<size_t>(S));
+    for (int j = 0; j < S; ++j)
+      EXPECT_NEAR(acc[static_cast<size_t>(g)][static_cast<size_t>(j)], want[static_cast<size_t>(j)], 1e-5 * want[static_cast<size_t>(j)] + 1e-6)
+          << "kv head " << g << " row " << j;
   }
 }
 

@@ -54,6 +54,9 @@ class KvEvictor {
   void decode_candidate_scores(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand, double* score) const;
   int decode_victim(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand) const;
   void on_decode_batched(int layer, const float* q, int32_t qpos, KvCache& cache, ThreadPool& pool);
+  // The decode query's scores against KV head kvh's rows, into decode_x_ (and, for h2o, its
+  // softmax row into the accumulated sums).
+  void score_decode_query(int layer, int kvh, const float* q, int32_t qpos, const KvHead& kh);
   // Compacts one head (KvCache::compact_head: safe concurrently for distinct heads; the caller
   // passes the result to cache.note_compacted) and its H2O sums.
   KvCompaction remove_rows(int layer, int kvh, const std::vector<char>& keep, KvCache& cache);

@@ -64,6 +64,9 @@ LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const Kv
 // over the query heads of each KV head, to acc[kv head][row]; acc[kvh] grows to the head's rows.
 void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCache& cache, int layer,
                           const AttentionShape& s, std::vector<std::vector<double>>& acc, ThreadPool& threads);
+// The same for one decode query whose scores against one KV head's rows are computed already:
+// adds its softmax row, averaged over the group, to acc (one KV head's sums), which grows to xs.n.
+void accumulate_decode_scores(const DecodeRowScores& xs, std::vector<double>& acc);
 
 // VABS (SLAKE eq. 15-18): compares each observing query's true softmax row with the row PTAA gives
 // when the layer keeps the `keep` best prefix tokens by `indicator` plus the window and folds the
