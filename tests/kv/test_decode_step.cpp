@@ -281,14 +281,10 @@ TEST(DecodeStep, H2oEvictsTheLowestAccumulatedAttentionAndAttendsWithItsScores) 
   auto add_query = [&](const float* qt, int32_t qpos) {
     for (int h = 0; h < n_heads; ++h) {
       const KvHead& kh = cache.head(0, h / G);
-      std::vector<double> x;
-      std::vector<float> row(static_cast<size_t>(d));
-      for (int j = 0; j < kh.n; ++j)
-        if (kh.pos[static_cast<size_t>(j)] <= qpos) x.push_back(test::dot64(qt + h * d, kh.key(j, d, row.data()), d) / std::sqrt(double(d)));
-      const double m = *std::max_element(x.begin(), x.end());
-      double z = 0;
-      for (double& e : x) z += (e = std::exp(e - m));
-      for (size_t j = 0; j < x.size(); ++j) sum[static_cast<size_t>(h / G)][static_cast<size_t>(kh.pos[j])] += x[j] / z / G;
+      // Rows hold increasing positions, so the rows qpos sees are a prefix.
+      const int n_vis = static_cast<int>(std::count_if(kh.pos.begin(), kh.pos.begin() + kh.n, [&](int32_t p) { return p <= qpos; }));
+      const std::vector<double> pr = test::attention_probs64(qt + h * d, kh, d, n_vis);
+      for (int j = 0; j < n_vis; ++j) sum[static_cast<size_t>(h / G)][static_cast<size_t>(kh.pos[static_cast<size_t>(j)])] += pr[static_cast<size_t>(j)] / G;
     }
   };
   // A prompt short enough to keep (S <= C + Sw), observed in two parts as prefill does.
