@@ -7,6 +7,7 @@
 #include "slake/kv/attention.h"
 #include "slake/error.h"
 #include "slake/cpu/ops.h"
+#include "cpu/cpu_layer_ops.h"
 
 namespace slake {
 
@@ -62,41 +63,28 @@ void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>&
     embedding_row(x.data() + i * dim, model.tok_embd, tokens[static_cast<size_t>(i)]);
     pos[static_cast<size_t>(i)] = ctxs[static_cast<size_t>(i)]->n_past_;
   }
+  const CpuActs acts{x.data(), xb.data(), q.data(), k.data(), v.data(), att.data(), gate.data(), up.data()};
 
   for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = weights.layers[static_cast<size_t>(l)];
-    rmsnorm_rows(xb.data(), x.data(), L.attn_norm, n, dim, c.rms_eps, pool);
-    matmul_rows(q.data(), xb.data(), n, L.wq, pool);
-    matmul_rows(k.data(), xb.data(), n, L.wk, pool);
-    matmul_rows(v.data(), xb.data(), n, L.wv, pool);
-    // Per sequence, as Context::run_layer does for one decoded token.
-    for (int64_t i = 0; i < n; ++i) {
-      Context& s = *ctxs[static_cast<size_t>(i)];
-      const int32_t p = pos[static_cast<size_t>(i)];
-      float* qi = q.data() + i * qd;
-      float* ki = k.data() + i * kvd;
-      s.rope_.apply(qi, c.n_heads, p);
-      s.rope_.apply(ki, c.n_kv_heads, p);
-      s.kv_.append(l, ki, v.data() + i * kvd, p);
-      s.evictor_.on_decode(l, qi, p, s.kv_, pool);
-      const std::vector<DecodeRowScores>* scored = s.evictor_.decode_row_scores(l);
-      if (scored)
-        attention_decode(att.data() + i * qd, qi, p, s.kv_, l, s.shape_, *scored, pool);
-      else
-        attention_prefill(att.data() + i * qd, qi, &p, 1, s.kv_, l, s.shape_, pool);
-      s.kv_.settle(l);
-    }
-    matmul_rows(xb.data(), att.data(), n, L.wo, pool);
-    for (int64_t j = 0; j < n * dim; ++j) x[static_cast<size_t>(j)] += xb[static_cast<size_t>(j)];
-
-    rmsnorm_rows(xb.data(), x.data(), L.ffn_norm, n, dim, c.rms_eps, pool);
-    matmul_rows(gate.data(), xb.data(), n, L.w_gate, pool);
-    matmul_rows(up.data(), xb.data(), n, L.w_up, pool);
-    pool.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
-      for (int64_t t = b; t < e; ++t) swiglu(gate.data() + t * ff, gate.data() + t * ff, up.data() + t * ff, ff);
-    });
-    matmul_rows(xb.data(), gate.data(), n, L.w_down, pool);
-    for (int64_t j = 0; j < n * dim; ++j) x[static_cast<size_t>(j)] += xb[static_cast<size_t>(j)];
+    // Row i is sequence i's token: its KV hooks and attention run on its own context, as
+    // Context::run_layer runs them for one decoded token.
+    auto attend = [&](float* att_rows, float* q_rows, float* k_rows, float* v_rows) {
+      for (int64_t i = 0; i < n; ++i) {
+        Context& s = *ctxs[static_cast<size_t>(i)];
+        const int32_t p = pos[static_cast<size_t>(i)];
+        float* qi = q_rows + i * qd;
+        s.kv_.append(l, k_rows + i * kvd, v_rows + i * kvd, p);
+        s.evictor_.on_decode(l, qi, p, s.kv_, pool);
+        const std::vector<DecodeRowScores>* scored = s.evictor_.decode_row_scores(l);
+        if (scored)
+          attention_decode(att_rows + i * qd, qi, p, s.kv_, l, s.shape_, *scored, pool);
+        else
+          attention_prefill(att_rows + i * qd, qi, &p, 1, s.kv_, l, s.shape_, pool);
+        s.kv_.settle(l);
+      }
+    };
+    CpuLayerOps ops(c, weights.layers[static_cast<size_t>(l)], acts, n, pos.data(), c0.rope_, kMatmulExactRows, pool, attend);
+    run_layer(c, ops);
   }
   for (Context* s : ctxs) s->n_past_ += 1;
 

@@ -8,6 +8,7 @@
 #include "slake/kv/attention.h"
 #include "slake/error.h"
 #include "slake/cpu/ops.h"
+#include "cpu/cpu_layer_ops.h"
 
 namespace slake {
 
@@ -60,43 +61,33 @@ void Context::reset() {
 
 void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt, const std::vector<Context*>& also) {
   const ModelConfig& c = model_.cfg;
-  const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
-  const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.ffn_dim;
+  const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim();
   for (int t0 = 0; t0 < n; t0 += params_.n_batch) {
     const int nb = std::min(params_.n_batch, n - t0);
-    float* xc = x + static_cast<int64_t>(t0) * dim;
-    rmsnorm_rows(xb_.data(), xc, L.attn_norm, nb, dim, c.rms_eps, *pool_);
-    matmul(q_.data(), xb_.data(), nb, L.wq, *pool_);
-    matmul(k_.data(), xb_.data(), nb, L.wk, *pool_);
-    matmul(v_.data(), xb_.data(), nb, L.wv, *pool_);
-    for (int t = 0; t < nb; ++t) {
-      rope_.apply(q_.data() + t * qd, c.n_heads, pos[t0 + t]);
-      rope_.apply(k_.data() + t * kvd, c.n_kv_heads, pos[t0 + t]);
-      kv_.append(l, k_.data() + t * kvd, v_.data() + t * kvd, pos[t0 + t]);
-      for (Context* o : also) o->kv_.append(l, k_.data() + t * kvd, v_.data() + t * kvd, pos[t0 + t]);
-      if (!prompt) evictor_.on_decode(l, q_.data() + t * qd, pos[t0 + t], kv_, *pool_);
-    }
-    if (prompt) {
-      evictor_.observe(l, q_.data(), pos + t0, nb, kv_, *pool_);
-      for (Context* o : also) o->evictor_.observe(l, q_.data(), pos + t0, nb, o->kv_, *pool_);
-    }
-    // A decode step of a policy that scored this token for eviction reuses those scores.
-    const std::vector<DecodeRowScores>* scored = prompt || nb != 1 ? nullptr : evictor_.decode_row_scores(l);
-    if (scored)
-      attention_decode(att_.data(), q_.data(), pos[t0], kv_, l, shape_, *scored, *pool_);
-    else
-      attention_prefill(att_.data(), q_.data(), pos + t0, nb, kv_, l, shape_, *pool_);
-    matmul(xb_.data(), att_.data(), nb, L.wo, *pool_);
-    for (int64_t i = 0; i < nb * dim; ++i) xc[i] += xb_[static_cast<size_t>(i)];
-
-    rmsnorm_rows(xb_.data(), xc, L.ffn_norm, nb, dim, c.rms_eps, *pool_);
-    matmul(gate_.data(), xb_.data(), nb, L.w_gate, *pool_);
-    matmul(up_.data(), xb_.data(), nb, L.w_up, *pool_);
-    pool_->parallel_for(nb, 1, [&](int64_t b, int64_t e, int) {
-      for (int64_t t = b; t < e; ++t) swiglu(gate_.data() + t * ff, gate_.data() + t * ff, up_.data() + t * ff, ff);
-    });
-    matmul(xb_.data(), gate_.data(), nb, L.w_down, *pool_);
-    for (int64_t i = 0; i < nb * dim; ++i) xc[i] += xb_[static_cast<size_t>(i)];
+    const int32_t* p = pos + t0;
+    // The KV hooks: each token's key and value into this cache (and the shared prompt's other
+    // caches), the policy's observation (prompt) or eviction (decode), then attention.
+    auto attend = [&](float* att, float* q, float* k, float* v) {
+      for (int t = 0; t < nb; ++t) {
+        kv_.append(l, k + t * kvd, v + t * kvd, p[t]);
+        for (Context* o : also) o->kv_.append(l, k + t * kvd, v + t * kvd, p[t]);
+        if (!prompt) evictor_.on_decode(l, q + t * qd, p[t], kv_, *pool_);
+      }
+      if (prompt) {
+        evictor_.observe(l, q, p, nb, kv_, *pool_);
+        for (Context* o : also) o->evictor_.observe(l, q, p, nb, o->kv_, *pool_);
+      }
+      // A decode step of a policy that scored this token for eviction reuses those scores.
+      const std::vector<DecodeRowScores>* scored = prompt || nb != 1 ? nullptr : evictor_.decode_row_scores(l);
+      if (scored)
+        attention_decode(att, q, p[0], kv_, l, shape_, *scored, *pool_);
+      else
+        attention_prefill(att, q, p, nb, kv_, l, shape_, *pool_);
+    };
+    const CpuActs acts{x + static_cast<int64_t>(t0) * dim, xb_.data(), q_.data(), k_.data(), v_.data(), att_.data(), gate_.data(),
+                       up_.data()};
+    CpuLayerOps ops(c, weights_.layers[static_cast<size_t>(l)], acts, nb, p, rope_, nb, *pool_, attend);
+    slake::run_layer(c, ops);
   }
 }
 

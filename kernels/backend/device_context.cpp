@@ -10,6 +10,7 @@
 #include "slake/kv/kv_budget.h"
 #include "slake/cpu/rope.h"
 #include "slake/quant/weight_pack.h"
+#include "slake/model/layer.h"
 
 namespace slake::gpu {
 
@@ -191,53 +192,96 @@ size_t DeviceContext::kv_bytes_used() const {
 
 void DeviceContext::note_usage() { kv_peak_ = std::max(kv_peak_, kv_bytes_used()); }
 
+// The layer's operations on the device for a chunk of nb rows starting at row t0 of the prompt
+// (the rows of `x`; every other activation holds the chunk's rows from its start).
+class DeviceContext::Ops final : public LayerOps {
+ public:
+  Ops(DeviceContext& d, int l, int t0, int nb, const int32_t* pos_host, bool prompt)
+      : d_(d), c_(d.model_.cfg), L_(d.layers_[static_cast<size_t>(l)]), l_(l), t0_(t0), nb_(nb), pos_host_(pos_host), prompt_(prompt),
+        act_(d.at<uint16_t>("act_bf16")) {}
+
+  void rmsnorm(Act out, Act in, Weight w, float eps) override {
+    slake::gpu::rmsnorm(ptr(out), ptr(in), norm(w), nb_, static_cast<int>(act_width(c_, in)), eps);
+  }
+  void matmul(Act out, Act in, Weight w) override { d_.gemm_->matmul(ptr(out), ptr(in), nb_, matrix(w), act_); }
+  void rope(Act a, int n_heads) override {
+    slake::gpu::rope(ptr(a), d_.at<int32_t>("positions") + t0_, nb_, act_width(c_, a), n_heads, c_.head_dim, d_.at<double>("inv_freq"),
+                     c_.rope_layout == RopeLayout::Half);
+  }
+  void attention(Act out, Act q, Act k, Act v) override { d_.attend(l_, t0_, nb_, pos_host_, prompt_, ptr(out), ptr(q), ptr(k), ptr(v)); }
+  void swiglu(Act a, Act b) override { slake::gpu::swiglu(ptr(a), ptr(a), ptr(b), nb_ * act_width(c_, a)); }
+  void add(Act x, Act y) override { residual_add(ptr(x), ptr(y), nb_ * act_width(c_, x)); }
+
+ private:
+  float* ptr(Act a) const {
+    switch (a) {
+      case Act::X: return d_.at<float>("x") + static_cast<int64_t>(t0_) * c_.dim;
+      case Act::XB: return d_.at<float>("xb");
+      case Act::Q: return d_.at<float>("q");
+      case Act::K: return d_.at<float>("k");
+      case Act::V: return d_.at<float>("v");
+      case Act::Att: return d_.at<float>("att");
+      case Act::Gate: return d_.at<float>("gate");
+      case Act::Up: return d_.at<float>("up");
+    }
+    fail("internal: unknown activation");
+  }
+  const float* norm(Weight w) const {
+    if (w == Weight::AttnNorm) return L_.attn_norm;
+    if (w == Weight::FfnNorm) return L_.ffn_norm;
+    fail("internal: not a norm weight");
+  }
+  const DeviceMatrix& matrix(Weight w) const {
+    switch (w) {
+      case Weight::Wq: return L_.wq;
+      case Weight::Wk: return L_.wk;
+      case Weight::Wv: return L_.wv;
+      case Weight::Wo: return L_.wo;
+      case Weight::Gate: return L_.w_gate;
+      case Weight::Up: return L_.w_up;
+      case Weight::Down: return L_.w_down;
+      default: fail("internal: not a matrix weight");
+    }
+  }
+
+  DeviceContext& d_;
+  const ModelConfig& c_;
+  const Layer& L_;
+  int l_, t0_, nb_;
+  const int32_t* pos_host_;
+  bool prompt_;
+  uint16_t* act_;
+};
+
 void DeviceContext::run_layer(int l, int n, const int32_t* pos_host, bool prompt) {
+  for (int t0 = 0; t0 < n; t0 += plan_.n_batch) {
+    Ops ops(*this, l, t0, std::min(plan_.n_batch, n - t0), pos_host, prompt);
+    slake::run_layer(model_.cfg, ops);
+  }
+}
+
+void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool prompt, float* att, float* q, float* k, float* v) {
   const ModelConfig& c = model_.cfg;
-  const Layer& L = layers_[static_cast<size_t>(l)];
-  const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.ffn_dim;
-  const int B = plan_.n_batch;
-  float *x = at<float>("x"), *xb = at<float>("xb"), *q = at<float>("q"), *k = at<float>("k"), *v = at<float>("v");
-  float *att = at<float>("att"), *gate = at<float>("gate"), *up = at<float>("up");
-  uint16_t* act = at<uint16_t>("act_bf16");
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
   const int32_t* pos = at<int32_t>("positions");
   const bool in_staging = prompt && plan_.evicting;
-  for (int t0 = 0; t0 < n; t0 += B) {
-    const int nb = std::min(B, n - t0);
-    float* xc = x + t0 * dim;
-    rmsnorm(xb, xc, L.attn_norm, nb, static_cast<int>(dim), c.rms_eps);
-    gemm_->matmul(q, xb, nb, L.wq, act);
-    gemm_->matmul(k, xb, nb, L.wk, act);
-    gemm_->matmul(v, xb, nb, L.wv, act);
-    const bool half = c.rope_layout == RopeLayout::Half;
-    rope(q, pos + t0, nb, qd, c.n_heads, c.head_dim, at<double>("inv_freq"), half);
-    rope(k, pos + t0, nb, kvd, c.n_kv_heads, c.head_dim, at<double>("inv_freq"), half);
-    const KvLayerMut cache = in_staging ? staging() : pool_layer(l);
-    const int held = layers_[static_cast<size_t>(l)].held;
-    kv_append(cache, held, k, v, kvd, pos + t0, nb);
-    set_held(l, held + nb);
-    if (!prompt && plan_.evicting) decode_evict(l, pos_host[t0]);  // nb == 1 here (eval splits)
-    if (prompt && prompt_evicts_) {
-      const int obs0 = S_ - plan_.kv.observed(), first = std::max(t0, obs0), last = t0 + nb;  // observing queries in this chunk
-      if (first < last)
-        copy_device(at<float>("q_window") + (first - obs0) * qd, q + (first - t0) * qd,
-                    static_cast<size_t>(last - first) * qd * sizeof(float));
-    }
-    const KvLayerView kvv = view(in_staging ? staging() : pool_layer(l), l);
-    const int max_held = layers_[static_cast<size_t>(l)].held;
-    if (nb == 1)
-      ptaa_decode(att, q, pos_host[t0], c.n_heads, kvv, lin(l), c.sliding_window, max_held, plan_.ptaa_split_len,
-                  at<float>("ptaa"));
-    else
-      prefill_attention(att, qd, q, qd, pos + t0, nb, c.n_heads, kvv, lin(l), c.sliding_window);
-    gemm_->matmul(xb, att, nb, L.wo, act);
-    residual_add(xc, xb, nb * dim);
-    rmsnorm(xb, xc, L.ffn_norm, nb, static_cast<int>(dim), c.rms_eps);
-    gemm_->matmul(gate, xb, nb, L.w_gate, act);
-    gemm_->matmul(up, xb, nb, L.w_up, act);
-    swiglu(gate, gate, up, nb * ff);
-    gemm_->matmul(xb, gate, nb, L.w_down, act);
-    residual_add(xc, xb, nb * dim);
+  const KvLayerMut cache = in_staging ? staging() : pool_layer(l);
+  const int held = layers_[static_cast<size_t>(l)].held;
+  kv_append(cache, held, k, v, kvd, pos + t0, nb);
+  set_held(l, held + nb);
+  if (!prompt && plan_.evicting) decode_evict(l, pos_host[t0]);  // nb == 1 here (eval splits)
+  if (prompt && prompt_evicts_) {
+    const int obs0 = S_ - plan_.kv.observed(), first = std::max(t0, obs0), last = t0 + nb;  // observing queries in this chunk
+    if (first < last)
+      copy_device(at<float>("q_window") + (first - obs0) * qd, q + (first - t0) * qd,
+                  static_cast<size_t>(last - first) * qd * sizeof(float));
   }
+  const KvLayerView kvv = view(in_staging ? staging() : pool_layer(l), l);
+  const int max_held = layers_[static_cast<size_t>(l)].held;
+  if (nb == 1)
+    ptaa_decode(att, q, pos_host[t0], c.n_heads, kvv, lin(l), c.sliding_window, max_held, plan_.ptaa_split_len, at<float>("ptaa"));
+  else
+    prefill_attention(att, qd, q, qd, pos + t0, nb, c.n_heads, kvv, lin(l), c.sliding_window);
 }
 
 std::vector<int64_t> DeviceContext::fixed_budgets() const {  // as KvEvictor::fixed_budgets

@@ -86,7 +86,11 @@ class DeviceContext {
   void note_usage();
 
   void upload_weights();
+  // Runs the model's layer definition (slake/model/layer.h) over the rows in chunks of n_batch.
   void run_layer(int l, int n, const int32_t* pos_host, bool prompt);
+  class Ops;  // its LayerOps
+  // The KV hooks and attention of rows t0..t0+nb-1 (q, k, v after RoPE; att written).
+  void attend(int l, int t0, int nb, const int32_t* pos_host, bool prompt, float* att, float* q, float* k, float* v);
   void on_layer_done(int l);
   // Evicts layer l (rows in `src`) to `budget` prefix tokens, writing the kept rows to the pool at
   // `off` with `cap` rows per head.

@@ -1,0 +1,72 @@
+#include "cpu/cpu_layer_ops.h"
+
+#include <algorithm>
+
+#include "slake/cpu/ops.h"
+#include "slake/error.h"
+
+namespace slake {
+
+float* CpuLayerOps::ptr(Act a) const {
+  switch (a) {
+    case Act::X: return a_.x;
+    case Act::XB: return a_.xb;
+    case Act::Q: return a_.q;
+    case Act::K: return a_.k;
+    case Act::V: return a_.v;
+    case Act::Att: return a_.att;
+    case Act::Gate: return a_.gate;
+    case Act::Up: return a_.up;
+  }
+  fail("internal: unknown activation");
+}
+
+const TensorView& CpuLayerOps::weight(Weight w) const {
+  switch (w) {
+    case Weight::AttnNorm: return w_.attn_norm;
+    case Weight::Wq: return w_.wq;
+    case Weight::Wk: return w_.wk;
+    case Weight::Wv: return w_.wv;
+    case Weight::Wo: return w_.wo;
+    case Weight::FfnNorm: return w_.ffn_norm;
+    case Weight::Gate: return w_.w_gate;
+    case Weight::Up: return w_.w_up;
+    case Weight::Down: return w_.w_down;
+  }
+  fail("internal: unknown weight");
+}
+
+void CpuLayerOps::rmsnorm(Act out, Act in, Weight w, float eps) {
+  rmsnorm_rows(ptr(out), ptr(in), weight(w), n_, act_width(c_, in), eps, pool_);
+}
+
+void CpuLayerOps::matmul(Act out, Act in, Weight w) {
+  const TensorView& W = weight(w);
+  const int64_t K = act_width(c_, in), N = act_width(c_, out);
+  for (int64_t r = 0; r < n_; r += matmul_rows_)
+    slake::matmul(ptr(out) + r * N, ptr(in) + r * K, std::min(matmul_rows_, n_ - r), W, pool_);
+}
+
+void CpuLayerOps::rope(Act a, int n_heads) {
+  const int64_t width = act_width(c_, a);
+  float* p = ptr(a);
+  for (int64_t t = 0; t < n_; ++t) rope_.apply(p + t * width, n_heads, pos_[t]);
+}
+
+void CpuLayerOps::attention(Act out, Act q, Act k, Act v) { attend_(ptr(out), ptr(q), ptr(k), ptr(v)); }
+
+void CpuLayerOps::swiglu(Act a, Act b) {
+  const int64_t width = act_width(c_, a);
+  float *pa = ptr(a), *pb = ptr(b);
+  pool_.parallel_for(n_, 1, [&](int64_t lo, int64_t hi, int) {
+    for (int64_t t = lo; t < hi; ++t) slake::swiglu(pa + t * width, pa + t * width, pb + t * width, width);
+  });
+}
+
+void CpuLayerOps::add(Act x, Act y) {
+  float *px = ptr(x), *py = ptr(y);
+  const int64_t n = n_ * act_width(c_, x);
+  for (int64_t i = 0; i < n; ++i) px[i] += py[i];
+}
+
+}  // namespace slake
