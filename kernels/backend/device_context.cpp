@@ -15,9 +15,6 @@
 namespace slake::gpu {
 
 namespace {
-constexpr int kSinkTokens = 4;
-double recency_score(int pos, int horizon) { return pos < kSinkTokens ? horizon + (kSinkTokens - pos) : pos; }
-
 // Dequantises `t` and writes it to `dst` on the device, as bf16 (matrix) or fp32, in slices.
 void upload_tensor(void* dst, const TensorView& t, bool matrix) {
   const int64_t rows = t.n_rows(), len = t.row_len();
@@ -284,12 +281,6 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool 
     prefill_attention(att, qd, q, qd, pos + t0, nb, c.n_heads, kvv, lin(l), c.sliding_window);
 }
 
-std::vector<int64_t> DeviceContext::fixed_budgets() const {  // as KvEvictor::fixed_budgets
-  const KvPolicyParams& p = plan_.kv;
-  return fixed_layer_budgets(parts_.allocator != KvAllocator::Uniform, model_.cfg.n_layers, p.budget - p.window,
-                             S_ - p.window);
-}
-
 int64_t DeviceContext::decode_budget(int l) const {
   return l < static_cast<int>(budgets_.size()) ? budgets_[static_cast<size_t>(l)] : plan_.kv.budget - plan_.kv.window;
 }
@@ -307,7 +298,7 @@ void DeviceContext::on_layer_done(int l) {
   const int P = S_ - W;
   const KvLayerView st = view(staging(), l);
   float* ind = at<float>("indicator") + static_cast<int64_t>(l) * H * plan_.n_ctx;  // [g][P]
-  double score = 1.0;
+  LayerWindowTerms terms;
   switch (parts_.selector) {
     case KvSelector::Recent: {
       std::vector<float> r(static_cast<size_t>(H) * P);
@@ -330,8 +321,8 @@ void DeviceContext::on_layer_done(int l) {
       double t[2];  // the window's totals: Hn, Vr
       synchronize();
       copy_to_host(t, at<double>("totals"), sizeof t);
-      if (parts_.allocator == KvAllocator::Cake)
-        score = std::pow(t[0], 1.0 / p.tau1.value_or(1.0)) * std::pow(t[1], 1.0 / p.tau2.value_or(1.0));
+      terms.entropy = t[0];
+      terms.variance = t[1];
       if (vabs) {
         std::vector<double> v(static_cast<size_t>(n_obs) * c.n_heads * 2);
         copy_to_host(v.data(), at<double>("vabs"), v.size() * sizeof(double));
@@ -342,28 +333,16 @@ void DeviceContext::on_layer_done(int l) {
           tv_va += a, en += b;
         }
         const double rows = static_cast<double>(c.n_heads) * n_obs;
-        score = std::pow(tv_va / rows, p.alpha.value_or(0.5)) * std::pow(en / rows, p.beta.value_or(0.4));
-        if (parts_.allocator == KvAllocator::VabsVariance) score *= std::pow(t[1], p.delta);
+        terms.vabs_tv_va = tv_va / rows;
+        terms.vabs_entropy = en / rows;
       }
       break;
     }
     default:
       fail("internal: no selector for an evicting policy");
   }
-  scores_.push_back(std::isfinite(score) ? score : 0.0);
-
-  // Budgets of the layers seen so far: KvEvictor::on_layer_done.
-  const size_t seen = static_cast<size_t>(l) + 1;
-  std::vector<int64_t> b;
-  if (by_preference(parts_.allocator)) {
-    const int64_t total = static_cast<int64_t>(p.budget - p.window) * c.n_layers, cap = P;
-    b = total >= cap * static_cast<int64_t>(seen) ? std::vector<int64_t>(seen, cap) : allocate_budgets(scores_, total, cap);
-    for (size_t k = 0; k < budgets_.size(); ++k) b[k] = std::min(b[k], budgets_[k]);
-  } else {
-    b = fixed_budgets();
-    b.resize(seen);
-  }
-  budgets_ = b;
+  scores_.push_back(layer_preference(p, parts_.allocator, terms));
+  budgets_ = cascade_budgets(p, parts_.allocator, c.n_layers, S_, scores_, budgets_);
 
   // Evict every seen layer to its budget and repack the pool: layer k moves to the sum of the new
   // capacities before it (never above where it was), through the move area.

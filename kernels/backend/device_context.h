@@ -96,7 +96,6 @@ class DeviceContext {
   // `off` with `cap` rows per head.
   void relocate(int l, const KvLayerMut& src, int64_t budget, int64_t off, int cap);
   void decode_evict(int l, int32_t qpos);
-  std::vector<int64_t> fixed_budgets() const;
   int64_t decode_budget(int l) const;
 
   const Model& model_;

@@ -41,8 +41,7 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params) {
   n_ctx = params.n_ctx == 0 ? c.n_ctx_train : params.n_ctx;
   if (n_ctx < 1) fail("context size must be positive, got " + std::to_string(n_ctx));
   n_batch = std::min(params.n_batch, n_ctx);
-  kv = resolve_kv_defaults(params.kv, c);
-  validate(kv);
+  kv = resolve_kv_policy(params.kv, false, &c);
   evicting = kv.evicts();
   if (c.head_dim > kMaxHeadDim || c.head_dim % 2 != 0)
     fail("the cuda backend supports head_dim up to " + std::to_string(kMaxHeadDim) + " (even), the model has " +

@@ -1,5 +1,6 @@
 #include "slake/kv/kv_budget.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -66,6 +67,34 @@ std::vector<int64_t> fixed_layer_budgets(bool pyramid, int n_layers, int64_t per
   std::vector<double> w(static_cast<size_t>(n_layers));
   for (int l = 0; l < n_layers; ++l) w[static_cast<size_t>(l)] = hi - l * (hi - lo) / (n_layers - 1);
   return allocate_budgets(w, total, cap);
+}
+
+double layer_preference(const KvPolicyParams& p, KvAllocator a, const LayerWindowTerms& t) {
+  double score = 1.0;
+  if (a == KvAllocator::Cake) score = std::pow(t.entropy, 1.0 / p.tau1.value_or(1.0)) * std::pow(t.variance, 1.0 / p.tau2.value_or(1.0));
+  if (a == KvAllocator::Vabs || a == KvAllocator::VabsVariance) {
+    score = std::pow(t.vabs_tv_va, p.alpha.value_or(0.5)) * std::pow(t.vabs_entropy, p.beta.value_or(0.4));
+    if (a == KvAllocator::VabsVariance) score *= std::pow(t.variance, p.delta);
+  }
+  return std::isfinite(score) ? score : 0.0;
+}
+
+std::vector<int64_t> cascade_budgets(const KvPolicyParams& p, KvAllocator a, int n_layers, int S,
+                                     const std::vector<double>& scores, const std::vector<int64_t>& prev) {
+  const size_t seen = scores.size();
+  const int64_t per = p.budget - p.window, cap = S - p.window;
+  std::vector<int64_t> b;
+  if (by_preference(a)) {
+    // Over the layers seen so far the same total (spec 2.6); while they all fit, each keeps its prefix.
+    const int64_t total = per * n_layers;
+    b = total >= cap * static_cast<int64_t>(seen) ? std::vector<int64_t>(seen, cap) : allocate_budgets(scores, total, cap);
+    if (p.cascade)
+      for (size_t l = 0; l < prev.size() && l < seen; ++l) b[l] = std::min(b[l], prev[l]);
+  } else {
+    b = fixed_layer_budgets(a != KvAllocator::Uniform, n_layers, per, cap);
+    b.resize(seen);
+  }
+  return b;
 }
 
 }  // namespace slake

@@ -10,14 +10,6 @@
 
 namespace slake {
 
-namespace {
-constexpr int kSinkTokens = 4;  // streaming: the attention sinks kept at the start
-
-// Streaming's ranking of the token at `pos` among tokens before `horizon`: the sinks above every
-// other token (the earliest best), then recency. Finite and distinct, also as a float.
-double recency_score(int pos, int horizon) { return pos < kSinkTokens ? horizon + (kSinkTokens - pos) : pos; }
-}  // namespace
-
 KvEvictor::KvEvictor(const KvPolicyParams& p, int n_layers, const AttentionShape& s)
     : p_(p), parts_(policy_parts(p.policy)), n_layers_(n_layers), s_(s) {
   validate(p);
@@ -56,16 +48,12 @@ void KvEvictor::observe(int layer, const float* q, const int32_t* pos, int n, co
     if (pos[t] >= first) std::copy(q + t * qd, q + (t + 1) * qd, q_window_.data() + (pos[t] - first) * qd);
 }
 
-std::vector<int64_t> KvEvictor::fixed_budgets() const {
-  return fixed_layer_budgets(parts_.allocator != KvAllocator::Uniform, n_layers_, p_.budget - p_.window, S_ - p_.window);
-}
-
 void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
   if (!prompt_evicts_) return;
   if (static_cast<int>(token_scores_.size()) != layer) fail("internal: layers must be reported in order");
   const int P = S_ - p_.window;
   std::vector<std::vector<float>> tok(static_cast<size_t>(s_.n_kv_heads), std::vector<float>(static_cast<size_t>(P)));
-  double score = 1.0;
+  LayerWindowTerms terms;
   switch (parts_.selector) {
     case KvSelector::Recent:
       for (auto& t : tok)
@@ -83,12 +71,12 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
       LayerStats st = window_stats(q_window_.data(), S_, p_.observed(), P, cache, layer, s_, snap ? 0.0 : p_.gamma,
                                    snap ? TokenPool::Max7 : TokenPool::Avg5, pool);
       tok = std::move(st.indicator);
-      if (parts_.allocator == KvAllocator::Cake)
-        score = std::pow(st.entropy, 1.0 / p_.tau1.value_or(1.0)) * std::pow(st.variance, 1.0 / p_.tau2.value_or(1.0));
+      terms.entropy = st.entropy;
+      terms.variance = st.variance;
       if (parts_.allocator == KvAllocator::Vabs || parts_.allocator == KvAllocator::VabsVariance) {
         const VabsTerms v = vabs_terms(q_window_.data(), S_, p_.observed(), P, cache, layer, s_, tok, p_.budget - p_.window, pool);
-        score = std::pow(v.tv_va, p_.alpha.value_or(0.5)) * std::pow(v.entropy, p_.beta.value_or(0.4));
-        if (parts_.allocator == KvAllocator::VabsVariance) score *= std::pow(st.variance, p_.delta);
+        terms.vabs_tv_va = v.tv_va;
+        terms.vabs_entropy = v.entropy;
       }
       break;
     }
@@ -96,22 +84,8 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
       break;
   }
   token_scores_.push_back(std::move(tok));
-  scores_.push_back(std::isfinite(score) ? score : 0.0);
-
-  const size_t seen = static_cast<size_t>(layer) + 1;
-  std::vector<int64_t> b;
-  if (by_preference(parts_.allocator)) {
-    // Over the layers seen so far the same total (spec 2.6); while they all fit, each keeps its prefix.
-    const int64_t total = static_cast<int64_t>(p_.budget - p_.window) * n_layers_, cap = P;
-    b = total >= cap * static_cast<int64_t>(seen) ? std::vector<int64_t>(seen, cap) : allocate_budgets(scores_, total, cap);
-    // Budgets only shrink: a token evicted earlier cannot come back.
-    if (p_.cascade)
-      for (size_t l = 0; l < budgets_.size(); ++l) b[l] = std::min(b[l], budgets_[l]);
-  } else {
-    b = fixed_budgets();
-    b.resize(seen);
-  }
-  budgets_ = b;
+  scores_.push_back(layer_preference(p_, parts_.allocator, terms));
+  budgets_ = cascade_budgets(p_, parts_.allocator, n_layers_, S_, scores_, budgets_);
   if (p_.cascade) evict_to(budgets_, cache);
 }
 

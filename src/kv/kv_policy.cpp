@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 #include "slake/error.h"
 #include "slake/kv/kv_budget.h"
@@ -20,20 +21,37 @@ int kept_window(const KvPolicyParams& p) {
   return p.policy == "slake-wide" ? std::max(p.window, p.budget - std::min(p.budget / 2, kWideRankedMax)) : p.window;
 }
 
+bool operator==(const KvPolicyParams& a, const KvPolicyParams& b) {
+  auto fields = [](const KvPolicyParams& p) {
+    return std::tie(p.policy, p.budget, p.window, p.observe, p.compensate, p.centroids, p.gamma, p.tau1, p.tau2, p.alpha, p.beta,
+                    p.delta, p.cascade, p.evict_every, p.type_k, p.type_v);
+  };
+  return fields(a) == fields(b);
+}
+
 const std::vector<std::string>& kv_policy_names() {
   static const std::vector<std::string> names{"full", "streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake", "slake-wide"};
   return names;
 }
 
+const std::vector<std::string>& kv_compensator_names() {
+  static const std::vector<std::string> names{"auto", "taylor", "centroids", "none"};
+  return names;
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  return list;
+}
+
 void validate(const KvPolicyParams& p) {
   const std::vector<std::string>& names = kv_policy_names();
-  if (std::find(names.begin(), names.end(), p.policy) == names.end()) {
-    std::string list;
-    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-    fail("unknown KV policy '" + p.policy + "' (" + list + ")");
-  }
-  if (p.compensate != "auto" && p.compensate != "taylor" && p.compensate != "centroids" && p.compensate != "none")
-    fail("unknown KV compensator '" + p.compensate + "' (auto, taylor, centroids, none)");
+  if (std::find(names.begin(), names.end(), p.policy) == names.end())
+    fail("unknown KV policy '" + p.policy + "' (" + join_names(names) + ")");
+  const std::vector<std::string>& comp = kv_compensator_names();
+  if (std::find(comp.begin(), comp.end(), p.compensate) == comp.end())
+    fail("unknown KV compensator '" + p.compensate + "' (" + join_names(comp) + ")");
   if (p.evict_every < 1 || p.evict_every > 4096)
     fail("--kv-evict-every must be in 1..4096, got " + std::to_string(p.evict_every));
   if (p.centroids < 1 || p.centroids > 4096)
@@ -80,6 +98,12 @@ KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c) {
   if (!p.beta) p.beta = b;
   p.window = kept_window(p);
   return p;
+}
+
+KvPolicyParams resolve_kv_policy(KvPolicyParams p, bool budget_alone, const ModelConfig* model) {
+  if (budget_alone && p.budget > 0 && p.policy == "full") p.policy = "slake";
+  validate(p);
+  return model ? resolve_kv_defaults(p, *model) : p;
 }
 
 KvPolicyParts policy_parts(const std::string& policy) {

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "reference_math.h"
@@ -146,6 +147,60 @@ TEST(KvPolicyParams, BadValuesAreRefused) {
   p.delta = 1;
   p.gamma = -1;
   EXPECT_THROW(validate(p), Error);
+}
+
+// Two policies are equal only when every field is: a server slot reuses its evictor on equality,
+// so a field == forgot would let a request run under another request's policy.
+TEST(KvPolicyParams, EqualityComparesEveryField) {
+  const KvPolicyParams a;
+  EXPECT_TRUE(a == KvPolicyParams{});
+  std::vector<std::pair<const char*, std::function<void(KvPolicyParams&)>>> changes{
+      {"policy", [](KvPolicyParams& p) { p.policy = "slake"; }},
+      {"budget", [](KvPolicyParams& p) { p.budget = 64; }},
+      {"window", [](KvPolicyParams& p) { p.window = 8; }},
+      {"observe", [](KvPolicyParams& p) { p.observe = 1; }},
+      {"compensate", [](KvPolicyParams& p) { p.compensate = "none"; }},
+      {"centroids", [](KvPolicyParams& p) { p.centroids = 8; }},
+      {"gamma", [](KvPolicyParams& p) { p.gamma = 1.0; }},
+      {"tau1", [](KvPolicyParams& p) { p.tau1 = 1.0; }},
+      {"tau2", [](KvPolicyParams& p) { p.tau2 = 1.0; }},
+      {"alpha", [](KvPolicyParams& p) { p.alpha = 0.5; }},
+      {"beta", [](KvPolicyParams& p) { p.beta = 0.4; }},
+      {"delta", [](KvPolicyParams& p) { p.delta = 2.0; }},
+      {"cascade", [](KvPolicyParams& p) { p.cascade = false; }},
+      {"evict_every", [](KvPolicyParams& p) { p.evict_every = 2; }},
+      {"type_k", [](KvPolicyParams& p) { p.type_k = KvType::Q8_0; }},
+      {"type_v", [](KvPolicyParams& p) { p.type_v = KvType::Q8_0; }},
+  };
+  for (const auto& [name, change] : changes) {
+    KvPolicyParams b;
+    change(b);
+    EXPECT_FALSE(a == b) << name;
+    EXPECT_TRUE(a != b) << name;
+  }
+}
+
+// resolve_kv_policy is where settings become a policy: a budget alone means slake, a named
+// policy or no budget keeps what was asked, bad settings throw, and a model fills the defaults.
+TEST(KvPolicyParams, ResolveAppliesTheBudgetRuleValidatesAndFillsDefaults) {
+  KvPolicyParams p;
+  p.budget = 64;
+  EXPECT_EQ(resolve_kv_policy(p, true).policy, "slake");
+  EXPECT_EQ(resolve_kv_policy(p, false).policy, "full");
+  p.policy = "cake";
+  EXPECT_EQ(resolve_kv_policy(p, true).policy, "cake");
+  p.budget = 16;  // not above the window
+  EXPECT_THROW(resolve_kv_policy(p, true), Error);
+  p = KvPolicyParams{};
+  p.policy = "slake-wide";
+  p.budget = 512;
+  ModelConfig c;
+  c.n_layers = 2;
+  const KvPolicyParams r = resolve_kv_policy(p, false, &c);
+  EXPECT_EQ(r.window, 256);
+  EXPECT_TRUE(r.tau1 && r.tau2 && r.alpha && r.beta);
+  EXPECT_TRUE(resolve_kv_policy(r, false, &c) == r);  // resolving twice changes nothing
+  EXPECT_FALSE(resolve_kv_policy(p, false).tau1);     // no model: no model defaults
 }
 
 TEST(KvPolicyParams, PartsFollowTheSpecTable) {

@@ -297,6 +297,36 @@ class LongPromptsAndPolicies(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_reused_slot_takes_each_requests_policy(self):
+        # One slot serves a request, then one that differs in a single KV field: the second reply
+        # must be a fresh server's, so the slot cannot keep the first request's evictor. Each
+        # variant's reply differs from the base's here (so a slot that kept it would be caught).
+        base = {"kv_policy": "slake", "kv_budget": 32, "kv_window": 16, "kv_observe": 0}
+        variants = [{"kv_observe": 1}, {"kv_window": 8}, {"kv_budget": 48}, {"kv_policy": "snapkv"}]
+
+        def reply(server, kv):
+            return client(server).completions.create(model="stories260K.gguf", prompt=self.long, max_tokens=N, temperature=0,
+                                                     extra_body=kv).choices[0].text
+
+        def fresh(kv):
+            server = Server(STORIES, "-c", str(self.CTX), "-np", "1", "-t", "2")
+            try:
+                return reply(server, kv)
+            finally:
+                server.stop()
+
+        want_base = fresh(base)
+        reused = Server(STORIES, "-c", str(self.CTX), "-np", "1", "-t", "2")
+        try:
+            for v in variants:
+                kv = {**base, **v}
+                want = fresh(kv)
+                self.assertNotEqual(want, want_base, v)
+                self.assertEqual(reply(reused, base), want_base, v)
+                self.assertEqual(reply(reused, kv), want, v)
+        finally:
+            reused.stop()
+
     def test_request_budget_gets_its_own_policy_defaults(self):
         # The server's default slake-wide at C=512 widens its window to 256; a request asking for
         # C=64 gets slake-wide's window for C=64 (32), as slake-cli does, not the server's 256.

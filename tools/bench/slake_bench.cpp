@@ -239,12 +239,8 @@ int main(int argc, char** argv) {
               kv.evict_every = p == "full" ? 1 : every;
               kv.type_k = slake::parse_kv_type(tk);
               kv.type_v = slake::parse_kv_type(tv);
-              slake::validate(kv);
-              bool dup = false;
-              for (const auto& k : kvs)
-                dup |= k.policy == kv.policy && k.budget == kv.budget && k.evict_every == kv.evict_every && k.type_k == kv.type_k &&
-                       k.type_v == kv.type_v;
-              if (!dup) kvs.push_back(kv);
+              kv = slake::resolve_kv_policy(kv, false);
+              if (std::find(kvs.begin(), kvs.end(), kv) == kvs.end()) kvs.push_back(kv);
             }
     // A cache type a backend lacks is refused here, before any model is loaded or test run.
     for (const std::string& b : backends)

@@ -101,7 +101,6 @@ void check_options(const CLI::App& app, CliOptions& o) {
          "format: give one of them");
   tools::finish_kv_flags(app, o.kv);
   tools::kv_types_for_backend(o.kv.params, o.backend);
-  validate(o.kv.params);
   if (!o.kv_sweep.empty()) tools::parse_kv_sweep(o.kv_sweep, o.kv.params);  // a bad setting fails here
 }
 

@@ -19,8 +19,7 @@ struct KvFlags {
 inline void add_kv_flags(CLI::App& app, KvFlags& f) {
   KvPolicyParams& kv = f.params;
   app.add_option("--kv-policy", kv.policy,
-                 "KV-cache policy: full, streaming, h2o, snapkv, pyramidkv, cake, slake, slake-wide (default: slake when "
-                 "--kv-budget is given, else full)");
+                 "KV-cache policy: " + join_names(kv_policy_names()) + " (default: slake when --kv-budget is given, else full)");
   app.add_option("--kv-budget", kv.budget, "C: average tokens kept per layer, window included (0: keep all)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-window", kv.window, "observation window Sw (the last Sw tokens are always kept)")
@@ -34,7 +33,7 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
                  "evicted tokens: taylor (linear cache + PTAA), centroids (merged into --kv-centroids mean "
                  "tokens per head), none (dropped), auto (taylor for slake only)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "taylor", "centroids", "none"}));
+      ->check(CLI::IsMember(kv_compensator_names()));
   app.add_option("--kv-centroids", kv.centroids, "centroids per layer and KV head of --kv-compensate centroids")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -59,17 +58,18 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
       ->check(CLI::IsMember(kv_type_names()));
 }
 
-// After parsing: the policy defaults to slake when only a budget is given; overrides become set;
-// cache types are parsed (an unknown one throws slake::Error before any model is loaded).
+// After parsing: overrides become set, cache types are parsed, and the settings become a validated
+// policy through resolve_kv_policy (a budget alone means slake); an error throws slake::Error
+// before any model is loaded.
 inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
   KvPolicyParams& kv = f.params;
   if (!f.cache_type_k.empty()) kv.type_k = parse_kv_type(f.cache_type_k);
   if (!f.cache_type_v.empty()) kv.type_v = parse_kv_type(f.cache_type_v);
-  if (kv.budget > 0 && app.count("--kv-policy") == 0) kv.policy = "slake";
   if (app.count("--kv-tau1")) kv.tau1 = f.tau1;
   if (app.count("--kv-tau2")) kv.tau2 = f.tau2;
   if (app.count("--kv-alpha")) kv.alpha = f.alpha;
   if (app.count("--kv-beta")) kv.beta = f.beta;
+  kv = resolve_kv_policy(kv, app.count("--kv-budget") > 0 && app.count("--kv-policy") == 0);
 }
 
 // --kv-sweep's list (slake-perplexity, slake-cli --batch): POLICY/COMPENSATOR/BUDGET settings
@@ -90,8 +90,7 @@ inline std::vector<KvPolicyParams> parse_kv_sweep(const std::string& spec, const
     if (budget.empty() || budget.size() > 9 || budget.find_first_not_of("0123456789") != std::string::npos)
       fail("--kv-sweep: '" + item + "': the budget must be a number of tokens");
     p.budget = std::stoi(budget);
-    validate(p);
-    out.push_back(p);
+    out.push_back(resolve_kv_policy(p, false));
     at = comma + 1;
   }
   return out;

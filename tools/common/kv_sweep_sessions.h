@@ -28,7 +28,7 @@ class SweepSessions {
       cp.pool = pool_.get();
     }
     for (const KvPolicyParams& kv : settings) {
-      cp.kv = resolve_kv_defaults(kv, m.cfg);
+      cp.kv = resolve_kv_policy(kv, false, &m.cfg);
       kv_.push_back(cp.kv);
       sessions_.push_back(make_session(backend, m, cp));
       if (pool_) contexts_.push_back(&static_cast<CpuSession&>(*sessions_.back()).context());

@@ -103,7 +103,6 @@ int main(int argc, char** argv) {
   try {
     slake::tools::finish_kv_flags(app, kvf);
     slake::tools::kv_types_for_backend(kvf.params, backend);
-    slake::validate(kvf.params);
     const std::vector<slake::KvPolicyParams> settings =
         sweep.empty() ? std::vector<slake::KvPolicyParams>{kvf.params} : slake::tools::parse_kv_sweep(sweep, kvf.params);
     if (prefill < 1 || prefill >= n_ctx)

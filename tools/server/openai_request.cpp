@@ -147,11 +147,9 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
   kv.budget = static_cast<int>(get_int(body, "kv_budget", kv.budget, 0, std::numeric_limits<int>::max()));
   kv.window = static_cast<int>(get_int(body, "kv_window", kv.window, 1, std::numeric_limits<int>::max()));
   kv.observe = static_cast<int>(get_int(body, "kv_observe", kv.observe, 0, std::numeric_limits<int>::max()));
-  // As --kv-budget alone: a budget with no policy named means slake.
-  if (!policy_given && field(body, "kv_budget") && kv.budget > 0 && kv.policy == "full") kv.policy = "slake";
   try {
-    validate(kv);
-    return resolve_kv_defaults(kv, env.cfg);
+    // As --kv-budget alone: a budget with no policy named means slake.
+    return resolve_kv_policy(kv, !policy_given && field(body, "kv_budget"), &env.cfg);
   } catch (const Error& e) {
     throw bad_field(policy_given ? "kv_policy" : "kv_budget", e.what());
   }

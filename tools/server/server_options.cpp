@@ -49,7 +49,6 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
 
 void check_options(const CLI::App& app, ServerOptions& o) {
   tools::finish_kv_flags(app, o.kv);
-  validate(o.kv.params);
   if (!o.chat_template.empty()) chat_format_from_name(o.chat_template);  // the error lists the names
   if (!o.chat_template.empty() && !o.chat_template_file.empty())
     fail("--chat-template and --chat-template-file: give one of them");

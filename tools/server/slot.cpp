@@ -9,12 +9,6 @@ namespace slake::server {
 
 namespace {
 
-bool same_policy(const KvPolicyParams& a, const KvPolicyParams& b) {
-  return a.policy == b.policy && a.budget == b.budget && a.window == b.window && a.compensate == b.compensate &&
-         a.gamma == b.gamma && a.tau1 == b.tau1 && a.tau2 == b.tau2 && a.alpha == b.alpha && a.beta == b.beta &&
-         a.cascade == b.cascade;
-}
-
 // The longest suffix of `text` that is the start of some stop string (and so may still become one).
 size_t stop_prefix_suffix(const std::string& text, const std::vector<std::string>& stops) {
   size_t keep = 0;
@@ -40,7 +34,7 @@ Slot::Slot(int id, const Model& model, const Tokenizer& tokenizer, const std::un
 }
 
 int Slot::reusable(const GenRequest& r) const {
-  if (!same_policy(kv_, r.kv) || history_.empty() || history_.size() >= r.prompt.size()) return 0;
+  if (kv_ != r.kv || history_.empty() || history_.size() >= r.prompt.size()) return 0;
   return std::equal(history_.begin(), history_.end(), r.prompt.begin()) ? static_cast<int>(history_.size()) : 0;
 }
 
@@ -53,7 +47,7 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now) {
   const GenRequest& r = task->req;
   const int reuse = reusable(r);
   if (reuse == 0) {
-    if (!same_policy(kv_, r.kv)) {
+    if (kv_ != r.kv) {
       ctx_.reset();  // the old cache goes before the new one is reserved
       ContextParams p;
       p.n_ctx = n_ctx_;

@@ -47,7 +47,6 @@ class KvEvictor {
 
  private:
   bool uses_window() const;
-  std::vector<int64_t> fixed_budgets() const;  // uniform and pyramid: known before any layer is seen
   int64_t decode_budget(int layer) const;
   bool scores_in_decode() const;  // the decode victim is chosen by the query's attention (spec 5)
   // The decode score of the first n_cand rows of (layer, kvh): the lowest is evicted first.

@@ -54,15 +54,29 @@ struct KvPolicyParams {
 // The window a policy keeps: Sw, or slake-wide's C - min(C/2, 256) when that is larger.
 int kept_window(const KvPolicyParams& p);
 
-// The policy names, in the order of the spec's table.
+// Every field equal: two contexts with equal policies keep and evict the same tokens.
+bool operator==(const KvPolicyParams& a, const KvPolicyParams& b);
+inline bool operator!=(const KvPolicyParams& a, const KvPolicyParams& b) { return !(a == b); }
+
+// The policy names, in the order of the spec's table, and the compensator names: the one list
+// the flags' help and checks, the server's errors and --kv-sweep read.
 const std::vector<std::string>& kv_policy_names();
+const std::vector<std::string>& kv_compensator_names();
+// "a, b, c": a name list as help text and errors print it.
+std::string join_names(const std::vector<std::string>& names);
 
 // Throws slake::Error for unknown names and out-of-range values.
 void validate(const KvPolicyParams& p);
 
 // Fills the unset hyperparameters with the spec's defaults for this model and budget, and widens
-// slake-wide's window to C - min(C/2, 256) (never below the window asked for).
+// slake-wide's window to C - min(C/2, 256) (never below the window asked for). Idempotent.
 KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c);
+
+// The one place where a user's KV settings (flags, a request's fields, a sweep item) become a
+// policy: `budget_alone` (a budget was given and no policy named) with a positive budget on the
+// default "full" means slake; the result is validated and, given a model, its unset
+// hyperparameters take that model's defaults (resolve_kv_defaults). Throws slake::Error.
+KvPolicyParams resolve_kv_policy(KvPolicyParams p, bool budget_alone, const ModelConfig* model = nullptr);
 
 // What ranks the tokens of a layer.
 enum class KvSelector {
