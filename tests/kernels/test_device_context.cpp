@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/device_context.h"
+#include "cuda/device_context.h"
 #include "device_memory.h"
 #include "slake/context.h"
 #include "slake/quant/dtype.h"

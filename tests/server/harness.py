@@ -11,6 +11,11 @@ import time
 import urllib.request
 
 BIN = os.environ.get("SLAKE_BIN_DIR", "")
+# SLAKE_BACKEND=cuda: the server and slake-cli run --backend cuda, built on the host executor
+# (slake-server-emu, slake-cli-emu), so CI runs these tests through the device forward pass.
+BACKEND = os.environ.get("SLAKE_BACKEND", "cpu")
+EMU = "-emu" if BACKEND == "cuda" else ""
+BACKEND_ARGS = ("--backend", BACKEND) if BACKEND == "cuda" else ()
 SHARED = os.environ.get("SLAKE_SHARED_DIR", "")
 MODELS = os.environ.get("SLAKE_MODELS_DIR", "")
 STORIES = os.path.join(SHARED, "models", "stories260K.gguf")
@@ -28,7 +33,7 @@ def _die_with_parent():
 class Server:
     def __init__(self, model, *args, timeout=30):
         self.log = tempfile.NamedTemporaryFile(prefix="slake-server-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([os.path.join(BIN, "slake-server"), "-m", model, "--port", "0", *args],
+        self.proc = subprocess.Popen([os.path.join(BIN, "slake-server" + EMU), "-m", model, "--port", "0", *BACKEND_ARGS, *args],
                                      stdout=subprocess.DEVNULL, stderr=self.log, preexec_fn=_die_with_parent)
         self.log.close()  # the server writes it; it is read back by name
         deadline = time.time() + timeout
@@ -79,8 +84,8 @@ class Server:
 
 def cli_greedy(model, prompt, n, ctx, *extra):
     """slake-cli --temp 0: the generated text alone (the trailing newline it prints removed)."""
-    out = subprocess.run([os.path.join(BIN, "slake-cli"), "-m", model, "-c", str(ctx), "-p", prompt, "-n", str(n),
-                          "--temp", "0", "--no-display-prompt", *extra],
+    out = subprocess.run([os.path.join(BIN, "slake-cli" + EMU), "-m", model, "-c", str(ctx), "-p", prompt, "-n", str(n),
+                          "--temp", "0", "--no-display-prompt", *BACKEND_ARGS, *extra],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, check=True)
     text = out.stdout.decode()
     assert text.endswith("\n"), text

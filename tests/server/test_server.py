@@ -3,7 +3,8 @@ scripts/fetch-models.sh fetched it): greedy replies, streamed and not, equal sla
 text for the same prompt and token count, alone and with 8 requests at once (so batched decoding
 changes nothing); conversations reuse the slot's cache; the error bodies of bad requests (400),
 a wrong API key (401) and a full queue (503); a client that leaves mid-stream frees its slot;
-SIGTERM stops the server."""
+SIGTERM stops the server. With SLAKE_BACKEND=cuda (harness.py) the server and slake-cli run
+--backend cuda on the host executor; ctest server_openai_cuda_emu runs the short-prompt classes so."""
 import concurrent.futures
 import json
 import os

@@ -33,7 +33,7 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, const Sched
       pool_(cfg.n_threads > 0 ? cfg.n_threads : default_thread_count()),
       idle_slots_(cfg.n_slots) {
   for (int i = 0; i < cfg_.n_slots; ++i)
-    slots_.push_back(std::make_unique<Slot>(i, model, tokenizer, eog_, cfg_.n_ctx, pool_, cfg_.kv));
+    slots_.push_back(std::make_unique<Slot>(i, model, tokenizer, eog_, cfg_.n_ctx, pool_, cfg_.kv, cfg_.backend));
   stats_.kv_bytes.assign(slots_.size(), 0);
   stats_.kv_planned.assign(slots_.size(), 0);
   thread_ = std::thread([this] { loop(); });
@@ -172,19 +172,19 @@ void Scheduler::step() {
 
   // One decode step for every slot that has a token to evaluate.
   std::vector<Slot*> decoding;
-  std::vector<Context*> ctxs;
+  std::vector<Session*> sessions;
   std::vector<int32_t> tokens;
   for (auto& s : slots_)
     if (s->decoding()) {
       decoding.push_back(s.get());
-      ctxs.push_back(&s->context());
+      sessions.push_back(&s->session());
       tokens.push_back(s->pending());
     }
   if (!decoding.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::vector<float>> logits;
     try {
-      decode_batch(ctxs, tokens, &logits);
+      decode_sessions(sessions, tokens, &logits);
       for (size_t i = 0; i < decoding.size(); ++i) decoding[i]->decoded(logits[i]);
     } catch (const std::exception& e) {
       for (Slot* s : decoding)

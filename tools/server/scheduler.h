@@ -36,6 +36,7 @@ struct SchedulerConfig {
   int n_threads = 0;
   size_t kv_memory = 0;  // bytes; 0: no limit
   KvPolicyParams kv;     // the slots' initial policy
+  std::string backend = "cpu";  // where the slots' sessions run (tools/common/backend.h)
 };
 
 // Counters and gauges for /metrics, read from any thread.

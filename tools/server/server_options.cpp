@@ -45,10 +45,13 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
                  "a built-in chat format by name instead of the model's own template (" + chat_format_names() + ")");
   app.add_option("--chat-template-file", o.chat_template_file, "a Jinja chat template file instead of the model's own");
   tools::add_kv_flags(app, o.kv);
+  tools::add_backend_flag(app, o.backend);
 }
 
 void check_options(const CLI::App& app, ServerOptions& o) {
   tools::finish_kv_flags(app, o.kv);
+  tools::check_backend(o.backend);
+  tools::kv_types_for_backend(o.kv.params, o.backend);
   if (!o.chat_template.empty()) chat_format_from_name(o.chat_template);  // the error lists the names
   if (!o.chat_template.empty() && !o.chat_template_file.empty())
     fail("--chat-template and --chat-template-file: give one of them");

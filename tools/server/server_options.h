@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/backend.h"
 #include "../common/kv_flags.h"
 
 namespace slake::server {
@@ -26,6 +27,7 @@ struct ServerOptions {
   int port = 8080;
   std::string api_key;  // "" : no key needed
   tools::KvFlags kv;
+  std::string backend = "cpu";  // --backend: where the slots run
 };
 
 // The arguments with llama-server's one-dash spellings (-np, -ctk, -ctv) in their long forms, in

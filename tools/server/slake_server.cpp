@@ -43,6 +43,7 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
   sc.n_threads = o.n_threads;
   sc.kv_memory = static_cast<size_t>(o.kv_memory_mib * 1048576.0);
   sc.kv = slake::resolve_kv_policy(o.kv.params, false, &c);
+  sc.backend = o.backend;
   slake::server::Scheduler scheduler(*model, *tokenizer, sc);
   std::fprintf(stderr,
                "slake-server: %s: %d layers, dim %d, vocab %d, %.1f MiB of weights, loaded in %.0f ms\n"

@@ -24,13 +24,17 @@ size_t stop_prefix_suffix(const std::string& text, const std::vector<std::string
 }  // namespace
 
 Slot::Slot(int id, const Model& model, const Tokenizer& tokenizer, const std::unordered_set<int32_t>& eog, int n_ctx,
-           ThreadPool& pool, const KvPolicyParams& kv)
-    : id_(id), model_(model), tokenizer_(tokenizer), eog_(eog), n_ctx_(n_ctx), pool_(pool), kv_(kv) {
+           ThreadPool& pool, const KvPolicyParams& kv, const std::string& backend)
+    : id_(id), model_(model), tokenizer_(tokenizer), eog_(eog), n_ctx_(n_ctx), pool_(pool), backend_(backend), kv_(kv) {
+  ctx_ = make_session(kv);
+}
+
+std::unique_ptr<Session> Slot::make_session(const KvPolicyParams& kv) {
   ContextParams p;
-  p.n_ctx = n_ctx;
+  p.n_ctx = n_ctx_;
   p.kv = kv;
-  p.pool = &pool;
-  ctx_ = std::make_unique<Context>(model, p);
+  p.pool = &pool_;
+  return tools::make_session(backend_, model_, p);
 }
 
 int Slot::reusable(const GenRequest& r) const {
@@ -49,11 +53,7 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now) {
   if (reuse == 0) {
     if (kv_ != r.kv) {
       ctx_.reset();  // the old cache goes before the new one is reserved
-      ContextParams p;
-      p.n_ctx = n_ctx_;
-      p.kv = r.kv;
-      p.pool = &pool_;
-      ctx_ = std::make_unique<Context>(model_, p);
+      ctx_ = make_session(r.kv);
       kv_ = r.kv;
     }
     drop_cache();

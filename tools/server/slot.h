@@ -8,7 +8,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "../common/backend.h"
 #include "slake/context.h"
+#include "slake/session.h"
 #include "slake/sampler.h"
 #include "slake/tokenizer/tokenizer.h"
 #include "task.h"
@@ -17,15 +19,16 @@ namespace slake::server {
 
 class Slot {
  public:
-  // `model`, `tokenizer`, `eog` and `pool` must outlive the slot.
+  // `model`, `tokenizer`, `eog` and `pool` must outlive the slot; `backend` names where its
+  // session runs (cpu or cuda, tools/common/backend.h).
   Slot(int id, const Model& model, const Tokenizer& tokenizer, const std::unordered_set<int32_t>& eog, int n_ctx,
-       ThreadPool& pool, const KvPolicyParams& kv);
+       ThreadPool& pool, const KvPolicyParams& kv, const std::string& backend);
 
   int id() const { return id_; }
   bool busy() const { return task_ != nullptr; }
   Task* task() const { return task_.get(); }
   size_t planned_bytes() const { return planned_; }
-  size_t kv_bytes() const { return ctx_->kv_cache().bytes_used(); }
+  size_t kv_bytes() const { return ctx_->kv_bytes_used(); }
   uint64_t last_used() const { return last_used_; }
   int history_size() const { return static_cast<int>(history_.size()); }
 
@@ -45,8 +48,8 @@ class Slot {
   // prefill: it must see the whole prompt); the last chunk samples the first token. Returns the
   // number of tokens evaluated.
   int prefill(int chunk);
-  // Decode: the token to evaluate next, then the logits decode_batch gave it.
-  Context& context() { return *ctx_; }
+  // Decode: the token to evaluate next, then the logits decode_sessions gave it.
+  Session& session() { return *ctx_; }
   int32_t pending() const { return pending_; }
   void decoded(const std::vector<float>& logits);
 
@@ -60,6 +63,7 @@ class Slot {
   int n_generated() const { return n_gen_; }
 
  private:
+  std::unique_ptr<Session> make_session(const KvPolicyParams& kv);
   void sample_and_emit();
   void finish(const std::string& reason);
   TokenLogprob logprob_of(int32_t token) const;
@@ -70,7 +74,8 @@ class Slot {
   const std::unordered_set<int32_t>& eog_;
   int n_ctx_;
   ThreadPool& pool_;
-  std::unique_ptr<Context> ctx_;
+  std::string backend_;
+  std::unique_ptr<Session> ctx_;
   KvPolicyParams kv_;              // the policy ctx_ was built with
   std::vector<int32_t> history_;   // tokens the cache has seen, in order
   std::shared_ptr<Task> task_;

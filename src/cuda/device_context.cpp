@@ -1,4 +1,4 @@
-#include "backend/device_context.h"
+#include "cuda/device_context.h"
 
 #include <algorithm>
 #include <cmath>

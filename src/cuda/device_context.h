@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/device_plan.h"
-#include "backend/gemm.h"
+#include "cuda/device_plan.h"
+#include "cuda/gemm.h"
 #include "kernels.h"
 #include "slake/context.h"
 #include "slake/kv/kv_policy.h"

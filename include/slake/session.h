@@ -1,0 +1,65 @@
+// One sequence's inference session on a backend: the CPU Context (make_cpu_session) or the device
+// context (cuda/cuda_session.h, in the device backend's library). Tools and the server hold
+// sessions, so every backend serves every tool; the backend is chosen by name where the session is
+// made (tools/common/backend.h).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "slake/context.h"
+#include "slake/model/model.h"
+
+namespace slake {
+
+class Session {
+ public:
+  virtual ~Session() = default;
+  // As Context::eval.
+  virtual void eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits = false) = 0;
+  virtual int n_past() const = 0;
+  virtual int n_ctx() const = 0;
+  virtual const Model& model() const = 0;
+  virtual int64_t tokens_held() const = 0;
+  virtual void reset() = 0;
+  virtual size_t kv_bytes_used() const = 0;
+  virtual size_t kv_peak_bytes() const = 0;
+  virtual size_t peak_device_bytes() const = 0;  // the planned arena; 0 on cpu
+  virtual std::string describe() const = 0;       // one line for stderr
+  // The prefix tokens each layer keeps after the last prompt's eviction (empty: none evicted).
+  virtual std::vector<int64_t> layer_budgets() const = 0;
+  // The CPU context behind a cpu session (decode_batch, prefill_shared); null on other backends.
+  virtual Context* cpu_context() { return nullptr; }
+};
+
+class CpuSession final : public Session {
+ public:
+  CpuSession(const Model& m, const ContextParams& p) : ctx_(m, p) {}
+  void eval(const std::vector<int32_t>& t, std::vector<float>* l, bool all) override { ctx_.eval(t, l, all); }
+  int n_past() const override { return ctx_.n_past(); }
+  int n_ctx() const override { return ctx_.n_ctx(); }
+  const Model& model() const override { return ctx_.model(); }
+  int64_t tokens_held() const override { return ctx_.kv_cache().tokens_held(); }
+  void reset() override { ctx_.reset(); }
+  size_t kv_bytes_used() const override { return ctx_.kv_cache().bytes_used(); }
+  size_t kv_peak_bytes() const override { return ctx_.kv_cache().peak_bytes_used(); }
+  size_t peak_device_bytes() const override { return 0; }
+  std::string describe() const override { return "backend cpu"; }
+  std::vector<int64_t> layer_budgets() const override { return ctx_.evictor().budgets(); }
+  Context* cpu_context() override { return &ctx_; }
+  Context& context() { return ctx_; }
+
+ private:
+  Context ctx_;
+};
+
+// One decode step of several sessions, token i into session i, logits[i] its logits: cpu sessions
+// sharing one thread pool step together through decode_batch (the weights read once for all);
+// sessions of other backends are stepped one after another. Each result equals the session's own
+// eval({token}).
+void decode_sessions(const std::vector<Session*>& sessions, const std::vector<int32_t>& tokens,
+                     std::vector<std::vector<float>>* logits);
+
+}  // namespace slake

@@ -1,0 +1,29 @@
+#include "cuda/cuda_session.h"
+
+#include <exception>
+#include <string>
+
+#include "slake/error.h"
+
+namespace slake::gpu {
+
+namespace {
+template <typename F>
+auto cuda_call(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const slake::Error&) {
+    throw;
+  } catch (const std::exception& ex) {
+    fail(std::string("cuda backend: ") + ex.what());
+  }
+}
+}  // namespace
+
+CudaSession::CudaSession(const Model& m, const ContextParams& p)
+    : ctx_(cuda_call([&] { return std::make_unique<DeviceContext>(m, p); })) {}
+CudaSession::~CudaSession() = default;
+void CudaSession::eval(const std::vector<int32_t>& t, std::vector<float>* l, bool all) { cuda_call([&] { ctx_->eval(t, l, all); }); }
+void CudaSession::reset() { cuda_call([&] { ctx_->reset(); }); }
+
+}  // namespace slake::gpu

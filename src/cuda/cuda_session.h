@@ -1,0 +1,31 @@
+// A Session (slake/session.h) on the device context. CUDA runtime and cuBLAS failures (gpu::Error)
+// become slake::Error, which the tools and the server report.
+#pragma once
+#include <memory>
+
+#include "cuda/device_context.h"
+#include "slake/session.h"
+
+namespace slake::gpu {
+
+class CudaSession final : public Session {
+ public:
+  CudaSession(const Model& m, const ContextParams& p);
+  ~CudaSession() override;
+  void eval(const std::vector<int32_t>& t, std::vector<float>* l, bool all) override;
+  int n_past() const override { return ctx_->n_past(); }
+  int n_ctx() const override { return ctx_->n_ctx(); }
+  const Model& model() const override { return ctx_->model(); }
+  int64_t tokens_held() const override { return ctx_->tokens_held(); }
+  void reset() override;
+  size_t kv_bytes_used() const override { return ctx_->kv_bytes_used(); }
+  size_t kv_peak_bytes() const override { return ctx_->kv_peak_bytes(); }
+  size_t peak_device_bytes() const override { return ctx_->peak_device_bytes(); }
+  std::string describe() const override { return "backend cuda, device memory " + ctx_->plan().summary(); }
+  std::vector<int64_t> layer_budgets() const override { return ctx_->budgets(); }
+
+ private:
+  std::unique_ptr<DeviceContext> ctx_;
+};
+
+}  // namespace slake::gpu
