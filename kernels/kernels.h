@@ -38,6 +38,8 @@ void rope(float* x, const int32_t* pos, int n_tokens, int64_t row_stride, int n_
 void swiglu(float* out, const float* gate, const float* up, int64_t n, Stream stream = nullptr);
 // x[i] += y[i]
 void residual_add(float* x, const float* y, int64_t n, Stream stream = nullptr);
+// x[r][i] += b[i] for `rows` rows of `width` floats (a bias on every row).
+void bias_add(float* x, const float* b, int rows, int64_t width, Stream stream = nullptr);
 
 // ---- the exact cache and the linear state of one layer, as the attention kernels read them ----
 

@@ -22,6 +22,12 @@ float* CpuLayerOps::ptr(Act a) const {
 }
 
 const TensorView& CpuLayerOps::weight(Weight w) const {
+  const TensorView& t = find_weight(w);
+  if (!t.data) fail("internal: the layer definition reads a weight the model does not have");
+  return t;
+}
+
+const TensorView& CpuLayerOps::find_weight(Weight w) const {
   switch (w) {
     case Weight::AttnNorm: return w_.attn_norm;
     case Weight::Wq: return w_.wq;
@@ -32,6 +38,11 @@ const TensorView& CpuLayerOps::weight(Weight w) const {
     case Weight::Gate: return w_.w_gate;
     case Weight::Up: return w_.w_up;
     case Weight::Down: return w_.w_down;
+    case Weight::Bq: return w_.bq;
+    case Weight::Bk: return w_.bk;
+    case Weight::Bv: return w_.bv;
+    case Weight::QNorm: return w_.q_norm;
+    case Weight::KNorm: return w_.k_norm;
   }
   fail("internal: unknown weight");
 }
@@ -45,6 +56,18 @@ void CpuLayerOps::matmul(Act out, Act in, Weight w) {
   const int64_t K = act_width(c_, in), N = act_width(c_, out);
   for (int64_t r = 0; r < n_; r += matmul_rows_)
     slake::matmul(ptr(out) + r * N, ptr(in) + r * K, std::min(matmul_rows_, n_ - r), W, pool_);
+}
+
+void CpuLayerOps::add_bias(Act a, Weight b) { add_bias_rows(ptr(a), weight(b), n_, act_width(c_, a)); }
+
+void CpuLayerOps::rmsnorm_heads(Act a, Weight w, int n_heads, float eps) {
+  const int64_t width = act_width(c_, a), d = c_.head_dim;
+  float* p = ptr(a);
+  if (width == static_cast<int64_t>(n_heads) * d) {  // the heads fill the rows: one pass over all of them
+    rmsnorm_rows(p, p, weight(w), n_ * n_heads, d, eps, pool_);
+    return;
+  }
+  for (int64_t t = 0; t < n_; ++t) rmsnorm_rows(p + t * width, p + t * width, weight(w), n_heads, d, eps, pool_);
 }
 
 void CpuLayerOps::rope(Act a, int n_heads) {

@@ -28,6 +28,8 @@ class CpuLayerOps final : public LayerOps {
 
   void rmsnorm(Act out, Act in, Weight w, float eps) override;
   void matmul(Act out, Act in, Weight w) override;
+  void add_bias(Act a, Weight b) override;
+  void rmsnorm_heads(Act a, Weight w, int n_heads, float eps) override;
   void rope(Act a, int n_heads) override;
   void attention(Act out, Act q, Act k, Act v) override;
   void swiglu(Act a, Act b) override;
@@ -35,7 +37,8 @@ class CpuLayerOps final : public LayerOps {
 
  private:
   float* ptr(Act a) const;
-  const TensorView& weight(Weight w) const;
+  const TensorView& weight(Weight w) const;  // throws for a weight the model lacks
+  const TensorView& find_weight(Weight w) const;
 
   const ModelConfig& c_;
   const LayerWeights& w_;

@@ -63,6 +63,12 @@ void rmsnorm(float* out, const float* x, const TensorView& w, int64_t n, float e
   for (int64_t i = 0; i < n; ++i) out[i] = wv[i] * (x[i] * scale);
 }
 
+void add_bias_rows(float* x, const TensorView& b, int64_t rows, int64_t n) {
+  const float* bv = weight_vector(b, n);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) x[r * n + i] += bv[i];
+}
+
 void rmsnorm_rows(float* out, const float* x, const TensorView& w, int64_t rows, int64_t n, float eps, ThreadPool& pool) {
   pool.parallel_for(rows, 16, [&](int64_t b, int64_t e, int) {
     for (int64_t r = b; r < e; ++r) rmsnorm(out + r * n, x + r * n, w, n, eps);

@@ -92,6 +92,15 @@ void DeviceContext::upload_weights() {
     L.w_gate = matrix(w.w_gate, p + "w_gate");
     L.w_up = matrix(w.w_up, p + "w_up");
     L.w_down = matrix(w.w_down, p + "w_down");
+    if (c.qkv_bias) {
+      L.bq = vec(w.bq, p + "bq");
+      L.bk = vec(w.bk, p + "bk");
+      L.bv = vec(w.bv, p + "bv");
+    }
+    if (c.qk_norm) {
+      L.q_norm = vec(w.q_norm, p + "q_norm");
+      L.k_norm = vec(w.k_norm, p + "k_norm");
+    }
   }
 }
 
@@ -198,9 +207,15 @@ class DeviceContext::Ops final : public LayerOps {
         act_(d.at<uint16_t>("act_bf16")) {}
 
   void rmsnorm(Act out, Act in, Weight w, float eps) override {
-    slake::gpu::rmsnorm(ptr(out), ptr(in), norm(w), nb_, static_cast<int>(act_width(c_, in)), eps);
+    slake::gpu::rmsnorm(ptr(out), ptr(in), vector(w), nb_, static_cast<int>(act_width(c_, in)), eps);
   }
   void matmul(Act out, Act in, Weight w) override { d_.gemm_->matmul(ptr(out), ptr(in), nb_, matrix(w), act_); }
+  void add_bias(Act a, Weight b) override { bias_add(ptr(a), vector(b), nb_, act_width(c_, a)); }
+  void rmsnorm_heads(Act a, Weight w, int n_heads, float eps) override {
+    const int64_t width = act_width(c_, a), d = c_.head_dim;
+    if (width != static_cast<int64_t>(n_heads) * d) fail("internal: rmsnorm_heads on the device normalises whole rows of heads");
+    slake::gpu::rmsnorm(ptr(a), ptr(a), vector(w), nb_ * n_heads, c_.head_dim, eps);
+  }
   void rope(Act a, int n_heads) override {
     slake::gpu::rope(ptr(a), d_.at<int32_t>("positions") + t0_, nb_, act_width(c_, a), n_heads, c_.head_dim, d_.at<double>("inv_freq"),
                      c_.rope_layout == RopeLayout::Half);
@@ -223,10 +238,20 @@ class DeviceContext::Ops final : public LayerOps {
     }
     fail("internal: unknown activation");
   }
-  const float* norm(Weight w) const {
-    if (w == Weight::AttnNorm) return L_.attn_norm;
-    if (w == Weight::FfnNorm) return L_.ffn_norm;
-    fail("internal: not a norm weight");
+  const float* vector(Weight w) const {
+    const float* v = nullptr;
+    switch (w) {
+      case Weight::AttnNorm: v = L_.attn_norm; break;
+      case Weight::FfnNorm: v = L_.ffn_norm; break;
+      case Weight::Bq: v = L_.bq; break;
+      case Weight::Bk: v = L_.bk; break;
+      case Weight::Bv: v = L_.bv; break;
+      case Weight::QNorm: v = L_.q_norm; break;
+      case Weight::KNorm: v = L_.k_norm; break;
+      default: fail("internal: not a vector weight");
+    }
+    if (!v) fail("internal: the model has no such vector weight");
+    return v;
   }
   const DeviceMatrix& matrix(Weight w) const {
     switch (w) {

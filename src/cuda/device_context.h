@@ -58,6 +58,8 @@ class DeviceContext {
     DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
     const float* attn_norm = nullptr;
     const float* ffn_norm = nullptr;
+    const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // qkv_bias
+    const float *q_norm = nullptr, *k_norm = nullptr;         // qk_norm
     int64_t off = 0;  // first slot in the pool
     int cap = 0;      // rows per KV head
     int held = 0;     // rows held by every KV head (eviction keeps the heads of a layer equal)

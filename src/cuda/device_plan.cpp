@@ -72,6 +72,15 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params) {
     add("weights", p + "w_gate", device_weight_bytes(w.w_gate, true));
     add("weights", p + "w_up", device_weight_bytes(w.w_up, true));
     add("weights", p + "w_down", device_weight_bytes(w.w_down, true));
+    if (c.qkv_bias) {
+      add("weights", p + "bq", device_weight_bytes(w.bq, false));
+      add("weights", p + "bk", device_weight_bytes(w.bk, false));
+      add("weights", p + "bv", device_weight_bytes(w.bv, false));
+    }
+    if (c.qk_norm) {
+      add("weights", p + "q_norm", device_weight_bytes(w.q_norm, false));
+      add("weights", p + "k_norm", device_weight_bytes(w.k_norm, false));
+    }
   }
 
   // The exact cache. Without eviction every layer owns n_ctx slots. With eviction the layers share

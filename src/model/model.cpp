@@ -36,7 +36,9 @@ std::vector<const TensorView*> Model::weights() const {
   std::vector<const TensorView*> w{&tok_embd, &output_norm};
   if (!cfg.tied_output) w.push_back(&output);
   for (const LayerWeights& l : layers)
-    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) w.push_back(t);
+    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.bq, &l.bk,
+                                &l.bv, &l.q_norm, &l.k_norm})
+      if (t->data) w.push_back(t);
   return w;
 }
 
@@ -99,6 +101,15 @@ void bind_weights(Model& m, const std::function<const TensorView*(const std::str
     L.w_gate = get(names.w_gate, {dim, ff});
     L.w_up = get(names.w_up, {dim, ff});
     L.w_down = get(names.w_down, {ff, dim});
+    if (c.qkv_bias) {
+      L.bq = get(names.bq, {q});
+      L.bk = get(names.bk, {kv});
+      L.bv = get(names.bv, {kv});
+    }
+    if (c.qk_norm) {
+      L.q_norm = get(names.q_norm, {c.head_dim});
+      L.k_norm = get(names.k_norm, {c.head_dim});
+    }
   }
 }
 

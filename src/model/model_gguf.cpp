@@ -1,4 +1,5 @@
-// Model loading from a GGUF file written by llama.cpp's converters (architecture "llama").
+// Model loading from a GGUF file written by llama.cpp's converters (architectures "llama",
+// "qwen2", "qwen3"; llama.cpp's src/llama-arch.cpp names their keys and tensors).
 #include <cmath>
 #include <limits>
 
@@ -35,7 +36,9 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   m->release_pages = [buf = g->buffer()](const uint8_t* p, size_t n) { buf->release_pages(p, n); };
   ModelConfig& c = m->cfg;
   c.arch = g->get_string("general.architecture");
-  if (c.arch != "llama") fail(f + ": architecture '" + c.arch + "' is not supported (llama is)");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3")
+    fail(f + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3 are)");
+  const bool qwen = c.arch == "qwen2" || c.arch == "qwen3";
   const std::string a = c.arch + ".";
   c.name = g->get_string("general.name", "");
   auto geti = [&](const std::string& k) { return to_int(g->get_uint(a + k), f, a + k); };
@@ -55,7 +58,11 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   if (rope_dims != c.head_dim)
     fail(f + ": partial RoPE (" + std::to_string(rope_dims) + " of " + std::to_string(c.head_dim) + " dimensions) is not supported");
   c.sliding_window = to_int(g->get_uint(a + "attention.sliding_window", 0), f, a + "attention.sliding_window");
-  c.rope_layout = RopeLayout::Adjacent;
+  // llama.cpp's converter permutes Llama's Q/K rows to adjacent pairs; Qwen's stay rotate-half
+  // (llama.cpp's NEOX RoPE type).
+  c.rope_layout = qwen ? RopeLayout::Half : RopeLayout::Adjacent;
+  c.qkv_bias = c.arch == "qwen2";
+  c.qk_norm = c.arch == "qwen3";
 
   const std::string scaling = g->get_string(a + "rope.scaling.type", "none");
   if (scaling == "linear") {
@@ -91,7 +98,9 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   TensorNames names{"token_embd.weight", "output_norm.weight", "output.weight",
                     "blk.{}.attn_norm.weight", "blk.{}.attn_q.weight", "blk.{}.attn_k.weight", "blk.{}.attn_v.weight",
                     "blk.{}.attn_output.weight", "blk.{}.ffn_norm.weight", "blk.{}.ffn_gate.weight", "blk.{}.ffn_up.weight",
-                    "blk.{}.ffn_down.weight"};
+                    "blk.{}.ffn_down.weight",
+                    "blk.{}.attn_q.bias", "blk.{}.attn_k.bias", "blk.{}.attn_v.bias",
+                    "blk.{}.attn_q_norm.weight", "blk.{}.attn_k_norm.weight"};
   bind_weights(*m, [&](const std::string& n) { return g->find_tensor(n); }, names, f);
   return m;
 }

@@ -91,9 +91,14 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
   m->format = "hf";
   ModelConfig& c = m->cfg;
   c.arch = j.value("model_type", std::string());
-  if (c.arch != "llama" && c.arch != "mistral") fail(cfg_path + ": model_type '" + c.arch + "' is not supported (llama, mistral are)");
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3")
+    fail(cfg_path + ": model_type '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3 are)");
   if (j.contains("hidden_act") && j["hidden_act"] != "silu") fail(cfg_path + ": hidden_act must be silu");
+  // Qwen2 always has Q/K/V biases; any other bias (attention_bias: also on o_proj) is not supported.
   if (j.value("attention_bias", false) || j.value("mlp_bias", false)) fail(cfg_path + ": attention or MLP biases are not supported");
+  if (c.arch == "qwen2" && j.value("use_sliding_window", false)) fail(cfg_path + ": Qwen2's use_sliding_window is not supported");
+  c.qkv_bias = c.arch == "qwen2";
+  c.qk_norm = c.arch == "qwen3";
   c.name = dir;
   c.n_vocab = r.get_int("vocab_size");
   c.dim = r.get_int("hidden_size");
@@ -125,7 +130,12 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
                     "model.layers.{}.post_attention_layernorm.weight",
                     "model.layers.{}.mlp.gate_proj.weight",
                     "model.layers.{}.mlp.up_proj.weight",
-                    "model.layers.{}.mlp.down_proj.weight"};
+                    "model.layers.{}.mlp.down_proj.weight",
+                    "model.layers.{}.self_attn.q_proj.bias",
+                    "model.layers.{}.self_attn.k_proj.bias",
+                    "model.layers.{}.self_attn.v_proj.bias",
+                    "model.layers.{}.self_attn.q_norm.weight",
+                    "model.layers.{}.self_attn.k_norm.weight"};
   bind_weights(*m, [&](const std::string& n) { return set->find_tensor(n); }, names, dir);
 
   if (file_exists(dir + "/tokenizer.json")) {

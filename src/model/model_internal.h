@@ -13,6 +13,7 @@ namespace slake::detail {
 struct TensorNames {
   std::string tok_embd, output_norm, output;
   std::string attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+  std::string bq, bk, bv, q_norm, k_norm;  // bound with qkv_bias / qk_norm only
 };
 
 void validate_config(const ModelConfig& c, const std::string& file);

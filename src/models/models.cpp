@@ -14,6 +14,8 @@ struct ArchEntry {
 constexpr ArchEntry kArchitectures[] = {
     {"llama", llama_layer},
     {"mistral", llama_layer},
+    {"qwen2", qwen2_layer},
+    {"qwen3", qwen3_layer},
 };
 }  // namespace
 

@@ -23,6 +23,11 @@ constexpr const char* kLlama3Pattern =
 constexpr const char* kTekkenPattern =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Qwen2, Qwen2.5 and Qwen3, as their tokenizer.json has it: Llama 3's pattern with every digit
+// alone.
+constexpr const char* kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // Every digit alone (Hugging Face's Digits pre-tokenizer with individual_digits).
 constexpr const char* kSingleDigit = R"(\p{N})";
 
@@ -50,6 +55,7 @@ constexpr PreTokenizer kPreTokenizers[] = {
     {"llama-v3", {kLlama3Pattern}, true},
     {"falcon3", {kLlama3Pattern}, true},
     {"smollm", {kSingleDigit, kGpt2Pattern}, false},
+    {"qwen2", {kQwen2Pattern}, false},
     {"tekken", {kTekkenPattern}, true},
     {"deepseek-llm", {kNewline, kDeepseekLlmLetters, kDeepseekLlmPunct, "\\s+$", kCjk, "\\p{N}+"}, false},
     {"deepseek-coder", {kNewline, "\\s?\\p{L}+", "\\s?\\p{P}+", kCjk, kSingleDigit}, false},

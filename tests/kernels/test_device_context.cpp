@@ -80,6 +80,9 @@ std::unique_ptr<Model> bf16_rounded(const Model& src) {
     o.wq = conv(w.wq, true), o.wk = conv(w.wk, true), o.wv = conv(w.wv, true), o.wo = conv(w.wo, true);
     o.ffn_norm = conv(w.ffn_norm, false);
     o.w_gate = conv(w.w_gate, true), o.w_up = conv(w.w_up, true), o.w_down = conv(w.w_down, true);
+    // The vectors of the families' layers (biases, per-head norms) stay fp32 on the device.
+    for (auto [from, to] : {std::pair{&w.bq, &o.bq}, {&w.bk, &o.bk}, {&w.bv, &o.bv}, {&w.q_norm, &o.q_norm}, {&w.k_norm, &o.k_norm}})
+      if (from->data) *to = conv(*from, false);
     m->layers.push_back(o);
   }
   m->storage = store;
@@ -194,7 +197,8 @@ TEST_P(FixtureModels, SlakeEvictingMatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DeviceContext, FixtureModels,
-                         ::testing::Values("llama2-mha", "llama-gqa-tied", "mistral-swa", "llama31-rope-scaling", "llama2-mha-q8_0"),
+                         ::testing::Values("llama2-mha", "llama-gqa-tied", "mistral-swa", "llama31-rope-scaling", "llama2-mha-q8_0",
+                                           "qwen2-bias", "qwen3-qknorm"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -114,5 +114,22 @@ TEST(KernelResidual, AddsInPlace) {
   EXPECT_EQ(dx.download(), x);
 }
 
+// A bias on every row, against the CPU path's add_bias_rows (the Qwen2 layer's Q/K/V biases).
+TEST(KernelResidual, BiasAddsToEveryRow) {
+  const int rows = 7;
+  const int64_t width = 96;
+  std::vector<float> x = random_floats(static_cast<size_t>(rows * width), 9);
+  std::vector<float> b = random_floats(static_cast<size_t>(width), 10);
+  DeviceBuffer<float> dx(x), db(b);
+  bias_add(dx.get(), db.get(), rows, width);
+  TensorView bv;
+  bv.type = DType::F32;
+  bv.ne = {width};
+  bv.data = reinterpret_cast<const uint8_t*>(b.data());
+  bv.nbytes = b.size() * sizeof(float);
+  slake::add_bias_rows(x.data(), bv, rows, width);
+  EXPECT_EQ(dx.download(), x);
+}
+
 }  // namespace
 }  // namespace slake::gpu::test

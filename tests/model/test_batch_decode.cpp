@@ -113,6 +113,17 @@ TEST(BatchDecode, SmolLM2EqualsSingle) {
   check_batched_equals_single(*m, KvPolicyParams{}, 8, 6);
 }
 
+// Each family's layer definition through the batched path: the Qwen2 (biases) and Qwen3 (QK norm)
+// fixtures, full and evicting.
+TEST(BatchDecode, FamilyFixturesEqualSingle) {
+  for (const char* name : {"qwen2-bias", "qwen3-qknorm"}) {
+    SCOPED_TRACE(name);
+    const auto m = load_model(test::fixtures_dir() + "/models/" + name + "/model.gguf");
+    check_batched_equals_single(*m, KvPolicyParams{}, 4, 12);
+    check_batched_equals_single(*m, policy("slake", 24, 8), 4, 12);
+  }
+}
+
 // More sequences than one matmul call takes (kMatmulExactRows), on a quantised synthetic model.
 TEST(BatchDecode, SyntheticQ8ManySequencesEqualSingle) {
   const auto m = make_synthetic_model("tiny", DType::Q8_0, 3);

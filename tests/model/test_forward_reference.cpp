@@ -100,7 +100,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama-gqa-tied", "hf"}, Case{"llama31-rope-scaling", "gguf"}, Case{"llama31-rope-scaling", "hf"},
                       Case{"mistral-swa", "gguf"}, Case{"mistral-swa", "hf"}, Case{"llama2-mha-f16", "gguf"},
                       Case{"llama2-mha-f16", "hf"}, Case{"llama2-mha-bf16", "gguf"}, Case{"llama2-mha-bf16", "hf"},
-                      Case{"llama2-mha-q8_0", "gguf"}, Case{"llama2-mha-q4_0", "gguf"}),
+                      Case{"llama2-mha-q8_0", "gguf"}, Case{"llama2-mha-q4_0", "gguf"}, Case{"qwen2-bias", "gguf"},
+                      Case{"qwen2-bias", "hf"}, Case{"qwen3-qknorm", "gguf"}, Case{"qwen3-qknorm", "hf"}),
     case_name);
 
 // The fixtures really cover what they claim: the loader sees the features under test.
@@ -121,6 +122,24 @@ TEST(ForwardReferenceFixtures, CoverTheFeatures) {
   EXPECT_EQ(load_model(d + "mistral-swa/model.gguf")->cfg.sliding_window, 16);
   EXPECT_EQ(load_model(d + "llama2-mha-q4_0/model.gguf")->layers[0].wq.type, DType::Q4_0);
   EXPECT_EQ(load_model(d + "llama2-mha-bf16/hf")->layers[0].wq.type, DType::BF16);
+  // The families: their architecture, their layer's extra tensors, rotate-half RoPE in both
+  // formats (llama.cpp's converter does not permute Qwen's Q/K rows), Qwen3's own head_dim.
+  for (const char* f : {"qwen2-bias/hf", "qwen2-bias/model.gguf"}) {
+    auto m = load_model(d + f);
+    EXPECT_EQ(m->cfg.arch, "qwen2") << f;
+    EXPECT_TRUE(m->cfg.qkv_bias && !m->cfg.qk_norm) << f;
+    EXPECT_EQ(m->cfg.rope_layout, RopeLayout::Half) << f;
+    EXPECT_EQ(m->layers[1].bk.ne, std::vector<int64_t>{m->cfg.kv_dim()}) << f;
+  }
+  for (const char* f : {"qwen3-qknorm/hf", "qwen3-qknorm/model.gguf"}) {
+    auto m = load_model(d + f);
+    EXPECT_EQ(m->cfg.arch, "qwen3") << f;
+    EXPECT_TRUE(m->cfg.qk_norm && !m->cfg.qkv_bias) << f;
+    EXPECT_EQ(m->cfg.rope_layout, RopeLayout::Half) << f;
+    EXPECT_EQ(m->cfg.head_dim, 32) << f;
+    EXPECT_NE(m->cfg.head_dim * m->cfg.n_heads, m->cfg.dim) << f;
+    EXPECT_EQ(m->layers[0].q_norm.ne, std::vector<int64_t>{32}) << f;
+  }
 }
 
 // Both RoPE layouts give the same logits (the GGUF and HF copies of one model).

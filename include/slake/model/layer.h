@@ -17,7 +17,7 @@ namespace slake {
 // The activations of the rows a LayerOps is bound to. Each backend owns their storage.
 enum class Act { X, XB, Q, K, V, Att, Gate, Up };
 // A layer's weights, by role.
-enum class Weight { AttnNorm, Wq, Wk, Wv, Wo, FfnNorm, Gate, Up, Down };
+enum class Weight { AttnNorm, Wq, Wk, Wv, Wo, FfnNorm, Gate, Up, Down, Bq, Bk, Bv, QNorm, KNorm };
 
 // Floats per row of an activation.
 int64_t act_width(const ModelConfig& c, Act a);
@@ -29,6 +29,11 @@ class LayerOps {
   virtual void rmsnorm(Act out, Act in, Weight w, float eps) = 0;
   // out = in w^T.
   virtual void matmul(Act out, Act in, Weight w) = 0;
+  // a += b on every row (a bias vector as wide as a's rows).
+  virtual void add_bias(Act a, Weight b) = 0;
+  // RMSNorm of each of the first n_heads heads (head_dim wide) of each row, in place, by w
+  // ([head_dim]).
+  virtual void rmsnorm_heads(Act a, Weight w, int n_heads, float eps) = 0;
   // Rotates the first n_heads heads of each row by the row's position.
   virtual void rope(Act a, int n_heads) = 0;
   // The KV hooks and attention: stores the rows' keys and values in the layer's cache, lets the

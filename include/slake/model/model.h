@@ -18,7 +18,7 @@ namespace slake {
 enum class RopeLayout { Adjacent, Half };
 
 struct ModelConfig {
-  std::string arch;  // "llama" or "mistral"
+  std::string arch;  // "llama", "mistral", "qwen2" or "qwen3" (src/models/models.cpp)
   std::string name;
   int n_vocab = 0;
   int dim = 0;
@@ -36,6 +36,8 @@ struct ModelConfig {
   std::vector<float> rope_freq_factors;
   int sliding_window = 0;  // 0: none; otherwise key j is visible to query i iff i - window < j <= i
   bool tied_output = false;
+  bool qkv_bias = false;  // qwen2: the Q, K and V projections add a bias
+  bool qk_norm = false;   // qwen3: each head of Q and K is RMS-normalised before RoPE
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
@@ -61,6 +63,8 @@ struct Vocab {
 struct LayerWeights {
   TensorView attn_norm, wq, wk, wv, wo;
   TensorView ffn_norm, w_gate, w_up, w_down;
+  TensorView bq, bk, bv;     // with qkv_bias, else empty
+  TensorView q_norm, k_norm;  // with qk_norm ([head_dim]), else empty
 };
 
 struct CpuWeights;  // weight_pack.h

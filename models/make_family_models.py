@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Reference fixtures for the model families beyond Llama: tiny random Qwen2 and Qwen3 models,
+made the way a user's files are made.
+
+transformers builds each model from a config, with random weights drawn here (biases and
+per-head norm weights far from 0 and 1, so that leaving one out changes the logits), and saves
+it (save_pretrained, with a byte-level BPE tokenizer so that the converter accepts the
+directory); llama.cpp's own convert_hf_to_gguf.py (in the PyPI sdist of llama-cpp-python
+0.3.36, which vendors llama.cpp of 2026-10-01 and its gguf-py; never committed) turns the
+directory into model.gguf (f32). The converter cannot recognise the tiny tokenizer's
+pre-tokenizer by its hash, so it is run with get_vocab_base_pre answering "qwen2"; every tensor
+and key it writes is its own. transformers' float32 logits (eager attention) for a 64-token
+prompt are the reference. The output has the layout of models/make_test_models.py:
+
+  models/NAME/hf/, models/NAME/model.gguf, models/NAME/reference.json, models/NAME/logits.f32
+
+Models (vocab 272: the tokenizer's 256 byte tokens and its specials; hidden 64, 2 layers, FFN 128, rms_norm_eps 1e-5, untied):
+  qwen2-bias    Qwen2ForCausalLM, 4 / 2 heads: Q/K/V projections with biases.
+  qwen3-qknorm  Qwen3ForCausalLM, 4 / 2 heads of head_dim 32 (not hidden / heads = 16): per-head
+                RMSNorm of Q and K (q_norm, k_norm) before RoPE.
+
+CI does not run this script (torch is too heavy); its outputs are committed. Regenerate with
+
+    python -m venv /tmp/ref && /tmp/ref/bin/pip install -r models/requirements-reference.txt
+    pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d /tmp/lcp && tar xzf /tmp/lcp/*.tar.gz -C /tmp/lcp
+    /tmp/ref/bin/python models/make_family_models.py --llama-cpp /tmp/lcp/llama_cpp_python-0.3.36/vendor/llama.cpp --out tests/fixtures
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+N_VOCAB, N_EMBD, N_LAYER, N_FF, N_TOKENS = 272, 64, 2, 128, 64  # 256 byte tokens + room for specials
+
+# Runs convert_hf_to_gguf.py as __main__ with the pre-tokenizer check answered (see above).
+CONVERT = r"""
+import sys
+sys.path.insert(0, sys.argv[1] + "/gguf-py")
+sys.path.insert(0, sys.argv[1])
+import conversion.base
+conversion.base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "qwen2"
+import convert_hf_to_gguf
+sys.argv = [sys.argv[1] + "/convert_hf_to_gguf.py"] + sys.argv[2:]
+convert_hf_to_gguf.main()
+"""
+
+def tokenizer() -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    alphabet = ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=None)
+
+
+def build(name: str, seed: int):
+    common = dict(vocab_size=N_VOCAB, hidden_size=N_EMBD, intermediate_size=N_FF, num_hidden_layers=N_LAYER,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5,
+                  rope_theta=10000.0, tie_word_embeddings=False, attn_implementation="eager")
+    if name == "qwen2-bias":
+        model = Qwen2ForCausalLM(Qwen2Config(use_sliding_window=False, **common))
+    else:
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=32, attention_bias=False, **common))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+            elif pname.endswith(".bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) / (p.shape[-1] ** 0.5))
+    return model.eval()
+
+
+def logits_of(model, tokens: list[int]) -> np.ndarray:
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([tokens])).logits[0].float().numpy()
+
+
+def rel_err(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def make(name: str, seed: int, llama_cpp: Path, root: Path) -> None:
+    out = root / "models" / name
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "hf").mkdir(parents=True)
+    model = build(name, seed)
+    model.save_pretrained(out / "hf", safe_serialization=True)
+    tokenizer().save_pretrained(out / "hf")
+    rng = np.random.default_rng(seed)
+    tokens = [int(t) for t in rng.integers(0, N_VOCAB, N_TOKENS)]
+    logits = logits_of(model, tokens)
+    # The feature under test moves the logits: without it they differ.
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith(".bias") or pname.endswith("q_norm.weight") or pname.endswith("k_norm.weight"):
+                p.copy_(torch.zeros_like(p) if pname.endswith(".bias") else torch.ones_like(p))
+    e = rel_err(logits_of(model, tokens), logits)
+    if not e > 1e-2:
+        sys.exit(f"{name}: the biases / QK norms move the logits by only {e:.3g}")
+    subprocess.run([sys.executable, "-c", CONVERT, str(llama_cpp), str(out / "hf"), "--outtype", "f32", "--outfile",
+                    str(out / "model.gguf")], check=True, stdout=subprocess.DEVNULL)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (out / "hf" / f).unlink(missing_ok=True)  # the engine's tests need the weights only
+    logits.astype("<f4").tofile(out / "logits.f32")
+    desc = {"qwen2-bias": "Qwen2ForCausalLM, 4/2 heads, Q/K/V biases",
+            "qwen3-qknorm": "Qwen3ForCausalLM, 4/2 heads of head_dim 32, per-head Q/K RMSNorm"}[name]
+    (out / "reference.json").write_text(json.dumps({"tokens": tokens, "n_vocab": N_VOCAB, "description": desc +
+                                                    "; GGUF by llama.cpp's convert_hf_to_gguf.py (f32)"}) + "\n")
+    print(f"{name}: {out}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--llama-cpp", type=Path, required=True, help="llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
+    ap.add_argument("--out", type=Path, default=Path("tests/fixtures"))
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    for name, seed in (("qwen2-bias", 101), ("qwen3-qknorm", 102)):
+        make(name, seed, a.llama_cpp, a.out)
+
+
+if __name__ == "__main__":
+    main()
