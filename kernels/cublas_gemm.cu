@@ -1,6 +1,7 @@
 #include "cublas_gemm.h"
 
 #include <cublas_v2.h>
+#include <dlfcn.h>
 
 #include <string>
 
@@ -9,8 +10,43 @@
 namespace slake::gpu {
 
 namespace {
+// cuBLAS is opened on first use (dlopen), not linked: loading libcublas/libcublasLt costs about
+// 150 MB of resident memory (their relocated data), which every process of a CUDA build would
+// otherwise pay on the CPU backend too. The few entry points used are looked up once.
+struct CublasApi {
+  cublasStatus_t (*create)(cublasHandle_t*) = nullptr;
+  cublasStatus_t (*destroy)(cublasHandle_t) = nullptr;
+  cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t) = nullptr;
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
+                            cudaDataType, int, const void*, cudaDataType, int, const void*, void*, cudaDataType, int,
+                            cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+  const char* (*status_string)(cublasStatus_t) = nullptr;
+};
+
+const CublasApi& cublas() {
+  static const CublasApi api = [] {
+    const std::string lib = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h) throw Error("cannot load cuBLAS (" + lib + "): " + std::string(dlerror()));
+    auto sym = [h](const char* name) {
+      void* f = dlsym(h, name);
+      if (!f) throw Error(std::string("cuBLAS has no ") + name);
+      return f;
+    };
+    CublasApi a;
+    a.create = reinterpret_cast<decltype(a.create)>(sym("cublasCreate_v2"));
+    a.destroy = reinterpret_cast<decltype(a.destroy)>(sym("cublasDestroy_v2"));
+    a.set_stream = reinterpret_cast<decltype(a.set_stream)>(sym("cublasSetStream_v2"));
+    a.gemm_ex = reinterpret_cast<decltype(a.gemm_ex)>(sym("cublasGemmEx"));
+    a.status_string = reinterpret_cast<decltype(a.status_string)>(sym("cublasGetStatusString"));
+    return a;
+  }();
+  return api;
+}
+
 void check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw Error(std::string(what) + ": " + cublasGetStatusString(s));
+  if (s != CUBLAS_STATUS_SUCCESS) throw Error(std::string(what) + ": " + cublas().status_string(s));
 }
 cudaDataType_t cuda_type(ElemType t) {
   switch (t) {
@@ -21,16 +57,16 @@ cudaDataType_t cuda_type(ElemType t) {
 }
 }  // namespace
 
-Blas::Blas() { check(cublasCreate(&handle_), "cublasCreate"); }
-Blas::~Blas() { cublasDestroy(handle_); }
+Blas::Blas() { check(cublas().create(&handle_), "cublasCreate"); }
+Blas::~Blas() { cublas().destroy(handle_); }
 
 void gemm_rowmajor(const Blas& blas, int m, int n, int k, float alpha, const GemmOperand& a, const GemmOperand& b, float beta,
                    float* c, int ldc, Stream stream) {
   if (a.type != b.type) throw Error("gemm_rowmajor: A and B of different types");
   if (m <= 0 || n <= 0) return;
-  check(cublasSetStream(blas.handle(), stream), "cublasSetStream");
+  check(cublas().set_stream(blas.handle(), stream), "cublasSetStream");
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands (header).
-  check(cublasGemmEx(blas.handle(), b.trans ? CUBLAS_OP_T : CUBLAS_OP_N, a.trans ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha,
+  check(cublas().gemm_ex(blas.handle(), b.trans ? CUBLAS_OP_T : CUBLAS_OP_N, a.trans ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha,
                      b.data, cuda_type(b.type), b.ld, a.data, cuda_type(a.type), a.ld, &beta, c, CUDA_R_32F, ldc,
                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
