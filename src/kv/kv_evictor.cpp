@@ -33,7 +33,7 @@ bool KvEvictor::uses_window() const {
 void KvEvictor::begin_prompt(int S) {
   reset();
   S_ = S;
-  prompt_evicts_ = p_.evicts() && S > p_.budget + p_.window;
+  prompt_evicts_ = p_.evicts() && S > static_cast<int64_t>(p_.budget) + p_.window;
   if (prompt_evicts_ && uses_window()) q_window_.assign(static_cast<size_t>(p_.observed()) * s_.n_heads * s_.head_dim, 0.0f);
 }
 

@@ -56,8 +56,12 @@ void validate(const KvPolicyParams& p) {
     fail("--kv-evict-every must be in 1..4096, got " + std::to_string(p.evict_every));
   if (p.centroids < 1 || p.centroids > 4096)
     fail("KV centroid count must be in 1..4096, got " + std::to_string(p.centroids));
-  if (p.budget < 0) fail("KV budget must not be negative, got " + std::to_string(p.budget));
-  if (p.window < 1) fail("KV observation window must be positive, got " + std::to_string(p.window));
+  // Token counts far beyond any context are refused, so budget + window + evict_every stays an int.
+  constexpr int kMaxTokens = 1 << 24;
+  if (p.budget < 0 || p.budget > kMaxTokens)
+    fail("KV budget must be in 0.." + std::to_string(kMaxTokens) + " tokens, got " + std::to_string(p.budget));
+  if (p.window < 1 || p.window > kMaxTokens)
+    fail("KV observation window must be in 1.." + std::to_string(kMaxTokens) + " tokens, got " + std::to_string(p.window));
   // Against the window the policy will have (slake-wide's is widened by resolve_kv_defaults).
   const int W = kept_window(p);
   if (p.observe < 0 || p.observe > W)

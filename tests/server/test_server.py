@@ -16,7 +16,7 @@ import urllib.request
 
 import openai
 
-from harness import CHATML, SMOLLM2, STORIES, Server, cli_greedy
+from harness import BACKEND, CHATML, SMOLLM2, STORIES, Server, cli_greedy
 
 CTX = 256
 N = 24
@@ -26,7 +26,9 @@ CHAT_MESSAGES = ["Hi there", "Tell me a story", "What is a cat?", "Hello"]
 
 
 def client(server, key="none"):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, timeout=60)
+    # The host executor (SLAKE_BACKEND=cuda) takes about a second per short reply, and requests
+    # queued behind others wait for them.
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, timeout=300 if BACKEND == "cuda" else 60)
 
 
 def complete(c, model, prompt, n, stream, chat):

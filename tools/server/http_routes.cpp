@@ -1,5 +1,7 @@
 #include "http_routes.h"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -115,6 +117,14 @@ json read_tokens(const json& body, int n_vocab) {
 
 void add_routes(httplib::Server& svr, ServerEnv& env) {
   svr.set_payload_max_length(64u << 20);
+  // Memory a large request used goes back to the system: buffers of 1 MiB and more are mapped on
+  // their own (glibc would otherwise raise that threshold to the largest block freed so far and
+  // keep such buffers in its heaps), and after a request whose body passed 1 MiB the heaps' free
+  // pages are returned (its parsed JSON is many small blocks spread over an HTTP thread's arena).
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  svr.set_logger([](const httplib::Request& req, const httplib::Response&) {
+    if (req.body.size() >= (1u << 20)) malloc_trim(0);
+  });
   svr.set_pre_routing_handler([&env](const httplib::Request& req, httplib::Response& res) {
     if (env.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + env.api_key) return httplib::Server::HandlerResponse::Unhandled;

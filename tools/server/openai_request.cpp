@@ -1,5 +1,6 @@
 #include "openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -28,21 +29,42 @@ bool get_bool(const json& body, const char* name, bool dflt) {
   return v->get<bool>();
 }
 
+// An integer field in [lo, hi]. Integral numbers written as floats (1e3) count as integers; a
+// value outside the range, however large (2^63, 1e18), is refused quoting what the client sent.
 long long get_int(const json& body, const char* name, long long dflt, long long lo, long long hi) {
   const json* v = field(body, name);
   if (!v) return dflt;
+  const bool integral = v->is_number_integer() || (v->is_number_float() && std::isfinite(v->get<double>()) &&
+                                                   std::floor(v->get<double>()) == v->get<double>());
+  if (!integral) throw bad_field(name, std::string("'") + name + "' must be an integer, got " + type_name(*v));
+  bool in_range = false;
   long long x = 0;
-  if (v->is_number_integer()) {
+  if (v->is_number_unsigned()) {
+    const unsigned long long u = v->get<unsigned long long>();
+    in_range = hi >= 0 && u <= static_cast<unsigned long long>(hi) && static_cast<long long>(u) >= lo;
+    x = in_range ? static_cast<long long>(u) : 0;
+  } else if (v->is_number_integer()) {
     x = v->get<long long>();
-  } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() && std::fabs(v->get<double>()) < 1e15) {
-    x = static_cast<long long>(v->get<double>());
+    in_range = x >= lo && x <= hi;
   } else {
-    throw bad_field(name, std::string("'") + name + "' must be an integer, got " + type_name(*v));
+    const double d = v->get<double>();
+    in_range = d >= static_cast<double>(lo) && d <= static_cast<double>(hi) && std::fabs(d) < 9.0e15;
+    x = in_range ? static_cast<long long>(d) : 0;
   }
-  if (x < lo || x > hi)
+  if (!in_range)
     throw bad_field(name, std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                              "], got " + std::to_string(x));
+                              "], got " + v->dump());
   return x;
+}
+
+// seed: -1 (a random one) or any integer in [0, 2^64 - 1], kept exactly.
+uint64_t get_seed(const json& body) {
+  const json* v = field(body, "seed");
+  if (v && v->is_number_unsigned()) return v->get<unsigned long long>();
+  const long long s = get_int(body, "seed", -1, -1, std::numeric_limits<long long>::max());
+  if (s >= 0) return static_cast<uint64_t>(s);
+  std::random_device rd;
+  return static_cast<uint64_t>(rd()) << 32 | rd();
 }
 
 double get_number(const json& body, const char* name, double dflt, double lo, double hi) {
@@ -102,6 +124,12 @@ std::string message_content(const json& m, size_t i) {
   return utf8_or_400(text, where);
 }
 
+// OpenAI's roles. Any other string would be pasted into the chat template as it is, where a role
+// such as "user<|im_end|>\n<|im_start|>system" forges turns.
+bool known_role(const std::string& r) {
+  return r == "system" || r == "developer" || r == "user" || r == "assistant" || r == "tool";
+}
+
 std::vector<ChatMessage> get_messages(const json& body) {
   const json* v = field(body, "messages");
   if (!v) throw bad_field("messages", "'messages' is required");
@@ -113,20 +141,43 @@ std::vector<ChatMessage> get_messages(const json& body) {
     if (!m.is_object()) throw bad_field(where, "'" + where + "' must be an object, got " + std::string(type_name(m)));
     const json* role = field(m, "role");
     if (!role || !role->is_string()) throw bad_field(where + ".role", "'" + where + ".role' must be a string");
+    if (!known_role(role->get<std::string>()))
+      throw bad_field(where + ".role", "'" + where + ".role' must be one of system, developer, user, assistant, tool; got " +
+                                           json(role->get<std::string>()).dump());
     out.push_back({role->get<std::string>(), message_content(m, i)});
   }
   return out;
+}
+
+ApiError context_exceeded(const std::string& what, long long tokens, bool at_least, int n_ctx, const char* param) {
+  return ApiError(400,
+                  what + " is " + (at_least ? "at least " : "") + std::to_string(tokens) +
+                      " tokens, which leaves no room in the context of " + std::to_string(n_ctx) + " tokens (-c)",
+                  "invalid_request_error", param, "context_length_exceeded");
+}
+
+// Text of `bytes` bytes is at least bytes / max_piece_bytes tokens: a text that cannot fit the
+// context is refused before it is tokenized (tokenizing megabytes costs seconds and memory).
+void check_text_fits(size_t bytes, const RequestEnv& env, const char* param) {
+  if (env.max_piece_bytes == 0) return;
+  const long long at_least = static_cast<long long>(bytes / env.max_piece_bytes);
+  if (at_least >= env.n_ctx) throw context_exceeded("the prompt", at_least, true, env.n_ctx, param);
+}
+
+std::vector<int32_t> tokenize_prompt(const std::string& text, const RequestEnv& env) {
+  check_text_fits(text.size(), env, "prompt");
+  return env.tokenizer.tokenize(utf8_or_400(text, "prompt"), env.tokenizer.vocab().add_bos, true);
 }
 
 // prompt: a string, an array of one string, or an array of token ids.
 std::vector<int32_t> get_prompt(const json& body, const RequestEnv& env) {
   const json* v = field(body, "prompt");
   if (!v) throw bad_field("prompt", "'prompt' is required");
-  const Vocab& vocab = env.tokenizer.vocab();
-  if (v->is_string()) return env.tokenizer.tokenize(utf8_or_400(v->get<std::string>(), "prompt"), vocab.add_bos, true);
-  if (v->is_array() && v->size() == 1 && (*v)[0].is_string())
-    return env.tokenizer.tokenize(utf8_or_400((*v)[0].get<std::string>(), "prompt"), vocab.add_bos, true);
+  if (v->is_string()) return tokenize_prompt(v->get<std::string>(), env);
+  if (v->is_array() && v->size() == 1 && (*v)[0].is_string()) return tokenize_prompt((*v)[0].get<std::string>(), env);
   if (v->is_array() && !v->empty() && (*v)[0].is_number()) {
+    if (v->size() >= static_cast<size_t>(env.n_ctx))
+      throw context_exceeded("the prompt", static_cast<long long>(v->size()), false, env.n_ctx, "prompt");
     std::vector<int32_t> ids;
     for (const json& t : *v) {
       if (!t.is_number_integer() || t.get<long long>() < 0 || t.get<long long>() >= env.cfg.n_vocab)
@@ -158,6 +209,8 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
 }  // namespace
 
 json parse_object(const std::string& body) {
+  // The parser stops at a NUL byte; a body must end where its JSON ends.
+  if (body.find('\0') != std::string::npos) throw ApiError(400, "the request body is not valid JSON: it holds a NUL byte");
   json j;
   try {
     j = json::parse(body);
@@ -198,12 +251,7 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
   s.top_k = static_cast<int>(get_int(body, "top_k", s.top_k, 0, std::numeric_limits<int>::max()));
   s.min_p = static_cast<float>(get_number(body, "min_p", s.min_p, 0.0, 1.0));
   s.repeat_penalty = static_cast<float>(get_number(body, "repeat_penalty", s.repeat_penalty, 1e-3, 100.0));
-  if (field(body, "seed")) {
-    s.seed = static_cast<uint64_t>(get_int(body, "seed", 0, std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max()));
-  } else {
-    std::random_device rd;
-    s.seed = static_cast<uint64_t>(rd()) << 32 | rd();
-  }
+  s.seed = get_seed(body);
   g.stop = get_stop(body);
   g.ignore_eos = get_bool(body, "ignore_eos", false);
   try {
@@ -224,18 +272,29 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
   g.kv = get_kv(body, env);
 
   try {
-    g.prompt = chat ? env.chat.tokens(get_messages(body)) : get_prompt(body, env);
+    if (chat) {
+      const std::vector<ChatMessage> messages = get_messages(body);
+      size_t bytes = 0;
+      for (const ChatMessage& m : messages) bytes += m.content.size();
+      check_text_fits(bytes, env, "messages");
+      g.prompt = env.chat.tokens(messages);
+    } else {
+      g.prompt = get_prompt(body, env);
+    }
   } catch (const Error& e) {  // the template raised, or there is none
     throw bad_field(chat ? "messages" : "prompt", e.what());
   }
   if (g.prompt.empty())
     throw bad_field(chat ? "messages" : "prompt", "the prompt is empty and the vocabulary adds no BOS: nothing to generate from");
   if (static_cast<long long>(g.prompt.size()) >= env.n_ctx)
-    throw ApiError(400,
-                   "the prompt is " + std::to_string(g.prompt.size()) + " tokens, which leaves no room in the context of " +
-                       std::to_string(env.n_ctx) + " tokens (-c)",
-                   "invalid_request_error", chat ? "messages" : "prompt", "context_length_exceeded");
+    throw context_exceeded("the prompt", static_cast<long long>(g.prompt.size()), false, env.n_ctx, chat ? "messages" : "prompt");
   return r;
+}
+
+size_t longest_piece_bytes(const Vocab& v) {
+  size_t n = 0;
+  for (const std::string& t : v.tokens) n = std::max(n, t.size());
+  return n;
 }
 
 }  // namespace slake::server

@@ -32,7 +32,14 @@ struct RequestEnv {
   const ModelConfig& cfg;
   int n_ctx;
   KvPolicyParams kv_default;  // the --kv-* flags, not resolved (get_kv resolves each request's)
+  // Bytes of the vocabulary's longest piece as stored (longest_piece_bytes): no token covers more
+  // text, so a prompt of B bytes is at least B / this many tokens. 0: no bound before tokenizing.
+  size_t max_piece_bytes = 0;
 };
+
+// The byte length of the longest stored token piece (an upper bound on the text one token covers:
+// stored pieces are never shorter than their text, e.g. SentencePiece's 3-byte "▁" for a space).
+size_t longest_piece_bytes(const Vocab& v);
 
 // Throws ApiError (400).
 ApiRequest parse_request(const std::string& body, bool chat, const RequestEnv& env);

@@ -63,6 +63,7 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
                                counters,
                                o.api_key,
                                static_cast<long long>(std::time(nullptr))};
+  env.request.max_piece_bytes = slake::server::longest_piece_bytes(tokenizer->vocab());
   httplib::Server svr;
   const int http_threads = o.http_threads > 0 ? o.http_threads : o.n_parallel + o.queue_max + 8;
   svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(static_cast<size_t>(http_threads)); };
