@@ -90,6 +90,25 @@ const std::vector<SyntheticPreset>& synthetic_presets() {
     p.push_back({"mistral-7b-v0.3", m});
     p.push_back({"tinyllama-1.1b", shape("tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f)});
     p.push_back({"tiny", shape("tiny", 1024, 256, 4, 8, 4, 704, 131072, 10000.0f)});  // long context: for cache-bound runs
+    // Qwen2.5 (Q/K/V biases) and Qwen3 (per-head Q/K norms, head_dim 128), from their config.json
+    // (the Instruct models' contexts); the small ones tie the output to the embedding table.
+    auto qwen = [](const char* name, bool qwen3, int vocab, int dim, int layers, int heads, int kv, int head_dim, int ffn, int ctx,
+                   bool tied) {
+      ModelConfig c = shape(name, vocab, dim, layers, heads, kv, ffn, ctx, 1000000.0f);
+      c.arch = qwen3 ? "qwen3" : "qwen2";
+      c.head_dim = head_dim;
+      c.rms_eps = 1e-6f;
+      c.rope_layout = RopeLayout::Half;
+      c.qkv_bias = !qwen3;
+      c.qk_norm = qwen3;
+      c.tied_output = tied;
+      return c;
+    };
+    p.push_back({"qwen2.5-0.5b", qwen("qwen2.5-0.5b", false, 151936, 896, 24, 14, 2, 64, 4864, 32768, true)});
+    p.push_back({"qwen2.5-1.5b", qwen("qwen2.5-1.5b", false, 151936, 1536, 28, 12, 2, 128, 8960, 32768, true)});
+    p.push_back({"qwen2.5-7b", qwen("qwen2.5-7b", false, 152064, 3584, 28, 28, 4, 128, 18944, 32768, false)});
+    p.push_back({"qwen3-0.6b", qwen("qwen3-0.6b", true, 151936, 1024, 28, 16, 8, 128, 3072, 40960, true)});
+    p.push_back({"qwen3-8b", qwen("qwen3-8b", true, 151936, 4096, 36, 32, 8, 128, 12288, 40960, false)});
     return p;
   }();
   return presets;
@@ -124,7 +143,7 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
               s_ff = 1.0f / std::sqrt(static_cast<float>(ff));
   specs["tok_embd"] = {{dim, V}, type, 1.0f};
   specs["output_norm"] = {{dim}, DType::F32, 0.0f};
-  specs["output"] = {{dim, V}, type, s_dim};
+  if (!c.tied_output) specs["output"] = {{dim, V}, type, s_dim};
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     specs[p + "attn_norm"] = {{dim}, DType::F32, 0.0f};
@@ -136,6 +155,15 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
     specs[p + "w_gate"] = {{dim, ff}, type, s_dim};
     specs[p + "w_up"] = {{dim, ff}, type, s_dim};
     specs[p + "w_down"] = {{ff, dim}, type, s_ff};
+    if (c.qkv_bias) {
+      specs[p + "bq"] = {{q}, DType::F32, 0.1f};
+      specs[p + "bk"] = {{kv}, DType::F32, 0.1f};
+      specs[p + "bv"] = {{kv}, DType::F32, 0.1f};
+    }
+    if (c.qk_norm) {
+      specs[p + "q_norm"] = {{c.head_dim}, DType::F32, 0.0f};
+      specs[p + "k_norm"] = {{c.head_dim}, DType::F32, 0.0f};
+    }
   }
   size_t total = 0;
   for (const auto& [name, sp] : specs) {
@@ -187,9 +215,11 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
   // The matrices the CPU path would repack (weight_pack.h) are generated in that layout, so the
   // weights are in memory once; every other reader goes through row_in_file_layout.
   for (auto& [name, v] : views)
-    if (name != "tok_embd") repack_in_place(v);
-  detail::TensorNames names_fmt{"tok_embd", "output_norm", "output", "blk.{}.attn_norm", "blk.{}.wq", "blk.{}.wk",
-                                "blk.{}.wv", "blk.{}.wo", "blk.{}.ffn_norm", "blk.{}.w_gate", "blk.{}.w_up", "blk.{}.w_down"};
+    if (name != "tok_embd" && v.ne.size() == 2) repack_in_place(v);
+  detail::TensorNames names_fmt{"tok_embd",      "output_norm",    "output",         "blk.{}.attn_norm", "blk.{}.wq",
+                                "blk.{}.wk",     "blk.{}.wv",      "blk.{}.wo",      "blk.{}.ffn_norm",  "blk.{}.w_gate",
+                                "blk.{}.w_up",   "blk.{}.w_down",  "blk.{}.bq",      "blk.{}.bk",        "blk.{}.bv",
+                                "blk.{}.q_norm", "blk.{}.k_norm"};
   detail::bind_weights(
       *m, [&](const std::string& n) -> const TensorView* { auto it = views.find(n); return it == views.end() ? nullptr : &it->second; },
       names_fmt, m->path);

@@ -34,6 +34,22 @@ TEST(SyntheticModel, PresetsHaveThePublishedShapes) {
     EXPECT_EQ(c.n_vocab, w.vocab) << w.name;
     EXPECT_EQ(c.n_ctx_train, w.ctx) << w.name;
   }
+  // The Qwen shapes: their config.json's head_dim, tie_word_embeddings, and their layer's extras.
+  struct WantQwen { const char* name; const char* arch; int dim, layers, heads, kv, head_dim, ffn, vocab, ctx; bool tied; };
+  for (const WantQwen& w : {WantQwen{"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 64, 4864, 151936, 32768, true},
+                            WantQwen{"qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 128, 8960, 151936, 32768, true},
+                            WantQwen{"qwen2.5-7b", "qwen2", 3584, 28, 28, 4, 128, 18944, 152064, 32768, false},
+                            WantQwen{"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, true},
+                            WantQwen{"qwen3-8b", "qwen3", 4096, 36, 32, 8, 128, 12288, 151936, 40960, false}}) {
+    const ModelConfig& c = preset(w.name);
+    EXPECT_EQ(c.arch, w.arch) << w.name;
+    EXPECT_EQ(std::vector<int>({c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim, c.n_vocab, c.n_ctx_train}),
+              std::vector<int>({w.dim, w.layers, w.heads, w.kv, w.head_dim, w.ffn, w.vocab, w.ctx}))
+        << w.name;
+    EXPECT_EQ(c.tied_output, w.tied) << w.name;
+    EXPECT_EQ(c.qkv_bias, std::string(w.arch) == "qwen2") << w.name;
+    EXPECT_EQ(c.qk_norm, std::string(w.arch) == "qwen3") << w.name;
+  }
   // Their KV policy defaults are the spec's rows for those models.
   KvPolicyParams p;
   p.budget = 128;
@@ -63,6 +79,22 @@ TEST(SyntheticModel, DeterministicPerSeedWithTheIntendedSpread) {
   }
   EXPECT_THROW(make_synthetic_model("gpt-5", DType::Q4_0, 1), Error);
   EXPECT_THROW(make_synthetic_model("tiny", DType::Q6_K, 1), Error);
+}
+
+// The Qwen presets run through their own layer definitions (biases, Q/K norms, tied output).
+TEST(SyntheticModel, QwenShapesRunAndStayFinite) {
+  for (const char* name : {"qwen2.5-0.5b", "qwen3-0.6b"}) {
+    SCOPED_TRACE(name);
+    const auto m = make_synthetic_model(name, DType::Q4_0, 3);
+    EXPECT_EQ(m->weights().size(), m->cfg.n_layers * (m->cfg.qkv_bias ? 12u : 11u) + 2u);  // tied: no output matrix
+    Context ctx(*m, {64, 2});
+    std::vector<int32_t> prompt(16);
+    for (int i = 0; i < 16; ++i) prompt[static_cast<size_t>(i)] = (i * 7919) % m->cfg.n_vocab;
+    std::vector<float> logits;
+    ctx.eval(prompt, &logits);
+    ASSERT_EQ(logits.size(), static_cast<size_t>(m->cfg.n_vocab));
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+  }
 }
 
 TEST(SyntheticModel, ForwardPassStaysFinite) {
