@@ -98,6 +98,12 @@ class HostileRequests(unittest.TestCase):
                                                        "seed": 2 ** 64 - 1})[1]["choices"][0]["text"] for _ in range(2)]
         self.assertEqual(texts[0], texts[1])
 
+    def test_content_part_of_the_wrong_type_is_400(self):
+        # Found by fuzz-request: a part whose "type" was not a string escaped as a JSON type error.
+        status, body = post(self.server, "/v1/chat/completions",
+                            {"messages": [{"role": "user", "content": [{"type": True, "text": "hi"}]}], "max_tokens": 2})
+        self.expect_400(status, body, "messages[0].content", "parts must be")
+
     def test_bytes_after_a_nul_are_400(self):
         status, body = post_raw(self.server, "/v1/completions", b'{"prompt": "Once", "max_tokens": 2}\x00{"garbage"')
         self.assertEqual(status, 400, body)

@@ -117,7 +117,9 @@ std::string message_content(const json& m, size_t i) {
   if (!c->is_array()) throw bad_field(where, "'" + where + "' must be a string or an array of text parts, got " + type_name(*c));
   std::string text;
   for (const json& part : *c) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+    // json::value would throw its own type_error for a "type" that is not a string: a 500.
+    const json* type = part.is_object() ? field(part, "type") : nullptr;
+    if (!type || !type->is_string() || *type != "text" || !part.contains("text") || !part["text"].is_string())
       throw bad_field(where, "'" + where + "' parts must be {\"type\": \"text\", \"text\": string} (only text is supported)");
     text += part["text"].get<std::string>();
   }
