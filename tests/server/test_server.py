@@ -192,6 +192,18 @@ class Behaviour(unittest.TestCase):
         r3 = c.completions.create(model=self.model, prompt=first[:3] + more["tokens"], max_tokens=8, temperature=0)
         self.assertEqual(r3.usage.prompt_tokens_details.cached_tokens, 0)
 
+    @unittest.skipUnless(BACKEND == "cuda", "the cpu backend runs every policy")
+    def test_policy_the_device_lacks_fails_alone(self):
+        # The device refuses h2o when the slot's context is built: that request fails with the
+        # reason, and the slot, back on its old policy, serves the next one.
+        status, body = post(self.server, "/v1/completions", {"prompt": " ".join(PROMPTS * 3), "max_tokens": 2,
+                                                             "kv_policy": "h2o", "kv_budget": 32, "kv_window": 8})
+        self.assertNotEqual(status, 200)
+        self.assertIn("h2o", body["error"]["message"])
+        for _ in range(3):  # every slot, whichever took the failed request
+            r = client(self.server).completions.create(model=self.model, prompt="Once upon a time", max_tokens=4, temperature=0)
+            self.assertEqual(r.usage.completion_tokens, 4)
+
     def test_kv_policy_per_request(self):
         c = client(self.server)
         long_prompt = " ".join(PROMPTS * 3)

@@ -53,7 +53,13 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now) {
   if (reuse == 0) {
     if (kv_ != r.kv) {
       ctx_.reset();  // the old cache goes before the new one is reserved
-      ctx_ = make_session(r.kv);
+      try {
+        ctx_ = make_session(r.kv);
+      } catch (...) {  // a policy this backend lacks (cuda: h2o): the slot keeps one of its old policy
+        ctx_ = make_session(kv_);
+        history_.clear();
+        throw;
+      }
       kv_ = r.kv;
     }
     drop_cache();
