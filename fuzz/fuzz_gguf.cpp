@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "slake/error.h"
-#include "slake/model/gguf.h"
+#include "slake/format/gguf.h"
 #include "slake/model/model.h"
 #include "slake/quant/quant_dot.h"
 

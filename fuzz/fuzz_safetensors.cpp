@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "slake/error.h"
-#include "slake/model/safetensors.h"
+#include "slake/format/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

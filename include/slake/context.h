@@ -12,7 +12,7 @@
 #include "slake/model/model.h"
 #include "slake/cpu/rope.h"
 #include "slake/cpu/thread_pool.h"
-#include "slake/quant/weight_pack.h"
+#include "slake/cpu/cpu_weights.h"
 
 namespace slake {
 
@@ -71,7 +71,7 @@ class Context {
   void run_layer(int layer, float* x, int n_tokens, const int32_t* pos, bool prompt, const std::vector<Context*>& also);
 
   const Model& model_;
-  const CpuWeights& weights_;  // the model's matrices as the CPU kernels read them (weight_pack.h)
+  const CpuWeights& weights_;  // the model's matrices as the CPU kernels read them (cpu/cpu_weights.h)
   ContextParams params_;
   int n_ctx_;
   int n_past_ = 0;

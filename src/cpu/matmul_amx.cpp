@@ -17,7 +17,7 @@
 #include <unistd.h>
 #endif
 
-#include "../quant/quant_blocks.h"
+#include "slake/quant/quant_blocks.h"
 
 namespace slake {
 

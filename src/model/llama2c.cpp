@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "slake/error.h"
-#include "slake/model/mapped_file.h"
-#include "slake/model/writers.h"
+#include "slake/format/mapped_file.h"
+#include "slake/format/writers.h"
 
 namespace slake {
 

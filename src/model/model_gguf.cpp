@@ -5,8 +5,8 @@
 
 #include "model_internal.h"
 #include "slake/error.h"
-#include "slake/model/gguf.h"
-#include "../tokenizer/vocab_internal.h"
+#include "slake/format/gguf.h"
+#include "slake/tokenizer/vocab_readers.h"
 
 namespace slake {
 namespace detail {

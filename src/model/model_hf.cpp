@@ -8,8 +8,8 @@
 
 #include "model_internal.h"
 #include "slake/error.h"
-#include "slake/model/safetensors.h"
-#include "../tokenizer/vocab_internal.h"
+#include "slake/format/safetensors.h"
+#include "slake/tokenizer/vocab_readers.h"
 
 namespace slake::detail {
 

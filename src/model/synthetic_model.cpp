@@ -3,11 +3,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <thread>
 
 #include "model_internal.h"
 #include "slake/error.h"
-#include "slake/cpu/thread_pool.h"
 
 namespace slake {
 
@@ -27,6 +28,19 @@ ModelConfig shape(const char* name, int vocab, int dim, int layers, int heads, i
   c.n_ctx_train = ctx;
   c.rope_theta = theta;
   return c;
+}
+
+// Runs fn(i) for i in [0, n) on the hardware's threads, each taking every nt-th index.
+template <class Fn>
+void parallel_indices(int64_t n, Fn&& fn) {
+  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(n, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (int64_t t = 1; t < nt; ++t)
+    threads.emplace_back([&, t] {
+      for (int64_t i = t; i < n; i += nt) fn(i);
+    });
+  for (int64_t i = 0; i < n; i += nt) fn(i);
+  for (std::thread& th : threads) th.join();
 }
 
 // splitmix64: a fast, seedable generator; each block of weights gets its own stream.
@@ -89,7 +103,6 @@ const std::vector<SyntheticPreset>& synthetic_presets() {
     m.arch = "mistral";
     p.push_back({"mistral-7b-v0.3", m});
     p.push_back({"tinyllama-1.1b", shape("tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f)});
-    p.push_back({"tiny", shape("tiny", 1024, 256, 4, 8, 4, 704, 131072, 10000.0f)});  // long context: for cache-bound runs
     // Qwen2.5 (Q/K/V biases) and Qwen3 (per-head Q/K norms, head_dim 128), from their config.json
     // (the Instruct models' contexts); the small ones tie the output to the embedding table.
     auto qwen = [](const char* name, bool qwen3, int vocab, int dim, int layers, int heads, int kv, int head_dim, int ffn, int ctx,
@@ -109,6 +122,7 @@ const std::vector<SyntheticPreset>& synthetic_presets() {
     p.push_back({"qwen2.5-7b", qwen("qwen2.5-7b", false, 152064, 3584, 28, 28, 4, 128, 18944, 32768, false)});
     p.push_back({"qwen3-0.6b", qwen("qwen3-0.6b", true, 151936, 1024, 28, 16, 8, 128, 3072, 40960, true)});
     p.push_back({"qwen3-8b", qwen("qwen3-8b", true, 151936, 4096, 36, 32, 8, 128, 12288, 40960, false)});
+    p.push_back({"tiny", shape("tiny", 1024, 256, 4, 8, 4, 704, 131072, 10000.0f)});  // long context: for cache-bound runs
     return p;
   }();
   return presets;
@@ -192,7 +206,6 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
   }
   // Fill in parallel, in blocks of rows that each get their own seed: the result does not depend
   // on the thread count.
-  ThreadPool pool(default_thread_count());
   uint64_t tensor_index = 0;
   for (auto& [name, view] : views) {
     const TensorView& v = view;  // a plain reference: lambdas cannot capture structured bindings in C++17
@@ -204,12 +217,10 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
     }
     const int64_t rows = v.n_rows(), per = 64;
     const uint64_t base = seed * 0x100000001B3ull + (++tensor_index << 32);
-    pool.parallel_for((rows + per - 1) / per, 1, [&](int64_t b, int64_t e, int) {
-      for (int64_t i = b; i < e; ++i) {
-        const int64_t r0 = i * per, nr = std::min(per, rows - r0);
-        fill_random(data + static_cast<size_t>(r0) * row_bytes(v.type, v.row_len()), v.type, nr * v.row_len(), sd,
-                    base + static_cast<uint64_t>(i));
-      }
+    parallel_indices((rows + per - 1) / per, [&](int64_t i) {
+      const int64_t r0 = i * per, nr = std::min(per, rows - r0);
+      fill_random(data + static_cast<size_t>(r0) * row_bytes(v.type, v.row_len()), v.type, nr * v.row_len(), sd,
+                  base + static_cast<uint64_t>(i));
     });
   }
   // The matrices the CPU path would repack (weight_pack.h) are generated in that layout, so the

@@ -8,7 +8,7 @@
 #endif
 
 #include "slake/error.h"
-#include "quant_blocks.h"
+#include "slake/quant/quant_blocks.h"
 
 // This file is compiled with -ffp-contract=off: dequantisation must round like the reference.
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "quant_blocks.h"
+#include "slake/quant/quant_blocks.h"
 #include "slake/error.h"
 #include "slake/quant/weight_pack.h"
 

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <cstdlib>
 
-#include "quant_blocks.h"
+#include "slake/quant/quant_blocks.h"
 #include "dot_simd_internal.h"
 #include "simd_util.h"
 #include "slake/quant/quant_dot.h"

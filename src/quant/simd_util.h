@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "quant_blocks.h"
+#include "slake/quant/quant_blocks.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define SLAKE_SIMD_DOT 1

@@ -133,15 +133,11 @@ const uint8_t* row_in_file_layout(const TensorView& t, int64_t r, std::vector<ui
   return scratch.data();
 }
 
-namespace {
-
-// Whether the CPU path repacks w here, and the copy in the layout it uses (X4 before X8).
+// X4 before X8.
 bool repack_applies(const TensorView& w) { return repack_x4_applies(w) || repack_x8_applies(w); }
 TensorView pack_for_cpu(const TensorView& w, uint8_t* dst) {
   return repack_x4_applies(w) ? pack_x4(w, dst) : pack_x8(w, dst);
 }
-
-}  // namespace
 
 bool repack_in_place(TensorView& w) {
   if (!repack_applies(w)) return false;
@@ -150,35 +146,6 @@ bool repack_in_place(TensorView& w) {
   src.data = copy.data();
   w = pack_for_cpu(src, const_cast<uint8_t*>(w.data));
   return true;
-}
-
-namespace {
-
-// The view of `w` the CPU path uses: a repacked copy where that applies.
-TensorView for_cpu(const Model& m, const TensorView& w, CpuWeights& cw) {
-  if (!repack_applies(w)) return w;  // already repacked (synthetic weights), or not to be
-  cw.buffers.emplace_back(new uint8_t[w.nbytes]);
-  const TensorView v = pack_for_cpu(w, cw.buffers.back().get());
-  if (m.release_pages) m.release_pages(w.data, w.nbytes);
-  return v;
-}
-
-}  // namespace
-
-const CpuWeights& cpu_weights(const Model& m) {
-  CpuWeightsSlot& slot = *m.cpu_slot;
-  std::call_once(slot.once, [&] {
-    auto cw = std::make_unique<CpuWeights>();
-    for (const LayerWeights& L : m.layers) {
-      LayerWeights c = L;
-      for (TensorView* t : {&c.wq, &c.wk, &c.wv, &c.wo, &c.w_gate, &c.w_up, &c.w_down}) *t = for_cpu(m, *t, *cw);
-      cw->layers.push_back(std::move(c));
-    }
-    // A tied output is the embedding table, whose rows the embedding lookup reads: never repacked.
-    cw->output = m.cfg.tied_output || m.output.data == m.tok_embd.data ? m.output : for_cpu(m, m.output, *cw);
-    slot.weights = std::move(cw);
-  });
-  return *slot.weights;
 }
 
 }  // namespace slake

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "slake/model/model.h"
+#include "slake/tokenizer/vocab.h"
 
 namespace slake::detail {
 

@@ -8,10 +8,10 @@
 
 #include "pretokenizer.h"
 #include "slake/error.h"
-#include "slake/model/gguf.h"
-#include "slake/model/mapped_file.h"
+#include "slake/format/gguf.h"
+#include "slake/format/mapped_file.h"
 #include "slake/tokenizer/vocab.h"
-#include "vocab_internal.h"
+#include "slake/tokenizer/vocab_readers.h"
 
 namespace slake {
 namespace detail {

@@ -28,6 +28,7 @@
 #include "slake/error.h"
 #include "slake/model/model.h"
 #include "slake/model/synthetic_model.h"
+#include "slake/quant/weight_pack.h"
 #include "test_util.h"
 
 #ifndef SLAKE_KERNEL_TESTS_ON_GPU

@@ -16,7 +16,7 @@
 #include "slake/context.h"
 #include "slake/kv/kv_cache.h"
 #include "slake/kv/kv_type.h"
-#include "slake/model/mapped_file.h"
+#include "slake/format/mapped_file.h"
 #include "slake/model/model.h"
 #include "slake/tokenizer/tokenizer.h"
 #include "test_util.h"

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "slake/quant/dtype.h"
-#include "slake/model/gguf.h"
+#include "slake/format/gguf.h"
 #include "test_util.h"
 
 namespace slake {

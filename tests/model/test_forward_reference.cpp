@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "slake/context.h"
-#include "slake/model/mapped_file.h"
+#include "slake/format/mapped_file.h"
 #include "slake/model/model.h"
 #include "test_util.h"
 

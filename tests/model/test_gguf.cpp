@@ -2,8 +2,8 @@
 #include <gmock/gmock.h>
 
 #include "slake/error.h"
-#include "slake/model/gguf.h"
-#include "slake/model/writers.h"
+#include "slake/format/gguf.h"
+#include "slake/format/writers.h"
 #include "test_util.h"
 
 namespace slake {

@@ -7,7 +7,7 @@
 #include "slake/context.h"
 #include "slake/error.h"
 #include "slake/model/model.h"
-#include "slake/model/writers.h"
+#include "slake/format/writers.h"
 #include "test_util.h"
 
 namespace slake {

@@ -2,8 +2,8 @@
 #include <gmock/gmock.h>
 
 #include "slake/error.h"
-#include "slake/model/safetensors.h"
-#include "slake/model/writers.h"
+#include "slake/format/safetensors.h"
+#include "slake/format/writers.h"
 #include "test_util.h"
 
 namespace slake {

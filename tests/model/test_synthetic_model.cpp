@@ -9,6 +9,7 @@
 #include "slake/context.h"
 #include "slake/error.h"
 #include "slake/model/synthetic_model.h"
+#include "slake/quant/weight_pack.h"
 
 namespace slake {
 namespace {

@@ -371,10 +371,12 @@ class AdmissionAndAuth(unittest.TestCase):
             server.stop()
 
     def test_full_queue_is_503_and_sigterm_stops(self):
-        server = Server(STORIES, "-c", str(CTX), "-np", "1", "--queue", "0", "-t", "1")
+        # A context of 4096 lets the busy reply run for seconds (220 tokens could end between the
+        # two refused requests below); the stream is closed before it ends.
+        server = Server(STORIES, "-c", "4096", "-np", "1", "--queue", "0", "-t", "1")
         try:
             c = client(server)
-            stream = c.completions.create(model="stories260K.gguf", prompt="Once", max_tokens=220, temperature=1.0,
+            stream = c.completions.create(model="stories260K.gguf", prompt="Once", max_tokens=4000, temperature=1.0,
                                           stream=True, extra_body={"ignore_eos": True})
             next(iter(stream))  # the only slot is busy now
             with self.assertRaises(openai.InternalServerError) as cm:

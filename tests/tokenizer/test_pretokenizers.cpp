@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "slake/error.h"
-#include "slake/model/mapped_file.h"
+#include "slake/format/mapped_file.h"
 #include "slake/tokenizer/vocab.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer_internal.h"

@@ -8,7 +8,7 @@
 
 #include "slake/error.h"
 #include "slake/model/llama2c.h"
-#include "slake/model/mapped_file.h"
+#include "slake/format/mapped_file.h"
 #include "slake/model/model.h"
 #include "slake/tokenizer/tokenizer.h"
 #include "slake/tokenizer/vocab.h"

@@ -6,7 +6,7 @@
 #include "slake/error.h"
 #include "slake/tokenizer/tokenizer.h"
 #include "slake/tokenizer/vocab.h"
-#include "slake/model/writers.h"
+#include "slake/format/writers.h"
 #include "test_util.h"
 
 namespace slake {

@@ -1,7 +1,7 @@
 #include "chat_session.h"
 
 #include "slake/error.h"
-#include "slake/model/mapped_file.h"
+#include "slake/format/mapped_file.h"
 
 namespace slake::cli {
 

@@ -14,7 +14,7 @@
 
 #include "slake/context.h"
 #include "slake/error.h"
-#include "slake/model/mapped_file.h"
+#include "slake/format/mapped_file.h"
 #include "slake/model/model.h"
 #include "slake/sampler.h"
 #include "slake/tokenizer/tokenizer.h"

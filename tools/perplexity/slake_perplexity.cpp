@@ -22,7 +22,7 @@
 #include "slake/context.h"
 #include "slake/error.h"
 #include "slake/logit_stats.h"
-#include "slake/model/mapped_file.h"
+#include "slake/format/mapped_file.h"
 #include "slake/model/model.h"
 #include "slake/tokenizer/tokenizer.h"
 #include "../common/backend.h"

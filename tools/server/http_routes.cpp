@@ -117,11 +117,13 @@ json read_tokens(const json& body, int n_vocab) {
 
 void add_routes(httplib::Server& svr, ServerEnv& env) {
   svr.set_payload_max_length(64u << 20);
-  // Memory a large request used goes back to the system: buffers of 1 MiB and more are mapped on
+  // Memory a large request used goes back to the system: buffers of 8 MiB and more are mapped on
   // their own (glibc would otherwise raise that threshold to the largest block freed so far and
-  // keep such buffers in its heaps), and after a request whose body passed 1 MiB the heaps' free
-  // pages are returned (its parsed JSON is many small blocks spread over an HTTP thread's arena).
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // keep such buffers in its heaps; below 8 MiB, a decode step's logits of 8 slots of a 150K
+  // vocabulary stay in the heap rather than being mapped and faulted in at every step), and after
+  // a request whose body passed 1 MiB the heaps' free pages are returned (its parsed JSON is many
+  // small blocks spread over an HTTP thread's arena).
+  mallopt(M_MMAP_THRESHOLD, 8 << 20);
   svr.set_logger([](const httplib::Request& req, const httplib::Response&) {
     if (req.body.size() >= (1u << 20)) malloc_trim(0);
   });

@@ -6,7 +6,7 @@
 #include <iterator>
 
 #include "slake/error.h"
-#include "slake/model/mapped_file.h"
+#include "slake/format/mapped_file.h"
 #include "slake/tokenizer/tokenizer.h"
 #include "slake/tokenizer/vocab.h"
 

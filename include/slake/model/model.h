@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "slake/model/tensor.h"
+#include "slake/quant/tensor.h"
+#include "slake/tokenizer/vocab.h"
 
 namespace slake {
 
@@ -44,22 +45,6 @@ struct ModelConfig {
   int group_size() const { return n_heads / n_kv_heads; }
 };
 
-// The vocabulary as the file stores it; the tokenizers are built from this.
-struct Vocab {
-  std::string model;  // "llama" (SentencePiece-style), "gpt2" (byte-level BPE), "" when absent
-  std::string pre;    // pre-tokenizer name (tokenizer.ggml.pre)
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;  // llama.cpp token types: 1 normal, 2 unknown, 3 control, 4 user, 5 unused, 6 byte
-  std::vector<std::string> merges;
-  int bos = -1, eos = -1, unk = -1, eot = -1;
-  bool add_bos = true;
-  // SentencePiece ("llama"): a space is put before the text, so that its first word is tokenized
-  // like every other word ("▁Hello"). tokenizer.ggml.add_space_prefix; true unless a file says not.
-  bool add_space_prefix = true;
-  std::string chat_template;  // GGUF tokenizer.chat_template, or chat_template of HF tokenizer_config.json
-};
-
 struct LayerWeights {
   TensorView attn_norm, wq, wk, wv, wo;
   TensorView ffn_norm, w_gate, w_up, w_down;
@@ -67,10 +52,11 @@ struct LayerWeights {
   TensorView q_norm, k_norm;  // with qk_norm ([head_dim]), else empty
 };
 
-struct CpuWeights;  // weight_pack.h
-struct CpuWeightsSlot {
+// Data a backend derives from the weights once and shares between its contexts (the CPU path's
+// repacked matrices, cpu/cpu_weights.h), made by the first caller.
+struct DerivedWeights {
   std::once_flag once;
-  std::shared_ptr<const CpuWeights> weights;
+  std::shared_ptr<const void> data;
 };
 
 struct Model {
@@ -84,8 +70,7 @@ struct Model {
   // Hands the pages of a weight's bytes back to the OS when they can be read again (file
   // mappings); unset for weights in owned memory.
   std::function<void(const uint8_t*, size_t)> release_pages;
-  // The CPU path's repacked weights (weight_pack.h), made once by the first CPU Context.
-  std::shared_ptr<CpuWeightsSlot> cpu_slot = std::make_shared<CpuWeightsSlot>();
+  std::shared_ptr<DerivedWeights> derived = std::make_shared<DerivedWeights>();
 
   // Every weight tensor once (the output matrix only when it is not the embedding table).
   std::vector<const TensorView*> weights() const;

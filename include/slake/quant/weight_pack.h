@@ -1,4 +1,4 @@
-// The CPU path's copy of a model's matrices: Q8_0/Q4_0 matrices repacked into interleaved groups
+// The layouts of the CPU path's copy of a model's matrices (cpu/cpu_weights.h): Q8_0/Q4_0 matrices repacked into interleaved groups
 // of 4 rows (X4, AVX-512 VNNI builds) or Q4_0 into groups of 8 (X8, AVX2 builds without VNNI);
 // quant_dot.h describes both layouts. The decode kernel then streams one contiguous run of bytes
 // per register tile and loads the rows' scales with one instruction, instead of gathering 18- or
@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "slake/model/model.h"
+#include "slake/quant/tensor.h"
 
 namespace slake {
 
@@ -37,15 +37,9 @@ const uint8_t* row_in_file_layout(const TensorView& t, int64_t r, std::vector<ui
 // any applies; returns whether it did.
 bool repack_in_place(TensorView& w);
 
-struct CpuWeights {
-  std::vector<LayerWeights> layers;
-  TensorView output;
-  std::vector<std::unique_ptr<uint8_t[]>> buffers;
-};
-
-// The model's CPU weights, made by the first caller and shared by every later one (thread-safe).
-// Made with the file's pages of each repacked matrix handed back to the OS (they are read again
-// from the file if anything else touches them), so the resident set holds the weights once.
-const CpuWeights& cpu_weights(const Model& m);
+// Whether the CPU path repacks w on this build (X4 or X8), and the copy in that layout written to
+// dst (w.nbytes bytes).
+bool repack_applies(const TensorView& w);
+TensorView pack_for_cpu(const TensorView& w, uint8_t* dst);
 
 }  // namespace slake

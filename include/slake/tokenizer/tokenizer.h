@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "slake/model/model.h"
+#include "slake/tokenizer/vocab.h"
 
 namespace slake {
 

@@ -1,10 +1,27 @@
-// Vocabularies on their own: loading one without the model's weights, and token pieces to text.
+// A vocabulary as a model file stores it (the tokenizers are built from it), loading one without
+// the model's weights, and token pieces to text.
 #pragma once
+#include <cstdint>
 #include <string>
-
-#include "slake/model/model.h"
+#include <vector>
 
 namespace slake {
+
+// The vocabulary as the file stores it; the tokenizers are built from this.
+struct Vocab {
+  std::string model;  // "llama" (SentencePiece-style), "gpt2" (byte-level BPE), "" when absent
+  std::string pre;    // pre-tokenizer name (tokenizer.ggml.pre)
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;  // llama.cpp token types: 1 normal, 2 unknown, 3 control, 4 user, 5 unused, 6 byte
+  std::vector<std::string> merges;
+  int bos = -1, eos = -1, unk = -1, eot = -1;
+  bool add_bos = true;
+  // SentencePiece ("llama"): a space is put before the text, so that its first word is tokenized
+  // like every other word ("▁Hello"). tokenizer.ggml.add_space_prefix; true unless a file says not.
+  bool add_space_prefix = true;
+  std::string chat_template;  // GGUF tokenizer.chat_template, or chat_template of HF tokenizer_config.json
+};
 
 // Loads just the vocabulary: from a GGUF file (vocabulary-only files included, as llama.cpp's
 // ggml-vocab-*.gguf) or from a Hugging Face directory's tokenizer.json (with BOS/EOS ids from its

@@ -1,4 +1,4 @@
-#include "slake/model/gguf.h"
+#include "slake/format/gguf.h"
 
 #include <algorithm>
 #include <cstring>

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "slake/model/mapped_file.h"
-#include "slake/model/tensor.h"
+#include "slake/format/mapped_file.h"
+#include "slake/quant/tensor.h"
 
 namespace slake {
 

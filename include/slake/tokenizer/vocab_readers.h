@@ -4,7 +4,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
-#include "slake/model/model.h"
+#include "slake/tokenizer/vocab.h"
 
 namespace slake {
 

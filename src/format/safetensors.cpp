@@ -1,4 +1,4 @@
-#include "slake/model/safetensors.h"
+#include "slake/format/safetensors.h"
 
 #include <sys/stat.h>
 

@@ -1,4 +1,4 @@
-#include "slake/model/writers.h"
+#include "slake/format/writers.h"
 
 #include <cstring>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "slake/model/mapped_file.h"
+#include "slake/format/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "slake/model/gguf.h"
+#include "slake/format/gguf.h"
 
 namespace slake {
 
