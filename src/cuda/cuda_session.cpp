@@ -21,7 +21,7 @@ auto cuda_call(F&& f) -> decltype(f()) {
 }  // namespace
 
 CudaSession::CudaSession(const Model& m, const ContextParams& p)
-    : ctx_(cuda_call([&] { return std::make_unique<DeviceContext>(m, p); })) {}
+    : ctx_(cuda_call([&] { return std::make_unique<DeviceContext>(m, p, shared_device_weights(m)); })) {}
 CudaSession::~CudaSession() = default;
 void CudaSession::eval(const std::vector<int32_t>& t, std::vector<float>* l, bool all) { cuda_call([&] { ctx_->eval(t, l, all); }); }
 void CudaSession::reset() { cuda_call([&] { ctx_->reset(); }); }

@@ -1,5 +1,7 @@
-// A Session (slake/session.h) on the device context. CUDA runtime and cuBLAS failures (gpu::Error)
-// become slake::Error, which the tools and the server report.
+// A Session (slake/session.h) on the device context. Every session of a model shares one copy of
+// its weights on the device (shared_device_weights): a server's slots, a sweep's settings. CUDA
+// runtime and cuBLAS failures (gpu::Error) become slake::Error, which the tools and the server
+// report.
 #pragma once
 #include <memory>
 
@@ -21,7 +23,10 @@ class CudaSession final : public Session {
   size_t kv_bytes_used() const override { return ctx_->kv_bytes_used(); }
   size_t kv_peak_bytes() const override { return ctx_->kv_peak_bytes(); }
   size_t peak_device_bytes() const override { return ctx_->peak_device_bytes(); }
-  std::string describe() const override { return "backend cuda, device memory " + ctx_->plan().summary(); }
+  std::string describe() const override {
+    return "backend cuda, device memory " + ctx_->plan().summary() + " + shared weights " +
+           std::to_string((ctx_->peak_device_bytes() - ctx_->plan().total_bytes()) >> 20) + " MiB";
+  }
   std::vector<int64_t> layer_budgets() const override { return ctx_->budgets(); }
 
  private:

@@ -14,29 +14,11 @@
 
 namespace slake::gpu {
 
-namespace {
-// Dequantises `t` and writes it to `dst` on the device, as bf16 (matrix) or fp32, in slices.
-void upload_tensor(void* dst, const TensorView& t, bool matrix) {
-  const int64_t rows = t.n_rows(), len = t.row_len();
-  const int64_t slice = std::max<int64_t>(1, (int64_t{16} << 20) / std::max<int64_t>(1, len));
-  std::vector<float> f(static_cast<size_t>(std::min(rows, slice) * len));
-  std::vector<uint16_t> h(matrix ? f.size() : 0);
-  std::vector<uint8_t> raw;
-  for (int64_t r0 = 0; r0 < rows; r0 += slice) {
-    const int64_t nr = std::min(slice, rows - r0);
-    for (int64_t r = 0; r < nr; ++r) dequantize_row(t.type, row_in_file_layout(t, r0 + r, raw), f.data() + r * len, len);
-    const size_t n = static_cast<size_t>(nr * len);
-    if (matrix) {
-      for (size_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(f[i]);
-      copy_to_device(static_cast<uint16_t*>(dst) + r0 * len, h.data(), n * sizeof(uint16_t));
-    } else {
-      copy_to_device(static_cast<float*>(dst) + r0 * len, f.data(), n * sizeof(float));
-    }
-  }
-}
-}  // namespace
 
-DeviceContext::DeviceContext(const Model& model, const ContextParams& params) : model_(model), plan_(model, params) {
+DeviceContext::DeviceContext(const Model& model, const ContextParams& params) : DeviceContext(model, params, nullptr) {}
+
+DeviceContext::DeviceContext(const Model& model, const ContextParams& params, std::shared_ptr<const DeviceWeights> weights)
+    : model_(model), plan_(model, params, /*with_weights=*/weights == nullptr), shared_(std::move(weights)) {
   const KvPolicyParams& p = plan_.kv;
   parts_ = policy_parts(p.policy);
   if (plan_.evicting && parts_.selector == KvSelector::HeavyHitter)
@@ -50,8 +32,10 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params) : 
   device_memset(arena_, 0, plan_.total_bytes());
   pool_ = find_area("kv");
   if (plan_.evicting) staging_ = find_area("staging"), move_ = find_area("move");
+  layers_.assign(static_cast<size_t>(model.cfg.n_layers), Layer{});
   try {
-    upload_weights();
+    w_ = shared_ ? shared_->views()
+                 : upload_weights(model, [&](const std::string& name) { return static_cast<void*>(at<char>(name.c_str())); });
     const Rope rope(model.cfg);
     copy_to_device(at<double>("inv_freq"), rope.inv_freq().data(), rope.inv_freq().size() * sizeof(double));
   } catch (...) {
@@ -62,47 +46,6 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params) : 
 }
 
 DeviceContext::~DeviceContext() { device_free(arena_); }
-
-void DeviceContext::upload_weights() {
-  const ModelConfig& c = model_.cfg;
-  auto matrix = [&](const TensorView& t, const std::string& name) {
-    uint16_t* d = at<uint16_t>(name.c_str());
-    upload_tensor(d, t, true);
-    return DeviceMatrix{d, static_cast<int>(t.n_rows()), static_cast<int>(t.row_len())};
-  };
-  auto vec = [&](const TensorView& t, const std::string& name) {
-    float* d = at<float>(name.c_str());
-    upload_tensor(d, t, false);
-    return static_cast<const float*>(d);
-  };
-  tok_embd_ = matrix(model_.tok_embd, "tok_embd");
-  output_ = c.tied_output ? tok_embd_ : matrix(model_.output, "output");
-  output_norm_ = vec(model_.output_norm, "output_norm");
-  layers_.assign(static_cast<size_t>(c.n_layers), Layer{});
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& w = model_.layers[static_cast<size_t>(l)];
-    Layer& L = layers_[static_cast<size_t>(l)];
-    const std::string p = "layer" + std::to_string(l) + ".";
-    L.attn_norm = vec(w.attn_norm, p + "attn_norm");
-    L.wq = matrix(w.wq, p + "wq");
-    L.wk = matrix(w.wk, p + "wk");
-    L.wv = matrix(w.wv, p + "wv");
-    L.wo = matrix(w.wo, p + "wo");
-    L.ffn_norm = vec(w.ffn_norm, p + "ffn_norm");
-    L.w_gate = matrix(w.w_gate, p + "w_gate");
-    L.w_up = matrix(w.w_up, p + "w_up");
-    L.w_down = matrix(w.w_down, p + "w_down");
-    if (c.qkv_bias) {
-      L.bq = vec(w.bq, p + "bq");
-      L.bk = vec(w.bk, p + "bk");
-      L.bv = vec(w.bv, p + "bv");
-    }
-    if (c.qk_norm) {
-      L.q_norm = vec(w.q_norm, p + "q_norm");
-      L.k_norm = vec(w.k_norm, p + "k_norm");
-    }
-  }
-}
 
 void DeviceContext::reset() {
   const ModelConfig& c = model_.cfg;
@@ -203,7 +146,7 @@ void DeviceContext::note_usage() { kv_peak_ = std::max(kv_peak_, kv_bytes_used()
 class DeviceContext::Ops final : public LayerOps {
  public:
   Ops(DeviceContext& d, int l, int t0, int nb, const int32_t* pos_host, bool prompt)
-      : d_(d), c_(d.model_.cfg), L_(d.layers_[static_cast<size_t>(l)]), l_(l), t0_(t0), nb_(nb), pos_host_(pos_host), prompt_(prompt),
+      : d_(d), c_(d.model_.cfg), L_(d.w_.layers[static_cast<size_t>(l)]), l_(l), t0_(t0), nb_(nb), pos_host_(pos_host), prompt_(prompt),
         act_(d.at<uint16_t>("act_bf16")) {}
 
   void rmsnorm(Act out, Act in, Weight w, float eps) override {
@@ -268,7 +211,7 @@ class DeviceContext::Ops final : public LayerOps {
 
   DeviceContext& d_;
   const ModelConfig& c_;
-  const Layer& L_;
+  const LayerWeightsOnDevice& L_;
   int l_, t0_, nb_;
   const int32_t* pos_host_;
   bool prompt_;
@@ -477,7 +420,7 @@ void DeviceContext::eval(const std::vector<int32_t>& tokens, std::vector<float>*
   std::iota(pos.begin(), pos.end(), n_past_);
   copy_to_device(at<int32_t>("tokens"), tokens.data(), tokens.size() * sizeof(int32_t));
   copy_to_device(at<int32_t>("positions"), pos.data(), pos.size() * sizeof(int32_t));
-  embedding(at<float>("x"), tok_embd_.data, ElemType::BF16, at<int32_t>("tokens"), n, c.dim);
+  embedding(at<float>("x"), w_.tok_embd.data, ElemType::BF16, at<int32_t>("tokens"), n, c.dim);
   if (prompt) {
     S_ = n;
     prompt_evicts_ = plan_.evicting && S_ > plan_.kv.budget + plan_.kv.window;
@@ -501,8 +444,8 @@ void DeviceContext::eval(const std::vector<int32_t>& tokens, std::vector<float>*
   float *xb = at<float>("xb"), *lg = at<float>("logits");
   for (int r0 = 0; r0 < rows; r0 += plan_.n_batch) {
     const int nr = std::min(plan_.n_batch, rows - r0);
-    rmsnorm(xb, at<float>("x") + static_cast<int64_t>(first + r0) * c.dim, output_norm_, nr, c.dim, c.rms_eps);
-    gemm_->matmul(lg, xb, nr, output_, at<uint16_t>("act_bf16"));
+    rmsnorm(xb, at<float>("x") + static_cast<int64_t>(first + r0) * c.dim, w_.output_norm, nr, c.dim, c.rms_eps);
+    gemm_->matmul(lg, xb, nr, w_.output, at<uint16_t>("act_bf16"));
     synchronize();
     copy_to_host(logits->data() + static_cast<size_t>(r0) * c.n_vocab, lg, static_cast<size_t>(nr) * c.n_vocab * sizeof(float));
   }

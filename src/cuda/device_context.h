@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/device_plan.h"
+#include "cuda/device_weights.h"
 #include "cuda/gemm.h"
 #include "kernels.h"
 #include "slake/context.h"
@@ -26,8 +27,11 @@ namespace slake::gpu {
 class DeviceContext {
  public:
   // Plans, checks the plan against the device's free memory (refusing before any allocation),
-  // allocates the arena and uploads the weights.
+  // allocates the arena and uploads the weights into it.
   DeviceContext(const Model& model, const ContextParams& params);
+  // The same with the model's weights shared with other contexts (shared_device_weights): the
+  // arena holds this context's cache, activations and policy state only.
+  DeviceContext(const Model& model, const ContextParams& params, std::shared_ptr<const DeviceWeights> weights);
   ~DeviceContext();
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
@@ -41,9 +45,9 @@ class DeviceContext {
   void reset();
 
   const DevicePlan& plan() const { return plan_; }
-  // The arena: every byte of device memory the context allocates (cuBLAS's own workspace and the
-  // CUDA runtime's context are not part of it).
-  size_t peak_device_bytes() const { return plan_.total_bytes(); }
+  // The arena and the shared weights it reads: every byte of device memory the context uses
+  // (cuBLAS's own workspace and the CUDA runtime's context are not part of it).
+  size_t peak_device_bytes() const { return plan_.total_bytes() + (shared_ ? shared_->bytes() : 0); }
   // As KvCache::bytes_used / peak_bytes_used: held tokens' keys, values and positions plus the
   // linear states that hold anything.
   size_t kv_bytes_used() const;
@@ -54,12 +58,7 @@ class DeviceContext {
   const char* gemm_name() const { return gemm_->name(); }
 
  private:
-  struct Layer {
-    DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
-    const float* attn_norm = nullptr;
-    const float* ffn_norm = nullptr;
-    const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // qkv_bias
-    const float *q_norm = nullptr, *k_norm = nullptr;         // qk_norm
+  struct Layer {  // a layer's cache in the pool
     int64_t off = 0;  // first slot in the pool
     int cap = 0;      // rows per KV head
     int held = 0;     // rows held by every KV head (eviction keeps the heads of a layer equal)
@@ -87,7 +86,6 @@ class DeviceContext {
   void set_held(int l, int held);
   void note_usage();
 
-  void upload_weights();
   // Runs the model's layer definition (slake/model/layer.h) over the rows in chunks of n_batch.
   void run_layer(int l, int n, const int32_t* pos_host, bool prompt);
   class Ops;  // its LayerOps
@@ -106,8 +104,8 @@ class DeviceContext {
   std::unique_ptr<Gemm> gemm_;
   void* arena_ = nullptr;
   CacheArea pool_, staging_, move_;  // staging and move: evicting plans only
-  DeviceMatrix tok_embd_, output_;
-  const float* output_norm_ = nullptr;
+  std::shared_ptr<const DeviceWeights> shared_;  // null: the weights are in the arena
+  WeightsOnDevice w_;
   std::vector<Layer> layers_;
   int n_past_ = 0;
   // The current prompt (eviction).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "cuda/device_weights.h"
 #include "device_memory.h"
 #include "kernels.h"
 #include "slake/error.h"
@@ -34,7 +35,7 @@ std::string mib(size_t b) {
 }
 }  // namespace
 
-DevicePlan::DevicePlan(const Model& model, const ContextParams& params) {
+DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool with_weights) {
   const ModelConfig& c = model.cfg;
   if (params.n_ctx < 0) fail("context size must not be negative, got " + std::to_string(params.n_ctx));
   if (params.n_batch < 1) fail("batch size must be positive, got " + std::to_string(params.n_batch));
@@ -56,32 +57,9 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params) {
   const size_t L = static_cast<size_t>(c.n_layers), H = static_cast<size_t>(c.n_kv_heads), d = static_cast<size_t>(c.head_dim);
   const size_t ctx = static_cast<size_t>(n_ctx), B = static_cast<size_t>(n_batch);
 
-  // Weights, in the order DeviceContext uploads them.
-  add("weights", "tok_embd", device_weight_bytes(model.tok_embd, true));
-  add("weights", "output_norm", device_weight_bytes(model.output_norm, false));
-  if (!c.tied_output) add("weights", "output", device_weight_bytes(model.output, true));
-  for (size_t l = 0; l < L; ++l) {
-    const LayerWeights& w = model.layers[l];
-    const std::string p = "layer" + std::to_string(l) + ".";
-    add("weights", p + "attn_norm", device_weight_bytes(w.attn_norm, false));
-    add("weights", p + "wq", device_weight_bytes(w.wq, true));
-    add("weights", p + "wk", device_weight_bytes(w.wk, true));
-    add("weights", p + "wv", device_weight_bytes(w.wv, true));
-    add("weights", p + "wo", device_weight_bytes(w.wo, true));
-    add("weights", p + "ffn_norm", device_weight_bytes(w.ffn_norm, false));
-    add("weights", p + "w_gate", device_weight_bytes(w.w_gate, true));
-    add("weights", p + "w_up", device_weight_bytes(w.w_up, true));
-    add("weights", p + "w_down", device_weight_bytes(w.w_down, true));
-    if (c.qkv_bias) {
-      add("weights", p + "bq", device_weight_bytes(w.bq, false));
-      add("weights", p + "bk", device_weight_bytes(w.bk, false));
-      add("weights", p + "bv", device_weight_bytes(w.bv, false));
-    }
-    if (c.qk_norm) {
-      add("weights", p + "q_norm", device_weight_bytes(w.q_norm, false));
-      add("weights", p + "k_norm", device_weight_bytes(w.k_norm, false));
-    }
-  }
+  // Weights, in the order they are uploaded, unless the context shares them (device_weights.h).
+  if (with_weights)
+    for_each_device_weight(model, [&](const std::string& name, const TensorView&, bool, size_t bytes) { add("weights", name, bytes); });
 
   // The exact cache. Without eviction every layer owns n_ctx slots. With eviction the layers share
   // a pool: after a prompt's layer is done, each layer seen so far keeps at most budget + Sw rows

@@ -32,7 +32,8 @@ class DevicePlan {
   };
 
   // Resolves n_ctx (0: the model's training context) and the KV policy's defaults like Context.
-  DevicePlan(const Model& model, const ContextParams& params);
+  // Without `with_weights` the arena holds no weights (the context shares a DeviceWeights).
+  DevicePlan(const Model& model, const ContextParams& params, bool with_weights = true);
 
   size_t total_bytes() const { return total_; }
   size_t offset(const std::string& name) const;  // throws for an unknown name

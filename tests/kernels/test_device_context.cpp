@@ -310,6 +310,33 @@ TEST(DeviceContext, BadInputIsRefused) {
   EXPECT_THROW(DeviceContext(*m, params(-1, "full", 0, 8)), slake::Error);
 }
 
+// Contexts that share one upload of the weights (a server's slots, a sweep's sessions) compute
+// what a context with its own copy does; the weights are uploaded once while any holds them, and
+// their arenas plan no weights.
+TEST(DeviceContext, SharedWeightsMatchOwnWeights) {
+  const auto m = fixture("qwen2-bias");
+  const std::vector<int32_t> prompt = prompt_tokens(40, m->cfg.n_vocab, 5);
+  std::vector<float> own_logits, a_logits, b_logits;
+  {
+    DeviceContext own(*m, params(96, "slake", 12, 4));
+    own.eval(prompt, &own_logits);
+    own.eval({3}, &own_logits);
+  }
+  auto w = shared_device_weights(*m);
+  EXPECT_EQ(shared_device_weights(*m).get(), w.get());
+  DeviceContext a(*m, params(96, "slake", 12, 4), w), b(*m, params(96, "full", 0, 4), w);
+  EXPECT_EQ(a.plan().group_bytes("weights"), 0u);
+  EXPECT_EQ(a.peak_device_bytes(), a.plan().total_bytes() + w->bytes());
+  EXPECT_GE(w->bytes(), DevicePlan(*m, params(96, "full", 0, 4)).group_bytes("weights"));
+  b.eval(prompt, &b_logits);  // another context's use of the weights in between
+  a.eval(prompt, &a_logits);
+  a.eval({3}, &a_logits);
+  EXPECT_EQ(a_logits, own_logits);
+  const DeviceWeights* first = w.get();
+  w.reset();
+  EXPECT_EQ(shared_device_weights(*m).get(), first);  // a and b still hold it
+}
+
 #if !SLAKE_KERNEL_TESTS_ON_GPU
 TEST(DevicePlan, TooLargeForTheDeviceIsRefusedBeforeAllocating) {
   const auto m = fixture("llama2-mha");
