@@ -5,6 +5,7 @@ policy's arithmetic, roles that forge turns in the chat template, numbers too la
 tokenized), and the memory such bodies leave behind. Every answer is checked as status and OpenAI
 error object; /health answers throughout, and a greedy request afterwards gives the same text as
 before the attacks."""
+import concurrent.futures
 import json
 import os
 import re
@@ -12,6 +13,8 @@ import time
 import unittest
 import urllib.error
 import urllib.request
+
+import openai
 
 from harness import CHATML, STORIES, Server
 
@@ -124,6 +127,36 @@ class HostileRequests(unittest.TestCase):
             status, _ = post(self.server, "/v1/completions", body, )
             self.assertEqual(status, 400)
         self.assertLess(rss_mib(self.server) - before, 50, "resident memory after two large bodies")
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class QueueUnderKvMemory(unittest.TestCase):
+    def test_an_idle_slot_short_of_kv_memory_takes_nothing(self):
+        # 720 bytes of KV cache a token: 8 MiB holds 11650 tokens, so a reply planned at 10000
+        # tokens (seconds of decoding) leaves no room for a second of 2000, though a second slot is
+        # idle. That second request waits for memory and fills the queue (--queue 1): a third is a
+        # 503 (before: queued behind it).
+        server = Server(STORIES, "-c", "16384", "-np", "2", "--queue", "1", "--kv-memory", "8", "-t", "1")
+        try:
+            c = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=60)
+            stream = c.completions.create(model="stories260K.gguf", prompt="Once", max_tokens=10000, temperature=1.0,
+                                          stream=True, extra_body={"ignore_eos": True})
+            next(iter(stream))  # busy for seconds
+            with concurrent.futures.ThreadPoolExecutor(1) as ex:
+                waiting = ex.submit(post, server, "/v1/completions", {"prompt": "Once", "max_tokens": 2000})
+                deadline = time.time() + 10
+                while server.metric("slake_queue_length") < 1 and time.time() < deadline:
+                    time.sleep(0.02)
+                self.assertEqual(server.metric("slake_queue_length"), 1)
+                status, body = post(server, "/v1/completions", {"prompt": "Once", "max_tokens": 4})
+                self.assertEqual(status, 503, body)
+                self.assertIn("1 requests waiting (--queue 1)", body["error"]["message"])
+                stream.close()  # the first slot's memory comes free: the waiting request runs
+                status, body = waiting.result(timeout=60)
+                self.assertEqual(status, 200, body)
+                self.assertEqual(body["usage"]["completion_tokens"], 2000)
+        finally:
+            server.stop()
 
 
 if __name__ == "__main__":

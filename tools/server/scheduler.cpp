@@ -71,8 +71,10 @@ Scheduler::Admit Scheduler::submit(std::shared_ptr<Task> task, std::string* why)
     if (why) *why = "the server is shutting down";
     return Admit::QueueFull;
   }
-  // Requests that an idle slot will take at once do not count against the queue.
-  if (static_cast<int>(queue_.size()) >= cfg_.queue_max + idle_slots_) {
+  // Requests that an idle slot will take at once do not count against the queue; while the head of
+  // the queue waits for KV memory, no idle slot takes anything.
+  const int takers = memory_blocked_ ? 0 : idle_slots_;
+  if (static_cast<int>(queue_.size()) >= cfg_.queue_max + takers) {
     if (why)
       *why = "the server is busy: " + std::to_string(cfg_.n_slots - idle_slots_) + " slots busy and " +
              std::to_string(queue_.size()) + " requests waiting (--queue " + std::to_string(cfg_.queue_max) + "); retry later";
@@ -85,6 +87,7 @@ Scheduler::Admit Scheduler::submit(std::shared_ptr<Task> task, std::string* why)
 }
 
 void Scheduler::admit() {
+  memory_blocked_ = false;
   while (!queue_.empty()) {
     const std::shared_ptr<Task>& task = queue_.front();
     if (task->cancelled()) {
@@ -122,7 +125,10 @@ void Scheduler::admit() {
         if (!victim) break;
         victim->drop_cache();
       }
-      if (in_use() + need > cfg_.kv_memory) return;  // waits for busy slots to finish
+      if (in_use() + need > cfg_.kv_memory) {  // waits for busy slots to finish
+        memory_blocked_ = true;
+        return;
+      }
     }
     try {
       best->start(task, need, ++clock_);

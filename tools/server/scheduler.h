@@ -84,6 +84,7 @@ class Scheduler {
   std::deque<std::shared_ptr<Task>> queue_;
   bool stop_ = false;
   int idle_slots_;  // under mu_
+  bool memory_blocked_ = false;  // under mu_: the queue's head waits for KV memory, not for a slot
   SchedulerStats stats_;  // under mu_
   size_t prefill_rr_ = 0;
   std::thread thread_;
