@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Expected renders of chat templates and Jinja snippets, from Python's jinja2 with the
-environment transformers uses for apply_chat_template, for tests/chat/test_jinja*.cpp.
+environment transformers uses for apply_chat_template, for tests/jinja/test_jinja.cpp.
 
     python3 models/make_chat_template_fixtures.py ../shared/chat-templates \
         > tests/fixtures/chat_templates/expected.json
