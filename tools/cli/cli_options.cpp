@@ -9,8 +9,14 @@
 
 namespace slake::cli {
 
-std::vector<std::string> llama_cpp_spellings(int argc, char** argv) {
-  return tools::llama_cpp_args(argc, argv, {{"-sys", "--system-prompt"}, {"-cnv", "--conversation"}});
+std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<std::string>* notes) {
+  std::vector<tools::IgnoredFlag> ignored = tools::common_ignored_flags();
+  ignored.push_back({{"-no-cnv", "--no-conversation"}, 0, "without -cnv slake-cli generates from the prompt"});
+  ignored.push_back({{"-mli", "--multiline-input"}, 0, "each line of standard input is one message"});
+  return tools::llama_cpp_args(argc, argv,
+                               {{"-sys", "--system-prompt"}, {"-sysf", "--system-prompt-file"}, {"-cnv", "--conversation"},
+                                {"-st", "--single-turn"}},
+                               ignored, notes);
 }
 
 void add_cli_flags(CLI::App& app, CliOptions& o) {
@@ -42,6 +48,9 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
 
   app.add_option("--system-prompt", o.system_prompt,
                  "system message for the chat template (-sys as llama.cpp); formats the prompt as a chat");
+  app.add_option("--system-prompt-file", o.system_prompt_file, "the system prompt read from a file (-sysf as llama.cpp)");
+  app.add_flag("--single-turn", o.single_turn,
+               "chat (-st as llama.cpp): answer the first message (-p/-f, else the first line of standard input), then end");
   app.add_flag("--conversation", o.conversation,
                "chat (-cnv as llama.cpp): each line of standard input is a user message, answered in turn with the "
                "chat template; the context is kept between turns; end of input ends the chat. -p/-f, when given, "
@@ -80,6 +89,9 @@ void check_options(const CLI::App& app, CliOptions& o) {
     fail("-n must be -1 (until end of text or a full context) or a count >= 0, got " + std::to_string(o.n_predict));
   if (o.seed < -1) fail("--seed must be -1 (random) or >= 0, got " + std::to_string(o.seed));
   if (app.count("--prompt") && app.count("--file")) fail("give the prompt with -p TEXT or -f FILE, not both");
+  if (app.count("--system-prompt") && app.count("--system-prompt-file"))
+    fail("give the system prompt with -sys TEXT or -sysf FILE, not both");
+  if (o.single_turn) o.conversation = true;  // as llama.cpp: a single turn is a conversation of one
   if (o.conversation && o.prompt_file == "-")
     fail("-f - reads standard input, which --conversation reads for the chat");
   if (!o.batch_in.empty()) {

@@ -26,6 +26,8 @@ struct CliOptions {
   int64_t seed = -1;          // -1: a random seed, printed
   SamplerParams sampling;
   bool conversation = false;
+  bool single_turn = false;         // -st: the chat answers its first message, then ends
+  std::string system_prompt_file;  // -sysf: the system prompt read from a file
   bool no_display_prompt = false;
   std::string batch_in;         // --batch: JSONL requests ("-": standard input); "" when not in batch mode
   std::string batch_out = "-";  // --batch-out: the responses ("-": standard output)
@@ -36,7 +38,8 @@ struct CliOptions {
 
 // The arguments with llama.cpp's one-dash spellings (-sys, -cnv, -ctk, -ctv) in their long forms,
 // in CLI11's order (common/llama_spellings.h).
-std::vector<std::string> llama_cpp_spellings(int argc, char** argv);
+// Flags of llama-cli that change nothing here are dropped and described in `notes`.
+std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<std::string>* notes);
 
 void add_cli_flags(CLI::App& app, CliOptions& o);
 

@@ -93,7 +93,7 @@ bool chat_turn(slake::cli::ChatSession& session, slake::cli::Generator& gen, con
 // The prompt (when given) is the first user message, then each non-empty line of standard input;
 // end of input ends the chat.
 void chat(slake::cli::ChatSession& session, slake::cli::Generator& gen, const CliOptions& o, const std::string& first) {
-  if (!first.empty() && !chat_turn(session, gen, o, first)) return;
+  if (!first.empty() && (!chat_turn(session, gen, o, first) || o.single_turn)) return;
   const bool tty = ::isatty(STDIN_FILENO);
   std::string line;
   for (int line_no = 1;; ++line_no) {
@@ -102,13 +102,14 @@ void chat(slake::cli::ChatSession& session, slake::cli::Generator& gen, const Cl
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     require_utf8(line, "input line " + std::to_string(line_no));
-    if (!chat_turn(session, gen, o, line)) return;
+    if (!chat_turn(session, gen, o, line) || o.single_turn) return;
   }
 }
 
 int run(CliOptions& o) {
   std::string prompt = o.prompt;
   if (!o.prompt_file.empty()) prompt = read_prompt_file(o.prompt_file);
+  if (!o.system_prompt_file.empty()) o.system_prompt = read_prompt_file(o.system_prompt_file);
   require_utf8(prompt, "the prompt");
   require_utf8(o.system_prompt, "the system prompt");
 
@@ -179,14 +180,16 @@ int main(int argc, char** argv) {
   CLI::App app{"slake-cli: generate text, or chat, with a Llama-family model", "slake-cli"};
   CliOptions o;
   slake::cli::add_cli_flags(app, o);
+  std::vector<std::string> notes;
   try {
-    std::vector<std::string> args = slake::cli::llama_cpp_spellings(argc, argv);
+    std::vector<std::string> args = slake::cli::llama_cpp_spellings(argc, argv, &notes);
     app.parse(args);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::fprintf(stderr, "error: %s (see --help)\n", e.what());
     return 1;
   }
+  for (const std::string& n : notes) std::fprintf(stderr, "slake-cli: %s\n", n.c_str());
   try {
     slake::cli::check_options(app, o);  // bad flags fail before a large model is mapped
     return run(o);

@@ -6,8 +6,13 @@
 
 namespace slake::server {
 
-std::vector<std::string> llama_cpp_spellings(int argc, char** argv) {
-  return tools::llama_cpp_args(argc, argv, {{"-np", "--parallel"}});
+std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<std::string>* notes) {
+  std::vector<tools::IgnoredFlag> ignored = tools::common_ignored_flags();
+  ignored.push_back({{"--jinja"}, 0, "the model's own Jinja chat template is the default"});
+  ignored.push_back({{"--metrics"}, 0, "GET /metrics is always served"});
+  ignored.push_back({{"-cb", "--cont-batching"}, 0, "batching is always continuous"});
+  ignored.push_back({{"--no-webui"}, 0, "there is no web page"});
+  return tools::llama_cpp_args(argc, argv, {{"-np", "--parallel"}}, ignored, notes);
 }
 
 void add_server_flags(CLI::App& app, ServerOptions& o) {

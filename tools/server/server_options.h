@@ -32,7 +32,8 @@ struct ServerOptions {
 
 // The arguments with llama-server's one-dash spellings (-np, -ctk, -ctv) in their long forms, in
 // CLI11's order (common/llama_spellings.h).
-std::vector<std::string> llama_cpp_spellings(int argc, char** argv);
+// Flags of llama-server that change nothing here are dropped and described in `notes`.
+std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<std::string>* notes);
 
 void add_server_flags(CLI::App& app, ServerOptions& o);
 

@@ -112,14 +112,16 @@ int main(int argc, char** argv) {
   CLI::App app{"slake-server: an OpenAI-compatible HTTP server with continuous batching", "slake-server"};
   ServerOptions o;
   slake::server::add_server_flags(app, o);
+  std::vector<std::string> notes;
   try {
-    std::vector<std::string> args = slake::server::llama_cpp_spellings(argc, argv);
+    std::vector<std::string> args = slake::server::llama_cpp_spellings(argc, argv, &notes);
     app.parse(args);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
     std::fprintf(stderr, "error: %s (see --help)\n", e.what());
     return 1;
   }
+  for (const std::string& n : notes) std::fprintf(stderr, "slake-server: %s\n", n.c_str());
   try {
     slake::server::check_options(app, o);
     return run(o, stop_signals);

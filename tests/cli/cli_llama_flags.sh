@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# llama.cpp's launch lines run unchanged: slake-cli with llama-cli's multi-letter flags (-fa, -ngl,
+# -no-cnv, -sys, -sysf, -cnv, -st) and slake-server with llama-server's (-np, -ngl, -fa, --jinja,
+# --metrics, --cont-batching). Flags that change nothing here leave the output as it is and are
+# named once on stderr; -sysf reads the system prompt -sys gives; -st ends the chat after one
+# reply; a flag slake does not have is refused by name. Exits 77 when ../shared lacks stories260K.
+set -u
+bin=$1
+gguf=$2/models/stories260K.gguf
+if [ ! -e "$gguf" ]; then echo "skipped: shared material missing: $gguf"; exit 77; fi
+tmp=$(mktemp -d)
+server_pid=
+trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+# shellcheck source=../check_lib.sh
+. "$(dirname "$0")/../check_lib.sh"
+
+cli() {  # cli NAME ARGS...: stdout to $tmp/NAME.out, stderr to $tmp/NAME.err
+  local name=$1; shift
+  "$bin/slake-cli" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null
+}
+
+cli plain -m "$gguf" -p "Once upon a time" -n 24 --temp 0 --no-display-prompt
+cli llama -m "$gguf" -p "Once upon a time" -n 24 --temp 0 --no-display-prompt -fa on -ngl 99 -no-cnv --no-mmap
+check "-fa on -ngl 99 -no-cnv --no-mmap leave the text as it is" cmp -s "$tmp/plain.out" "$tmp/llama.out"
+check "-fa on is named once on stderr" test "$(grep -c '^slake-cli: -fa on: ignored' "$tmp/llama.err")" -eq 1
+check "-ngl 99 is named once on stderr" test "$(grep -c '^slake-cli: -ngl 99: ignored' "$tmp/llama.err")" -eq 1
+
+printf 'You tell short stories.' >"$tmp/system.txt"
+chat() {  # chat NAME ARGS...: a chat of two messages (-p and one line of standard input)
+  local name=$1; shift
+  printf 'Tell me more.\n' | "$bin/slake-cli" -m "$gguf" -c 512 --chat-template chatml -p "Hi" -n 8 --temp 0 "$@" \
+    >"$tmp/$name.out" 2>"$tmp/$name.err"
+}
+chat sys -sys "You tell short stories." -cnv
+chat sysf -sysf "$tmp/system.txt" -cnv
+chat single -sysf "$tmp/system.txt" -cnv -st
+check "-sysf FILE is -sys with the file's text" cmp -s "$tmp/sys.out" "$tmp/sysf.out"
+# A reply may hold newlines itself: -st's output is the two-message chat's first reply, a proper prefix.
+check "-st answers the first message only" test "$(wc -c <"$tmp/single.out")" -lt "$(wc -c <"$tmp/sysf.out")"
+check "-st's reply is the chat's first" test "$(head -c "$(wc -c <"$tmp/single.out")" "$tmp/sysf.out")" = "$(cat "$tmp/single.out")"
+
+"$bin/slake-cli" -m "$gguf" -p x -r "User:" >/dev/null 2>"$tmp/r.err"
+check "-r (a reverse prompt) is refused by name" grep -q -- "-r" "$tmp/r.err"
+
+# llama-server's launch line, as its README gives it, with a free port.
+"$bin/slake-server" -m "$gguf" -c 512 -np 2 -ngl 99 -fa on --jinja --metrics --cont-batching --port 0 -t 1 2>"$tmp/server.err" &
+server_pid=$!
+port=
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/server.err")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+check "slake-server starts with llama-server's flags" test -n "$port"
+if [ -n "$port" ]; then
+  text=$(python3 - "$port" <<'PY'
+import json, sys, urllib.request
+body = json.dumps({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}).encode()
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/completions", data=body, headers={"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=30) as r:
+    print(json.load(r)["choices"][0]["text"], end="")
+PY
+)
+  check "and answers as slake-cli does" test "$text" = "$(head -c -1 "$tmp/plain.out")"
+fi
+for f in "-ngl 99" "-fa on" "--jinja" "--metrics" "--cont-batching"; do
+  check "slake-server names $f as ignored" grep -q -- "^slake-server: $f: ignored" "$tmp/server.err"
+done
+check_summary
