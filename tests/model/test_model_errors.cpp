@@ -17,20 +17,22 @@ using ::testing::HasSubstr;
 
 struct TinySpec {
   int dim = 8, n_heads = 2, n_kv = 1, ffn = 16, n_layers = 1, vocab = 8;
+  std::string arch = "llama";  // qwen2 adds the Q/K/V biases, qwen3 the per-head Q/K norms
 };
 
 // A well-formed tiny GGUF model; `edit` may change the writer before tensors are added.
 GgufWriter tiny_gguf(const TinySpec& s, const std::function<void(GgufWriter&)>& edit = {},
                      const std::string& skip_tensor = "", const std::string& reshape_tensor = "") {
   GgufWriter w;
-  w.set_str("general.architecture", "llama");
-  w.set_u32("llama.context_length", 64);
-  w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.dim));
-  w.set_u32("llama.feed_forward_length", static_cast<uint32_t>(s.ffn));
-  w.set_u32("llama.block_count", static_cast<uint32_t>(s.n_layers));
-  w.set_u32("llama.attention.head_count", static_cast<uint32_t>(s.n_heads));
-  w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv));
-  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  const std::string a = s.arch + ".";
+  w.set_str("general.architecture", s.arch);
+  w.set_u32(a + "context_length", 64);
+  w.set_u32(a + "embedding_length", static_cast<uint32_t>(s.dim));
+  w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.ffn));
+  w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layers));
+  w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
+  w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv));
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   if (edit) edit(w);
   const int64_t d = s.dim, hd = s.dim / s.n_heads, kv = hd * s.n_kv, f = s.ffn, v = s.vocab;
   auto add = [&](const std::string& name, std::vector<int64_t> ne) {
@@ -54,6 +56,15 @@ GgufWriter tiny_gguf(const TinySpec& s, const std::function<void(GgufWriter&)>& 
     add(b + "ffn_gate.weight", {d, f});
     add(b + "ffn_up.weight", {d, f});
     add(b + "ffn_down.weight", {f, d});
+    if (s.arch == "qwen2") {
+      add(b + "attn_q.bias", {d});
+      add(b + "attn_k.bias", {kv});
+      add(b + "attn_v.bias", {kv});
+    }
+    if (s.arch == "qwen3") {
+      add(b + "attn_q_norm.weight", {hd});
+      add(b + "attn_k_norm.weight", {hd});
+    }
   }
   return w;
 }
@@ -84,6 +95,27 @@ TEST(ModelErrors, TinyGgufLoads) {
   EXPECT_EQ(m->cfg.head_dim, 4);
   EXPECT_TRUE(m->cfg.tied_output);
   EXPECT_EQ(m->cfg.rope_layout, RopeLayout::Adjacent);
+}
+
+// The families' own tensors: present, the model loads as its architecture; missing or of the wrong
+// shape, the error names the tensor.
+TEST(ModelErrors, FamilyTensorsAreChecked) {
+  TinySpec q2, q3;
+  q2.arch = "qwen2";
+  q3.arch = "qwen3";
+  for (const TinySpec& s : {q2, q3}) {
+    test::TempDir dir;
+    write_file(dir.file("m.gguf"), tiny_gguf(s).to_bytes());
+    auto m = load_model(dir.file("m.gguf"));
+    EXPECT_EQ(m->cfg.arch, s.arch);
+    EXPECT_EQ(m->cfg.qkv_bias, s.arch == "qwen2");
+    EXPECT_EQ(m->cfg.qk_norm, s.arch == "qwen3");
+    EXPECT_EQ(m->cfg.rope_layout, RopeLayout::Half);
+  }
+  EXPECT_THAT(gguf_error(tiny_gguf(q2, {}, "blk.0.attn_v.bias")), HasSubstr("missing tensor blk.0.attn_v.bias"));
+  EXPECT_THAT(gguf_error(tiny_gguf(q3, {}, "blk.0.attn_q_norm.weight")), HasSubstr("missing tensor blk.0.attn_q_norm.weight"));
+  EXPECT_THAT(gguf_error(tiny_gguf(q3, {}, "", "blk.0.attn_k_norm.weight")),
+              HasSubstr("tensor blk.0.attn_k_norm.weight has shape [5], expected [4]"));
 }
 
 TEST(ModelErrors, GgufInconsistencies) {
