@@ -1,4 +1,4 @@
-// The device forward pass (backend/device_context.h) against the CPU Context, the reference of
+// The device forward pass (src/cuda/device_context.h) against the CPU Context, the reference of
 // the engine (itself checked against Hugging Face transformers), on the tiny fixture models and on
 // stories260K when ../shared has it: prefill logits of every prompt token, then greedy decode
 // steps, for `full` and for evicting policies with a budget smaller than the prompt, so that

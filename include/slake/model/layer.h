@@ -6,7 +6,7 @@
 //
 // Backends: the CPU single-sequence and batched paths (src/cpu/cpu_layer_ops.h, used by
 // src/context.cpp and src/batch_decode.cpp) and the CUDA device context
-// (kernels/backend/device_context.cpp).
+// (src/cuda/device_context.cpp).
 #pragma once
 #include <cstdint>
 
