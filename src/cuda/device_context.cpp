@@ -1,19 +1,15 @@
 #include "cuda/device_context.h"
 
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 
 #include "device_memory.h"
-#include "slake/quant/dtype.h"
 #include "slake/error.h"
 #include "slake/kv/kv_budget.h"
 #include "slake/cpu/rope.h"
-#include "slake/quant/weight_pack.h"
 #include "slake/model/layer.h"
 
 namespace slake::gpu {
-
 
 DeviceContext::DeviceContext(const Model& model, const ContextParams& params) : DeviceContext(model, params, nullptr) {}
 
@@ -142,12 +138,15 @@ size_t DeviceContext::kv_bytes_used() const {
 void DeviceContext::note_usage() { kv_peak_ = std::max(kv_peak_, kv_bytes_used()); }
 
 // The layer's operations on the device for a chunk of nb rows starting at row t0 of the prompt
-// (the rows of `x`; every other activation holds the chunk's rows from its start).
+// (the rows of `x`; every other activation holds the chunk's rows from its start). The buffers are
+// looked up in the plan once per chunk, not at every operation.
 class DeviceContext::Ops final : public LayerOps {
  public:
   Ops(DeviceContext& d, int l, int t0, int nb, const int32_t* pos_host, bool prompt)
       : d_(d), c_(d.model_.cfg), L_(d.w_.layers[static_cast<size_t>(l)]), l_(l), t0_(t0), nb_(nb), pos_host_(pos_host), prompt_(prompt),
-        act_(d.at<uint16_t>("act_bf16")) {}
+        act_(d.at<uint16_t>("act_bf16")), positions_(d.at<int32_t>("positions") + t0), inv_freq_(d.at<double>("inv_freq")),
+        rows_{d.at<float>("x") + static_cast<int64_t>(t0) * c_.dim, d.at<float>("xb"), d.at<float>("q"), d.at<float>("k"),
+              d.at<float>("v"), d.at<float>("att"), d.at<float>("gate"), d.at<float>("up")} {}
 
   void rmsnorm(Act out, Act in, Weight w, float eps) override {
     slake::gpu::rmsnorm(ptr(out), ptr(in), vector(w), nb_, static_cast<int>(act_width(c_, in)), eps);
@@ -156,12 +155,11 @@ class DeviceContext::Ops final : public LayerOps {
   void add_bias(Act a, Weight b) override { bias_add(ptr(a), vector(b), nb_, act_width(c_, a)); }
   void rmsnorm_heads(Act a, Weight w, int n_heads, float eps) override {
     const int64_t width = act_width(c_, a), d = c_.head_dim;
-    if (width != static_cast<int64_t>(n_heads) * d) fail("internal: rmsnorm_heads on the device normalises whole rows of heads");
+    if (width != static_cast<int64_t>(n_heads) * d) fail("internal: rmsnorm_heads normalises whole rows of heads");
     slake::gpu::rmsnorm(ptr(a), ptr(a), vector(w), nb_ * n_heads, c_.head_dim, eps);
   }
   void rope(Act a, int n_heads) override {
-    slake::gpu::rope(ptr(a), d_.at<int32_t>("positions") + t0_, nb_, act_width(c_, a), n_heads, c_.head_dim, d_.at<double>("inv_freq"),
-                     c_.rope_layout == RopeLayout::Half);
+    slake::gpu::rope(ptr(a), positions_, nb_, act_width(c_, a), n_heads, c_.head_dim, inv_freq_, c_.rope_layout == RopeLayout::Half);
   }
   void attention(Act out, Act q, Act k, Act v) override { d_.attend(l_, t0_, nb_, pos_host_, prompt_, ptr(out), ptr(q), ptr(k), ptr(v)); }
   void swiglu(Act a, Act b) override { slake::gpu::swiglu(ptr(a), ptr(a), ptr(b), nb_ * act_width(c_, a)); }
@@ -170,14 +168,14 @@ class DeviceContext::Ops final : public LayerOps {
  private:
   float* ptr(Act a) const {
     switch (a) {
-      case Act::X: return d_.at<float>("x") + static_cast<int64_t>(t0_) * c_.dim;
-      case Act::XB: return d_.at<float>("xb");
-      case Act::Q: return d_.at<float>("q");
-      case Act::K: return d_.at<float>("k");
-      case Act::V: return d_.at<float>("v");
-      case Act::Att: return d_.at<float>("att");
-      case Act::Gate: return d_.at<float>("gate");
-      case Act::Up: return d_.at<float>("up");
+      case Act::X: return rows_[0];
+      case Act::XB: return rows_[1];
+      case Act::Q: return rows_[2];
+      case Act::K: return rows_[3];
+      case Act::V: return rows_[4];
+      case Act::Att: return rows_[5];
+      case Act::Gate: return rows_[6];
+      case Act::Up: return rows_[7];
     }
     fail("internal: unknown activation");
   }
@@ -216,6 +214,9 @@ class DeviceContext::Ops final : public LayerOps {
   const int32_t* pos_host_;
   bool prompt_;
   uint16_t* act_;
+  const int32_t* positions_;
+  const double* inv_freq_;
+  float* rows_[8];  // in the order of Act
 };
 
 void DeviceContext::run_layer(int l, int n, const int32_t* pos_host, bool prompt) {
