@@ -61,13 +61,9 @@ void CpuLayerOps::matmul(Act out, Act in, Weight w) {
 void CpuLayerOps::add_bias(Act a, Weight b) { add_bias_rows(ptr(a), weight(b), n_, act_width(c_, a)); }
 
 void CpuLayerOps::rmsnorm_heads(Act a, Weight w, int n_heads, float eps) {
-  const int64_t width = act_width(c_, a), d = c_.head_dim;
-  float* p = ptr(a);
-  if (width == static_cast<int64_t>(n_heads) * d) {  // the heads fill the rows: one pass over all of them
-    rmsnorm_rows(p, p, weight(w), n_ * n_heads, d, eps, pool_);
-    return;
-  }
-  for (int64_t t = 0; t < n_; ++t) rmsnorm_rows(p + t * width, p + t * width, weight(w), n_heads, d, eps, pool_);
+  if (act_width(c_, a) != static_cast<int64_t>(n_heads) * c_.head_dim) fail("internal: rmsnorm_heads normalises whole rows of heads");
+  float* p = ptr(a);  // the rows are n_ * n_heads consecutive heads
+  rmsnorm_rows(p, p, weight(w), n_ * n_heads, c_.head_dim, eps, pool_);
 }
 
 void CpuLayerOps::rope(Act a, int n_heads) {

@@ -31,7 +31,7 @@ class LayerOps {
   virtual void matmul(Act out, Act in, Weight w) = 0;
   // a += b on every row (a bias vector as wide as a's rows).
   virtual void add_bias(Act a, Weight b) = 0;
-  // RMSNorm of each of the first n_heads heads (head_dim wide) of each row, in place, by w
+  // RMSNorm of each head (head_dim wide) of rows that are n_heads heads each, in place, by w
   // ([head_dim]).
   virtual void rmsnorm_heads(Act a, Weight w, int n_heads, float eps) = 0;
   // Rotates the first n_heads heads of each row by the row's position.
