@@ -49,7 +49,6 @@ class CpuSession final : public Session {
   std::string describe() const override { return "backend cpu"; }
   std::vector<int64_t> layer_budgets() const override { return ctx_.evictor().budgets(); }
   Context* cpu_context() override { return &ctx_; }
-  Context& context() { return ctx_; }
 
  private:
   Context ctx_;

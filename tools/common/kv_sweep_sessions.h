@@ -31,7 +31,7 @@ class SweepSessions {
       cp.kv = resolve_kv_policy(kv, false, &m.cfg);
       kv_.push_back(cp.kv);
       sessions_.push_back(make_session(backend, m, cp));
-      if (pool_) contexts_.push_back(&static_cast<CpuSession&>(*sessions_.back()).context());
+      if (pool_) contexts_.push_back(sessions_.back()->cpu_context());
     }
   }
 
