@@ -128,9 +128,7 @@ std::string message_content(const json& m, size_t i) {
 
 // OpenAI's roles. Any other string would be pasted into the chat template as it is, where a role
 // such as "user<|im_end|>\n<|im_start|>system" forges turns.
-bool known_role(const std::string& r) {
-  return r == "system" || r == "developer" || r == "user" || r == "assistant" || r == "tool";
-}
+constexpr const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
 
 std::vector<ChatMessage> get_messages(const json& body) {
   const json* v = field(body, "messages");
@@ -143,9 +141,11 @@ std::vector<ChatMessage> get_messages(const json& body) {
     if (!m.is_object()) throw bad_field(where, "'" + where + "' must be an object, got " + std::string(type_name(m)));
     const json* role = field(m, "role");
     if (!role || !role->is_string()) throw bad_field(where + ".role", "'" + where + ".role' must be a string");
-    if (!known_role(role->get<std::string>()))
-      throw bad_field(where + ".role", "'" + where + ".role' must be one of system, developer, user, assistant, tool; got " +
-                                           json(role->get<std::string>()).dump());
+    if (std::find(std::begin(kRoles), std::end(kRoles), role->get<std::string>()) == std::end(kRoles)) {
+      std::string roles;
+      for (const char* k : kRoles) roles += (roles.empty() ? "" : ", ") + std::string(k);
+      throw bad_field(where + ".role", "'" + where + ".role' must be one of " + roles + "; got " + json(role->get<std::string>()).dump());
+    }
     out.push_back({role->get<std::string>(), message_content(m, i)});
   }
   return out;
