@@ -5,7 +5,11 @@
 # max |diff| <= 0.02 + 0.02 * max |logit|, see tests/kernels/test_device_context.cpp), and runs
 # slake-bench on a synthetic Llama-3.1-8B at 4K..128K context for full and slake --kv-budget 1024.
 # Results go to $OUT_DIR (default docs/gpu-check/<date>).
-#   scripts/gpu-check.sh [--quick]   (--quick: 4K and 16K only, one repetition)
+#   scripts/gpu-check.sh [--quick] [--prebuilt]
+#   --quick:    4K and 16K only, one repetition
+#   --prebuilt: use the binaries already in $BUILD_DIR (a machine without the build's Debian packages:
+#               build elsewhere with -DSLAKE_CUDA=ON -DSLAKE_NATIVE=OFF, targets slake-kernel-tests-gpu,
+#               slake-backend-tests-gpu, slake-cli and slake-bench); skips the build and the CPU suite
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,10 +17,17 @@ BUILD="${BUILD_DIR:-$ROOT/build-gpu}"
 OUT_DIR="${OUT_DIR:-$ROOT/docs/gpu-check/$(date +%Y%m%d-%H%M%S)}"
 DEPTHS=(4096 16384 32768 65536 131072)
 REPS=3
-if [[ "${1:-}" == "--quick" ]]; then
-  DEPTHS=(4096 16384)
-  REPS=1
-fi
+PREBUILT=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) DEPTHS=(4096 16384); REPS=1 ;;
+    --prebuilt) PREBUILT=1 ;;
+    *) echo "gpu-check: unknown argument '$arg'" >&2; exit 2 ;;
+  esac
+done
+SHARED="${SLAKE_SHARED_DIR:-$ROOT/../shared}"
+# cuBLAS is opened at run time (dlopen): the toolkit's library folder must be on the search path.
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
 
 command -v nvidia-smi >/dev/null || { echo "gpu-check: nvidia-smi not found: no GPU here" >&2; exit 1; }
 NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
@@ -24,35 +35,50 @@ NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 mkdir -p "$OUT_DIR"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT_DIR/gpu.txt"
 
-echo "== build (CUDA on)"
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLAKE_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
-  | tee "$OUT_DIR/cmake.txt"
-cmake --build "$BUILD" -j "$(nproc)" 2>&1 | tail -n 5
+if [[ $PREBUILT == 0 ]]; then
+  echo "== build (CUDA on)"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLAKE_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
+    | tee "$OUT_DIR/cmake.txt"
+  cmake --build "$BUILD" -j "$(nproc)" 2>&1 | tail -n 5
 
-echo "== the whole test suite (kernels_gpu and backend_gpu run on the device)"
-(cd "$BUILD" && ctest --output-on-failure -j "$(nproc)") 2>&1 | tee "$OUT_DIR/ctest.txt"
-if grep -Eq "kernels_gpu .*Skipped|backend_gpu .*Skipped" "$OUT_DIR/ctest.txt"; then
-  echo "gpu-check: the device tests were skipped: no usable CUDA device" >&2
-  exit 1
+  echo "== the whole test suite (kernels_gpu and backend_gpu run on the device)"
+  (cd "$BUILD" && ctest --output-on-failure -j "$(nproc)") 2>&1 | tee "$OUT_DIR/ctest.txt"
+  if grep -Eq "kernels_gpu .*Skipped|backend_gpu .*Skipped" "$OUT_DIR/ctest.txt"; then
+    echo "gpu-check: the device tests were skipped: no usable CUDA device" >&2
+    exit 1
+  fi
+else
+  echo "== the kernels on the device against their CPU references"
+  set +e
+  timeout 180 "$BUILD/bin/slake-kernel-tests-gpu" 2>&1 | tee "$OUT_DIR/kernels-gpu.txt"
+  rc=${PIPESTATUS[0]}
+  set -e
+  [[ $rc == 0 ]] || echo "gpu-check: slake-kernel-tests-gpu exited with $rc" >&2
 fi
 
 echo "== CUDA vs CPU logits (tiny fixture models, stories260K), with the per-comparison max |diff|"
-"$BUILD/bin/slake-backend-tests-gpu" 2>&1 | tee "$OUT_DIR/logits-cuda-vs-cpu.txt"
+set +e
+SLAKE_SHARED_DIR="$SHARED" timeout 180 "$BUILD/bin/slake-backend-tests-gpu" 2>&1 | tee "$OUT_DIR/logits-cuda-vs-cpu.txt"
+rc=${PIPESTATUS[0]}
+set -e
+[[ $rc == 0 ]] || echo "gpu-check: slake-backend-tests-gpu exited with $rc" >&2
 
-STORIES="$ROOT/../shared/models/stories260K.gguf"
+STORIES="$SHARED/models/stories260K.gguf"
 if [[ -f "$STORIES" ]]; then
   echo "== slake-cli on stories260K: greedy text of both backends"
-  "$BUILD/bin/slake-cli" -m "$STORIES" -c 256 -n 64 --temp 0 --backend cpu > "$OUT_DIR/stories-cpu.txt"
-  "$BUILD/bin/slake-cli" -m "$STORIES" -c 256 -n 64 --temp 0 --backend cuda > "$OUT_DIR/stories-cuda.txt"
+  for b in cpu cuda; do
+    timeout 60 "$BUILD/bin/slake-cli" -m "$STORIES" -c 256 -n 64 --temp 0 --backend "$b" > "$OUT_DIR/stories-$b.txt" \
+      || echo "gpu-check: slake-cli --backend $b failed" >&2
+  done
   if cmp -s "$OUT_DIR/stories-cpu.txt" "$OUT_DIR/stories-cuda.txt"; then echo "same text"; else echo "texts differ (bf16 weights)"; fi
+  cat "$OUT_DIR/stories-cuda.txt"
 fi
 
 echo "== slake-bench: synthetic Llama-3.1-8B (bf16 weights on the device), pp512 and tg128 at each depth"
-for d in "${DEPTHS[@]}"; do
-  for kv in "--kv-policy full" "--kv-policy slake --kv-budget 1024"; do
-    # shellcheck disable=SC2086  # $kv holds two flags
-    "$BUILD/bin/slake-bench" --synthetic llama-3.1-8b --synthetic-type bf16 --backend cuda $kv -d "$d" -p 512 -n 128 --ctx-beyond-train \
-      -r "$REPS" -o jsonl >> "$OUT_DIR/bench-llama-3.1-8b.jsonl" || echo "slake-bench failed at depth $d ($kv)" >&2
-  done
-done
+# One invocation: the 8B weights are made and uploaded once; every depth runs full and slake C=1024.
+depths=$(IFS=,; echo "${DEPTHS[*]}")
+"$BUILD/bin/slake-bench" --synthetic llama-3.1-8b --synthetic-type bf16 --backend cuda --kv-policy full,slake --kv-budget 1024 \
+  -d "$depths" -p 512 -n 128 --ctx-beyond-train -t "$(nproc)" -r "$REPS" -o jsonl > "$OUT_DIR/bench-llama-3.1-8b.jsonl" \
+  || echo "slake-bench failed" >&2
+cat "$OUT_DIR/bench-llama-3.1-8b.jsonl"
 echo "gpu-check: results in $OUT_DIR"
