@@ -171,16 +171,27 @@ void vabs_terms(double* out, const float* q_window, int S, int n_obs, int P, int
 // ---- decode eviction ----
 
 constexpr int kVictimThreads = 256;
+constexpr int kVictimLogitRows = 64;
+
+// Thread per (query head h, row r < n_held of its KV head): logits[h * capacity + r] = the
+// query's logit for the row (window_logit, the CPU's order of summation), each dot product once.
+__global__ void victim_logits_kernel(double* logits, const float* q, int32_t qpos, int n_heads, KvLayerView kv) {
+  const int h = static_cast<int>(blockIdx.y), g = h / (n_heads / kv.n_kv_heads);
+  const int r = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (r >= kv.n_held[g] || kv.pos[static_cast<int64_t>(g) * kv.capacity + r] > qpos) return;
+  logits[static_cast<int64_t>(h) * kv.capacity + r] = window_logit(q + static_cast<int64_t>(h) * kv.head_dim, kv, g, r);
+}
 
 // Block per KV head g: the score of each of the first n_cand rows (the current query's softmax
 // over all n_held rows, pooled along the candidates, averaged over the group; or the recency rank)
-// and the row with the lowest score (the first on ties): slake::KvEvictor::decode_victim.
-__global__ void decode_victims_kernel(int32_t* victim, double* scratch, const float* q, int32_t qpos, int n_heads, KvLayerView kv,
-                                      int n_cand, int mode) {
+// and the row with the lowest score (the first on ties): slake::KvEvictor::decode_victim. Reads
+// the logits victim_logits_kernel wrote.
+__global__ void decode_victims_kernel(int32_t* victim, double* scratch, const double* logits, int32_t qpos, int n_heads,
+                                      KvLayerView kv, int n_cand, int mode) {
   SLAKE_SHARED(double, red, 32);
   SLAKE_SHARED(double, best_v, kVictimThreads);
   SLAKE_SHARED(int, best_i, kVictimThreads);
-  const int g = static_cast<int>(blockIdx.x), d = kv.head_dim, group = n_heads / kv.n_kv_heads;
+  const int g = static_cast<int>(blockIdx.x), group = n_heads / kv.n_kv_heads;
   const int n = kv.n_held[g], tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
   const int32_t* ph = kv.pos + static_cast<int64_t>(g) * kv.capacity;
   double* p = scratch + static_cast<int64_t>(g) * 2 * kv.capacity;
@@ -193,17 +204,18 @@ __global__ void decode_victims_kernel(int32_t* victim, double* scratch, const fl
     }
   } else {
     for (int gh = 0; gh < group; ++gh) {
-      const float* qh = q + static_cast<int64_t>(g * group + gh) * d;
+      const double* x = logits + static_cast<int64_t>(g * group + gh) * kv.capacity;
       double m = -INFINITY;
       for (int r = tid; r < n; r += nt)
-        if (ph[r] <= qpos) m = fmax(m, window_logit(qh, kv, g, r));
+        if (ph[r] <= qpos) m = fmax(m, x[r]);
       m = block_reduce_d(m, red, true);
       double z = 0.0;
-      for (int r = tid; r < n; r += nt)
-        if (ph[r] <= qpos) z += exp(window_logit(qh, kv, g, r) - m);
+      for (int r = tid; r < n; r += nt) {  // p[r] is this thread's until the barrier below
+        p[r] = ph[r] <= qpos ? exp(x[r] - m) : 0.0;
+        z += p[r];
+      }
       z = block_reduce_d(z, red, false);
-      for (int r = tid; r < n; r += nt)
-        p[r] = ph[r] <= qpos ? exp(window_logit(qh, kv, g, r) - m) / z : 0.0;
+      for (int r = tid; r < n; r += nt) p[r] /= z;
       __syncthreads();
       const int half = mode == 0 ? 2 : 3;
       for (int r = tid; r < n_cand; r += nt) {
@@ -234,48 +246,57 @@ __global__ void decode_victims_kernel(int32_t* victim, double* scratch, const fl
   if (tid == 0) victim[g] = n_cand > 0 ? best_i[0] : -1;
 }
 
-size_t victim_scratch_doubles(int n_kv_heads, int capacity) { return 2 * static_cast<size_t>(n_kv_heads) * capacity; }
+size_t victim_scratch_doubles(int n_heads, int n_kv_heads, int capacity) {
+  return (2 * static_cast<size_t>(n_kv_heads) + static_cast<size_t>(n_heads)) * capacity;
+}
 
 void decode_victims(int32_t* victim, double* scratch, const float* q, int32_t qpos, int n_heads, const KvLayerView& kv, int n_cand,
                     int mode, Stream stream) {
   if (n_heads % kv.n_kv_heads != 0 || mode < 0 || mode > 2) throw Error("decode_victims: unsupported shape or mode");
+  double* logits = scratch + 2 * static_cast<int64_t>(kv.n_kv_heads) * kv.capacity;
+  if (mode != 2) {
+    const unsigned blocks = static_cast<unsigned>((kv.capacity + kVictimLogitRows - 1) / kVictimLogitRows);
+    SLAKE_LAUNCH(dim3(blocks, static_cast<unsigned>(n_heads)), dim3(kVictimLogitRows), 0, stream, victim_logits_kernel)
+    (logits, q, qpos, n_heads, kv);
+    SLAKE_CHECK_LAUNCH("victim_logits_kernel");
+  }
   SLAKE_LAUNCH(dim3(static_cast<unsigned>(kv.n_kv_heads)), dim3(kVictimThreads), 0, stream, decode_victims_kernel)
-  (victim, scratch, q, qpos, n_heads, kv, n_cand, mode);
+  (victim, scratch, logits, qpos, n_heads, kv, n_cand, mode);
   SLAKE_CHECK_LAUNCH("decode_victims_kernel");
 }
 
-// Block per KV head: rows row[g] + 1 .. n_held - 1 move up by one, as stored bytes (16-bit words:
-// every row type's size is even), in chunks read before written.
+// Block per (kRemoveRows rows, KV head g): row j of `src` with row[g] < j < n_held goes to row
+// j - shift of `dst`, as stored bytes (16-bit words: every row type's size is even).
 constexpr int kRemoveRows = 8;
-constexpr int kMaxRowWords = 2 * kMaxHeadDim;  // an f32 row of kMaxHeadDim values
-__global__ void remove_rows_kernel(KvLayerMut kv, const int32_t* row, int n_held) {
-  SLAKE_SHARED(uint16_t, bk, kRemoveRows * kMaxRowWords);
-  SLAKE_SHARED(uint16_t, bv, kRemoveRows * kMaxRowWords);
-  SLAKE_SHARED(int32_t, bp, kRemoveRows);
-  const int g = static_cast<int>(blockIdx.x), r = row[g];
-  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+__global__ void copy_rows_after_kernel(KvLayerMut dst, KvLayerMut src, const int32_t* row, int n_held, int shift) {
+  const int g = static_cast<int>(blockIdx.y), r = row[g];
   if (r < 0) return;
-  const int64_t wk = elem_row_bytes(kv.type_k, kv.head_dim) / 2, wv = elem_row_bytes(kv.type_v, kv.head_dim) / 2;
-  uint16_t* k = reinterpret_cast<uint16_t*>(kv.k) + static_cast<int64_t>(g) * kv.capacity * wk;
-  uint16_t* v = reinterpret_cast<uint16_t*>(kv.v) + static_cast<int64_t>(g) * kv.capacity * wv;
-  int32_t* p = kv.pos + static_cast<int64_t>(g) * kv.capacity;
-  for (int base = r; base < n_held - 1; base += kRemoveRows) {
-    const int cnt = min(kRemoveRows, n_held - 1 - base);
-    for (int64_t e = tid; e < cnt * wk; e += nt) bk[e] = k[(base + 1) * wk + e];
-    for (int64_t e = tid; e < cnt * wv; e += nt) bv[e] = v[(base + 1) * wv + e];
-    for (int e = tid; e < cnt; e += nt) bp[e] = p[base + 1 + e];
-    __syncthreads();
-    for (int64_t e = tid; e < cnt * wk; e += nt) k[base * wk + e] = bk[e];
-    for (int64_t e = tid; e < cnt * wv; e += nt) v[base * wv + e] = bv[e];
-    for (int e = tid; e < cnt; e += nt) p[base + e] = bp[e];
-    __syncthreads();
-  }
+  const int j0 = max(r + 1, static_cast<int>(blockIdx.x) * kRemoveRows), j1 = min(n_held, (static_cast<int>(blockIdx.x) + 1) * kRemoveRows);
+  if (j0 >= j1) return;
+  const int64_t wk = elem_row_bytes(src.type_k, src.head_dim) / 2, wv = elem_row_bytes(src.type_v, src.head_dim) / 2;
+  const uint16_t* sk = reinterpret_cast<const uint16_t*>(src.k) + static_cast<int64_t>(g) * src.capacity * wk;
+  const uint16_t* sv = reinterpret_cast<const uint16_t*>(src.v) + static_cast<int64_t>(g) * src.capacity * wv;
+  uint16_t* dk = reinterpret_cast<uint16_t*>(dst.k) + static_cast<int64_t>(g) * dst.capacity * wk;
+  uint16_t* dv = reinterpret_cast<uint16_t*>(dst.v) + static_cast<int64_t>(g) * dst.capacity * wv;
+  const int cnt = j1 - j0, tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  for (int64_t e = tid; e < cnt * wk; e += nt) dk[(j0 - shift) * wk + e] = sk[j0 * wk + e];
+  for (int64_t e = tid; e < cnt * wv; e += nt) dv[(j0 - shift) * wv + e] = sv[j0 * wv + e];
+  for (int e = tid; e < cnt; e += nt)
+    dst.pos[static_cast<int64_t>(g) * dst.capacity + j0 - shift + e] = src.pos[static_cast<int64_t>(g) * src.capacity + j0 + e];
 }
 
-void remove_rows(const KvLayerMut& kv, const int32_t* row, int n_held, Stream stream) {
-  if (kv.head_dim > kMaxHeadDim) throw Error("remove_rows: head_dim over the limit");
-  SLAKE_LAUNCH(dim3(static_cast<unsigned>(kv.n_kv_heads)), dim3(128), 0, stream, remove_rows_kernel)(kv, row, n_held);
-  SLAKE_CHECK_LAUNCH("remove_rows_kernel");
+void remove_rows(const KvLayerMut& kv, const KvLayerMut& scratch, const int32_t* row, int n_held, Stream stream) {
+  if (scratch.n_kv_heads != kv.n_kv_heads || scratch.head_dim != kv.head_dim || scratch.type_k != kv.type_k ||
+      scratch.type_v != kv.type_v || scratch.capacity < n_held || kv.capacity < n_held)
+    throw Error("remove_rows: the scratch area does not match the cache");
+  const dim3 grid(static_cast<unsigned>((n_held + kRemoveRows - 1) / kRemoveRows), static_cast<unsigned>(kv.n_kv_heads));
+  if (n_held <= 0) return;
+  // Out to the scratch area and back one row up: the blocks of one launch never read a row
+  // another block of it writes.
+  SLAKE_LAUNCH(grid, dim3(128), 0, stream, copy_rows_after_kernel)(scratch, kv, row, n_held, 0);
+  SLAKE_CHECK_LAUNCH("copy_rows_after_kernel");
+  SLAKE_LAUNCH(grid, dim3(128), 0, stream, copy_rows_after_kernel)(kv, scratch, row, n_held, 1);
+  SLAKE_CHECK_LAUNCH("copy_rows_after_kernel");
 }
 
 }  // namespace slake::gpu

@@ -181,12 +181,15 @@ void vabs_terms(double* out, const float* q_window, int S, int n_obs, int P, int
                 const uint8_t* kept, Stream stream = nullptr);
 // The decode victim of every KV head among its first n_cand rows (slake::KvEvictor::decode_victim):
 // mode 0 attention average-pooled over 5 (cake, slake), 1 max-pooled over 7 (snapkv, pyramidkv),
-// 2 recency with 4 sinks (streaming). scratch: victim_scratch_doubles().
-size_t victim_scratch_doubles(int n_kv_heads, int capacity);
+// 2 recency with 4 sinks (streaming). scratch: victim_scratch_doubles() (the logits of every query
+// head and row, computed once in a grid over both, then the per-KV-head softmax and pooling).
+size_t victim_scratch_doubles(int n_heads, int n_kv_heads, int capacity);
 void decode_victims(int32_t* victim, double* scratch, const float* q, int32_t qpos, int n_heads, const KvLayerView& kv, int n_cand,
                     int mode, Stream stream = nullptr);
-// Removes row[g] (when >= 0) from each KV head g holding n_held rows, keeping the order.
-void remove_rows(const KvLayerMut& kv, const int32_t* row, int n_held, Stream stream = nullptr);
+// Removes row[g] (when >= 0) from each KV head g holding n_held rows, keeping the order: the rows
+// after it go out to `scratch` (the same heads, head_dim and types, capacity >= n_held) and back
+// one row up, each in a grid over rows.
+void remove_rows(const KvLayerMut& kv, const KvLayerMut& scratch, const int32_t* row, int n_held, Stream stream = nullptr);
 
 // ---- argmax (argmax.cuh) ----
 

@@ -397,7 +397,7 @@ void DeviceContext::decode_evict(int l, int32_t qpos) {
       else linear_absorb_one(lin(l), kv, victim);
       L.lin = true;
     }
-    remove_rows(m, victim, L.held);
+    remove_rows(m, area(move_, 0, L.cap), victim, L.held);
     set_held(l, L.held - 1);
   }
   note_usage();

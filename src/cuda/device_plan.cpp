@@ -135,7 +135,7 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
     add("policy", "evicted_idx", H * rows * sizeof(int32_t));
     add("policy", "counts", 2 * H * sizeof(int32_t));
     add("policy", "victim", H * sizeof(int32_t));
-    add("policy", "victim_scratch", victim_scratch_doubles(c.n_kv_heads, max_capacity) * sizeof(double));
+    add("policy", "victim_scratch", victim_scratch_doubles(c.n_heads, c.n_kv_heads, max_capacity) * sizeof(double));
   }
 }
 

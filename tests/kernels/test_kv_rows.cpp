@@ -61,7 +61,7 @@ TEST(KernelKvRows, AppendStoresWhatTheCpuStores) {
 }
 
 void remove_case(int d, KvType tk, KvType tv) {
-  const int n_kv = 3, n = 21, cap = 24;
+  const int n_kv = 4, n = 21, cap = 24;
   const std::string what = "d=" + std::to_string(d) + kv_types_label(tk, tv);
   KvCache cache(1, n_kv, d, cap, 0, tk, tv);
   for (int t = 0; t < n; ++t) {
@@ -69,9 +69,14 @@ void remove_case(int d, KvType tk, KvType tv) {
     cache.append(0, k.data(), v.data(), 7 * t);
   }
   DeviceKvLayer dev(cache, 0, cap);
-  const std::vector<int32_t> victim{0, -1, 20};  // the first row, none, the last row
+  // The scratch area: another capacity than the cache's (rows are addressed by each one's own).
+  const KvCache empty(1, n_kv, d, n + 1, 0, tk, tv);
+  DeviceKvLayer scratch(empty, 0, n + 1), small(empty, 0, n - 1);
+  // The first row, none, the last row, a row in the middle (the rows after it span three blocks).
+  const std::vector<int32_t> victim{0, -1, 20, 9};
   DeviceBuffer<int32_t> dvictim(victim);
-  remove_rows(dev.mut(), dvictim.get(), n);
+  EXPECT_THROW(remove_rows(dev.mut(), small.mut(), dvictim.get(), n), Error) << "a scratch area of fewer rows than held";
+  remove_rows(dev.mut(), scratch.mut(), dvictim.get(), n);
   const std::vector<uint8_t> got_k = dev.k.download(), got_v = dev.v.download();
   const std::vector<int32_t> got_pos = dev.pos.download();
   for (int g = 0; g < n_kv; ++g) {
