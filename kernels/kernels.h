@@ -23,8 +23,8 @@ inline __host__ __device__ int64_t elem_row_bytes(ElemType t, int n) {
 
 // ---- elementwise (embedding.cuh, rmsnorm.cuh, rope.cuh, swiglu.cuh, residual.cuh) ----
 
-// out[t][:] = table row tokens[t] (dim elements of `type`), as fp32.
-void embedding(float* out, const void* table, ElemType type, const int32_t* tokens, int n_tokens, int dim,
+// out[t][:] = table row tokens[t] (dim elements of `type`), as fp32, times scale.
+void embedding(float* out, const void* table, ElemType type, const int32_t* tokens, int n_tokens, int dim, float scale = 1.0f,
                Stream stream = nullptr);
 // out[r][i] = x[r][i] / rms(x[r]) * weight[i] for r < rows, i < n.
 void rmsnorm(float* out, const float* x, const float* weight, int rows, int n, float eps, Stream stream = nullptr);
@@ -36,6 +36,8 @@ void rope(float* x, const int32_t* pos, int n_tokens, int64_t row_stride, int n_
           const double* inv_freq, bool half_layout, Stream stream = nullptr);
 // out[i] = silu(gate[i]) * up[i]
 void swiglu(float* out, const float* gate, const float* up, int64_t n, Stream stream = nullptr);
+// out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation
+void geglu(float* out, const float* gate, const float* up, int64_t n, Stream stream = nullptr);
 // x[i] += y[i]
 void residual_add(float* x, const float* y, int64_t n, Stream stream = nullptr);
 // x[r][i] += b[i] for `rows` rows of `width` floats (a bias on every row).

@@ -12,6 +12,22 @@ __global__ void swiglu_kernel(float* out, const float* gate, const float* up, in
   }
 }
 
+// GeGLU: out = gelu(gate) * up with GELU's tanh approximation (slake::geglu), grid-stride.
+__global__ void geglu_kernel(float* out, const float* gate, const float* up, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+void geglu(float* out, const float* gate, const float* up, int64_t n, Stream stream) {
+  if (n <= 0) return;
+  SLAKE_LAUNCH(dim3(elementwise_blocks(n, 256)), dim3(256), 0, stream, geglu_kernel)(out, gate, up, n);
+  SLAKE_CHECK_LAUNCH("geglu_kernel");
+}
+
 void swiglu(float* out, const float* gate, const float* up, int64_t n, Stream stream) {
   if (n <= 0) return;
   SLAKE_LAUNCH(dim3(elementwise_blocks(n, 256)), dim3(256), 0, stream, swiglu_kernel)(out, gate, up, n);

@@ -59,10 +59,8 @@ void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>&
   std::vector<float> att(static_cast<size_t>(n * qd));
   std::vector<float> gate(static_cast<size_t>(n * ff)), up(static_cast<size_t>(n * ff));
   std::vector<int32_t> pos(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    embedding_row(x.data() + i * dim, model.tok_embd, tokens[static_cast<size_t>(i)]);
-    pos[static_cast<size_t>(i)] = ctxs[static_cast<size_t>(i)]->n_past_;
-  }
+  embed_tokens(x.data(), model, tokens.data(), n);
+  for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = ctxs[static_cast<size_t>(i)]->n_past_;
   const CpuActs acts{x.data(), xb.data(), q.data(), k.data(), v.data(), att.data(), gate.data(), up.data()};
 
   for (int l = 0; l < c.n_layers; ++l) {
@@ -76,14 +74,15 @@ void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>&
         s.kv_.append(l, k_rows + i * kvd, v_rows + i * kvd, p);
         s.evictor_.on_decode(l, qi, p, s.kv_, pool);
         const std::vector<DecodeRowScores>* scored = s.evictor_.decode_row_scores(l);
+        const AttentionShape shape = s.layer_shape(l);
         if (scored)
-          attention_decode(att_rows + i * qd, qi, p, s.kv_, l, s.shape_, *scored, pool);
+          attention_decode(att_rows + i * qd, qi, p, s.kv_, l, shape, *scored, pool);
         else
-          attention_prefill(att_rows + i * qd, qi, &p, 1, s.kv_, l, s.shape_, pool);
+          attention_prefill(att_rows + i * qd, qi, &p, 1, s.kv_, l, shape, pool);
         s.kv_.settle(l);
       }
     };
-    CpuLayerOps ops(c, weights.layers[static_cast<size_t>(l)], acts, n, pos.data(), c0.rope_, kMatmulExactRows, pool, attend);
+    CpuLayerOps ops(c, l, weights.layers[static_cast<size_t>(l)], acts, n, pos.data(), c0.rope_, kMatmulExactRows, pool, attend);
     run_layer(c, ops);
   }
   for (Context* s : ctxs) s->n_past_ += 1;

@@ -53,6 +53,12 @@ Context::Context(const Model& model, const ContextParams& params)
   up_.resize(B * c.ffn_dim);
 }
 
+AttentionShape Context::layer_shape(int l) const {
+  AttentionShape s = shape_;
+  s.sliding_window = model_.cfg.layer_window(l);
+  return s;
+}
+
 void Context::reset() {
   kv_.clear();
   evictor_.reset();
@@ -79,14 +85,15 @@ void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt,
       }
       // A decode step of a policy that scored this token for eviction reuses those scores.
       const std::vector<DecodeRowScores>* scored = prompt || nb != 1 ? nullptr : evictor_.decode_row_scores(l);
+      const AttentionShape s = layer_shape(l);
       if (scored)
-        attention_decode(att, q, p[0], kv_, l, shape_, *scored, *pool_);
+        attention_decode(att, q, p[0], kv_, l, s, *scored, *pool_);
       else
-        attention_prefill(att, q, p, nb, kv_, l, shape_, *pool_);
+        attention_prefill(att, q, p, nb, kv_, l, s, *pool_);
     };
     const CpuActs acts{x + static_cast<int64_t>(t0) * dim, xb_.data(), q_.data(), k_.data(), v_.data(), att_.data(), gate_.data(),
                        up_.data()};
-    CpuLayerOps ops(c, weights_.layers[static_cast<size_t>(l)], acts, nb, p, rope_, nb, *pool_, attend);
+    CpuLayerOps ops(c, l, weights_.layers[static_cast<size_t>(l)], acts, nb, p, rope_, nb, *pool_, attend);
     slake::run_layer(c, ops);
   }
 }
@@ -117,10 +124,8 @@ void Context::eval_into(const std::vector<int32_t>& tokens, std::vector<float>* 
   const int64_t dim = c.dim;
   std::vector<float> x(static_cast<size_t>(n) * dim);
   std::vector<int32_t> pos(static_cast<size_t>(n));
-  for (int t = 0; t < n; ++t) {
-    embedding_row(x.data() + t * dim, model_.tok_embd, tokens[static_cast<size_t>(t)]);
-    pos[static_cast<size_t>(t)] = n_past_ + t;
-  }
+  embed_tokens(x.data(), model_, tokens.data(), n);
+  for (int t = 0; t < n; ++t) pos[static_cast<size_t>(t)] = n_past_ + t;
   std::vector<Context*> all{this};  // every context this prompt goes into
   all.insert(all.end(), also.begin(), also.end());
   if (prompt)

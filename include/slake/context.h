@@ -69,6 +69,8 @@ class Context {
                  const std::vector<Context*>& also);
   // prompt: a prompt into an empty cache (observed for eviction); else decode steps.
   void run_layer(int layer, float* x, int n_tokens, const int32_t* pos, bool prompt, const std::vector<Context*>& also);
+  // The attention shape of a layer (its own window on models with local and global layers).
+  AttentionShape layer_shape(int layer) const;
 
   const Model& model_;
   const CpuWeights& weights_;  // the model's matrices as the CPU kernels read them (cpu/cpu_weights.h)

@@ -43,6 +43,8 @@ const TensorView& CpuLayerOps::find_weight(Weight w) const {
     case Weight::Bv: return w_.bv;
     case Weight::QNorm: return w_.q_norm;
     case Weight::KNorm: return w_.k_norm;
+    case Weight::AttnPostNorm: return w_.attn_post_norm;
+    case Weight::FfnPostNorm: return w_.ffn_post_norm;
   }
   fail("internal: unknown weight");
 }
@@ -69,18 +71,22 @@ void CpuLayerOps::rmsnorm_heads(Act a, Weight w, int n_heads, float eps) {
 void CpuLayerOps::rope(Act a, int n_heads) {
   const int64_t width = act_width(c_, a);
   float* p = ptr(a);
-  for (int64_t t = 0; t < n_; ++t) rope_.apply(p + t * width, n_heads, pos_[t]);
+  const bool swa = c_.layer_rope_swa(layer_);
+  for (int64_t t = 0; t < n_; ++t) rope_.apply(p + t * width, n_heads, pos_[t], swa);
 }
 
 void CpuLayerOps::attention(Act out, Act q, Act k, Act v) { attend_(ptr(out), ptr(q), ptr(k), ptr(v)); }
 
-void CpuLayerOps::swiglu(Act a, Act b) {
+void CpuLayerOps::gated(Act a, Act b, void (*fn)(float*, const float*, const float*, int64_t)) {
   const int64_t width = act_width(c_, a);
   float *pa = ptr(a), *pb = ptr(b);
   pool_.parallel_for(n_, 1, [&](int64_t lo, int64_t hi, int) {
-    for (int64_t t = lo; t < hi; ++t) slake::swiglu(pa + t * width, pa + t * width, pb + t * width, width);
+    for (int64_t t = lo; t < hi; ++t) fn(pa + t * width, pa + t * width, pb + t * width, width);
   });
 }
+
+void CpuLayerOps::swiglu(Act a, Act b) { gated(a, b, slake::swiglu); }
+void CpuLayerOps::geglu(Act a, Act b) { gated(a, b, slake::geglu); }
 
 void CpuLayerOps::add(Act x, Act y) {
   float *px = ptr(x), *py = ptr(y);

@@ -21,10 +21,11 @@ class CpuLayerOps final : public LayerOps {
   // out, q, k, v: the rows' buffers of attention's operands.
   using Attend = std::function<void(float* out, float* q, float* k, float* v)>;
   // n rows at positions pos; matmuls run over at most `matmul_rows` rows at a time (batch_decode.h
-  // says why a batch does that); layer `w` of the CPU weights.
-  CpuLayerOps(const ModelConfig& c, const LayerWeights& w, const CpuActs& a, int64_t n, const int32_t* pos, const Rope& rope,
-              int64_t matmul_rows, ThreadPool& pool, Attend attend)
-      : c_(c), w_(w), a_(a), n_(n), pos_(pos), rope_(rope), matmul_rows_(matmul_rows), pool_(pool), attend_(std::move(attend)) {}
+  // says why a batch does that); layer `layer`, whose CPU weights are `w`.
+  CpuLayerOps(const ModelConfig& c, int layer, const LayerWeights& w, const CpuActs& a, int64_t n, const int32_t* pos,
+              const Rope& rope, int64_t matmul_rows, ThreadPool& pool, Attend attend)
+      : c_(c), layer_(layer), w_(w), a_(a), n_(n), pos_(pos), rope_(rope), matmul_rows_(matmul_rows), pool_(pool),
+        attend_(std::move(attend)) {}
 
   void rmsnorm(Act out, Act in, Weight w, float eps) override;
   void matmul(Act out, Act in, Weight w) override;
@@ -33,14 +34,18 @@ class CpuLayerOps final : public LayerOps {
   void rope(Act a, int n_heads) override;
   void attention(Act out, Act q, Act k, Act v) override;
   void swiglu(Act a, Act b) override;
+  void geglu(Act a, Act b) override;
   void add(Act x, Act y) override;
 
  private:
   float* ptr(Act a) const;
+  // a = fn(a, b) row by row (the gated activations).
+  void gated(Act a, Act b, void (*fn)(float*, const float*, const float*, int64_t));
   const TensorView& weight(Weight w) const;  // throws for a weight the model lacks
   const TensorView& find_weight(Weight w) const;
 
   const ModelConfig& c_;
+  int layer_;
   const LayerWeights& w_;
   CpuActs a_;
   int64_t n_;

@@ -204,6 +204,24 @@ void swiglu(float* out, const float* gate, const float* up, int64_t n) {
   }
 }
 
+void geglu(float* out, const float* gate, const float* up, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+void embed_tokens(float* x, const Model& m, const int32_t* tokens, int64_t n) {
+  const int64_t dim = m.cfg.dim;
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = x + t * dim;
+    embedding_row(row, m.tok_embd, tokens[t]);
+    if (m.cfg.embed_scale != 1.0f)
+      for (int64_t i = 0; i < dim; ++i) row[i] *= m.cfg.embed_scale;
+  }
+}
+
 void embedding_row(float* out, const TensorView& emb, int64_t token) {
   dequantize_row(emb.type, emb.row(token), out, emb.row_len());
 }

@@ -13,15 +13,18 @@ Rope::Rope(const ModelConfig& cfg) : head_dim_(cfg.head_dim), layout_(cfg.rope_l
     if (!cfg.rope_freq_factors.empty()) f /= cfg.rope_freq_factors[static_cast<size_t>(i)];
     inv_freq_[static_cast<size_t>(i)] = f;
   }
+  if (!cfg.swa_layers.empty())
+    for (int i = 0; i < half; ++i) inv_freq_swa_.push_back(std::pow(static_cast<double>(cfg.rope_theta_swa), -2.0 * i / head_dim_));
 }
 
-void Rope::apply(float* x, int n_heads, int pos) const {
+void Rope::apply(float* x, int n_heads, int pos, bool swa) const {
   const int half = head_dim_ / 2;
+  const std::vector<double>& inv_freq = swa ? inv_freq_swa_ : inv_freq_;
   float cs[512], sn[512];  // frequencies are handled 512 at a time
   for (int i0 = 0; i0 < half; i0 += 512) {
     const int n = std::min(512, half - i0);
     for (int i = 0; i < n; ++i) {
-      const double a = pos * inv_freq_[static_cast<size_t>(i0 + i)];
+      const double a = pos * inv_freq[static_cast<size_t>(i0 + i)];
       cs[i] = static_cast<float>(std::cos(a));
       sn[i] = static_cast<float>(std::sin(a));
     }

@@ -34,6 +34,9 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params, st
                  : upload_weights(model, [&](const std::string& name) { return static_cast<void*>(at<char>(name.c_str())); });
     const Rope rope(model.cfg);
     copy_to_device(at<double>("inv_freq"), rope.inv_freq().data(), rope.inv_freq().size() * sizeof(double));
+    if (!model.cfg.swa_layers.empty())
+      copy_to_device(at<double>("inv_freq") + model.cfg.head_dim / 2, rope.inv_freq(true).data(),
+                     rope.inv_freq(true).size() * sizeof(double));
   } catch (...) {
     device_free(arena_);
     throw;
@@ -158,11 +161,13 @@ class DeviceContext::Ops final : public LayerOps {
     if (width != static_cast<int64_t>(n_heads) * d) fail("internal: rmsnorm_heads normalises whole rows of heads");
     slake::gpu::rmsnorm(ptr(a), ptr(a), vector(w), nb_ * n_heads, c_.head_dim, eps);
   }
-  void rope(Act a, int n_heads) override {
-    slake::gpu::rope(ptr(a), positions_, nb_, act_width(c_, a), n_heads, c_.head_dim, inv_freq_, c_.rope_layout == RopeLayout::Half);
+  void rope(Act a, int n_heads) override {  // the plan's inv_freq: the global table, then the sliding layers'
+    const double* inv_freq = inv_freq_ + (c_.layer_rope_swa(l_) ? c_.head_dim / 2 : 0);
+    slake::gpu::rope(ptr(a), positions_, nb_, act_width(c_, a), n_heads, c_.head_dim, inv_freq, c_.rope_layout == RopeLayout::Half);
   }
   void attention(Act out, Act q, Act k, Act v) override { d_.attend(l_, t0_, nb_, pos_host_, prompt_, ptr(out), ptr(q), ptr(k), ptr(v)); }
   void swiglu(Act a, Act b) override { slake::gpu::swiglu(ptr(a), ptr(a), ptr(b), nb_ * act_width(c_, a)); }
+  void geglu(Act a, Act b) override { slake::gpu::geglu(ptr(a), ptr(a), ptr(b), nb_ * act_width(c_, a)); }
   void add(Act x, Act y) override { residual_add(ptr(x), ptr(y), nb_ * act_width(c_, x)); }
 
  private:
@@ -189,6 +194,8 @@ class DeviceContext::Ops final : public LayerOps {
       case Weight::Bv: v = L_.bv; break;
       case Weight::QNorm: v = L_.q_norm; break;
       case Weight::KNorm: v = L_.k_norm; break;
+      case Weight::AttnPostNorm: v = L_.attn_post_norm; break;
+      case Weight::FfnPostNorm: v = L_.ffn_post_norm; break;
       default: fail("internal: not a vector weight");
     }
     if (!v) fail("internal: the model has no such vector weight");
@@ -245,9 +252,9 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool 
   const KvLayerView kvv = view(in_staging ? staging() : pool_layer(l), l);
   const int max_held = layers_[static_cast<size_t>(l)].held;
   if (nb == 1)
-    ptaa_decode(att, q, pos_host[t0], c.n_heads, kvv, lin(l), c.sliding_window, max_held, plan_.ptaa_split_len, at<float>("ptaa"));
+    ptaa_decode(att, q, pos_host[t0], c.n_heads, kvv, lin(l), c.layer_window(l), max_held, plan_.ptaa_split_len, at<float>("ptaa"));
   else
-    prefill_attention(att, qd, q, qd, pos + t0, nb, c.n_heads, kvv, lin(l), c.sliding_window);
+    prefill_attention(att, qd, q, qd, pos + t0, nb, c.n_heads, kvv, lin(l), c.layer_window(l));
 }
 
 int64_t DeviceContext::decode_budget(int l) const {
@@ -421,7 +428,7 @@ void DeviceContext::eval(const std::vector<int32_t>& tokens, std::vector<float>*
   std::iota(pos.begin(), pos.end(), n_past_);
   copy_to_device(at<int32_t>("tokens"), tokens.data(), tokens.size() * sizeof(int32_t));
   copy_to_device(at<int32_t>("positions"), pos.data(), pos.size() * sizeof(int32_t));
-  embedding(at<float>("x"), w_.tok_embd.data, ElemType::BF16, at<int32_t>("tokens"), n, c.dim);
+  embedding(at<float>("x"), w_.tok_embd.data, ElemType::BF16, at<int32_t>("tokens"), n, c.dim, c.embed_scale);
   if (prompt) {
     S_ = n;
     prompt_evicts_ = plan_.evicting && S_ > plan_.kv.budget + plan_.kv.window;

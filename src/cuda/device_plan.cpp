@@ -113,7 +113,7 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
   add("activations", "logits", B * static_cast<size_t>(c.n_vocab) * sizeof(float));
   add("activations", "tokens", ctx * sizeof(int32_t));
   add("activations", "positions", ctx * sizeof(int32_t));
-  add("activations", "inv_freq", d / 2 * sizeof(double));
+  add("activations", "inv_freq", d * sizeof(double));  // the global layers' table, then the sliding layers' one
   ptaa_split_len = 256;
   ptaa_n_splits = ptaa_splits(max_capacity, ptaa_split_len);
   add("activations", "ptaa", ptaa_scratch_floats(c.n_heads, c.head_dim, ptaa_n_splits) * sizeof(float));

@@ -62,6 +62,10 @@ void for_each_device_weight(const Model& m,
       one(p + "q_norm", w.q_norm, false);
       one(p + "k_norm", w.k_norm, false);
     }
+    if (c.post_norms) {
+      one(p + "attn_post_norm", w.attn_post_norm, false);
+      one(p + "ffn_post_norm", w.ffn_post_norm, false);
+    }
   }
 }
 
@@ -103,6 +107,8 @@ WeightsOnDevice upload_weights(const Model& m, const std::function<void*(const s
     L.bv = vec(p + "bv");
     L.q_norm = vec(p + "q_norm");
     L.k_norm = vec(p + "k_norm");
+    L.attn_post_norm = vec(p + "attn_post_norm");
+    L.ffn_post_norm = vec(p + "ffn_post_norm");
   }
   return w;
 }

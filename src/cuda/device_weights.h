@@ -21,6 +21,7 @@ struct LayerWeightsOnDevice {
   const float* ffn_norm = nullptr;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // qkv_bias
   const float *q_norm = nullptr, *k_norm = nullptr;         // qk_norm
+  const float *attn_post_norm = nullptr, *ffn_post_norm = nullptr;  // post_norms
 };
 
 struct WeightsOnDevice {

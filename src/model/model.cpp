@@ -37,7 +37,7 @@ std::vector<const TensorView*> Model::weights() const {
   if (!cfg.tied_output) w.push_back(&output);
   for (const LayerWeights& l : layers)
     for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.bq, &l.bk,
-                                &l.bv, &l.q_norm, &l.k_norm})
+                                &l.bv, &l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_post_norm})
       if (t->data) w.push_back(t);
   return w;
 }
@@ -65,6 +65,11 @@ void validate_config(const ModelConfig& c, const std::string& file) {
   need(c.rms_eps > 0 && std::isfinite(c.rms_eps), "RMS norm epsilon must be positive");
   need(c.rope_theta > 0 && std::isfinite(c.rope_theta), "RoPE theta must be positive");
   need(c.sliding_window >= 0, "sliding window must not be negative");
+  need(c.swa_layers.empty() || c.swa_layers.size() == static_cast<size_t>(c.n_layers),
+       "the sliding-window layer pattern must name every layer");
+  need(c.swa_layers.empty() || c.sliding_window > 0, "sliding-window layers need a sliding window");
+  need(c.rope_theta_swa > 0 && std::isfinite(c.rope_theta_swa), "the sliding layers' RoPE theta must be positive");
+  need(c.embed_scale > 0 && std::isfinite(c.embed_scale), "the embedding scale must be positive");
   need(c.rope_freq_factors.empty() || c.rope_freq_factors.size() == static_cast<size_t>(c.head_dim / 2),
        "RoPE frequency factors must have head_dim/2 entries");
   for (float f : c.rope_freq_factors) need(f > 0 && std::isfinite(f), "RoPE frequency factors must be positive");
@@ -109,6 +114,10 @@ void bind_weights(Model& m, const std::function<const TensorView*(const std::str
     if (c.qk_norm) {
       L.q_norm = get(names.q_norm, {c.head_dim});
       L.k_norm = get(names.k_norm, {c.head_dim});
+    }
+    if (c.post_norms) {
+      L.attn_post_norm = get(names.attn_post_norm, {dim});
+      L.ffn_post_norm = get(names.ffn_post_norm, {dim});
     }
   }
 }

@@ -1,5 +1,5 @@
 // Model loading from a GGUF file written by llama.cpp's converters (architectures "llama",
-// "qwen2", "qwen3"; llama.cpp's src/llama-arch.cpp names their keys and tensors).
+// "qwen2", "qwen3", "gemma3"; llama.cpp's src/llama-arch.cpp names their keys and tensors).
 #include <cmath>
 #include <limits>
 
@@ -19,6 +19,41 @@ int to_int(uint64_t v, const std::string& file, const std::string& key) {
   return static_cast<int>(v);
 }
 
+// Gemma 3 (llama.cpp's src/models/gemma3.cpp): scaled embeddings, post-norms, and with a sliding
+// window five local layers of every six (attention.sliding_window_pattern: the period, or one
+// flag per layer) whose RoPE base is rope.freq_base_swa (10000 when absent).
+void gemma3_hparams(const GgufFile& g, ModelConfig& c) {
+  const std::string& f = g.name();
+  const std::string a = c.arch + ".";
+  c.post_norms = true;
+  c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+  if (g.get_float(a + "final_logit_softcapping", 0.0) != 0.0) fail(f + ": final logit soft-capping is not supported");
+  // llama.cpp scales Gemma 3 27B's queries by 1/sqrt(dim / heads) rather than 1/sqrt(head_dim).
+  if (c.n_layers == 62 && c.dim / c.n_heads != c.head_dim)
+    fail(f + ": Gemma 3 27B's query scale (1/sqrt(dim / heads), not 1/sqrt(head_dim)) is not supported");
+  if (c.sliding_window <= 0) return;
+  c.rope_theta_swa = static_cast<float>(g.get_float(a + "rope.freq_base_swa", 10000.0));
+  const std::string pk = a + "attention.sliding_window_pattern";
+  c.swa_layers.assign(static_cast<size_t>(c.n_layers), 0);
+  const GgufValue* pv = g.find(pk);
+  if (pv && pv->type == GgufType::ARRAY) {
+    if (pv->arr.size() != static_cast<size_t>(c.n_layers))
+      fail(f + ": " + pk + " has " + std::to_string(pv->arr.size()) + " entries for " + std::to_string(c.n_layers) + " layers");
+    for (size_t l = 0; l < pv->arr.size(); ++l) {
+      const GgufValue& e = pv->arr[l];
+      if (e.type != GgufType::BOOL && !e.is_integer()) fail(f + ": " + pk + " must hold flags");
+      c.swa_layers[l] = e.type == GgufType::BOOL ? e.u != 0 : e.is_integer() && (e.u != 0 || e.i != 0);
+    }
+  } else {
+    const uint64_t period = pv ? g.get_uint(pk) : 6;
+    if (period > static_cast<uint64_t>(c.n_layers) + 1) fail(f + ": " + pk + " is larger than the layer count");
+    for (int l = 0; l < c.n_layers; ++l) c.swa_layers[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
+  }
+  if (c.sliding_window > c.n_ctx_train)
+    fail(f + ": the sliding window (" + std::to_string(c.sliding_window) + ") is larger than the training context (" +
+         std::to_string(c.n_ctx_train) + ")");
+}
+
 }  // namespace
 
 std::unique_ptr<Model> load_gguf(const std::string& path) {
@@ -36,9 +71,9 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   m->release_pages = [buf = g->buffer()](const uint8_t* p, size_t n) { buf->release_pages(p, n); };
   ModelConfig& c = m->cfg;
   c.arch = g->get_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3")
-    fail(f + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3 are)");
-  const bool qwen = c.arch == "qwen2" || c.arch == "qwen3";
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "gemma3")
+    fail(f + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3, gemma3 are)");
+  const bool qwen = c.arch == "qwen2" || c.arch == "qwen3", gemma = c.arch == "gemma3";
   const std::string a = c.arch + ".";
   c.name = g->get_string("general.name", "");
   auto geti = [&](const std::string& k) { return to_int(g->get_uint(a + k), f, a + k); };
@@ -58,11 +93,12 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   if (rope_dims != c.head_dim)
     fail(f + ": partial RoPE (" + std::to_string(rope_dims) + " of " + std::to_string(c.head_dim) + " dimensions) is not supported");
   c.sliding_window = to_int(g->get_uint(a + "attention.sliding_window", 0), f, a + "attention.sliding_window");
-  // llama.cpp's converter permutes Llama's Q/K rows to adjacent pairs; Qwen's stay rotate-half
-  // (llama.cpp's NEOX RoPE type).
-  c.rope_layout = qwen ? RopeLayout::Half : RopeLayout::Adjacent;
+  // llama.cpp's converter permutes Llama's Q/K rows to adjacent pairs; Qwen's and Gemma's stay
+  // rotate-half (llama.cpp's NEOX RoPE type).
+  c.rope_layout = qwen || gemma ? RopeLayout::Half : RopeLayout::Adjacent;
   c.qkv_bias = c.arch == "qwen2";
-  c.qk_norm = c.arch == "qwen3";
+  c.qk_norm = c.arch == "qwen3" || gemma;
+  if (gemma) gemma3_hparams(*g, c);
 
   const std::string scaling = g->get_string(a + "rope.scaling.type", "none");
   if (scaling == "linear") {
@@ -100,7 +136,8 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
                     "blk.{}.attn_output.weight", "blk.{}.ffn_norm.weight", "blk.{}.ffn_gate.weight", "blk.{}.ffn_up.weight",
                     "blk.{}.ffn_down.weight",
                     "blk.{}.attn_q.bias", "blk.{}.attn_k.bias", "blk.{}.attn_v.bias",
-                    "blk.{}.attn_q_norm.weight", "blk.{}.attn_k_norm.weight"};
+                    "blk.{}.attn_q_norm.weight", "blk.{}.attn_k_norm.weight",
+                    "blk.{}.post_attention_norm.weight", "blk.{}.post_ffw_norm.weight"};
   bind_weights(*m, [&](const std::string& n) { return g->find_tensor(n); }, names, f);
   return m;
 }

@@ -14,6 +14,7 @@ struct TensorNames {
   std::string tok_embd, output_norm, output;
   std::string attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
   std::string bq, bk, bv, q_norm, k_norm;  // bound with qkv_bias / qk_norm only
+  std::string attn_post_norm, ffn_post_norm;  // bound with post_norms only
 };
 
 void validate_config(const ModelConfig& c, const std::string& file);

@@ -16,6 +16,7 @@ constexpr ArchEntry kArchitectures[] = {
     {"mistral", llama_layer},
     {"qwen2", qwen2_layer},
     {"qwen3", qwen3_layer},
+    {"gemma3", gemma3_layer},
 };
 }  // namespace
 

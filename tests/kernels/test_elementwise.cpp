@@ -54,6 +54,16 @@ TEST(KernelEmbedding, RowsOfF32F16Bf16TablesMatchTheCpuExactly) {
       ASSERT_TRUE(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])))
           << dtype_name(c.dt) << " element " << i << ": " << got[i] << " vs " << want[i];
   }
+  // Gemma's scaled embeddings: each value times the scale, one float product.
+  const float scale = std::sqrt(640.0f);
+  DeviceBuffer<uint8_t> table(f.size() * 4);
+  copy_to_device(table.get(), f.data(), f.size() * 4);
+  DeviceBuffer<float> out(tokens.size() * dim);
+  embedding(out.get(), table.get(), ElemType::F32, d_tokens.get(), static_cast<int>(tokens.size()), dim, scale);
+  const std::vector<float> got = out.download();
+  for (size_t t = 0; t < tokens.size(); ++t)
+    for (int i = 0; i < dim; ++i)
+      ASSERT_EQ(got[t * dim + static_cast<size_t>(i)], f[static_cast<size_t>(tokens[t]) * dim + static_cast<size_t>(i)] * scale);
 }
 
 TEST(KernelRmsnorm, MatchesTheCpuRmsnorm) {
@@ -102,6 +112,29 @@ TEST(KernelSwiglu, MatchesTheCpuSwiglu) {
   std::vector<float> want(static_cast<size_t>(n));
   slake::swiglu(want.data(), g.data(), u.data(), n);
   expect_close(out.download(), want, 1e-7, 1e-6, "swiglu");
+}
+
+TEST(KernelGeglu, MatchesTheCpuGegluAndTheTanhGelu) {
+  const int64_t n = 1000 * 3 + 7;
+  const std::vector<float> g = random_floats(static_cast<size_t>(n), 7, -12.0f, 12.0f), u = random_floats(static_cast<size_t>(n), 8);
+  DeviceBuffer<float> dg(g), du(u), out(static_cast<size_t>(n));
+  geglu(out.get(), dg.get(), du.get(), n);
+  std::vector<float> want(static_cast<size_t>(n));
+  slake::geglu(want.data(), g.data(), u.data(), n);
+  expect_close(out.download(), want, 1e-6, 1e-6, "geglu");
+  // The CPU reference against GELU's tanh form in double precision, and PyTorch's
+  // gelu(1, approximate='tanh') = 0.8411919906 (torch 2.x, float64).
+  std::vector<double> exact(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = g[static_cast<size_t>(i)];
+    exact[static_cast<size_t>(i)] = 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * u[static_cast<size_t>(i)];
+  }
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_NEAR(want[static_cast<size_t>(i)], exact[static_cast<size_t>(i)], 1e-5 + 1e-5 * std::fabs(exact[static_cast<size_t>(i)])) << i;
+  const float one = 1.0f, unit = 1.0f;
+  float y = 0;
+  slake::geglu(&y, &one, &unit, 1);
+  EXPECT_NEAR(y, 0.8411919906, 1e-6);
 }
 
 TEST(KernelResidual, AddsInPlace) {

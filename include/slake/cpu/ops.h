@@ -25,10 +25,14 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
 
 // out[t] = silu(gate[t]) * up[t], elementwise over n values.
 void swiglu(float* out, const float* gate, const float* up, int64_t n);
+// out[t] = gelu(gate[t]) * up[t] with GELU's tanh approximation, elementwise over n values.
+void geglu(float* out, const float* gate, const float* up, int64_t n);
 // x[r] += b for each of `rows` rows of n floats (b: a 1-D weight of n elements, any type).
 void add_bias_rows(float* x, const TensorView& b, int64_t rows, int64_t n);
 
 // Row `token` of an embedding table, dequantised.
 void embedding_row(float* out, const TensorView& emb, int64_t token);
+// The n tokens' embedding rows (dim floats each) into x, times the model's embed_scale.
+void embed_tokens(float* x, const Model& m, const int32_t* tokens, int64_t n);
 
 }  // namespace slake

@@ -17,7 +17,7 @@ namespace slake {
 // The activations of the rows a LayerOps is bound to. Each backend owns their storage.
 enum class Act { X, XB, Q, K, V, Att, Gate, Up };
 // A layer's weights, by role.
-enum class Weight { AttnNorm, Wq, Wk, Wv, Wo, FfnNorm, Gate, Up, Down, Bq, Bk, Bv, QNorm, KNorm };
+enum class Weight { AttnNorm, Wq, Wk, Wv, Wo, FfnNorm, Gate, Up, Down, Bq, Bk, Bv, QNorm, KNorm, AttnPostNorm, FfnPostNorm };
 
 // Floats per row of an activation.
 int64_t act_width(const ModelConfig& c, Act a);
@@ -25,7 +25,7 @@ int64_t act_width(const ModelConfig& c, Act a);
 class LayerOps {
  public:
   virtual ~LayerOps() = default;
-  // out = in / rms(in) * w, row by row.
+  // out = in / rms(in) * w, row by row (out may be in).
   virtual void rmsnorm(Act out, Act in, Weight w, float eps) = 0;
   // out = in w^T.
   virtual void matmul(Act out, Act in, Weight w) = 0;
@@ -34,13 +34,17 @@ class LayerOps {
   // RMSNorm of each head (head_dim wide) of rows that are n_heads heads each, in place, by w
   // ([head_dim]).
   virtual void rmsnorm_heads(Act a, Weight w, int n_heads, float eps) = 0;
-  // Rotates the first n_heads heads of each row by the row's position.
+  // Rotates the first n_heads heads of each row by the row's position (with the layer's RoPE
+  // frequencies: ModelConfig::layer_rope_swa).
   virtual void rope(Act a, int n_heads) = 0;
   // The KV hooks and attention: stores the rows' keys and values in the layer's cache, lets the
-  // policy observe the queries (prompt) or evict (decode), and writes attention over the cache.
+  // policy observe the queries (prompt) or evict (decode), and writes attention over the cache
+  // (within the layer's window: ModelConfig::layer_window).
   virtual void attention(Act out, Act q, Act k, Act v) = 0;
   // a = silu(a) * b.
   virtual void swiglu(Act a, Act b) = 0;
+  // a = gelu(a) * b, GELU's tanh approximation (Gemma's gelu_pytorch_tanh).
+  virtual void geglu(Act a, Act b) = 0;
   // x += y.
   virtual void add(Act x, Act y) = 0;
 };

@@ -19,7 +19,7 @@ namespace slake {
 enum class RopeLayout { Adjacent, Half };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "mistral", "qwen2" or "qwen3" (src/models/models.cpp)
+  std::string arch;  // "llama", "mistral", "qwen2", "qwen3" or "gemma3" (src/models/models.cpp)
   std::string name;
   int n_vocab = 0;
   int dim = 0;
@@ -36,13 +36,27 @@ struct ModelConfig {
   // empty means all ones. Llama 3.1 scaling and linear scaling are both expressed this way.
   std::vector<float> rope_freq_factors;
   int sliding_window = 0;  // 0: none; otherwise key j is visible to query i iff i - window < j <= i
+  // Gemma 3's local/global layers: when not empty, layer l attends within sliding_window iff
+  // swa_layers[l] (a global layer sees every key); empty: every layer as sliding_window says.
+  std::vector<uint8_t> swa_layers;
+  // RoPE base of the sliding layers when swa_layers is set (their frequencies take no
+  // rope_freq_factors: scaling is the global layers').
+  float rope_theta_swa = 10000.0f;
   bool tied_output = false;
-  bool qkv_bias = false;  // qwen2: the Q, K and V projections add a bias
-  bool qk_norm = false;   // qwen3: each head of Q and K is RMS-normalised before RoPE
+  bool qkv_bias = false;    // qwen2: the Q, K and V projections add a bias
+  bool qk_norm = false;     // qwen3, gemma3: each head of Q and K is RMS-normalised before RoPE
+  bool post_norms = false;  // gemma3: the attention and FFN outputs are RMS-normalised before they are added
+  float embed_scale = 1.0f;  // the embeddings are multiplied by this (gemma3: sqrt(dim))
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
   int group_size() const { return n_heads / n_kv_heads; }
+  // The window layer l attends within (0: every key).
+  int layer_window(int l) const {
+    return swa_layers.empty() ? sliding_window : swa_layers[static_cast<size_t>(l)] ? sliding_window : 0;
+  }
+  // Whether layer l rotates by rope_theta_swa rather than rope_theta and rope_freq_factors.
+  bool layer_rope_swa(int l) const { return !swa_layers.empty() && swa_layers[static_cast<size_t>(l)]; }
 };
 
 struct LayerWeights {
@@ -50,6 +64,7 @@ struct LayerWeights {
   TensorView ffn_norm, w_gate, w_up, w_down;
   TensorView bq, bk, bv;     // with qkv_bias, else empty
   TensorView q_norm, k_norm;  // with qk_norm ([head_dim]), else empty
+  TensorView attn_post_norm, ffn_post_norm;  // with post_norms ([dim]), else empty
 };
 
 // Data a backend derives from the weights once and shares between its contexts (the CPU path's
