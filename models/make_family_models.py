@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Reference fixtures for the model families beyond Llama: tiny random Qwen2 and Qwen3 models,
-made the way a user's files are made.
+"""Reference fixtures for the model families beyond Llama: tiny random Qwen2, Qwen3 and Gemma 3
+models, made the way a user's files are made.
 
 transformers builds each model from a config, with random weights drawn here (biases and
 per-head norm weights far from 0 and 1, so that leaving one out changes the logits), and saves
@@ -18,6 +18,10 @@ Models (vocab 272: the tokenizer's 256 byte tokens and its specials; hidden 64, 
   qwen2-bias    Qwen2ForCausalLM, 4 / 2 heads: Q/K/V projections with biases.
   qwen3-qknorm  Qwen3ForCausalLM, 4 / 2 heads of head_dim 32 (not hidden / heads = 16): per-head
                 RMSNorm of Q and K (q_norm, k_norm) before RoPE.
+  gemma3-swa    Gemma3ForCausalLM, 6 layers (five sliding of window 8, then one global, llama.cpp's
+                default pattern), 4 / 2 heads of head_dim 32, RoPE bases 10000 (sliding) and 1e6
+                (global), GELU-tanh, post-norms, scaled and tied embeddings; vocab 256 (the
+                converter trims the embedding to the tokenizer's 256 tokens).
 
 CI does not run this script (torch is too heavy); its outputs are committed. Regenerate with
 
@@ -37,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 N_VOCAB, N_EMBD, N_LAYER, N_FF, N_TOKENS = 272, 64, 2, 128, 64  # 256 byte tokens + room for specials
 
@@ -65,18 +70,35 @@ def tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=None)
 
 
+GEMMA_VOCAB, GEMMA_LAYERS, GEMMA_WINDOW = 256, 6, 8
+
+
+def n_vocab(name: str) -> int:
+    return GEMMA_VOCAB if name.startswith("gemma3") else N_VOCAB
+
+
 def build(name: str, seed: int):
     common = dict(vocab_size=N_VOCAB, hidden_size=N_EMBD, intermediate_size=N_FF, num_hidden_layers=N_LAYER,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5,
                   rope_theta=10000.0, tie_word_embeddings=False, attn_implementation="eager")
     if name == "qwen2-bias":
         model = Qwen2ForCausalLM(Qwen2Config(use_sliding_window=False, **common))
+    elif name == "gemma3-swa":
+        cfg = Gemma3TextConfig(
+            vocab_size=GEMMA_VOCAB, hidden_size=N_EMBD, intermediate_size=N_FF, num_hidden_layers=GEMMA_LAYERS,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=32,
+            max_position_embeddings=128, rms_norm_eps=1e-6, sliding_window=GEMMA_WINDOW,
+            layer_types=["full_attention" if l % 6 == 5 else "sliding_attention" for l in range(GEMMA_LAYERS)],
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                             "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
+            tie_word_embeddings=True, attn_implementation="eager")
+        model = Gemma3ForCausalLM(cfg)
     else:
         model = Qwen3ForCausalLM(Qwen3Config(head_dim=32, attention_bias=False, **common))
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for pname, p in model.named_parameters():
-            if pname.endswith("norm.weight"):
+            if pname.endswith("norm.weight"):  # Gemma's are w in x * (1 + w): the same draw gives ~2
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
             elif pname.endswith(".bias"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
@@ -102,24 +124,34 @@ def make(name: str, seed: int, llama_cpp: Path, root: Path) -> None:
     model.save_pretrained(out / "hf", safe_serialization=True)
     tokenizer().save_pretrained(out / "hf")
     rng = np.random.default_rng(seed)
-    tokens = [int(t) for t in rng.integers(0, N_VOCAB, N_TOKENS)]
+    tokens = [int(t) for t in rng.integers(0, n_vocab(name), N_TOKENS)]
     logits = logits_of(model, tokens)
-    # The feature under test moves the logits: without it they differ.
+    # The feature under test moves the logits: without it they differ. (Gemma: the post-norms and
+    # the sliding window.)
     with torch.no_grad():
+        if name.startswith("gemma3"):
+            wide = Gemma3ForCausalLM(Gemma3TextConfig(**{**model.config.to_dict(), "sliding_window": 128}))
+            wide.load_state_dict(model.state_dict())
+            if not rel_err(logits_of(wide.eval(), tokens), logits) > 1e-2:
+                sys.exit(f"{name}: the sliding window does not move the logits")
         for pname, p in model.named_parameters():
             if pname.endswith(".bias") or pname.endswith("q_norm.weight") or pname.endswith("k_norm.weight"):
                 p.copy_(torch.zeros_like(p) if pname.endswith(".bias") else torch.ones_like(p))
+            if "post_" in pname and pname.endswith("layernorm.weight"):
+                p.copy_(torch.zeros_like(p))
     e = rel_err(logits_of(model, tokens), logits)
     if not e > 1e-2:
-        sys.exit(f"{name}: the biases / QK norms move the logits by only {e:.3g}")
+        sys.exit(f"{name}: the biases / QK norms / post-norms move the logits by only {e:.3g}")
     subprocess.run([sys.executable, "-c", CONVERT, str(llama_cpp), str(out / "hf"), "--outtype", "f32", "--outfile",
                     str(out / "model.gguf")], check=True, stdout=subprocess.DEVNULL)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         (out / "hf" / f).unlink(missing_ok=True)  # the engine's tests need the weights only
     logits.astype("<f4").tofile(out / "logits.f32")
     desc = {"qwen2-bias": "Qwen2ForCausalLM, 4/2 heads, Q/K/V biases",
-            "qwen3-qknorm": "Qwen3ForCausalLM, 4/2 heads of head_dim 32, per-head Q/K RMSNorm"}[name]
-    (out / "reference.json").write_text(json.dumps({"tokens": tokens, "n_vocab": N_VOCAB, "description": desc +
+            "qwen3-qknorm": "Qwen3ForCausalLM, 4/2 heads of head_dim 32, per-head Q/K RMSNorm",
+            "gemma3-swa": "Gemma3ForCausalLM, 6 layers (5 sliding of window 8, 1 global), 4/2 heads of head_dim 32, "
+                          "RoPE 1e4/1e6, GELU-tanh, post-norms, scaled tied embeddings"}[name]
+    (out / "reference.json").write_text(json.dumps({"tokens": tokens, "n_vocab": n_vocab(name), "description": desc +
                                                     "; GGUF by llama.cpp's convert_hf_to_gguf.py (f32)"}) + "\n")
     print(f"{name}: {out}")
 
@@ -128,10 +160,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--llama-cpp", type=Path, required=True, help="llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
     ap.add_argument("--out", type=Path, default=Path("tests/fixtures"))
+    names = {"qwen2-bias": 101, "qwen3-qknorm": 102, "gemma3-swa": 103}
+    ap.add_argument("--only", choices=sorted(names), help="make this fixture alone")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    for name, seed in (("qwen2-bias", 101), ("qwen3-qknorm", 102)):
-        make(name, seed, a.llama_cpp, a.out)
+    for name, seed in names.items():
+        if a.only in (None, name):
+            make(name, seed, a.llama_cpp, a.out)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include "model_internal.h"
 #include "slake/error.h"
 #include "slake/format/safetensors.h"
+#include "slake/quant/dtype.h"
 #include "slake/tokenizer/vocab_readers.h"
 
 namespace slake::detail {
@@ -74,6 +75,40 @@ void read_rope(const ConfigReader& r, ModelConfig& c, const std::string& file) {
   }
 }
 
+// Gemma 3 (model_type gemma3_text): GELU-tanh, post-norms, scaled embeddings, and the
+// local/global layer pattern (layer_types, or transformers 4's sliding_window_pattern) with each
+// kind's RoPE base (rope_parameters per layer type, or rope_theta and rope_local_base_freq).
+void gemma3_config(const ConfigReader& r, ModelConfig& c, const std::string& file) {
+  const json& j = r.raw();
+  const std::string act = j.value("hidden_activation", j.value("hidden_act", std::string("gelu_pytorch_tanh")));
+  if (act != "gelu_pytorch_tanh") fail(file + ": hidden_activation '" + act + "' is not supported (gelu_pytorch_tanh is)");
+  for (const char* k : {"final_logit_softcapping", "attn_logit_softcapping"})
+    if (r.has(k)) fail(file + ": " + k + " is not supported");
+  if (r.get_int("query_pre_attn_scalar", c.head_dim) != c.head_dim)
+    fail(file + ": query_pre_attn_scalar other than head_dim is not supported");
+  c.qk_norm = c.post_norms = true;
+  c.embed_scale = std::sqrt(static_cast<float>(c.dim));
+  c.sliding_window = r.get_int("sliding_window", 0);
+  if (r.has("layer_types")) {
+    const json& t = j["layer_types"];
+    if (!t.is_array() || t.size() != static_cast<size_t>(c.n_layers)) fail(file + ": layer_types must name every layer");
+    for (const json& e : t) {
+      if (e != "sliding_attention" && e != "full_attention") fail(file + ": unknown layer type " + e.dump());
+      c.swa_layers.push_back(e == "sliding_attention");
+    }
+  } else {
+    const int period = r.get_int("sliding_window_pattern", 6);
+    for (int l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(period <= 0 || l % period < period - 1);
+  }
+  if (c.sliding_window <= 0) c.swa_layers.clear();
+  c.rope_theta_swa = static_cast<float>(r.get_num("rope_local_base_freq", 10000.0));
+  if (r.has("rope_parameters") && j["rope_parameters"].contains("sliding_attention")) {
+    const json& s = j["rope_parameters"]["sliding_attention"];
+    if (s.value("rope_type", std::string("default")) != "default") fail(file + ": RoPE scaling of sliding layers is not supported");
+    if (s.contains("rope_theta")) c.rope_theta_swa = static_cast<float>(r.get_num(s["rope_theta"], "rope_theta"));
+  }
+}
+
 bool file_exists(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -91,9 +126,11 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
   m->format = "hf";
   ModelConfig& c = m->cfg;
   c.arch = j.value("model_type", std::string());
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3")
-    fail(cfg_path + ": model_type '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3 are)");
-  if (j.contains("hidden_act") && j["hidden_act"] != "silu") fail(cfg_path + ": hidden_act must be silu");
+  if (c.arch == "gemma3_text") c.arch = "gemma3";
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "gemma3")
+    fail(cfg_path + ": model_type '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3, gemma3_text are)");
+  const bool gemma = c.arch == "gemma3";
+  if (!gemma && j.contains("hidden_act") && j["hidden_act"] != "silu") fail(cfg_path + ": hidden_act must be silu");
   // Qwen2 always has Q/K/V biases; any other bias (attention_bias: also on o_proj) is not supported.
   if (j.value("attention_bias", false) || j.value("mlp_bias", false)) fail(cfg_path + ": attention or MLP biases are not supported");
   if (c.arch == "qwen2" && j.value("use_sliding_window", false)) fail(cfg_path + ": Qwen2's use_sliding_window is not supported");
@@ -113,11 +150,27 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
   c.tied_output = j.value("tie_word_embeddings", false);
   c.sliding_window = c.arch == "mistral" ? r.get_int("sliding_window", 0) : 0;
   c.rope_layout = RopeLayout::Half;
-  read_rope(r, c, cfg_path);
+  if (gemma) {
+    gemma3_config(r, c, cfg_path);
+    // transformers 5 nests the global layers' RoPE under rope_parameters.full_attention.
+    json flat = j;
+    if (r.has("rope_parameters") && j["rope_parameters"].contains("full_attention")) flat["rope_parameters"] = j["rope_parameters"]["full_attention"];
+    read_rope(ConfigReader(flat, cfg_path), c, cfg_path);
+  } else {
+    read_rope(r, c, cfg_path);
+  }
   validate_config(c, cfg_path);
 
   auto set = std::make_shared<SafetensorsSet>(SafetensorsSet::open_dir(dir));
-  m->storage = set;
+  // Gemma's norm weights are stored as w for x * (1 + w): they are rewritten as 1 + w in owned
+  // memory, kept alive with the mapped files.
+  struct Storage {
+    std::shared_ptr<SafetensorsSet> set;
+    std::vector<std::vector<float>> owned;
+  };
+  auto storage = std::make_shared<Storage>();
+  storage->set = set;
+  m->storage = storage;
   if (!c.tied_output && !set->find_tensor("lm_head.weight")) c.tied_output = true;  // some checkpoints omit it
   TensorNames names{"model.embed_tokens.weight",
                     "model.norm.weight",
@@ -135,8 +188,28 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
                     "model.layers.{}.self_attn.k_proj.bias",
                     "model.layers.{}.self_attn.v_proj.bias",
                     "model.layers.{}.self_attn.q_norm.weight",
-                    "model.layers.{}.self_attn.k_norm.weight"};
-  bind_weights(*m, [&](const std::string& n) { return set->find_tensor(n); }, names, dir);
+                    "model.layers.{}.self_attn.k_norm.weight",
+                    "model.layers.{}.post_attention_layernorm.weight",
+                    "model.layers.{}.post_feedforward_layernorm.weight"};
+  if (gemma) names.ffn_norm = "model.layers.{}.pre_feedforward_layernorm.weight";
+  std::vector<TensorView> shifted;  // stable addresses for the views handed to bind_weights
+  shifted.reserve(static_cast<size_t>(6 * c.n_layers + 1));
+  auto find = [&](const std::string& n) -> const TensorView* {
+    const TensorView* t = set->find_tensor(n);
+    const bool norm = n.size() > 11 && n.compare(n.size() - 11, 11, "norm.weight") == 0;
+    if (!gemma || !t || !norm || t->ne.size() != 1) return t;
+    std::vector<float> v(static_cast<size_t>(t->ne[0]));
+    dequantize_row(t->type, t->data, v.data(), t->ne[0]);
+    for (float& x : v) x += 1.0f;
+    storage->owned.push_back(std::move(v));
+    TensorView s = *t;
+    s.type = DType::F32;
+    s.data = reinterpret_cast<const uint8_t*>(storage->owned.back().data());
+    s.nbytes = storage->owned.back().size() * sizeof(float);
+    shifted.push_back(s);
+    return &shifted.back();
+  };
+  bind_weights(*m, find, names, dir);
 
   if (file_exists(dir + "/tokenizer.json")) {
     m->vocab = read_tokenizer_json(dir + "/tokenizer.json", j);

@@ -7,7 +7,9 @@
 // Tolerance. The device keeps weights in bf16 and rounds the activations to bf16 at every GEMM
 // input (cuBLAS with bf16 operands, fp32 accumulation). The CPU reference runs on the same
 // bf16-rounded weights in fp32, so what is left is the activations' rounding (relative 2^-9 per
-// GEMM input): max |logit diff| <= 0.02 + 0.02 * max |logit|. Under emulation each comparison also
+// GEMM input), which adds up layer by layer: max |logit diff| <= 0.02 + 0.01 * n_layers * max |logit|
+// (0.02 for the two-layer fixtures; 0.06 for the six layers of gemma3-swa, whose measured 0.035
+// is about three times a two-layer model's). Under emulation each comparison also
 // runs with the host GEMM keeping fp32 activations (set_host_gemm_rounding(false)): then the rest
 // of the device pass must match the CPU to max |diff| <= 1e-4 + 1e-4 * max |logit|, and the
 // eviction decisions (layer budgets, tokens held per layer, KV bytes) must be identical. With
@@ -81,8 +83,9 @@ std::unique_ptr<Model> bf16_rounded(const Model& src) {
     o.wq = conv(w.wq, true), o.wk = conv(w.wk, true), o.wv = conv(w.wv, true), o.wo = conv(w.wo, true);
     o.ffn_norm = conv(w.ffn_norm, false);
     o.w_gate = conv(w.w_gate, true), o.w_up = conv(w.w_up, true), o.w_down = conv(w.w_down, true);
-    // The vectors of the families' layers (biases, per-head norms) stay fp32 on the device.
-    for (auto [from, to] : {std::pair{&w.bq, &o.bq}, {&w.bk, &o.bk}, {&w.bv, &o.bv}, {&w.q_norm, &o.q_norm}, {&w.k_norm, &o.k_norm}})
+    // The vectors of the families' layers (biases, per-head norms, post-norms) stay fp32 on the device.
+    for (auto [from, to] : {std::pair{&w.bq, &o.bq}, {&w.bk, &o.bk}, {&w.bv, &o.bv}, {&w.q_norm, &o.q_norm}, {&w.k_norm, &o.k_norm},
+                            {&w.attn_post_norm, &o.attn_post_norm}, {&w.ffn_post_norm, &o.ffn_post_norm}})
       if (from->data) *to = conv(*from, false);
     m->layers.push_back(o);
   }
@@ -103,7 +106,7 @@ double expect_logits_close(const std::vector<float>& got, const std::vector<floa
   for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
     diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
   const double tol = g_tol.abs + g_tol.rel * max_abs(want);
-  EXPECT_LE(diff, tol) << what << ": max |diff| " << diff << " over " << want.size() << " logits";
+  EXPECT_LE(diff, tol) << what << ": max |diff| " << diff << " over " << want.size() << " logits (max |logit| " << max_abs(want) << ")";
   return diff;
 }
 
@@ -154,14 +157,15 @@ void compare_once(const Model& model, const ContextParams& cp, const std::vector
 // under emulation, with fp32 activations).
 void compare(const Model& model, const ContextParams& cp, const std::vector<int32_t>& prompt, int steps, const std::string& what,
              bool bf16 = true, Tolerance fp32_tol = kFp32Activations) {
-  g_tol = kBf16Activations;
+  const Tolerance bf16_tol{kBf16Activations.abs, 0.01 * model.cfg.n_layers, false};
+  g_tol = bf16_tol;
   if (bf16) compare_once(model, cp, prompt, steps, what + " [bf16 activations]");
 #if !SLAKE_KERNEL_TESTS_ON_GPU
   set_host_gemm_rounding(false);
   g_tol = fp32_tol;
   compare_once(model, cp, prompt, steps, what + " [fp32 activations]");
   set_host_gemm_rounding(true);
-  g_tol = kBf16Activations;
+  g_tol = bf16_tol;
 #else
   (void)fp32_tol;  // on the device only the bf16 pass runs
 #endif
@@ -193,13 +197,16 @@ TEST_P(FixtureModels, FullMatchesCpu) {
 TEST_P(FixtureModels, SlakeEvictingMatchesCpu) {
   const auto m = fixture(GetParam());
   // Budget 12 with a window of 4 against a 40-token prompt: every layer evicts at prefill (its
-  // rows folded into the linear state) and again at every decode step.
-  compare(*m, params(96, "slake", 12, 4), prompt_tokens(40, m->cfg.n_vocab, 2), 4, GetParam() + " slake C=12");
+  // rows folded into the linear state) and again at every decode step. gemma3-swa's decode scores
+  // have near-ties that bf16 activations flip (its first decode step drops another token), so it
+  // is compared with fp32 activations only, where the decisions must be identical.
+  compare(*m, params(96, "slake", 12, 4), prompt_tokens(40, m->cfg.n_vocab, 2), 4, GetParam() + " slake C=12",
+          /*bf16=*/GetParam() != "gemma3-swa");
 }
 
 INSTANTIATE_TEST_SUITE_P(DeviceContext, FixtureModels,
                          ::testing::Values("llama2-mha", "llama-gqa-tied", "mistral-swa", "llama31-rope-scaling", "llama2-mha-q8_0",
-                                           "qwen2-bias", "qwen3-qknorm"),
+                                           "qwen2-bias", "qwen3-qknorm", "gemma3-swa"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

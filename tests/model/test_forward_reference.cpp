@@ -9,6 +9,7 @@
 #include "slake/context.h"
 #include "slake/format/mapped_file.h"
 #include "slake/model/model.h"
+#include "slake/quant/dtype.h"
 #include "test_util.h"
 
 namespace slake {
@@ -101,7 +102,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"mistral-swa", "gguf"}, Case{"mistral-swa", "hf"}, Case{"llama2-mha-f16", "gguf"},
                       Case{"llama2-mha-f16", "hf"}, Case{"llama2-mha-bf16", "gguf"}, Case{"llama2-mha-bf16", "hf"},
                       Case{"llama2-mha-q8_0", "gguf"}, Case{"llama2-mha-q4_0", "gguf"}, Case{"qwen2-bias", "gguf"},
-                      Case{"qwen2-bias", "hf"}, Case{"qwen3-qknorm", "gguf"}, Case{"qwen3-qknorm", "hf"}),
+                      Case{"qwen2-bias", "hf"}, Case{"qwen3-qknorm", "gguf"}, Case{"qwen3-qknorm", "hf"},
+                      Case{"gemma3-swa", "gguf"}, Case{"gemma3-swa", "hf"}),
     case_name);
 
 // The fixtures really cover what they claim: the loader sees the features under test.
@@ -140,6 +142,27 @@ TEST(ForwardReferenceFixtures, CoverTheFeatures) {
     EXPECT_NE(m->cfg.head_dim * m->cfg.n_heads, m->cfg.dim) << f;
     EXPECT_EQ(m->layers[0].q_norm.ne, std::vector<int64_t>{32}) << f;
   }
+  // Gemma 3: five sliding layers of window 8 then a global one, each kind's RoPE base, the
+  // scaled and tied embeddings, and the norms as 1 + w whichever format stored them.
+  std::vector<std::unique_ptr<Model>> gemma;
+  for (const char* f : {"gemma3-swa/hf", "gemma3-swa/model.gguf"}) {
+    auto m = load_model(d + f);
+    EXPECT_EQ(m->cfg.arch, "gemma3") << f;
+    EXPECT_TRUE(m->cfg.qk_norm && m->cfg.post_norms && m->cfg.tied_output) << f;
+    EXPECT_EQ(m->cfg.swa_layers, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0})) << f;
+    EXPECT_EQ(m->cfg.layer_window(0), 8) << f;
+    EXPECT_EQ(m->cfg.layer_window(5), 0) << f;
+    EXPECT_FLOAT_EQ(m->cfg.rope_theta, 1e6f) << f;
+    EXPECT_FLOAT_EQ(m->cfg.rope_theta_swa, 1e4f) << f;
+    EXPECT_FLOAT_EQ(m->cfg.embed_scale, 8.0f) << f;
+    EXPECT_EQ(m->cfg.rope_layout, RopeLayout::Half) << f;
+    gemma.push_back(std::move(m));
+  }
+  std::vector<float> nh(64), ng(64);
+  dequantize_row(gemma[0]->layers[2].ffn_post_norm.type, gemma[0]->layers[2].ffn_post_norm.data, nh.data(), 64);
+  dequantize_row(gemma[1]->layers[2].ffn_post_norm.type, gemma[1]->layers[2].ffn_post_norm.data, ng.data(), 64);
+  for (int i = 0; i < 64; ++i) EXPECT_FLOAT_EQ(nh[static_cast<size_t>(i)], ng[static_cast<size_t>(i)]) << i;
+  EXPECT_GT(nh[0], 1.4f);  // 1 + (1 + 0.2 N(0,1)): the shift was applied once
 }
 
 // Both RoPE layouts give the same logits (the GGUF and HF copies of one model).

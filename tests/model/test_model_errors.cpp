@@ -1,6 +1,7 @@
 // Model loading refuses inconsistent files with a one-line message naming the file and the problem.
 #include <gmock/gmock.h>
 
+#include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -17,7 +18,7 @@ using ::testing::HasSubstr;
 
 struct TinySpec {
   int dim = 8, n_heads = 2, n_kv = 1, ffn = 16, n_layers = 1, vocab = 8;
-  std::string arch = "llama";  // qwen2 adds the Q/K/V biases, qwen3 the per-head Q/K norms
+  std::string arch = "llama";  // qwen2 adds the Q/K/V biases, qwen3 the per-head Q/K norms, gemma3 both norms and post-norms
 };
 
 // A well-formed tiny GGUF model; `edit` may change the writer before tensors are added.
@@ -61,9 +62,13 @@ GgufWriter tiny_gguf(const TinySpec& s, const std::function<void(GgufWriter&)>& 
       add(b + "attn_k.bias", {kv});
       add(b + "attn_v.bias", {kv});
     }
-    if (s.arch == "qwen3") {
+    if (s.arch == "qwen3" || s.arch == "gemma3") {
       add(b + "attn_q_norm.weight", {hd});
       add(b + "attn_k_norm.weight", {hd});
+    }
+    if (s.arch == "gemma3") {
+      add(b + "post_attention_norm.weight", {d});
+      add(b + "post_ffw_norm.weight", {d});
     }
   }
   return w;
@@ -118,6 +123,49 @@ TEST(ModelErrors, FamilyTensorsAreChecked) {
               HasSubstr("tensor blk.0.attn_k_norm.weight has shape [5], expected [4]"));
 }
 
+// Gemma 3's layer pattern: the default period of 6, a period or per-layer flags from the file, and
+// what contradicts the rest of the file.
+TEST(ModelErrors, Gemma3LayerPattern) {
+  TinySpec g;
+  g.arch = "gemma3";
+  g.n_layers = 7;
+  auto window = [](uint32_t n) { return [n](GgufWriter& w) { w.set_u32("gemma3.attention.sliding_window", n); }; };
+  {
+    test::TempDir dir;
+    write_file(dir.file("m.gguf"), tiny_gguf(g, window(16)).to_bytes());
+    auto m = load_model(dir.file("m.gguf"));
+    EXPECT_EQ(m->cfg.swa_layers, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0, 1}));
+    EXPECT_TRUE(m->cfg.post_norms && m->cfg.qk_norm);
+    EXPECT_FLOAT_EQ(m->cfg.embed_scale, std::sqrt(8.0f));
+    EXPECT_FLOAT_EQ(m->cfg.rope_theta_swa, 10000.0f);
+  }
+  {
+    test::TempDir dir;
+    write_file(dir.file("m.gguf"), tiny_gguf(g, [](GgufWriter& w) {
+                                     w.set_u32("gemma3.attention.sliding_window", 16);
+                                     w.set_i32_array("gemma3.attention.sliding_window_pattern", {0, 1, 0, 1, 0, 1, 0});
+                                     w.set_f32("gemma3.rope.freq_base_swa", 5000.0f);
+                                   }).to_bytes());
+    auto m = load_model(dir.file("m.gguf"));
+    EXPECT_EQ(m->cfg.swa_layers, (std::vector<uint8_t>{0, 1, 0, 1, 0, 1, 0}));
+    EXPECT_FLOAT_EQ(m->cfg.rope_theta_swa, 5000.0f);
+  }
+  {  // no sliding window: every layer global
+    test::TempDir dir;
+    write_file(dir.file("m.gguf"), tiny_gguf(g).to_bytes());
+    EXPECT_TRUE(load_model(dir.file("m.gguf"))->cfg.swa_layers.empty());
+  }
+  EXPECT_THAT(gguf_error(tiny_gguf(g, window(65))), HasSubstr("sliding window (65) is larger than the training context (64)"));
+  EXPECT_THAT(gguf_error(tiny_gguf(g, [](GgufWriter& w) {
+                w.set_u32("gemma3.attention.sliding_window", 16);
+                w.set_i32_array("gemma3.attention.sliding_window_pattern", {1, 0});
+              })),
+              HasSubstr("has 2 entries for 7 layers"));
+  EXPECT_THAT(gguf_error(tiny_gguf(g, [](GgufWriter& w) { w.set_f32("gemma3.final_logit_softcapping", 30.0f); })),
+              HasSubstr("final logit soft-capping is not supported"));
+  EXPECT_THAT(gguf_error(tiny_gguf(g, {}, "blk.3.post_ffw_norm.weight")), HasSubstr("missing tensor blk.3.post_ffw_norm.weight"));
+}
+
 TEST(ModelErrors, GgufInconsistencies) {
   EXPECT_THAT(gguf_error(tiny_gguf({}, {}, "blk.0.ffn_up.weight")), HasSubstr("missing tensor blk.0.ffn_up.weight"));
   EXPECT_THAT(gguf_error(tiny_gguf({}, {}, "", "blk.0.attn_k.weight")),
@@ -157,8 +205,9 @@ TEST(ModelErrors, GgufVocabularyChecks) {
 }
 
 // A copy of the llama2-mha fixture's HF directory, with config.json replaced by `cfg`.
-std::string hf_error(const test::TempDir& dir, const std::function<void(nlohmann::json&)>& edit_cfg) {
-  const std::string src = test::fixtures_dir() + "/models/llama2-mha/hf";
+std::string hf_error(const test::TempDir& dir, const std::function<void(nlohmann::json&)>& edit_cfg,
+                     const std::string& fixture = "llama2-mha") {
+  const std::string src = test::fixtures_dir() + "/models/" + fixture + "/hf";
   std::system(("cp " + src + "/model.safetensors " + dir.path() + "/").c_str());
   nlohmann::json cfg = nlohmann::json::parse(read_text_file(src + "/config.json"));
   edit_cfg(cfg);
@@ -181,6 +230,15 @@ TEST(ModelErrors, HfInconsistencies) {
               HasSubstr("RoPE scaling type 'yarn'"));
   EXPECT_THAT(hf_error(dir, [](nlohmann::json& c) { c["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 1e4}}; }),
               HasSubstr("rope scaling 'llama3' needs"));
+
+  // Gemma 3's settings the engine does not implement are refused, not ignored.
+  auto gemma = [&](const std::function<void(nlohmann::json&)>& edit) { return hf_error(dir, edit, "gemma3-swa"); };
+  EXPECT_EQ(gemma([](nlohmann::json&) {}), "");
+  EXPECT_THAT(gemma([](nlohmann::json& c) { c["hidden_activation"] = "gelu"; }), HasSubstr("hidden_activation 'gelu' is not supported"));
+  EXPECT_THAT(gemma([](nlohmann::json& c) { c["query_pre_attn_scalar"] = 168; }), HasSubstr("query_pre_attn_scalar"));
+  EXPECT_THAT(gemma([](nlohmann::json& c) { c["final_logit_softcapping"] = 30.0; }), HasSubstr("final_logit_softcapping is not supported"));
+  EXPECT_THAT(gemma([](nlohmann::json& c) { c["layer_types"] = {"sliding_attention"}; }), HasSubstr("layer_types must name every layer"));
+  EXPECT_THAT(gemma([](nlohmann::json& c) { c["layer_types"][0] = "chunked_attention"; }), HasSubstr("unknown layer type"));
 
   write_file(dir.file("config.json"), std::string("{\"model_type\": \"llama\", "));
   EXPECT_THAT(load_error(dir.path()), HasSubstr("config.json: malformed JSON"));
