@@ -14,11 +14,11 @@ __global__ void swiglu_kernel(float* out, const float* gate, const float* up, in
 
 // GeGLU: out = gelu(gate) * up with GELU's tanh approximation (slake::geglu), grid-stride.
 __global__ void geglu_kernel(float* out, const float* gate, const float* up, int64_t n) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float k = 2 * 0.7978845608028654f;  // 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)), as the CPU computes it
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float g = gate[i];
-    out[i] = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+    out[i] = g / (1.0f + expf(-k * (g + 0.044715f * g * g * g))) * up[i];
   }
 }
 

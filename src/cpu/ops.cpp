@@ -2,6 +2,7 @@
 
 #include "matmul_amx.h"
 #include "matmul_panel.h"
+#include "slake/cpu/lanes.h"
 #include "slake/quant/quant_dot.h"
 #include "slake/quant/weight_pack.h"
 
@@ -204,11 +205,19 @@ void swiglu(float* out, const float* gate, const float* up, int64_t n) {
   }
 }
 
+// GELU's tanh form through 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)): one vector exp per 16 values
+// (a scalar tanh per value cost Gemma-3-270M a third of its prefill).
 void geglu(float* out, const float* gate, const float* up, int64_t n) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  for (int64_t i = 0; i < n; ++i) {
+  constexpr float k = 2 * 0.7978845608028654f;  // 2 sqrt(2 / pi)
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const lanes_f g = load_lanes(gate + i);
+    const lanes_f e = lanes_exp(-k * (g + 0.044715f * g * g * g));
+    store_lanes(out + i, g / (1.0f + e) * load_lanes(up + i));
+  }
+  for (; i < n; ++i) {
     const float g = gate[i];
-    out[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+    out[i] = g / (1.0f + std::exp(-k * (g + 0.044715f * g * g * g))) * up[i];
   }
 }
 
