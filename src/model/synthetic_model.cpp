@@ -122,6 +122,24 @@ const std::vector<SyntheticPreset>& synthetic_presets() {
     p.push_back({"qwen2.5-7b", qwen("qwen2.5-7b", false, 152064, 3584, 28, 28, 4, 128, 18944, 32768, false)});
     p.push_back({"qwen3-0.6b", qwen("qwen3-0.6b", true, 151936, 1024, 28, 16, 8, 128, 3072, 40960, true)});
     p.push_back({"qwen3-8b", qwen("qwen3-8b", true, 151936, 4096, 36, 32, 8, 128, 12288, 40960, false)});
+    // Gemma 3 (text), from their config.json: head_dim 256, five sliding layers of every six with
+    // RoPE base 1e4, the global ones 1e6 (4B: with linear scaling 8), tied and scaled embeddings.
+    auto gemma = [](const char* name, int dim, int layers, int heads, int kv, int ffn, int ctx, int window, float linear) {
+      ModelConfig c = shape(name, 262144, dim, layers, heads, kv, ffn, ctx, 1000000.0f);
+      c.arch = "gemma3";
+      c.head_dim = 256;
+      c.rms_eps = 1e-6f;
+      c.rope_layout = RopeLayout::Half;
+      c.qk_norm = c.post_norms = c.tied_output = true;
+      c.embed_scale = std::sqrt(static_cast<float>(dim));
+      c.sliding_window = window;
+      for (int l = 0; l < layers; ++l) c.swa_layers.push_back(l % 6 < 5);
+      if (linear != 1.0f) c.rope_freq_factors.assign(128, linear);
+      return c;
+    };
+    p.push_back({"gemma-3-270m", gemma("gemma-3-270m", 640, 18, 4, 1, 2048, 32768, 512, 1.0f)});
+    p.push_back({"gemma-3-1b", gemma("gemma-3-1b", 1152, 26, 4, 1, 6912, 32768, 512, 1.0f)});
+    p.push_back({"gemma-3-4b", gemma("gemma-3-4b", 2560, 34, 8, 4, 10240, 131072, 1024, 8.0f)});
     p.push_back({"tiny", shape("tiny", 1024, 256, 4, 8, 4, 704, 131072, 10000.0f)});  // long context: for cache-bound runs
     return p;
   }();
@@ -178,6 +196,10 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
       specs[p + "q_norm"] = {{c.head_dim}, DType::F32, 0.0f};
       specs[p + "k_norm"] = {{c.head_dim}, DType::F32, 0.0f};
     }
+    if (c.post_norms) {
+      specs[p + "attn_post_norm"] = {{dim}, DType::F32, 0.0f};
+      specs[p + "ffn_post_norm"] = {{dim}, DType::F32, 0.0f};
+    }
   }
   size_t total = 0;
   for (const auto& [name, sp] : specs) {
@@ -230,7 +252,7 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
   detail::TensorNames names_fmt{"tok_embd",      "output_norm",    "output",         "blk.{}.attn_norm", "blk.{}.wq",
                                 "blk.{}.wk",     "blk.{}.wv",      "blk.{}.wo",      "blk.{}.ffn_norm",  "blk.{}.w_gate",
                                 "blk.{}.w_up",   "blk.{}.w_down",  "blk.{}.bq",      "blk.{}.bk",        "blk.{}.bv",
-                                "blk.{}.q_norm", "blk.{}.k_norm"};
+                                "blk.{}.q_norm", "blk.{}.k_norm", "blk.{}.attn_post_norm", "blk.{}.ffn_post_norm"};
   detail::bind_weights(
       *m, [&](const std::string& n) -> const TensorView* { auto it = views.find(n); return it == views.end() ? nullptr : &it->second; },
       names_fmt, m->path);

@@ -3,6 +3,7 @@
 // forward pass over them stays finite.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -10,6 +11,7 @@
 #include "slake/error.h"
 #include "slake/model/synthetic_model.h"
 #include "slake/quant/weight_pack.h"
+#include "test_util.h"
 
 namespace slake {
 namespace {
@@ -50,6 +52,31 @@ TEST(SyntheticModel, PresetsHaveThePublishedShapes) {
     EXPECT_EQ(c.tied_output, w.tied) << w.name;
     EXPECT_EQ(c.qkv_bias, std::string(w.arch) == "qwen2") << w.name;
     EXPECT_EQ(c.qk_norm, std::string(w.arch) == "qwen3") << w.name;
+  }
+  // The Gemma 3 shapes (config.json of google/gemma-3-1b-pt and gemma-3-4b-pt's text_config).
+  struct WantGemma { const char* name; int dim, layers, heads, kv, ffn, ctx, window; float factor; };
+  for (const WantGemma& w : {WantGemma{"gemma-3-270m", 640, 18, 4, 1, 2048, 32768, 512, 1.0f},
+                             WantGemma{"gemma-3-1b", 1152, 26, 4, 1, 6912, 32768, 512, 1.0f},
+                             WantGemma{"gemma-3-4b", 2560, 34, 8, 4, 10240, 131072, 1024, 8.0f}}) {
+    const ModelConfig& c = preset(w.name);
+    EXPECT_EQ(c.arch, "gemma3") << w.name;
+    EXPECT_EQ(std::vector<int>({c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim, c.n_vocab, c.n_ctx_train, c.sliding_window}),
+              std::vector<int>({w.dim, w.layers, w.heads, w.kv, 256, w.ffn, 262144, w.ctx, w.window}))
+        << w.name;
+    EXPECT_TRUE(c.qk_norm && c.post_norms && c.tied_output) << w.name;
+    EXPECT_EQ(std::count(c.swa_layers.begin(), c.swa_layers.end(), 0), (w.layers + 1) / 6) << w.name;
+    EXPECT_EQ(c.rope_freq_factors.empty() ? 1.0f : c.rope_freq_factors[0], w.factor) << w.name;
+  }
+  // gemma-3-270m against the real file's own hyperparameters, when it has been fetched.
+  const std::string real = test::real_model("gemma-3-270m-q4_k_m.gguf");
+  if (!real.empty()) {
+    const auto m = load_model(real);
+    const ModelConfig &c = preset("gemma-3-270m"), &f = m->cfg;
+    EXPECT_EQ(std::vector<int>({c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim, c.n_vocab, c.n_ctx_train, c.sliding_window}),
+              std::vector<int>({f.dim, f.n_layers, f.n_heads, f.n_kv_heads, f.head_dim, f.ffn_dim, f.n_vocab, f.n_ctx_train, f.sliding_window}));
+    EXPECT_EQ(c.swa_layers, f.swa_layers);
+    EXPECT_EQ(std::vector<float>({c.rope_theta, c.rope_theta_swa, c.rms_eps, c.embed_scale}),
+              std::vector<float>({f.rope_theta, f.rope_theta_swa, f.rms_eps, f.embed_scale}));
   }
   // Their KV policy defaults are the spec's rows for those models.
   KvPolicyParams p;

@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", models, "GGUF file or Hugging Face directory (repeatable, or comma-separated)")->delimiter(',');
   app.add_option("--synthetic", synthetic,
                  "random weights of a model's shape: llama-3.1-8b, llama-2-7b, mistral-7b-v0.3, tinyllama-1.1b, qwen2.5-0.5b, "
-                 "qwen2.5-1.5b, qwen2.5-7b, qwen3-0.6b, qwen3-8b, tiny")
+                 "qwen2.5-1.5b, qwen2.5-7b, qwen3-0.6b, qwen3-8b, gemma-3-270m, gemma-3-1b, gemma-3-4b, tiny")
       ->delimiter(',');
   app.add_option("--synthetic-type", synth_type, "weight type of synthetic models: f32, f16, bf16, q8_0, q4_0")
       ->capture_default_str()
