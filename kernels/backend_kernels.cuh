@@ -285,18 +285,23 @@ __global__ void copy_rows_after_kernel(KvLayerMut dst, KvLayerMut src, const int
     dst.pos[static_cast<int64_t>(g) * dst.capacity + j0 - shift + e] = src.pos[static_cast<int64_t>(g) * src.capacity + j0 + e];
 }
 
-void remove_rows(const KvLayerMut& kv, const KvLayerMut& scratch, const int32_t* row, int n_held, Stream stream) {
+void shift_rows_up(const KvLayerMut& kv, const KvLayerMut& scratch, const int32_t* row, int n_held, int by, Stream stream) {
   if (scratch.n_kv_heads != kv.n_kv_heads || scratch.head_dim != kv.head_dim || scratch.type_k != kv.type_k ||
       scratch.type_v != kv.type_v || scratch.capacity < n_held || kv.capacity < n_held)
     throw Error("remove_rows: the scratch area does not match the cache");
+  if (by < 1) throw Error("shift_rows_up: rows move up by at least one");
   const dim3 grid(static_cast<unsigned>((n_held + kRemoveRows - 1) / kRemoveRows), static_cast<unsigned>(kv.n_kv_heads));
   if (n_held <= 0) return;
   // Out to the scratch area and back one row up: the blocks of one launch never read a row
   // another block of it writes.
   SLAKE_LAUNCH(grid, dim3(128), 0, stream, copy_rows_after_kernel)(scratch, kv, row, n_held, 0);
   SLAKE_CHECK_LAUNCH("copy_rows_after_kernel");
-  SLAKE_LAUNCH(grid, dim3(128), 0, stream, copy_rows_after_kernel)(kv, scratch, row, n_held, 1);
+  SLAKE_LAUNCH(grid, dim3(128), 0, stream, copy_rows_after_kernel)(kv, scratch, row, n_held, by);
   SLAKE_CHECK_LAUNCH("copy_rows_after_kernel");
+}
+
+void remove_rows(const KvLayerMut& kv, const KvLayerMut& scratch, const int32_t* row, int n_held, Stream stream) {
+  shift_rows_up(kv, scratch, row, n_held, 1, stream);
 }
 
 }  // namespace slake::gpu

@@ -192,6 +192,11 @@ void decode_victims(int32_t* victim, double* scratch, const float* q, int32_t qp
 // after it go out to `scratch` (the same heads, head_dim and types, capacity >= n_held) and back
 // one row up, each in a grid over rows.
 void remove_rows(const KvLayerMut& kv, const KvLayerMut& scratch, const int32_t* row, int n_held, Stream stream = nullptr);
+// Rows row[g] + 1 .. n_held - 1 of each KV head g (row[g] >= by - 1) move `by` rows up, through
+// `scratch` as remove_rows (which is by = 1): a local layer drops its oldest `by` rows with
+// row[g] = by - 1.
+void shift_rows_up(const KvLayerMut& kv, const KvLayerMut& scratch, const int32_t* row, int n_held, int by,
+                   Stream stream = nullptr);
 
 // ---- argmax (argmax.cuh) ----
 

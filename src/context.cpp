@@ -40,7 +40,7 @@ Context::Context(const Model& model, const ContextParams& params)
       shape_{model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.head_dim, model.cfg.sliding_window},
       kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_, params.kv.centroid_count(), params.kv.type_k,
           params.kv.type_v),
-      evictor_(resolve_kv_policy(params.kv, false, &model.cfg), model.cfg.n_layers, shape_) {
+      evictor_(resolve_kv_policy(params.kv, false, &model.cfg), model.cfg.kv_policy_layers(), shape_) {
   if (params_.n_batch < 1) fail("batch size must be positive, got " + std::to_string(params_.n_batch));
   const ModelConfig& c = model.cfg;
   const size_t B = static_cast<size_t>(params_.n_batch);
@@ -90,6 +90,11 @@ void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt,
         attention_decode(att, q, p[0], kv_, l, s, *scored, *pool_);
       else
         attention_prefill(att, q, p, nb, kv_, l, s, *pool_);
+      if (c.layer_local(l)) {  // what no later query can see leaves a local layer
+        const int32_t min_pos = p[nb - 1] + 2 - c.sliding_window;
+        kv_.drop_before(l, min_pos);
+        for (Context* o : also) o->kv_.drop_before(l, min_pos);
+      }
     };
     const CpuActs acts{x + static_cast<int64_t>(t0) * dim, xb_.data(), q_.data(), k_.data(), v_.data(), att_.data(), gate_.data(),
                        up_.data()};

@@ -71,7 +71,7 @@ void CpuLayerOps::rmsnorm_heads(Act a, Weight w, int n_heads, float eps) {
 void CpuLayerOps::rope(Act a, int n_heads) {
   const int64_t width = act_width(c_, a);
   float* p = ptr(a);
-  const bool swa = c_.layer_rope_swa(layer_);
+  const bool swa = c_.layer_local(layer_);
   for (int64_t t = 0; t < n_; ++t) rope_.apply(p + t * width, n_heads, pos_[t], swa);
 }
 

@@ -27,7 +27,8 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params, st
   arena_ = device_alloc(plan_.total_bytes());
   device_memset(arena_, 0, plan_.total_bytes());
   pool_ = find_area("kv");
-  if (plan_.evicting) staging_ = find_area("staging"), move_ = find_area("move");
+  if (plan_.evicting) staging_ = find_area("staging");
+  if (plan_.move_slots > 0) move_ = find_area("move");
   layers_.assign(static_cast<size_t>(model.cfg.n_layers), Layer{});
   try {
     w_ = shared_ ? shared_->views()
@@ -162,7 +163,7 @@ class DeviceContext::Ops final : public LayerOps {
     slake::gpu::rmsnorm(ptr(a), ptr(a), vector(w), nb_ * n_heads, c_.head_dim, eps);
   }
   void rope(Act a, int n_heads) override {  // the plan's inv_freq: the global table, then the sliding layers'
-    const double* inv_freq = inv_freq_ + (c_.layer_rope_swa(l_) ? c_.head_dim / 2 : 0);
+    const double* inv_freq = inv_freq_ + (c_.layer_local(l_) ? c_.head_dim / 2 : 0);
     slake::gpu::rope(ptr(a), positions_, nb_, act_width(c_, a), n_heads, c_.head_dim, inv_freq, c_.rope_layout == RopeLayout::Half);
   }
   void attention(Act out, Act q, Act k, Act v) override { d_.attend(l_, t0_, nb_, pos_host_, prompt_, ptr(out), ptr(q), ptr(k), ptr(v)); }
@@ -255,6 +256,19 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool 
     ptaa_decode(att, q, pos_host[t0], c.n_heads, kvv, lin(l), c.layer_window(l), max_held, plan_.ptaa_split_len, at<float>("ptaa"));
   else
     prefill_attention(att, qd, q, qd, pos + t0, nb, c.n_heads, kvv, lin(l), c.layer_window(l));
+  if (c.layer_local(l)) {
+    // What no later query can see leaves a local layer (as the CPU's KvCache::drop_before): its rows
+    // are the latest positions in order (no policy evicts here), the last at pos_host[t0 + nb - 1],
+    // and a later query sees sliding_window - 1 of them.
+    const int kept = std::min(held + nb, c.sliding_window - 1), drop = held + nb - kept;
+    if (drop > 0) {
+      const KvLayerMut m = pool_layer(l);
+      fill_i32(at<int32_t>("local_drop"), drop - 1, c.n_kv_heads);
+      shift_rows_up(m, area(move_, 0, m.capacity), at<int32_t>("local_drop"), held + nb, drop);
+      set_held(l, kept);
+      note_usage();
+    }
+  }
 }
 
 int64_t DeviceContext::decode_budget(int l) const {

@@ -44,6 +44,10 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
   n_batch = std::min(params.n_batch, n_ctx);
   kv = resolve_kv_policy(params.kv, false, &c);
   evicting = kv.evicts();
+  local_layers = !c.swa_layers.empty();
+  if (evicting && local_layers)
+    fail("KV policy '" + kv.policy + "' on a model with local (sliding-window) and global layers is not supported on cuda " +
+         "yet (the cpu backend runs it; --kv-policy full runs here)");
   if (c.head_dim > kMaxHeadDim || c.head_dim % 2 != 0)
     fail("the cuda backend supports head_dim up to " + std::to_string(kMaxHeadDim) + " (even), the model has " +
          std::to_string(c.head_dim));
@@ -69,7 +73,8 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
   // area, each one layer of n_ctx + 1 slots (the linear state absorbs evicted rows in place).
   if (!evicting) {
     pool_slots = static_cast<int64_t>(L * ctx);
-    staging_slots = move_slots = 0;
+    staging_slots = 0;
+    move_slots = local_layers ? n_ctx : 0;  // local layers drop their oldest rows through the move area
     max_capacity = n_ctx;
   } else {
     const int64_t per_layer = std::min<int64_t>(static_cast<int64_t>(kv.budget) + kv.window + 1, n_ctx + 1);
@@ -84,10 +89,9 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
   };
   slots("kv", pool_slots);
   add("kv", "kv.n_held", L * H * sizeof(int32_t));
-  if (evicting) {
-    slots("staging", staging_slots);
-    slots("move", move_slots);
-  }
+  if (evicting) slots("staging", staging_slots);
+  if (move_slots > 0) slots("move", move_slots);
+  if (local_layers) add("kv", "local_drop", H * sizeof(int32_t));
   const bool lin = evicting && kv.taylor();
   const size_t K = evicting ? static_cast<size_t>(kv.centroid_count()) : 0;  // the centroid compensator's
   add("kv", "lin.n", lin || K > 0 ? L * H * sizeof(float) : 0);

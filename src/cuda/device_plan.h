@@ -48,6 +48,7 @@ class DevicePlan {
   int n_ctx, n_batch;
   KvPolicyParams kv;  // resolved
   bool evicting;      // the policy evicts (budget > 0 and not full)
+  bool local_layers;  // the model has local (sliding) and global layers: the local ones keep their window
   ElemType type_k, type_v;   // the stored rows' types (kv.type_k, kv.type_v)
   size_t k_row, v_row;       // bytes of one stored key / value row
   // Token slots of the exact cache (one slot: a key, a value and a position for every KV head):

@@ -107,6 +107,16 @@ void KvCache::compact(int layer, int h, const std::vector<char>& keep, bool abso
   note_compacted(compact_head(layer, h, keep, absorb));
 }
 
+void KvCache::drop_before(int layer, int32_t min_pos) {
+  for (int h = 0; h < n_kv_heads_; ++h) {
+    const KvHead& kh = head(layer, h);
+    std::vector<char> keep(static_cast<size_t>(kh.n));
+    int dropped = 0;
+    for (int r = 0; r < kh.n; ++r) dropped += !(keep[static_cast<size_t>(r)] = kh.pos[static_cast<size_t>(r)] >= min_pos);
+    if (dropped > 0) compact(layer, h, keep, false);
+  }
+}
+
 void KvCache::note_compacted(const KvCompaction& c) {
   held_ -= c.removed;
   if (c.new_lin) ++lin_heads_;

@@ -10,9 +10,25 @@
 
 namespace slake {
 
-KvEvictor::KvEvictor(const KvPolicyParams& p, int n_layers, const AttentionShape& s)
-    : p_(p), parts_(policy_parts(p.policy)), n_layers_(n_layers), s_(s) {
+namespace {
+std::vector<int> all_layers(int n) {
+  std::vector<int> l(static_cast<size_t>(std::max(0, n)));
+  std::iota(l.begin(), l.end(), 0);
+  return l;
+}
+}  // namespace
+
+KvEvictor::KvEvictor(const KvPolicyParams& p, int n_layers, const AttentionShape& s) : KvEvictor(p, all_layers(n_layers), s) {}
+
+KvEvictor::KvEvictor(const KvPolicyParams& p, std::vector<int> layers, const AttentionShape& s)
+    : p_(p), parts_(policy_parts(p.policy)), n_layers_(static_cast<int>(layers.size())), layers_(std::move(layers)), s_(s) {
   validate(p);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const int l = layers_[i];
+    if (l < 0 || (i > 0 && l <= layers_[i - 1])) fail("internal: the managed layers must increase");
+    slot_.resize(static_cast<size_t>(l) + 1, -1);
+    slot_[static_cast<size_t>(l)] = static_cast<int>(i);
+  }
   reset();
 }
 
@@ -39,8 +55,10 @@ void KvEvictor::begin_prompt(int S) {
 
 void KvEvictor::observe(int layer, const float* q, const int32_t* pos, int n, const KvCache& cache, ThreadPool& pool) {
   // H2O accumulates from the first prompt token on, evicting or not: decode steps need the sums.
+  const int m = slot(layer);
+  if (m < 0) return;
   if (parts_.selector == KvSelector::HeavyHitter && p_.evicts())
-    accumulate_attention(q, pos, n, cache, layer, s_, acc_[static_cast<size_t>(layer)], pool);
+    accumulate_attention(q, pos, n, cache, layer, s_, acc_[static_cast<size_t>(m)], pool);
   if (!prompt_evicts_ || !uses_window()) return;
   const size_t qd = static_cast<size_t>(s_.n_heads) * s_.head_dim;
   const int first = S_ - p_.observed();
@@ -49,8 +67,9 @@ void KvEvictor::observe(int layer, const float* q, const int32_t* pos, int n, co
 }
 
 void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
-  if (!prompt_evicts_) return;
-  if (static_cast<int>(token_scores_.size()) != layer) fail("internal: layers must be reported in order");
+  const int m = slot(layer);
+  if (!prompt_evicts_ || m < 0) return;
+  if (static_cast<int>(token_scores_.size()) != m) fail("internal: layers must be reported in order");
   const int P = S_ - p_.window;
   std::vector<std::vector<float>> tok(static_cast<size_t>(s_.n_kv_heads), std::vector<float>(static_cast<size_t>(P)));
   LayerWindowTerms terms;
@@ -63,7 +82,7 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
       for (int g = 0; g < s_.n_kv_heads; ++g)
         for (int j = 0; j < P; ++j)
           tok[static_cast<size_t>(g)][static_cast<size_t>(j)] =
-              static_cast<float>(acc_[static_cast<size_t>(layer)][static_cast<size_t>(g)][static_cast<size_t>(j)]);
+              static_cast<float>(acc_[static_cast<size_t>(m)][static_cast<size_t>(g)][static_cast<size_t>(j)]);
       break;
     case KvSelector::WindowMax7:
     case KvSelector::Indicator: {
@@ -95,25 +114,26 @@ void KvEvictor::finish(KvCache& cache) {
 
 void KvEvictor::evict_to(const std::vector<int64_t>& budgets, KvCache& cache) {
   const int P = S_ - p_.window;
-  for (size_t l = 0; l < budgets.size(); ++l)
+  for (size_t m = 0; m < budgets.size(); ++m)
     for (int h = 0; h < s_.n_kv_heads; ++h) {
-      const KvHead& kh = cache.head(static_cast<int>(l), h);
-      const std::vector<float>& score = token_scores_[l][static_cast<size_t>(h)];
+      const int l = layers_[m];
+      const KvHead& kh = cache.head(l, h);
+      const std::vector<float>& score = token_scores_[m][static_cast<size_t>(h)];
       std::vector<float> cand;  // scores of the held prefix tokens, in row order
       for (int r = 0; r < kh.n && kh.pos[static_cast<size_t>(r)] < P; ++r)
         cand.push_back(score[static_cast<size_t>(kh.pos[static_cast<size_t>(r)])]);
       const int n_cand = static_cast<int>(cand.size());
-      if (budgets[l] >= n_cand) continue;
-      std::vector<char> keep = top_k_flags(cand.data(), n_cand, budgets[l]);
+      if (budgets[m] >= n_cand) continue;
+      std::vector<char> keep = top_k_flags(cand.data(), n_cand, budgets[m]);
       keep.resize(static_cast<size_t>(kh.n), 1);  // the window and anything after it
-      cache.note_compacted(remove_rows(static_cast<int>(l), h, keep, cache));
-      cache.release_unused(static_cast<int>(l), h);  // so resident memory follows the cascading bound
+      cache.note_compacted(remove_rows(l, h, keep, cache));
+      cache.release_unused(l, h);  // so resident memory follows the cascading bound
     }
 }
 
 KvCompaction KvEvictor::remove_rows(int layer, int kvh, const std::vector<char>& keep, KvCache& cache) {
   const KvCompaction c = cache.compact_head(layer, kvh, keep, p_.absorbs());
-  std::vector<std::vector<double>>& acc = acc_[static_cast<size_t>(layer)];
+  std::vector<std::vector<double>>& acc = acc_[static_cast<size_t>(slot(layer))];
   if (static_cast<size_t>(kvh) >= acc.size()) return c;
   std::vector<double>& a = acc[static_cast<size_t>(kvh)];
   size_t w = 0;
@@ -125,7 +145,8 @@ KvCompaction KvEvictor::remove_rows(int layer, int kvh, const std::vector<char>&
 
 int64_t KvEvictor::decode_budget(int layer) const {
   // Layers that saw no prefill eviction keep C - Sw prefix tokens (spec 2.5).
-  return layer < static_cast<int>(budgets_.size()) ? budgets_[static_cast<size_t>(layer)] : p_.budget - p_.window;
+  const int m = slot(layer);
+  return m >= 0 && m < static_cast<int>(budgets_.size()) ? budgets_[static_cast<size_t>(m)] : p_.budget - p_.window;
 }
 
 bool KvEvictor::scores_in_decode() const {
@@ -138,7 +159,8 @@ void KvEvictor::score_decode_query(int layer, int kvh, const float* q, int32_t q
   DecodeRowScores& x = decode_x_[static_cast<size_t>(kvh)];
   x.compute(q + static_cast<size_t>(kvh * group) * d, group, qpos, kh, d);
   // H2O's sums take this query's softmax row before the victim is chosen from them.
-  if (parts_.selector == KvSelector::HeavyHitter) accumulate_decode_scores(x, acc_[static_cast<size_t>(layer)][static_cast<size_t>(kvh)]);
+  if (parts_.selector == KvSelector::HeavyHitter)
+    accumulate_decode_scores(x, acc_[static_cast<size_t>(slot(layer))][static_cast<size_t>(kvh)]);
 }
 
 int KvEvictor::decode_victim(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand) const {
@@ -155,7 +177,8 @@ void KvEvictor::decode_candidate_scores(int layer, int kvh, int32_t qpos, const 
       for (int r = 0; r < n_cand; ++r) score[static_cast<size_t>(r)] = recency_score(kh.pos[static_cast<size_t>(r)], qpos + 1);
       break;
     case KvSelector::HeavyHitter:
-      for (int r = 0; r < n_cand; ++r) score[static_cast<size_t>(r)] = acc_[static_cast<size_t>(layer)][static_cast<size_t>(kvh)][static_cast<size_t>(r)];
+      for (int r = 0; r < n_cand; ++r)
+        score[static_cast<size_t>(r)] = acc_[static_cast<size_t>(slot(layer))][static_cast<size_t>(kvh)][static_cast<size_t>(r)];
       break;
     default: {
       // Spec section 5: the current query's softmax over the whole exact cache (causal only),
@@ -198,10 +221,10 @@ void KvEvictor::on_decode_batched(int layer, const float* q, int32_t qpos, KvCac
 
 void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cache, ThreadPool& pool) {
   decode_x_layer_ = -1;
-  if (!evicts_in_decode()) return;
+  if (!evicts_in_decode() || slot(layer) < 0) return;
   const bool scored = scores_in_decode();
   if (scored) decode_x_.resize(static_cast<size_t>(s_.n_kv_heads));
-  if (parts_.selector == KvSelector::HeavyHitter) acc_[static_cast<size_t>(layer)].resize(static_cast<size_t>(s_.n_kv_heads));
+  if (parts_.selector == KvSelector::HeavyHitter) acc_[static_cast<size_t>(slot(layer))].resize(static_cast<size_t>(s_.n_kv_heads));
   if (p_.evict_every > 1) return on_decode_batched(layer, q, qpos, cache, pool);
   const int64_t limit = decode_budget(layer) + p_.window;
   // Each head over its budget gives up one row per round: a head scores its rows, picks its victim

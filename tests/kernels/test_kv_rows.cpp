@@ -90,6 +90,39 @@ void remove_case(int d, KvType tk, KvType tv) {
   }
 }
 
+// A local layer's trim: the oldest `by` rows of every head go, as KvCache::drop_before drops them.
+void drop_front_case(int d, KvType tk, KvType tv, int by) {
+  const int n_kv = 2, n = 21, cap = 24;
+  const std::string what = "d=" + std::to_string(d) + kv_types_label(tk, tv) + " by " + std::to_string(by);
+  KvCache cache(1, n_kv, d, cap, 0, tk, tv);
+  for (int t = 0; t < n; ++t) {
+    const std::vector<float> k = random_floats(static_cast<size_t>(n_kv) * d, 50 + 2 * t), v = random_floats(static_cast<size_t>(n_kv) * d, 51 + 2 * t);
+    cache.append(0, k.data(), v.data(), 3 * t);
+  }
+  DeviceKvLayer dev(cache, 0, cap);
+  const KvCache empty(1, n_kv, d, cap, 0, tk, tv);
+  DeviceKvLayer scratch(empty, 0, cap);
+  DeviceBuffer<int32_t> row(std::vector<int32_t>(n_kv, by - 1));
+  shift_rows_up(dev.mut(), scratch.mut(), row.get(), n, by);
+  cache.drop_before(0, 3 * by);
+  const std::vector<uint8_t> got_k = dev.k.download(), got_v = dev.v.download();
+  const std::vector<int32_t> got_pos = dev.pos.download();
+  for (int g = 0; g < n_kv; ++g) {
+    const KvHead& kh = cache.head(0, g);
+    ASSERT_EQ(kh.n, n - by) << what;
+    ASSERT_TRUE(std::equal(kh.k.begin(), kh.k.begin() + static_cast<long>(kh.n * dev.k_row), got_k.begin() + static_cast<long>(g * cap * dev.k_row)))
+        << what << " keys of head " << g;
+    ASSERT_TRUE(std::equal(kh.v.begin(), kh.v.begin() + static_cast<long>(kh.n * dev.v_row), got_v.begin() + static_cast<long>(g * cap * dev.v_row)))
+        << what << " values of head " << g;
+    ASSERT_TRUE(std::equal(kh.pos.begin(), kh.pos.begin() + kh.n, got_pos.begin() + g * cap)) << what << " positions of head " << g;
+  }
+}
+
+TEST(KernelKvRows, ShiftRowsUpDropsTheOldestRowsLikeTheCpu) {
+  for (const int by : {1, 5, 13})
+    for (const auto& [tk, tv] : device_row_types(64)) drop_front_case(64, tk, tv, by);
+}
+
 TEST(KernelKvRows, RemoveRowMovesTheStoredBytesLikeTheCpuCompaction) {
   for (const int d : {40, 64})
     for (const auto& [tk, tv] : device_row_types(d)) remove_case(d, tk, tv);

@@ -269,5 +269,47 @@ TEST_F(Policies, TokensAddedLaterAreDecodedOneByOne) {
   expect_within_budget(a, 16, 220);
 }
 
+// A model with local and global layers (the gemma3-swa fixture: five layers with an 8-token
+// window, then a global one): a local layer's cache keeps the window - 1 rows a later query can
+// still see, under every policy; the policy's budgets, eviction and linear state cover the global
+// layers alone, and the local layers' attention is the full cache's.
+TEST(PoliciesOnLocalLayers, LocalLayersKeepTheirWindowAndThePolicyTheGlobalLayers) {
+  const auto m = load_model(test::fixtures_dir() + "/models/gemma3-swa/model.gguf");
+  const ModelConfig& c = m->cfg;
+  ASSERT_EQ(c.kv_policy_layers(), std::vector<int>{5});
+  const std::vector<int32_t> prompt = [&] {
+    std::vector<int32_t> p;
+    for (int t = 0; t < 40; ++t) p.push_back((t * 37 + 11) % c.n_vocab);
+    return p;
+  }();
+  for (const char* name : {"full", "slake", "cake", "snapkv", "streaming"}) {
+    SCOPED_TRACE(name);
+    KvPolicyParams p = policy(name, std::string(name) == "full" ? 0 : 12, 4);
+    ContextParams cp{64, 2, 16, p};
+    Context ctx(*m, cp);
+    std::vector<float> logits;
+    ctx.eval(prompt, &logits);
+    for (int step = 0; step < 6; ++step) {
+      ctx.eval({static_cast<int32_t>(step + 3)}, &logits);
+      const int32_t last = static_cast<int32_t>(prompt.size()) + step;
+      for (int l = 0; l < c.n_layers; ++l)
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          const KvHead& kh = ctx.kv_cache().head(l, h);
+          if (c.layer_local(l)) {  // exactly the rows a later query can see: positions last - 6 .. last
+            ASSERT_EQ(kh.n, c.sliding_window - 1) << "layer " << l;
+            EXPECT_EQ(kh.pos.front(), last + 2 - c.sliding_window) << "layer " << l;
+            EXPECT_EQ(kh.lin.n, 0.0f) << "layer " << l << ": nothing absorbed";
+          } else {
+            EXPECT_EQ(kh.n, std::string(name) == "full" ? last + 1 : 12) << "layer " << l;
+          }
+        }
+    }
+    if (std::string(name) != "full") {
+      EXPECT_EQ(ctx.evictor().budgets(), std::vector<int64_t>{8});  // C - Sw, for the one global layer
+      EXPECT_EQ(ctx.kv_cache().tokens_held(), int64_t{5 * 7 + 12} * c.n_kv_heads);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace slake

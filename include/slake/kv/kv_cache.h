@@ -101,6 +101,10 @@ class KvCache {
   KvCompaction compact_head(int layer, int h, const std::vector<char>& keep, bool absorb);
   void note_compacted(const KvCompaction& c);
 
+  // Drops, in every head of `layer`, the rows at positions below min_pos (a sliding layer's rows
+  // that no later query sees), without absorbing them.
+  void drop_before(int layer, int32_t min_pos);
+
   // Returns to the OS the memory pages of head (layer, h) beyond the tokens it holds, keeping the
   // reservation: after a large eviction, resident memory then follows what is held.
   void release_unused(int layer, int h);

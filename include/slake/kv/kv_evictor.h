@@ -18,6 +18,9 @@ namespace slake {
 class KvEvictor {
  public:
   KvEvictor(const KvPolicyParams& p, int n_layers, const AttentionShape& s);
+  // A policy over some of the cache's layers (`layers`, increasing: ModelConfig::kv_policy_layers);
+  // every call about another layer does nothing, and budgets() lists the managed layers in order.
+  KvEvictor(const KvPolicyParams& p, std::vector<int> layers, const AttentionShape& s);
   const KvPolicyParams& params() const { return p_; }
   void reset();
 
@@ -39,7 +42,8 @@ class KvEvictor {
   // every row the layer's KV heads now hold, for attention_decode; else null.
   const std::vector<DecodeRowScores>* decode_row_scores(int layer) const;
 
-  // Budgets (prefix tokens kept, window excluded) of the layers seen so far, and their preference scores.
+  // Budgets (prefix tokens kept, window excluded) of the managed layers seen so far, and their
+  // preference scores.
   const std::vector<int64_t>& budgets() const { return budgets_; }
   const std::vector<double>& scores() const { return scores_; }
   // Evicts every layer seen so far down to `budgets`, keeping its best prefix tokens.
@@ -47,6 +51,10 @@ class KvEvictor {
 
  private:
   bool uses_window() const;
+  // The managed layer's index among the managed ones, or -1.
+  int slot(int layer) const {
+    return layer >= 0 && layer < static_cast<int>(slot_.size()) ? slot_[static_cast<size_t>(layer)] : -1;
+  }
   int64_t decode_budget(int layer) const;
   bool scores_in_decode() const;  // the decode victim is chosen by the query's attention (spec 5)
   // The decode score of the first n_cand rows of (layer, kvh): the lowest is evicted first.
@@ -62,15 +70,17 @@ class KvEvictor {
 
   KvPolicyParams p_;
   KvPolicyParts parts_;
-  int n_layers_;
+  int n_layers_;              // managed
+  std::vector<int> layers_;   // the managed cache layers, in order
+  std::vector<int> slot_;     // [cache layer]: index in layers_, or -1
   AttentionShape s_;
   int S_ = 0;
   bool prompt_evicts_ = false;
   std::vector<float> q_window_;  // the prompt's last Sobs queries of the current layer
   std::vector<double> scores_;
   std::vector<int64_t> budgets_;
-  std::vector<std::vector<std::vector<float>>> token_scores_;  // [layer][kv head][position in P]
-  std::vector<std::vector<std::vector<double>>> acc_;          // h2o: [layer][kv head][cache row]
+  std::vector<std::vector<std::vector<float>>> token_scores_;  // [managed layer][kv head][position in P]
+  std::vector<std::vector<std::vector<double>>> acc_;          // h2o: [managed layer][kv head][cache row]
   std::vector<DecodeRowScores> decode_x_;  // [kv head]: the decode query's scores, of layer decode_x_layer_
   int decode_x_layer_ = -1;
 };

@@ -35,7 +35,7 @@ class LayerOps {
   // ([head_dim]).
   virtual void rmsnorm_heads(Act a, Weight w, int n_heads, float eps) = 0;
   // Rotates the first n_heads heads of each row by the row's position (with the layer's RoPE
-  // frequencies: ModelConfig::layer_rope_swa).
+  // frequencies: ModelConfig::layer_local).
   virtual void rope(Act a, int n_heads) = 0;
   // The KV hooks and attention: stores the rows' keys and values in the layer's cache, lets the
   // policy observe the queries (prompt) or evict (decode), and writes attention over the cache

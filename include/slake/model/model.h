@@ -55,8 +55,18 @@ struct ModelConfig {
   int layer_window(int l) const {
     return swa_layers.empty() ? sliding_window : swa_layers[static_cast<size_t>(l)] ? sliding_window : 0;
   }
-  // Whether layer l rotates by rope_theta_swa rather than rope_theta and rope_freq_factors.
-  bool layer_rope_swa(int l) const { return !swa_layers.empty() && swa_layers[static_cast<size_t>(l)]; }
+  // Whether layer l is a local (sliding) layer of a model with local and global layers: it rotates
+  // by rope_theta_swa rather than rope_theta and rope_freq_factors, and its cache keeps only the
+  // rows its window can still see.
+  bool layer_local(int l) const { return !swa_layers.empty() && swa_layers[static_cast<size_t>(l)]; }
+  // The layers a KV policy manages (evicts, budgets, compensates): all of them, except the sliding
+  // layers of a model with local and global layers, whose caches keep just their window.
+  std::vector<int> kv_policy_layers() const {
+    std::vector<int> out;
+    for (int l = 0; l < n_layers; ++l)
+      if (!layer_local(l)) out.push_back(l);
+    return out;
+  }
 };
 
 struct LayerWeights {
