@@ -131,8 +131,86 @@ void tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, 
     for (int i = 0; i < RM; ++i) out[j * os + i] = hsum(acc[i][j]) + macc[i][j];
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VNNI__)
+#define SLAKE_Q5_0_TILE512 1
+// Q5_0 with AVX-512 VNNI: two blocks per 512-bit register (int32 lanes 0-7 hold block b's sums,
+// 8-15 block b + 1's), so each (row, token) pair costs one signed-activation select, one dpbusd,
+// one conversion and two float operations per 64 weights. AVX-512 has no byte sign instruction:
+// sign(a, w) is a masked negation of a where w < 0 (a Q8_0 activation is never -128). An odd last
+// block goes through the 256-bit step. Each (row, token) sum is the same whatever the tile shape.
+//
+// Two blocks decode straight into |w| and the sign mask: their 64 fifth bits are a mask register
+// (w = u - 16 below it is negative exactly where that bit is clear, since u <= 15), so
+// |w| = bit ? u : 16 - u, and the nibbles come from one 128-bit lane per half block.
+struct Q5_0Pair {
+  __m512i abs;     // |w|
+  __mmask64 neg;   // w < 0
+  __m512 d;        // block b's scale in lanes 0-7, block b + 1's in 8-15
+};
+inline Q5_0Pair decode_q5_0_pair(const uint8_t* p) {
+  constexpr size_t kB = Block<DType::Q5_0>::kBytes;
+  const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + quant::kQ5_0_QS));
+  const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kB + quant::kQ5_0_QS));
+  const __m512i qq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(q0, q0)), _mm256_set_m128i(q1, q1), 1);
+  // Lanes [q0, q0 >> 4, q1, q1 >> 4] & 0x0F: the elements of both blocks in order.
+  const __m512i u = _mm512_and_si512(_mm512_srlv_epi64(qq, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(0x0F));
+  const __mmask64 bit = _cvtu64_mask64(static_cast<uint64_t>(quant::load_u32(p + quant::kQ5_0_QH)) |
+                                       static_cast<uint64_t>(quant::load_u32(p + kB + quant::kQ5_0_QH)) << 32);
+  const __m512i abs = _mm512_mask_mov_epi8(_mm512_sub_epi8(_mm512_set1_epi8(16), u), bit, u);
+  const __m512 d = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(f16(p))), _mm256_set1_ps(f16(p + kB)), 1);
+  return {abs, _knot_mask64(bit), d};
+}
+
+template <int RM, int RN>
+void tile_q5_0_512(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* out, int64_t os) {
+  using B = Block<DType::Q5_0>;
+  using A = Act<false>;
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+  auto halves = [](float lo, float hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(lo)), _mm256_set1_ps(hi), 1); };
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    Q5_0Pair wp[RM];
+    for (int i = 0; i < RM; ++i) {
+      const uint8_t* p = w + i * ws + b * B::kBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(p + RM * ws), _MM_HINT_T0);
+      wp[i] = decode_q5_0_pair(p);
+    }
+    for (int j = 0; j < RN; ++j) {
+      const uint8_t* p = a + j * as + b * A::kBytes;
+      const __m512i aq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(A::qs(p)))),
+                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(A::qs(p + A::kBytes))), 1);
+      const __m512 ad = halves(A::d(p), A::d(p + A::kBytes));
+      for (int i = 0; i < RM; ++i) {
+        const __m512i s = _mm512_mask_sub_epi8(aq, wp[i].neg, zero, aq);
+        const __m512i d = _mm512_dpbusd_epi32(zero, wp[i].abs, s);
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(wp[i].d, ad), acc[i][j]);
+      }
+    }
+  }
+  float tail[RN][RM] = {};
+  if (b < nb) tile<DType::Q5_0, RM, RN>(1, w + b * B::kBytes, ws, a + b * A::kBytes, as, &tail[0][0], RM);
+  for (int j = 0; j < RN; ++j)
+    for (int i = 0; i < RM; ++i) out[j * os + i] = hsum512(acc[i][j]) + tail[j][i];
+}
+#else
+#define SLAKE_Q5_0_TILE512 0
+#endif
+
 template <DType T, int RM>
 void tile_tokens(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, int rn, float* out, int64_t os) {
+#if SLAKE_Q5_0_TILE512
+  if constexpr (T == DType::Q5_0) {
+    switch (rn) {
+      case 1: return tile_q5_0_512<RM, 1>(nb, w, ws, a, as, out, os);
+      case 2: return tile_q5_0_512<RM, 2>(nb, w, ws, a, as, out, os);
+      case 3: return tile_q5_0_512<RM, 3>(nb, w, ws, a, as, out, os);
+      default: return tile_q5_0_512<RM, 4>(nb, w, ws, a, as, out, os);
+    }
+  }
+#endif
   switch (rn) {
     case 1: return tile<T, RM, 1>(nb, w, ws, a, as, out, os);
     case 2: return tile<T, RM, 2>(nb, w, ws, a, as, out, os);
