@@ -9,12 +9,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "slake/batch_decode.h"
 #include "slake/context.h"
+#include "slake/format/mapped_file.h"
 #include "slake/model/model.h"
 #include "slake/tokenizer/tokenizer.h"
 #include "slake/tokenizer/vocab.h"
@@ -26,13 +25,6 @@ namespace {
 const char* const kModel = "gemma-3-270m-q4_k_m.gguf";
 
 std::string fixture(const std::string& name) { return test::fixtures_dir() + "/gemma3-270m/" + name; }
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 // FNV-1a 64 of the ids' little-endian int32 bytes, as the fixture script hashes them.
 std::string fnv1a64(const std::vector<int32_t>& ids) {
@@ -49,8 +41,8 @@ TEST(Gemma3_270M, TokenizerMatchesLlamaCppOnTinyShakespeare) {
   SLAKE_REAL_MODEL_OR_SKIP(model, kModel);
   SLAKE_SHARED_OR_SKIP(text, "text/tinyshakespeare.txt");
   const Tokenizer tok(load_vocab(model));
-  const nlohmann::json want = nlohmann::json::parse(read_file(fixture("tokenizer.json")))["tinyshakespeare"];
-  const std::vector<int32_t> ids = tok.tokenize(read_file(text), false, false);
+  const nlohmann::json want = nlohmann::json::parse(read_text_file(fixture("tokenizer.json")))["tinyshakespeare"];
+  const std::vector<int32_t> ids = tok.tokenize(read_text_file(text), false, false);
   const std::vector<int32_t> head = want["head"].get<std::vector<int32_t>>();
   ASSERT_GE(ids.size(), head.size());
   EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<long>(head.size())), head);
@@ -62,7 +54,7 @@ TEST(Gemma3_270M, TokenizerMatchesLlamaCppOnTinyShakespeare) {
 TEST(Gemma3_270M, TokenizerMatchesLlamaCppOnEdgeCases) {
   SLAKE_REAL_MODEL_OR_SKIP(model, kModel);
   const Tokenizer tok(load_vocab(model));
-  const nlohmann::json cases = nlohmann::json::parse(read_file(fixture("tokenizer.json")))["cases"];
+  const nlohmann::json cases = nlohmann::json::parse(read_text_file(fixture("tokenizer.json")))["cases"];
   ASSERT_GE(cases.size(), 8u);
   for (const auto& c : cases)
     EXPECT_EQ(tok.tokenize(c["text"].get<std::string>(), true, c["parse_special"].get<bool>()), c["ids"].get<std::vector<int32_t>>())
@@ -76,14 +68,14 @@ struct GreedyCase {
 
 std::vector<GreedyCase> greedy_cases(const Tokenizer& tok) {
   std::vector<GreedyCase> out;
-  for (const auto& c : nlohmann::json::parse(read_file(fixture("greedy.json")))) {
+  for (const auto& c : nlohmann::json::parse(read_text_file(fixture("greedy.json")))) {
     std::string prompt;
     if (c.contains("prompt")) {
       prompt = c["prompt"].get<std::string>();
     } else {
       const std::string path = test::shared_dir() + "/" + c["prompt_file"].get<std::string>();
       if (!test::exists(path)) continue;  // ../shared missing: the short prompts still run
-      prompt = read_file(path).substr(0, c["prompt_bytes"].get<size_t>());
+      prompt = read_text_file(path).substr(0, c["prompt_bytes"].get<size_t>());
     }
     GreedyCase g{prompt.substr(0, 40), c["continuation"].get<std::string>(), tok.tokenize(prompt, true, false)};
     if (c.contains("prompt_tokens")) EXPECT_EQ(g.prompt.size(), c["prompt_tokens"].get<size_t>()) << "the long prompt's tokens";
@@ -187,8 +179,8 @@ TEST(Gemma3_270M, PerplexityWithinOnePercentOfLlamaCpp) {
   SLAKE_SHARED_OR_SKIP(text, "text/wikitext2-test.txt");
   auto model = load_model(path);
   const Tokenizer tok(model->vocab);
-  const nlohmann::json ref = nlohmann::json::parse(read_file(fixture("perplexity.json")));
-  const std::vector<int32_t> ids = tok.tokenize(read_file(text), true, false);
+  const nlohmann::json ref = nlohmann::json::parse(read_text_file(fixture("perplexity.json")));
+  const std::vector<int32_t> ids = tok.tokenize(read_text_file(text), true, false);
   // llama-perplexity's chunks: 512 tokens each, BOS in place of the first, the second half scored.
   const int n_ctx = 512, chunks = 4;
   ASSERT_GE(ids.size(), static_cast<size_t>(n_ctx * chunks));
