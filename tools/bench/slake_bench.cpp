@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <new>
 #include <ctime>
 #include <iostream>
 #include <random>
@@ -292,6 +293,9 @@ int main(int argc, char** argv) {
     if (format != "jsonl") slake::bench::write_records(std::cout, records, format);
   } catch (const slake::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
     return 1;
   }
   return 0;

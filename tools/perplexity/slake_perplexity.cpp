@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <new>
 #include <nlohmann/json.hpp>
 
 #include "slake/batch_decode.h"
@@ -145,11 +146,14 @@ int main(int argc, char** argv) {
     for (int c = 0; c < chunks; ++c) {
       std::vector<int32_t> chunk(tokens.begin() + static_cast<int64_t>(c) * n_ctx, tokens.begin() + static_cast<int64_t>(c + 1) * n_ctx);
       if (model->vocab.bos >= 0) chunk[0] = model->vocab.bos;
-      if (full) {
-        full->reset();
-        full->eval(std::vector<int32_t>(chunk.begin(), chunk.end() - 1), &full_logits, true);
-      }
       const std::vector<int32_t> prompt(chunk.begin(), chunk.begin() + prefill);
+      if (full) {  // the reference's logits of the scored positions only (prefill - 1 .. n_ctx - 2)
+        full->reset();
+        std::vector<float> rest;
+        full->eval(prompt, &full_logits);
+        if (prefill + 1 < n_ctx) full->eval(std::vector<int32_t>(chunk.begin() + prefill, chunk.end() - 1), &rest, true);
+        full_logits.insert(full_logits.end(), rest.begin(), rest.end());
+      }
       for (Run& r : runs) r.session->reset();
       if (batched) {  // one forward pass; each setting evicts from it as its own prefill would
         slake::prefill_shared(batch, prompt, &runs[0].logits);
@@ -162,7 +166,7 @@ int main(int argc, char** argv) {
       }
       for (int t = prefill; t < n_ctx; ++t) {
         const int32_t next = chunk[static_cast<size_t>(t)];
-        const float* f = full ? full_logits.data() + static_cast<size_t>(t - 1) * n_vocab : nullptr;
+        const float* f = full ? full_logits.data() + static_cast<size_t>(t - prefill) * n_vocab : nullptr;
         for (Run& r : runs) r.tot.score(r.logits.data(), f, n_vocab, next);
         if (t + 1 == n_ctx) break;
         if (batched) {
@@ -217,6 +221,9 @@ int main(int argc, char** argv) {
     if (format == "json") std::printf("%s\n", (sweep.empty() ? records[0] : records).dump(2).c_str());
   } catch (const slake::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
     return 1;
   }
   return 0;
