@@ -191,7 +191,7 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
         for (int64_t r = r0; r < r1; r += tile_rows) {
           const int rm = static_cast<int>(std::min<int64_t>(tile_rows, r1 - r));
           dot_tile(W.type, K, W.data + static_cast<size_t>(r) * wb, wb, rm, act + static_cast<size_t>(t) * ab, ab, rn,
-                   out + t * N + r, N);
+                   out + t * N + r, N, n_tokens > kMatmulExactRows);
         }
       }
     }

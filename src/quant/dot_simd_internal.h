@@ -19,6 +19,6 @@ void tile_block32(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const
 
 // dot_tile for a K-quant type: rm <= kTileRows rows x rn <= kTileTokens Q8_K activation rows.
 void tile_kquant(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, int rn,
-                 float* out, int64_t os);
+                 float* out, int64_t os, bool prompt = false);
 
 }  // namespace slake::simd

@@ -168,6 +168,47 @@ void row_tokens(size_t block_bytes, int64_t K, const uint8_t* w, const uint8_t* 
   for (int j = 0; j < RN; ++j) out[j * os] = hsum(acc[j]);
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define SLAKE_KQUANT_ROW512 1
+// The same with AVX-512 VNNI: two runs per 512-bit register, one dpbusd per pair of runs (its
+// int32 lane k sums the run's elements 4k .. 4k + 3, which share one group scale), the group
+// scales applied as int32 products, so a block costs a token 4 dpbusd + 4 mullo + 4 add where the
+// AVX2 path spends 8 maddubs + 8 madd + 8 add. Every quant is unsigned (offsets and mins are in
+// u.mins), which dpbusd takes as they are. The int32 sums stay below 4 * 4 * 63 * 127 * 127.
+template <Unpack unpack, int RN>
+void row_tokens512(size_t block_bytes, int64_t K, const uint8_t* w, const uint8_t* act, size_t as, float* out, int64_t os) {
+  __m512 acc[RN];
+  __m256 accm[RN];
+  for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps(), accm[j] = _mm256_setzero_ps();
+  const __m512i zero = _mm512_setzero_si512();
+  // The int16 group scale each int32 lane's four elements share (both int16 halves hold it).
+  auto scale32 = [](__m256i s16) { return _mm256_srai_epi32(_mm256_slli_epi32(s16, 16), 16); };
+  UnpackedBlock u;
+  for (int64_t b = 0; b < K / quant::kQK; ++b, w += block_bytes) {
+    unpack(w, u);
+    __m512i q2[4], s2[4];
+    for (int p = 0; p < 4; ++p) {
+      q2[p] = _mm512_inserti64x4(_mm512_castsi256_si512(u.q[2 * p]), u.q[2 * p + 1], 1);
+      s2[p] = _mm512_inserti64x4(_mm512_castsi256_si512(scale32(u.scale[2 * p])), scale32(u.scale[2 * p + 1]), 1);
+    }
+    for (int j = 0; j < RN; ++j) {
+      const auto& a = reinterpret_cast<const ActBlockQ8_K*>(act + j * as)[b];
+      __m512i isum = zero;
+      for (int p = 0; p < 4; ++p) {
+        const __m512i d = _mm512_dpbusd_epi32(zero, q2[p], _mm512_loadu_si512(a.qs + 64 * p));
+        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(d, s2[p]));
+      }
+      const __m256i msum = _mm256_madd_epi16(load32(a.bsums), u.mins);
+      acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(a.d * u.d), _mm512_cvtepi32_ps(isum), acc[j]);
+      accm[j] = _mm256_fnmadd_ps(_mm256_set1_ps(a.d * u.dmin), _mm256_cvtepi32_ps(msum), accm[j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j) out[j * os] = hsum512(acc[j]) + hsum(accm[j]);
+}
+#else
+#define SLAKE_KQUANT_ROW512 0
+#endif
+
 // IQ4_XS: per 32 elements, 16 bytes of nibbles looked up in the IQ4 table (signed values, so
 // |v| meets sign(a, v)), weighted by the sub-block's 6-bit scale - 32.
 float dot_iq4_xs(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
@@ -191,11 +232,25 @@ float dot_iq4_xs(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
 
 template <int RN>
 void tile_rows(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, float* out,
-               int64_t os) {
+               int64_t os, bool prompt) {
   const size_t block_bytes = static_cast<size_t>(dtype_info(t).block_bytes);
   auto rows = [&](auto row) {
     for (int i = 0; i < rm; ++i) row(block_bytes, K, w + i * ws, a, as, out + i, os);
   };
+#if SLAKE_KQUANT_ROW512
+  // Prompts only: for one token the pairing costs what it saves, and decode steps must round as
+  // the small batches of batched decoding do (ops.h kMatmulExactRows).
+  if (prompt) switch (t) {
+      case DType::Q2_K: return rows(row_tokens512<unpack_q2_k, RN>);
+      case DType::Q3_K: return rows(row_tokens512<unpack_q3_k, RN>);
+      case DType::Q4_K: return rows(row_tokens512<unpack_q4_q5_k<false>, RN>);
+      case DType::Q5_K: return rows(row_tokens512<unpack_q4_q5_k<true>, RN>);
+      case DType::Q6_K: return rows(row_tokens512<unpack_q6_k, RN>);
+      default: break;
+    }
+#else
+  (void)prompt;
+#endif
   switch (t) {
     case DType::Q2_K: return rows(row_tokens<unpack_q2_k, RN>);
     case DType::Q3_K: return rows(row_tokens<unpack_q3_k, RN>);
@@ -218,12 +273,12 @@ bool is_kquant_type(DType t) {
 }
 
 void tile_kquant(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, int rn,
-                 float* out, int64_t os) {
+                 float* out, int64_t os, bool prompt) {
   switch (rn) {
-    case 1: tile_rows<1>(t, K, w, ws, rm, a, as, out, os); return;
-    case 2: tile_rows<2>(t, K, w, ws, rm, a, as, out, os); return;
-    case 3: tile_rows<3>(t, K, w, ws, rm, a, as, out, os); return;
-    default: tile_rows<4>(t, K, w, ws, rm, a, as, out, os); return;
+    case 1: tile_rows<1>(t, K, w, ws, rm, a, as, out, os, prompt); return;
+    case 2: tile_rows<2>(t, K, w, ws, rm, a, as, out, os, prompt); return;
+    case 3: tile_rows<3>(t, K, w, ws, rm, a, as, out, os, prompt); return;
+    default: tile_rows<4>(t, K, w, ws, rm, a, as, out, os, prompt); return;
   }
 }
 

@@ -480,8 +480,8 @@ void tile_rows(DType t, int64_t K, const uint8_t* w, size_t ws, const uint8_t* a
 }  // namespace
 
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
-              int rn, float* out, int64_t out_stride) {
-  if (simd::is_kquant_type(t)) return simd::tile_kquant(t, K, w, w_stride, rm, act, act_stride, rn, out, out_stride);
+              int rn, float* out, int64_t out_stride, bool prompt) {
+  if (simd::is_kquant_type(t)) return simd::tile_kquant(t, K, w, w_stride, rm, act, act_stride, rn, out, out_stride, prompt);
   if (simd::is_block32_type(t)) return simd::tile_block32(t, K, w, w_stride, rm, act, act_stride, rn, out, out_stride);
 #ifdef SLAKE_Q4_0_ROWS8
   if (t == DType::Q4_0 && rm > kTileRows) {

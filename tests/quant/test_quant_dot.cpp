@@ -181,10 +181,12 @@ TEST_P(DotTile, EveryTileShapeMatchesFloat64) {
   const size_t wb = row_bytes(t, K);
   for (int rm = 1; rm <= R; ++rm)
     for (int rn = 1; rn <= kTileTokens; ++rn) {
-      std::vector<float> simd(static_cast<size_t>(R) * kTileTokens, NAN), port(simd);
+      std::vector<float> simd(static_cast<size_t>(R) * kTileTokens, NAN), port(simd), prompt(simd);
       dot_tile(t, K, w.data(), wb, rm, a.bytes.data(), a.row_bytes, rn, simd.data(), R);
+      dot_tile(t, K, w.data(), wb, rm, a.bytes.data(), a.row_bytes, rn, prompt.data(), R, /*prompt=*/true);
       portable::dot_tile(t, K, w.data(), wb, rm, a.bytes.data(), a.row_bytes, rn, port.data(), R);
       expect_tile(simd, want, mag, R, rm, rn, std::string("simd ") + dtype_name(t));
+      expect_tile(prompt, want, mag, R, rm, rn, std::string("simd, prompt kernels ") + dtype_name(t));
       expect_tile(port, want, mag, R, rm, rn, std::string("portable ") + dtype_name(t));
     }
 }

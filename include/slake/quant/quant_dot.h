@@ -59,9 +59,11 @@ int tile_rows_max(DType t);
 
 // out[j * out_stride + i] = (weight row i) . (activation row j) for i < rm, j < rn, where weight
 // row i starts at w + i * w_stride and activation row j at act + j * act_stride; each is K long.
-// rm <= tile_rows_max(t), rn <= kTileTokens. (portable::dot_tile takes any rm.)
+// rm <= tile_rows_max(t), rn <= kTileTokens. (portable::dot_tile takes any rm.) `prompt`: the
+// product has more tokens than ops.h's kMatmulExactRows, so a kernel that rounds differently from
+// the one-token product may serve it (the K-quants' AVX-512 rows).
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
-              int rn, float* out, int64_t out_stride);
+              int rn, float* out, int64_t out_stride, bool prompt = false);
 
 // Q8_0/Q4_0 matrices repacked for the CPU (weight_pack.h) come in groups of kGroupRows rows whose
 // blocks are interleaved in runs of x4_run_blocks blocks (2 for Q8_0, 4 for Q4_0): per run, the
