@@ -1,6 +1,7 @@
 #include "cuda/device_context.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "device_memory.h"
@@ -243,7 +244,7 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool 
   const int held = layers_[static_cast<size_t>(l)].held;
   kv_append(cache, held, k, v, kvd, pos + t0, nb);
   set_held(l, held + nb);
-  if (!prompt && plan_.evicting) decode_evict(l, pos_host[t0]);  // nb == 1 here (eval splits)
+  if (!prompt && plan_.evicting && !c.layer_local(l)) decode_evict(l, pos_host[t0]);  // nb == 1 here (eval splits)
   if (prompt && prompt_evicts_) {
     const int obs0 = S_ - plan_.kv.observed(), first = std::max(t0, obs0), last = t0 + nb;  // observing queries in this chunk
     if (first < last)
@@ -262,7 +263,7 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool 
     // and a later query sees sliding_window - 1 of them.
     const int kept = std::min(held + nb, c.sliding_window - 1), drop = held + nb - kept;
     if (drop > 0) {
-      const KvLayerMut m = pool_layer(l);
+      const KvLayerMut m = in_staging ? staging() : pool_layer(l);
       fill_i32(at<int32_t>("local_drop"), drop - 1, c.n_kv_heads);
       shift_rows_up(m, area(move_, 0, m.capacity), at<int32_t>("local_drop"), held + nb, drop);
       set_held(l, kept);
@@ -271,20 +272,42 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool 
   }
 }
 
+int DeviceContext::slot(int l) const {  // as KvEvictor: the layer's index among those the policy manages
+  const ModelConfig& c = model_.cfg;
+  if (c.layer_local(l)) return -1;
+  int m = 0;
+  for (int k = 0; k < l; ++k) m += !c.layer_local(k);
+  return m;
+}
+
 int64_t DeviceContext::decode_budget(int l) const {
-  return l < static_cast<int>(budgets_.size()) ? budgets_[static_cast<size_t>(l)] : plan_.kv.budget - plan_.kv.window;
+  const int m = slot(l);
+  return m >= 0 && m < static_cast<int>(budgets_.size()) ? budgets_[static_cast<size_t>(m)] : plan_.kv.budget - plan_.kv.window;
+}
+
+int DeviceContext::layer_capacity(int k) const {
+  const ModelConfig& c = model_.cfg;
+  if (c.layer_local(k)) return std::min(c.sliding_window, plan_.n_ctx + 1);
+  return static_cast<int>(budgets_[static_cast<size_t>(slot(k))]) + plan_.kv.window + 1;
 }
 
 void DeviceContext::on_layer_done(int l) {
   const ModelConfig& c = model_.cfg;
   const KvPolicyParams& p = plan_.kv;
-  const int H = c.n_kv_heads, W = p.window, n_obs = p.observed();
   if (!prompt_evicts_) {  // kept whole: into the pool with room for decode up to the default budget
-    const int cap = std::min(std::max(S_, p.budget) + 1, plan_.n_ctx + 1);
+    const int cap = c.layer_local(l) ? layer_capacity(l) : std::min(std::max(S_, p.budget) + 1, plan_.n_ctx + 1);
     relocate(l, staging(), S_, pool_used_, cap);
     pool_used_ += cap;
     return;
   }
+  if (!c.layer_local(l)) score_layer(l);  // a local layer keeps its window: nothing to score
+  repack(l);
+}
+
+void DeviceContext::score_layer(int l) {
+  const ModelConfig& c = model_.cfg;
+  const KvPolicyParams& p = plan_.kv;
+  const int H = c.n_kv_heads, W = p.window, n_obs = p.observed();
   const int P = S_ - W;
   const KvLayerView st = view(staging(), l);
   float* ind = at<float>("indicator") + static_cast<int64_t>(l) * H * plan_.n_ctx;  // [g][P]
@@ -332,20 +355,28 @@ void DeviceContext::on_layer_done(int l) {
       fail("internal: no selector for an evicting policy");
   }
   scores_.push_back(layer_preference(p, parts_.allocator, terms));
-  budgets_ = cascade_budgets(p, parts_.allocator, c.n_layers, S_, scores_, budgets_);
+  budgets_ = cascade_budgets(p, parts_.allocator, static_cast<int>(c.kv_policy_layers().size()), S_, scores_, budgets_);
+}
 
-  // Evict every seen layer to its budget and repack the pool: layer k moves to the sum of the new
-  // capacities before it (never above where it was), through the move area.
+void DeviceContext::repack(int l) {
+  // Evict every seen layer to its budget (a local layer keeps what it holds) and repack the pool:
+  // layer k moves to the sum of the new capacities before it (never above where it was), through
+  // the move area.
+  const ModelConfig& c = model_.cfg;
+  const int H = c.n_kv_heads, W = plan_.kv.window;
+  auto keep = [&](int k) {
+    return c.layer_local(k) ? std::numeric_limits<int64_t>::max() : budgets_[static_cast<size_t>(slot(k))];
+  };
   int64_t off = 0;
   for (int k = 0; k < l; ++k) {
     Layer& Lk = layers_[static_cast<size_t>(k)];
-    const int cap = static_cast<int>(budgets_[static_cast<size_t>(k)]) + W + 1;
+    const int cap = layer_capacity(k);
     const int64_t n_cand = Lk.held - W;
-    if (!(cap == Lk.cap && off == Lk.off && budgets_[static_cast<size_t>(k)] >= n_cand)) {
+    if (!(cap == Lk.cap && off == Lk.off && keep(k) >= n_cand)) {
       const KvLayerMut mv = area(move_, 0, cap);
       const KvLayerMut src = pool_layer(k);
       // Gather into the move area laid out with the new capacity, then copy it into place.
-      relocate(k, src, budgets_[static_cast<size_t>(k)], -1, cap);
+      relocate(k, src, keep(k), -1, cap);
       Lk.off = off;
       Lk.cap = cap;
       const KvLayerMut dst = pool_layer(k);
@@ -356,8 +387,8 @@ void DeviceContext::on_layer_done(int l) {
     }
     off += cap;
   }
-  const int cap_l = static_cast<int>(budgets_[static_cast<size_t>(l)]) + W + 1;
-  relocate(l, staging(), budgets_[static_cast<size_t>(l)], off, cap_l);
+  const int cap_l = layer_capacity(l);
+  relocate(l, staging(), keep(l), off, cap_l);
   pool_used_ = off + cap_l;
   if (pool_used_ > plan_.pool_slots) fail("internal: the KV pool overflows its plan");
 }

@@ -97,6 +97,14 @@ class DeviceContext {
   void relocate(int l, const KvLayerMut& src, int64_t budget, int64_t off, int cap);
   void decode_evict(int l, int32_t qpos);
   int64_t decode_budget(int l) const;
+  // The layer's index among those the KV policy manages (ModelConfig::kv_policy_layers), or -1.
+  int slot(int l) const;
+  // Rows per KV head a seen layer keeps in the pool: its budget + window + 1, or a local layer's window.
+  int layer_capacity(int k) const;
+  // The prompt's layer l: its window statistics, preference and the cascade's new budgets.
+  void score_layer(int l);
+  // Every seen layer evicted to its budget and the pool repacked, layer l placed from staging.
+  void repack(int l);
 
   const Model& model_;
   DevicePlan plan_;

@@ -45,9 +45,6 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
   kv = resolve_kv_policy(params.kv, false, &c);
   evicting = kv.evicts();
   local_layers = !c.swa_layers.empty();
-  if (evicting && local_layers)
-    fail("KV policy '" + kv.policy + "' on a model with local (sliding-window) and global layers is not supported on cuda " +
-         "yet (the cpu backend runs it; --kv-policy full runs here)");
   if (c.head_dim > kMaxHeadDim || c.head_dim % 2 != 0)
     fail("the cuda backend supports head_dim up to " + std::to_string(kMaxHeadDim) + " (even), the model has " +
          std::to_string(c.head_dim));
@@ -78,7 +75,11 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
     max_capacity = n_ctx;
   } else {
     const int64_t per_layer = std::min<int64_t>(static_cast<int64_t>(kv.budget) + kv.window + 1, n_ctx + 1);
-    pool_slots = static_cast<int64_t>(L) * per_layer;
+    // A local layer (Gemma 3) keeps its window - 1 rows, one more while a decode step appends.
+    int64_t managed = static_cast<int64_t>(L), local = 0;
+    for (int l = 0; l < c.n_layers; ++l)
+      if (c.layer_local(l)) --managed, ++local;
+    pool_slots = managed * per_layer + local * std::min<int64_t>(c.sliding_window, n_ctx + 1);
     staging_slots = move_slots = n_ctx + 1;
     max_capacity = n_ctx + 1;
   }

@@ -198,11 +198,13 @@ TEST_P(FixtureModels, SlakeEvictingMatchesCpu) {
   const auto m = fixture(GetParam());
   // Budget 12 with a window of 4 against a 40-token prompt: every layer evicts at prefill (its
   // rows folded into the linear state) and again at every decode step.
-  if (!m->cfg.swa_layers.empty()) {  // local and global layers: evicting policies run on the CPU only, for now
-    EXPECT_THROW(DeviceContext(*m, params(96, "slake", 12, 4)), slake::Error);
-    return;
-  }
-  compare(*m, params(96, "slake", 12, 4), prompt_tokens(40, m->cfg.n_vocab, 2), 4, GetParam() + " slake C=12");
+  // gemma3-swa (local layers keep their window, the policy the global one): its decode scores have
+  // near-ties that bf16 activations flip, so it is compared with fp32 activations only, where the
+  // decisions must be identical.
+  compare(*m, params(96, "slake", 12, 4), prompt_tokens(40, m->cfg.n_vocab, 2), 4, GetParam() + " slake C=12",
+          /*bf16=*/m->cfg.swa_layers.empty());
+  if (!m->cfg.swa_layers.empty())  // a prompt inside the budget, then decode eviction and the windows' trims
+    compare(*m, params(96, "snapkv", 12, 4), prompt_tokens(10, m->cfg.n_vocab, 3), 12, GetParam() + " snapkv short prompt", false);
 }
 
 INSTANTIATE_TEST_SUITE_P(DeviceContext, FixtureModels,
