@@ -91,7 +91,7 @@ void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt,
       else
         attention_prefill(att, q, p, nb, kv_, l, s, *pool_);
       if (c.layer_local(l)) {  // what no later query can see leaves a local layer
-        const int32_t min_pos = p[nb - 1] + 2 - c.sliding_window;
+        const int32_t min_pos = c.local_first_visible(p[nb - 1]);
         kv_.drop_before(l, min_pos);
         for (Context* o : also) o->kv_.drop_before(l, min_pos);
       }

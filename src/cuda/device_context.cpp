@@ -31,6 +31,8 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params, st
   if (plan_.evicting) staging_ = find_area("staging");
   if (plan_.move_slots > 0) move_ = find_area("move");
   layers_.assign(static_cast<size_t>(model.cfg.n_layers), Layer{});
+  slots_.assign(static_cast<size_t>(model.cfg.n_layers), -1);
+  for (int l : model.cfg.kv_policy_layers()) slots_[static_cast<size_t>(l)] = n_managed_++;  // as KvEvictor's slots
   try {
     w_ = shared_ ? shared_->views()
                  : upload_weights(model, [&](const std::string& name) { return static_cast<void*>(at<char>(name.c_str())); });
@@ -272,14 +274,6 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool 
   }
 }
 
-int DeviceContext::slot(int l) const {  // as KvEvictor: the layer's index among those the policy manages
-  const ModelConfig& c = model_.cfg;
-  if (c.layer_local(l)) return -1;
-  int m = 0;
-  for (int k = 0; k < l; ++k) m += !c.layer_local(k);
-  return m;
-}
-
 int64_t DeviceContext::decode_budget(int l) const {
   const int m = slot(l);
   return m >= 0 && m < static_cast<int>(budgets_.size()) ? budgets_[static_cast<size_t>(m)] : plan_.kv.budget - plan_.kv.window;
@@ -355,7 +349,7 @@ void DeviceContext::score_layer(int l) {
       fail("internal: no selector for an evicting policy");
   }
   scores_.push_back(layer_preference(p, parts_.allocator, terms));
-  budgets_ = cascade_budgets(p, parts_.allocator, static_cast<int>(c.kv_policy_layers().size()), S_, scores_, budgets_);
+  budgets_ = cascade_budgets(p, parts_.allocator, n_managed_, S_, scores_, budgets_);
 }
 
 void DeviceContext::repack(int l) {

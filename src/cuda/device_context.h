@@ -98,7 +98,7 @@ class DeviceContext {
   void decode_evict(int l, int32_t qpos);
   int64_t decode_budget(int l) const;
   // The layer's index among those the KV policy manages (ModelConfig::kv_policy_layers), or -1.
-  int slot(int l) const;
+  int slot(int l) const { return slots_[static_cast<size_t>(l)]; }
   // Rows per KV head a seen layer keeps in the pool: its budget + window + 1, or a local layer's window.
   int layer_capacity(int k) const;
   // The prompt's layer l: its window statistics, preference and the cascade's new budgets.
@@ -115,6 +115,8 @@ class DeviceContext {
   std::shared_ptr<const DeviceWeights> shared_;  // null: the weights are in the arena
   WeightsOnDevice w_;
   std::vector<Layer> layers_;
+  std::vector<int> slots_;  // [layer]: slot(), from ModelConfig::kv_policy_layers
+  int n_managed_ = 0;       // layers the KV policy manages
   int n_past_ = 0;
   // The current prompt (eviction).
   int S_ = 0;

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "model_internal.h"
@@ -73,6 +74,12 @@ void validate_config(const ModelConfig& c, const std::string& file) {
   need(c.rope_freq_factors.empty() || c.rope_freq_factors.size() == static_cast<size_t>(c.head_dim / 2),
        "RoPE frequency factors must have head_dim/2 entries");
   for (float f : c.rope_freq_factors) need(f > 0 && std::isfinite(f), "RoPE frequency factors must be positive");
+}
+
+std::vector<uint8_t> local_layer_pattern(int n_layers, int64_t period) {
+  std::vector<uint8_t> out(static_cast<size_t>(std::max(0, n_layers)));
+  for (int l = 0; l < n_layers; ++l) out[static_cast<size_t>(l)] = period <= 0 || l % period < period - 1;
+  return out;
 }
 
 const TensorView& check_tensor(const TensorView* t, const std::string& name, std::vector<int64_t> ne, const std::string& file) {

@@ -47,7 +47,7 @@ void gemma3_hparams(const GgufFile& g, ModelConfig& c) {
   } else {
     const uint64_t period = pv ? g.get_uint(pk) : 6;
     if (period > static_cast<uint64_t>(c.n_layers) + 1) fail(f + ": " + pk + " is larger than the layer count");
-    for (int l = 0; l < c.n_layers; ++l) c.swa_layers[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
+    c.swa_layers = local_layer_pattern(c.n_layers, static_cast<int64_t>(period));
   }
   if (c.sliding_window > c.n_ctx_train)
     fail(f + ": the sliding window (" + std::to_string(c.sliding_window) + ") is larger than the training context (" +

@@ -97,8 +97,7 @@ void gemma3_config(const ConfigReader& r, ModelConfig& c, const std::string& fil
       c.swa_layers.push_back(e == "sliding_attention");
     }
   } else {
-    const int period = r.get_int("sliding_window_pattern", 6);
-    for (int l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(period <= 0 || l % period < period - 1);
+    c.swa_layers = local_layer_pattern(c.n_layers, r.get_int("sliding_window_pattern", 6));
   }
   if (c.sliding_window <= 0) c.swa_layers.clear();
   c.rope_theta_swa = static_cast<float>(r.get_num("rope_local_base_freq", 10000.0));

@@ -18,6 +18,9 @@ struct TensorNames {
 };
 
 void validate_config(const ModelConfig& c, const std::string& file);
+// Gemma's local/global pattern by its period (ModelConfig::swa_layers): the last layer of every
+// `period` is global, the others local; a period of 0 or less makes every layer local.
+std::vector<uint8_t> local_layer_pattern(int n_layers, int64_t period);
 const TensorView& check_tensor(const TensorView* t, const std::string& name, std::vector<int64_t> ne, const std::string& file);
 // Finds every weight by name and checks its shape against the config.
 void bind_weights(Model& m, const std::function<const TensorView*(const std::string&)>& find, const TensorNames& names,

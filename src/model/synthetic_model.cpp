@@ -133,7 +133,7 @@ const std::vector<SyntheticPreset>& synthetic_presets() {
       c.qk_norm = c.post_norms = c.tied_output = true;
       c.embed_scale = std::sqrt(static_cast<float>(dim));
       c.sliding_window = window;
-      for (int l = 0; l < layers; ++l) c.swa_layers.push_back(l % 6 < 5);
+      c.swa_layers = detail::local_layer_pattern(layers, 6);
       if (linear != 1.0f) c.rope_freq_factors.assign(128, linear);
       return c;
     };

@@ -142,6 +142,11 @@ void tile(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, 
 // Two blocks decode straight into |w| and the sign mask: their 64 fifth bits are a mask register
 // (w = u - 16 below it is negative exactly where that bit is clear, since u <= 15), so
 // |w| = bit ? u : 16 - u, and the nibbles come from one 128-bit lane per half block.
+// lo in float lanes 0-7, hi in 8-15: the scales of a pair of blocks.
+inline __m512 halves(float lo, float hi) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(lo)), _mm256_set1_ps(hi), 1);
+}
+
 struct Q5_0Pair {
   __m512i abs;     // |w|
   __mmask64 neg;   // w < 0
@@ -157,8 +162,7 @@ inline Q5_0Pair decode_q5_0_pair(const uint8_t* p) {
   const __mmask64 bit = _cvtu64_mask64(static_cast<uint64_t>(quant::load_u32(p + quant::kQ5_0_QH)) |
                                        static_cast<uint64_t>(quant::load_u32(p + kB + quant::kQ5_0_QH)) << 32);
   const __m512i abs = _mm512_mask_mov_epi8(_mm512_sub_epi8(_mm512_set1_epi8(16), u), bit, u);
-  const __m512 d = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(f16(p))), _mm256_set1_ps(f16(p + kB)), 1);
-  return {abs, _knot_mask64(bit), d};
+  return {abs, _knot_mask64(bit), halves(f16(p), f16(p + kB))};
 }
 
 template <int RM, int RN>
@@ -169,7 +173,6 @@ void tile_q5_0_512(int64_t nb, const uint8_t* w, size_t ws, const uint8_t* a, si
   __m512 acc[RM][RN];
   for (int i = 0; i < RM; ++i)
     for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
-  auto halves = [](float lo, float hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(lo)), _mm256_set1_ps(hi), 1); };
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
     Q5_0Pair wp[RM];

@@ -78,7 +78,9 @@ std::vector<GreedyCase> greedy_cases(const Tokenizer& tok) {
       prompt = read_text_file(path).substr(0, c["prompt_bytes"].get<size_t>());
     }
     GreedyCase g{prompt.substr(0, 40), c["continuation"].get<std::string>(), tok.tokenize(prompt, true, false)};
-    if (c.contains("prompt_tokens")) EXPECT_EQ(g.prompt.size(), c["prompt_tokens"].get<size_t>()) << "the long prompt's tokens";
+    if (c.contains("prompt_tokens")) {
+      EXPECT_EQ(g.prompt.size(), c["prompt_tokens"].get<size_t>()) << "the long prompt's tokens";
+    }
     out.push_back(std::move(g));
   }
   return out;

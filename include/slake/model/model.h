@@ -59,6 +59,9 @@ struct ModelConfig {
   // by rope_theta_swa rather than rope_theta and rope_freq_factors, and its cache keeps only the
   // rows its window can still see.
   bool layer_local(int l) const { return !swa_layers.empty() && swa_layers[static_cast<size_t>(l)]; }
+  // The first position that a query after position `last` still sees in a local layer: its
+  // window ends at the query, so rows below this one can leave the cache.
+  int32_t local_first_visible(int32_t last) const { return last + 2 - sliding_window; }
   // The layers a KV policy manages (evicts, budgets, compensates): all of them, except the sliding
   // layers of a model with local and global layers, whose caches keep just their window.
   std::vector<int> kv_policy_layers() const {
