@@ -3,7 +3,7 @@
 # calls apt-get when something is missing.
 set -euo pipefail
 
-packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev libcli11-dev libgtest-dev libgmock-dev
+packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libboost-dev libcli11-dev libgtest-dev libgmock-dev
           libbenchmark-dev clang libclang-rt-14-dev python3 python3-venv)
 missing=()
 for p in "${packages[@]}"; do

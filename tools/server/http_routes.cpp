@@ -16,36 +16,25 @@ namespace {
 
 using nlohmann::json;
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(dump(e.body()), "application/json");
-}
+HttpResponse json_response(const json& body, int status = 200) { return {status, "application/json", dump(body), {}}; }
 
-// Runs a handler, answering ApiError and any other exception as OpenAI's error object.
+// Runs a handler, answering ApiError and any other exception as OpenAI's error object (unless the
+// reply had started: a streamed reply ends with its own error event).
 template <typename F>
-void guarded(httplib::Response& res, HttpCounters& c, F&& f) {
+void guarded(HttpReply& reply, HttpCounters& c, F&& f) {
   try {
     f();
   } catch (const ApiError& e) {
     if (e.status == 400) ++c.invalid;
     if (e.status == 503) ++c.rejected_busy;
-    send_error(res, e);
+    if (!reply.started()) reply.send(json_response(e.body(), e.status));
   } catch (const std::exception& e) {
-    send_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error"));
+    if (!reply.started())
+      reply.send(json_response(ApiError(500, std::string("internal error: ") + e.what(), "server_error").body(), 500));
   }
 }
 
-// The state of one streamed reply, shared by the content provider's calls.
-struct Stream {
-  Stream(ApiRequest r, const Tokenizer& tok, std::string id, long long created, std::shared_ptr<Task> t)
-      : req(std::move(r)), rb(req, tok, std::move(id), created), task(std::move(t)) {}
-  ApiRequest req;
-  ResponseBuilder rb;
-  std::shared_ptr<Task> task;
-  bool started = false;
-};
-
-void completion(const httplib::Request& http, httplib::Response& res, ServerEnv& env, bool chat) {
+void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool chat) {
   static std::atomic<uint64_t> next_id{0};
   ++env.counters.requests;
   ApiRequest req = parse_request(http.body, chat, env.request);
@@ -61,47 +50,40 @@ void completion(const httplib::Request& http, httplib::Response& res, ServerEnv&
   }
   const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id);
   const long long created = static_cast<long long>(std::time(nullptr));
+  // A client that went away (the socket closed, or a write failed or stalled past --timeout): the
+  // task is cancelled, and the scheduler frees its slot before its next step.
   if (!req.stream) {
-    // Not streamed: the whole reply, once done. (A client that leaves early is not noticed.)
     std::vector<Piece> pieces;
-    while (!task->take(pieces, std::chrono::seconds(1))) {
+    while (!task->take(pieces, std::chrono::milliseconds(500))) {
+      if (!reply.connected()) return task->cancel();
     }
     if (!task->error().empty()) throw ApiError(500, task->error(), "server_error");
-    res.set_content(dump(ResponseBuilder(req, env.request.tokenizer, id, created).full(pieces, *task)), "application/json");
+    reply.send(json_response(ResponseBuilder(req, env.request.tokenizer, id, created).full(pieces, *task)));
     return;
   }
-  auto st = std::make_shared<Stream>(std::move(req), env.request.tokenizer, id, created, task);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [st](size_t, httplib::DataSink& sink) {
-        std::string out;
-        if (!st->started && st->req.chat) out += sse(st->rb.first_chunk());
-        st->started = true;
-        std::vector<Piece> pieces;
-        const bool done = st->task->take(pieces, std::chrono::milliseconds(100));
-        for (const Piece& p : pieces) out += sse(st->rb.piece_chunk(p));
-        if (done) {
-          if (!st->task->error().empty()) {
-            out += sse(ApiError(500, st->task->error(), "server_error").body());
-          } else {
-            out += sse(st->rb.final_chunk(st->task->finish_reason()));
-            if (st->req.include_usage) out += sse(st->rb.usage_chunk(*st->task));
-          }
-          out += "data: [DONE]\n\n";
-        }
-        // A client that went away: the write fails (or the socket is not writable), and the task
-        // is cancelled; the scheduler frees its slot before its next step.
-        if (out.empty() ? !sink.is_writable() : !sink.write(out.data(), out.size())) {
-          st->task->cancel();
-          return false;
-        }
-        if (done) sink.done();
-        return true;
-      },
-      [st](bool success) {
-        if (!success) st->task->cancel();
-      });
+  ResponseBuilder rb(req, env.request.tokenizer, id, created);
+  if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task->cancel();
+  std::string out = req.chat ? sse(rb.first_chunk()) : "";
+  for (;;) {
+    std::vector<Piece> pieces;
+    const bool done = task->take(pieces, std::chrono::milliseconds(100));
+    for (const Piece& p : pieces) out += sse(rb.piece_chunk(p));
+    if (done) {
+      if (!task->error().empty()) {
+        out += sse(ApiError(500, task->error(), "server_error").body());
+      } else {
+        out += sse(rb.final_chunk(task->finish_reason()));
+        if (req.include_usage) out += sse(rb.usage_chunk(*task));
+      }
+      out += "data: [DONE]\n\n";
+    }
+    if (!reply.write(out)) return task->cancel();
+    out.clear();
+    if (done) {
+      reply.finish();
+      return;
+    }
+  }
 }
 
 json read_tokens(const json& body, int n_vocab) {
@@ -115,74 +97,43 @@ json read_tokens(const json& body, int n_vocab) {
 
 }  // namespace
 
-void add_routes(httplib::Server& svr, ServerEnv& env) {
-  svr.set_payload_max_length(64u << 20);
+OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
   // Memory a large request used goes back to the system: buffers of 8 MiB and more are mapped on
   // their own (glibc would otherwise raise that threshold to the largest block freed so far and
   // keep such buffers in its heaps; below 8 MiB, a decode step's logits of 8 slots of a 150K
-  // vocabulary stay in the heap rather than being mapped and faulted in at every step), and after
-  // a request whose body passed 1 MiB the heaps' free pages are returned (its parsed JSON is many
-  // small blocks spread over an HTTP thread's arena).
+  // vocabulary stay in the heap rather than being mapped and faulted in at every step). The HTTP
+  // layer returns the heaps' free pages after a body over 1 MiB.
   mallopt(M_MMAP_THRESHOLD, 8 << 20);
-  svr.set_logger([](const httplib::Request& req, const httplib::Response&) {
-    if (req.body.size() >= (1u << 20)) malloc_trim(0);
-  });
-  svr.set_pre_routing_handler([&env](const httplib::Request& req, httplib::Response& res) {
-    if (env.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + env.api_key) return httplib::Server::HandlerResponse::Unhandled;
-    ++env.counters.unauthorized;
-    send_error(res, ApiError(401, "invalid API key: send 'Authorization: Bearer KEY' with the server's --api-key",
-                             "authentication_error", "", "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 404)
-      send_error(res, ApiError(404, "no endpoint " + req.method + " " + req.path, "invalid_request_error", "", "not_found"));
-    else if (res.status == 413)
-      send_error(res, ApiError(413, "the request body is too large (a form body over 8 KiB, or any body over 64 MiB)",
-                               "invalid_request_error"));
-    else
-      send_error(res, ApiError(res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error"));
-  });
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send_error(res, ApiError(500, "internal error: " + what, "server_error"));
-  });
-
+  const auto add = [this](const char* method, const char* path, bool quick, auto&& f) {
+    routes_.push_back({method, path, quick, std::forward<decltype(f)>(f)});
+  };
   for (const char* path : {"/v1/chat/completions", "/chat/completions"})
-    svr.Post(path, [&env](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, env.counters, [&] { completion(req, res, env, true); });
+    add("POST", path, false, [&env](const HttpRequest& req, HttpReply& reply) {
+      guarded(reply, env.counters, [&] { completion(req, reply, env, true); });
     });
   for (const char* path : {"/v1/completions", "/completions"})
-    svr.Post(path, [&env](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, env.counters, [&] { completion(req, res, env, false); });
+    add("POST", path, false, [&env](const HttpRequest& req, HttpReply& reply) {
+      guarded(reply, env.counters, [&] { completion(req, reply, env, false); });
     });
   for (const char* path : {"/v1/models", "/models"})
-    svr.Get(path, [&env](const httplib::Request&, httplib::Response& res) {
+    add("GET", path, true, [&env](const HttpRequest&, HttpReply& reply) {
       const json m = {{"id", env.request.model_id},
                       {"object", "model"},
                       {"created", env.created},
                       {"owned_by", "slake"},
                       {"meta", {{"n_ctx", env.request.n_ctx}, {"n_vocab", env.request.cfg.n_vocab},
                                 {"n_slots", env.scheduler.config().n_slots}}}};
-      res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+      reply.send(json_response({{"object", "list"}, {"data", json::array({m})}}));
     });
-  svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("{\"status\":\"ok\"}", "application/json");
+  add("GET", "/health", true, [](const HttpRequest&, HttpReply& reply) {
+    reply.send({200, "application/json", "{\"status\":\"ok\"}", {}});
   });
-  svr.Get("/metrics", [&env](const httplib::Request&, httplib::Response& res) {
-    res.set_content(prometheus_text(env.scheduler.stats(), env.scheduler.config(), env.counters),
-                    "text/plain; version=0.0.4");
+  add("GET", "/metrics", true, [&env](const HttpRequest&, HttpReply& reply) {
+    reply.send({200, "text/plain; version=0.0.4",
+                prometheus_text(env.scheduler.stats(), env.scheduler.config(), env.counters), {}});
   });
-  svr.Post("/tokenize", [&env](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, env.counters, [&] {
+  add("POST", "/tokenize", false, [&env](const HttpRequest& req, HttpReply& reply) {
+    guarded(reply, env.counters, [&] {
       const json body = parse_object(req.body);
       const auto it = body.find("content");
       if (it == body.end() || !it->is_string()) throw bad_field("content", "'content' must be a string");
@@ -197,17 +148,65 @@ void add_routes(httplib::Server& svr, ServerEnv& env) {
       const std::string text = it->get<std::string>();
       if (find_invalid_utf8(text) != std::string::npos) throw bad_field("content", "'content' is not valid UTF-8");
       const auto& tok = env.request.tokenizer;
-      res.set_content(dump({{"tokens", tok.tokenize(text, add_special && tok.vocab().add_bos, parse_special)}}),
-                      "application/json");
+      reply.send(json_response({{"tokens", tok.tokenize(text, add_special && tok.vocab().add_bos, parse_special)}}));
     });
   });
-  svr.Post("/detokenize", [&env](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, env.counters, [&] {
+  add("POST", "/detokenize", false, [&env](const HttpRequest& req, HttpReply& reply) {
+    guarded(reply, env.counters, [&] {
       const json tokens = read_tokens(parse_object(req.body), env.request.cfg.n_vocab);
-      res.set_content(dump({{"content", env.request.tokenizer.detokenize(tokens.get<std::vector<int32_t>>())}}),
-                      "application/json");
+      reply.send(json_response({{"content", env.request.tokenizer.detokenize(tokens.get<std::vector<int32_t>>())}}));
     });
   });
+}
+
+const OpenAiService::Route* OpenAiService::find(const HttpRequest& head) const {
+  for (const Route& r : routes_)
+    if (r.path == head.path && r.method == head.method) return &r;
+  return nullptr;
+}
+
+std::optional<HttpResponse> OpenAiService::check_head(const HttpRequest& head) {
+  if (!env_.api_key.empty() && head.path != "/health") {
+    const std::string* auth = head.header("Authorization");
+    const std::string want = "Bearer " + env_.api_key;
+    // Compared in time that does not depend on where the key first differs.
+    unsigned diff = auth == nullptr || auth->size() != want.size();
+    for (size_t i = 0; auth != nullptr && i < std::min(auth->size(), want.size()); ++i)
+      diff |= static_cast<unsigned char>((*auth)[i] ^ want[i]);
+    if (diff) {
+      ++env_.counters.unauthorized;
+      return json_response(ApiError(401, "invalid API key: send 'Authorization: Bearer KEY' with the server's --api-key",
+                                    "authentication_error", "", "invalid_api_key").body(), 401);
+    }
+  }
+  if (find(head)) return std::nullopt;
+  std::string allow;
+  for (const Route& r : routes_)
+    if (r.path == head.path) allow += (allow.empty() ? "" : ", ") + r.method;
+  if (allow.empty())
+    return json_response(ApiError(404, "no endpoint " + head.method + " " + head.path, "invalid_request_error", "",
+                                  "not_found").body(), 404);
+  HttpResponse r = json_response(ApiError(405, head.path + " takes " + allow + ", not " + head.method,
+                                          "invalid_request_error", "", "method_not_allowed").body(), 405);
+  r.headers.emplace_back("Allow", allow);
+  return r;
+}
+
+bool OpenAiService::quick(const HttpRequest& head) const {
+  const Route* r = find(head);
+  return r != nullptr && r->quick;
+}
+
+void OpenAiService::serve(const HttpRequest& req, HttpReply& reply) {
+  const Route* r = find(req);
+  if (r == nullptr) throw std::logic_error("no route for " + req.method + " " + req.path);
+  r->serve(req, reply);
+}
+
+HttpResponse OpenAiService::error(const HttpError& e) const {
+  if (e.status == 400) ++env_.counters.invalid;
+  return json_response(ApiError(e.status, e.message, e.status >= 500 ? "server_error" : "invalid_request_error").body(),
+                       e.status);
 }
 
 }  // namespace slake::server

@@ -1,17 +1,18 @@
-// The HTTP endpoints of slake-server on a cpp-httplib server:
+// The HTTP endpoints of slake-server, served by http_server.h:
 //   POST /v1/chat/completions, /v1/completions   OpenAI's, streamed as server-sent events on request
 //   GET  /v1/models                               the one model served
 //   GET  /health                                  {"status": "ok"} (no API key needed)
 //   GET  /metrics                                 Prometheus text (metrics.h)
 //   POST /tokenize, /detokenize                   llama-server's: {"content"} <-> {"tokens"}
 // Every error is OpenAI's error object with its status. With --api-key, every endpoint but /health
-// needs "Authorization: Bearer KEY" (401 otherwise).
+// needs "Authorization: Bearer KEY": a request without it is answered 401 before its body is read.
 #pragma once
-#include <httplib.h>
-
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "chat_prompt.h"
+#include "http_server.h"
 #include "metrics.h"
 #include "openai_request.h"
 #include "scheduler.h"
@@ -27,7 +28,23 @@ struct ServerEnv {
   long long created;  // when the model was loaded, for /v1/models
 };
 
-// Registers the routes. `env` must outlive the server.
-void add_routes(httplib::Server& svr, ServerEnv& env);
+class OpenAiService final : public HttpService {
+ public:
+  explicit OpenAiService(ServerEnv& env);  // `env` must outlive the service
+  std::optional<HttpResponse> check_head(const HttpRequest& head) override;
+  bool quick(const HttpRequest& head) const override;
+  void serve(const HttpRequest& req, HttpReply& reply) override;
+  HttpResponse error(const HttpError& e) const override;
+
+ private:
+  struct Route {
+    std::string method, path;
+    bool quick;  // fast and bounded: served on the I/O thread
+    std::function<void(const HttpRequest&, HttpReply&)> serve;
+  };
+  const Route* find(const HttpRequest& head) const;
+  ServerEnv& env_;
+  std::vector<Route> routes_;
+};
 
 }  // namespace slake::server

@@ -12,7 +12,7 @@ std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<
   ignored.push_back({{"--metrics"}, 0, "GET /metrics is always served"});
   ignored.push_back({{"-cb", "--cont-batching"}, 0, "batching is always continuous"});
   ignored.push_back({{"--no-webui"}, 0, "there is no web page"});
-  return tools::llama_cpp_args(argc, argv, {{"-np", "--parallel"}}, ignored, notes);
+  return tools::llama_cpp_args(argc, argv, {{"-np", "--parallel"}, {"-to", "--timeout"}}, ignored, notes);
 }
 
 void add_server_flags(CLI::App& app, ServerOptions& o) {
@@ -37,6 +37,23 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--threads-http", o.http_threads, "HTTP worker threads, as llama-server (0: slots + queue + 8)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--timeout-headers", o.timeout_headers_s,
+                 "seconds a request's line and headers may take, and a keep-alive connection may idle (408 after)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--timeout", o.timeout_s,
+                 "seconds a request's body may take to arrive, and a reply may wait for a client that reads nothing (-to)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--max-headers", o.max_headers_kib, "KiB a request's line and headers may take together (431 beyond)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--max-body", o.max_body_mib, "MiB a request's body may take, chunked or not (413 beyond)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--max-connections", o.max_connections, "open client connections; more are answered 503 and closed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   app.add_option("--kv-memory", o.kv_memory_mib,
                  "MiB of KV cache all slots together may plan for (0: no limit); a request that does not fit waits")
       ->capture_default_str()

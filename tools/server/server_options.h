@@ -22,6 +22,11 @@ struct ServerOptions {
   int n_batch = 256;               // prompt tokens prefilled per chunk between decode steps
   int queue_max = 64;              // requests that may wait for a slot or KV memory; more: 503
   int http_threads = 0;            // 0: slots + queue + 8
+  double timeout_headers_s = 10;   // a request's line and headers, and a keep-alive connection's idle time
+  double timeout_s = 600;          // a request's body; a reply's write that makes no progress
+  int max_headers_kib = 16;        // a request's line and headers together
+  int max_body_mib = 64;
+  int max_connections = 512;
   double kv_memory_mib = 0;        // KV memory all slots together may plan; 0: no limit
   std::string host = "127.0.0.1";
   int port = 8080;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "http_routes.h"
+#include "http_server.h"
 #include "server_options.h"
 #include "slake/error.h"
 #include "slake/kv/kv_cache.h"
@@ -64,17 +65,16 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
                                o.api_key,
                                static_cast<long long>(std::time(nullptr))};
   env.request.max_piece_bytes = slake::server::longest_piece_bytes(tokenizer->vocab());
-  httplib::Server svr;
-  const int http_threads = o.http_threads > 0 ? o.http_threads : o.n_parallel + o.queue_max + 8;
-  svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(static_cast<size_t>(http_threads)); };
-  slake::server::add_routes(svr, env);
-  int port = o.port;
-  if (port == 0) {
-    port = svr.bind_to_any_port(o.host);
-    if (port < 0) slake::fail("cannot listen on " + o.host);
-  } else if (!svr.bind_to_port(o.host, port)) {
-    slake::fail("cannot listen on " + o.host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
-  }
+  slake::server::OpenAiService service(env);
+  slake::server::HttpLimits limits;
+  limits.workers = o.http_threads > 0 ? o.http_threads : o.n_parallel + o.queue_max + 8;
+  limits.max_head_bytes = static_cast<size_t>(o.max_headers_kib) << 10;
+  limits.max_body_bytes = static_cast<size_t>(o.max_body_mib) << 20;
+  limits.head_timeout_ms = static_cast<int>(o.timeout_headers_s * 1000);
+  limits.body_timeout_ms = limits.write_timeout_ms = static_cast<int>(o.timeout_s * 1000);
+  limits.max_connections = o.max_connections;
+  slake::server::HttpServer svr(service, limits);
+  const int port = svr.listen(o.host, o.port);
   std::fprintf(stderr, "slake-server: listening on http://%s:%d (model id '%s')\n", o.host.c_str(), port,
                env.request.model_id.c_str());
 
@@ -89,13 +89,13 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
     scheduler.stop();
     svr.stop();
   });
-  const bool ok = svr.listen_after_bind();
+  svr.run();
   stopping = true;
   pthread_kill(signals.native_handle(), SIGTERM);  // wakes the signal thread if the server ended by itself
   signals.join();
   scheduler.stop();
   std::fprintf(stderr, "slake-server: stopped\n");
-  return ok ? 0 : 1;
+  return 0;
 }
 
 }  // namespace
