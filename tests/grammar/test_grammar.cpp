@@ -1,0 +1,208 @@
+// GBNF grammars (include/slake/grammar/grammar.h): the parser's errors, the matcher against
+// nlohmann::json's own validator on the JSON grammar, the trie-and-cache mask against a token-by-
+// token check on a vocabulary with multi-byte and partial UTF-8 tokens, and llama.cpp's grammars.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "slake/error.h"
+#include "slake/grammar/grammar.h"
+#include "slake/tokenizer/tokenizer.h"
+
+namespace slake {
+namespace {
+
+std::string error_of(const std::string& gbnf) {
+  try {
+    Grammar::parse(gbnf);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Gbnf, ErrorsSayWhatAndWhere) {
+  EXPECT_NE(error_of("root ::= foo\n").find("'foo' is used but not defined"), std::string::npos);
+  EXPECT_NE(error_of("root ::= root \"a\" | \"b\"\n").find("left-recursive"), std::string::npos);
+  EXPECT_NE(error_of("root ::= a\na ::= b? a | \"y\"\nb ::= \"x\"\n").find("left-recursive"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\" root\n").find("cannot match anything"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\"\nroot ::= \"b\"\n").find("defined twice"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\n").find("unfinished literal"), std::string::npos);
+  EXPECT_NE(error_of("root ::= [ab\n").find("unfinished character class"), std::string::npos);
+  EXPECT_NE(error_of("root ::= [z-a]\n").find("backwards"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\"{3,1}\n").find("n < m"), std::string::npos);
+  EXPECT_NE(error_of("x ::= \"a\"\n").find("no rule 'root'"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"a\" )\n").find("unexpected ')' at 1:14"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"\\q\"\n").find("unknown escape"), std::string::npos);
+  EXPECT_NE(error_of("root ::= " + std::string(100, '(') + "\"a\"" + std::string(100, ')')).find("nested deeper"), std::string::npos);
+  GrammarLimits small;
+  small.max_text_bytes = 8;
+  EXPECT_THROW(Grammar::parse("root ::= \"abcdef\"", "root", small), Error);
+  EXPECT_EQ(error_of("root ::= (\"a\" | \"b\")* \"c\"? [^x-z]{2,3} . # comment\n"), "");
+}
+
+// A matcher over raw text: whether `text` is a whole match.
+bool matches(const std::shared_ptr<const Grammar>& g, const std::shared_ptr<const GrammarVocab>& v, const std::string& text) {
+  GrammarMatcher m(g, v);
+  return m.accept_text(text) && m.accepting();
+}
+
+// GPT-2's byte-to-character map, so that a byte-level BPE vocabulary can hold any bytes.
+std::string gpt2_text(const std::string& bytes) {
+  std::string out;
+  for (const unsigned char b : bytes) {
+    int shifted = 0, cp = b;
+    for (int i = 0; i <= b; ++i) {
+      const bool printable = (i >= 33 && i <= 126) || (i >= 161 && i <= 172) || i >= 174;
+      if (i == b) cp = printable ? b : 256 + shifted;
+      else if (!printable) ++shifted;
+    }
+    if (cp < 0x80) out += static_cast<char>(cp);
+    else out += static_cast<char>(0xC0 | (cp >> 6)), out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+// The 256 bytes, then multi-byte tokens (JSON pieces, whole and partial UTF-8), then an end token.
+Vocab test_vocab(const std::vector<std::string>& extra) {
+  Vocab v;
+  v.model = "gpt2";
+  v.pre = "qwen2";
+  for (int b = 0; b < 256; ++b) v.tokens.push_back(gpt2_text(std::string(1, static_cast<char>(b)))), v.types.push_back(1);
+  for (const std::string& e : extra) v.tokens.push_back(gpt2_text(e)), v.types.push_back(1);
+  v.tokens.push_back("<|end|>");
+  v.types.push_back(3);
+  v.scores.assign(v.tokens.size(), 0.0f);
+  v.eos = static_cast<int>(v.tokens.size()) - 1;
+  v.add_bos = false;
+  return v;
+}
+
+const std::vector<std::string> kExtra = {"{\"", "\":", "\": ", "true", "false", "null", " \"", ", \"", "},", "]}", "[1",
+                                         "12", "-0", ".5", "e+", "\\u00", "\\n", "ab", "abc", "\"}", "\xC3\xA9", "\xE2\x82\xAC",
+                                         "\xE2\x82", "\x82\xAC\"", "\xF0\x9F\x98\x80", "a\xC3", "  ", "\n ", "ab"};
+
+struct Fixture {
+  Fixture() : tok(test_vocab(kExtra)), vocab(std::make_shared<GrammarVocab>(tok, std::unordered_set<int32_t>{tok.vocab().eos})) {}
+  Tokenizer tok;
+  std::shared_ptr<const GrammarVocab> vocab;
+};
+
+TEST(GrammarMatcher, JsonGrammarAgreesWithNlohmann) {
+  Fixture f;
+  const auto g = Grammar::parse(json_value_gbnf());
+  // Whatever the grammar takes whole is JSON: random strings over JSON's alphabet.
+  std::mt19937 rng(7);
+  const std::string alphabet = "{}[]\",:0123456789-.eEtrufalsn\\ \x01";
+  int accepted = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string s;
+    const int len = 1 + static_cast<int>(rng() % 10);
+    for (int k = 0; k < len; ++k) s += alphabet[rng() % alphabet.size()];
+    if (matches(g, f.vocab, s)) {
+      ++accepted;
+      // nlohmann refuses numbers past a double's range ("4e671"), which JSON's syntax allows.
+      const bool overflow = s.find_first_of("eE") != std::string::npos && std::abs(std::strtod(s.c_str(), nullptr)) == HUGE_VAL;
+      EXPECT_TRUE(nlohmann::json::accept(s) || overflow) << s;
+    }
+  }
+  EXPECT_GT(accepted, 100);
+  // And it takes the JSON that a serializer writes.
+  for (const char* text : {R"({"a":[1,-2.5e+3,true,null,{"b":"\u00e9\n"}],"c":{}})", R"([])", R"("x")", "0", "-0.5",
+                           R"({"k":"caf\u00e9 \u20ac \ud83d\ude00"})"}) {
+    const std::string compact = nlohmann::json::parse(text).dump();
+    EXPECT_TRUE(matches(g, f.vocab, compact)) << compact;
+  }
+  for (const char* bad : {"01", "[1,]", "{\"a\" 1}", "\"\x01\"", "tru", "{'a':1}", "1.", "--1"}) {
+    EXPECT_FALSE(nlohmann::json::accept(bad)) << bad;
+    EXPECT_FALSE(matches(g, f.vocab, bad)) << bad;
+  }
+}
+
+// The mask (a walk over the vocabulary's trie, cached per state) equals accepting each token on its
+// own, at every step of random generations under several grammars.
+TEST(GrammarMatcher, MaskEqualsTokenByTokenCheck) {
+  Fixture f;
+  const int n_vocab = f.vocab->n_vocab();
+  std::mt19937 rng(11);
+  for (const std::string& gbnf : {json_value_gbnf(), json_object_gbnf(),
+                                  std::string("root ::= ([a-c]+ \" \")* [\\u00e9\\u20ac]+ | \"x\"{2,4}\n"),
+                                  std::string("root ::= \"\\U0001F600\" [^a]* \"}\"\n")}) {
+    const auto g = Grammar::parse(gbnf);
+    for (int run = 0; run < 8; ++run) {
+      GrammarMatcher m(g, f.vocab);
+      for (int step = 0; step < 40 && !m.finished(); ++step) {
+        const std::vector<uint64_t> mask = m.allowed();
+        std::vector<int32_t> ok;
+        for (int32_t t = 0; t < n_vocab; ++t) {
+          GrammarMatcher copy = m;
+          const bool expect = copy.accept_token(t);
+          const bool got = mask[static_cast<size_t>(t) / 64] >> (t % 64) & 1;
+          ASSERT_EQ(got, expect) << gbnf << " step " << step << " token " << t << " '" << f.vocab->bytes(t) << "'";
+          if (got && !f.vocab->is_end(t)) ok.push_back(t);
+        }
+        if (ok.empty()) break;
+        ASSERT_TRUE(m.accept_token(ok[rng() % ok.size()]));
+      }
+    }
+  }
+}
+
+TEST(GrammarMatcher, EndTokenOnlyWhenWholeAndPartialUtf8Waits) {
+  Fixture f;
+  const auto g = Grammar::parse("root ::= \"a\" \"\\u20ac\"? \n");
+  GrammarMatcher m(g, f.vocab);
+  const int32_t end = f.tok.vocab().eos;
+  EXPECT_FALSE(m.accept_token(end));
+  EXPECT_TRUE(m.accept_text("a"));
+  EXPECT_TRUE(m.accepting());
+  EXPECT_FALSE(m.finished());
+  GrammarMatcher half = m;
+  EXPECT_TRUE(half.accept_text("\xE2\x82"));  // a token that stops inside the euro sign
+  EXPECT_FALSE(half.accepting());
+  EXPECT_FALSE(half.accept_text("\xA9"));  // U+20A9 is not in the grammar
+  EXPECT_TRUE(half.accept_text("\xAC"));
+  EXPECT_TRUE(half.finished());
+  EXPECT_FALSE(m.accept_text("\xC3\xA9"));  // é cannot begin where only € may
+  EXPECT_TRUE(m.accept_token(end));
+}
+
+// llama.cpp's grammars/ folder (from the llama-cpp-python 0.3.36 sdist, SLAKE_LLAMA_CPP_DIR), each
+// parsed and followed on a text it describes.
+TEST(Gbnf, LlamaCppGrammars) {
+  const char* dir = std::getenv("SLAKE_LLAMA_CPP_DIR");
+  if (dir == nullptr || !std::filesystem::exists(std::string(dir) + "/grammars/json.gbnf"))
+    GTEST_SKIP() << "SLAKE_LLAMA_CPP_DIR (llama.cpp's source, with grammars/) not set";
+  Fixture f;
+  // Texts each grammar describes whole (json_arr's and arithmetic's spaces are exactly theirs).
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"json", "{\"a\": [1, 2.5, \"x\"], \"b\": {\"c\": null}}"},
+      {"json_arr", "[\n{\"a\": 1},\ntrue]"},
+      {"arithmetic", "x+1 = (y*2)\n"},
+      {"list", "- eggs\n- milk \xE2\x82\xAC\n"},
+      {"c", "int main(int argc){return argc+1;}"},
+      {"chess", "1. e4 e5\n2. Nf3 Nc6\n"},
+      {"english", "Hello, world."},
+      {"japanese", "\xE3\x81\x93\xE3\x82\x93\xE3\x81\xAB\xE3\x81\xA1\xE3\x81\xAF"}};
+  for (const auto& [name, text] : cases) {
+    std::ifstream in(std::string(dir) + "/grammars/" + name + ".gbnf");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::shared_ptr<const Grammar> g;
+    ASSERT_NO_THROW(g = Grammar::parse(ss.str())) << name;
+    GrammarMatcher m(g, f.vocab);
+    EXPECT_TRUE(m.accept_text(text)) << name << ": " << text;
+    EXPECT_TRUE(m.accepting()) << name;
+    GrammarMatcher bad(g, f.vocab);
+    EXPECT_FALSE(bad.accept_text(std::string("\x01\x02", 2) + text)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace slake
