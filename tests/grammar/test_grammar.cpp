@@ -173,6 +173,91 @@ TEST(GrammarMatcher, EndTokenOnlyWhenWholeAndPartialUtf8Waits) {
   EXPECT_TRUE(m.accept_token(end));
 }
 
+// Integer ranges: every integer near the bounds matches exactly when it lies within them.
+TEST(JsonSchema, IntegerRangesAreExact) {
+  Fixture f;
+  std::mt19937 rng(3);
+  const std::vector<std::pair<long long, long long>> fixed = {{0, 0}, {0, 9}, {1, 10}, {7, 123}, {-5, 5}, {-120, -7},
+                                                               {99, 1000}, {123, 456}, {0, 99999}, {-1, 0}};
+  std::vector<std::pair<long long, long long>> ranges = fixed;
+  for (int i = 0; i < 20; ++i) {
+    const long long a = static_cast<long long>(rng() % 20000) - 10000, b = a + static_cast<long long>(rng() % 3000);
+    ranges.emplace_back(a, b);
+  }
+  for (const auto& [lo, hi] : ranges) {
+    const std::string schema = "{\"type\": \"integer\", \"minimum\": " + std::to_string(lo) + ", \"maximum\": " + std::to_string(hi) + "}";
+    const auto g = Grammar::parse(json_schema_to_gbnf(schema));
+    std::vector<long long> probe;
+    for (long long v = lo - 30; v <= lo + 30; ++v) probe.push_back(v);
+    for (long long v = hi - 30; v <= hi + 30; ++v) probe.push_back(v);
+    for (int i = 0; i < 50; ++i) probe.push_back(lo + static_cast<long long>(rng() % static_cast<unsigned>(hi - lo + 1)));
+    for (const long long v : probe)
+      ASSERT_EQ(matches(g, f.vocab, std::to_string(v)), v >= lo && v <= hi) << schema << " " << v;
+    EXPECT_FALSE(matches(g, f.vocab, "0" + std::to_string(std::max(lo, 1LL)))) << schema;  // no leading zero
+  }
+  // One bound only.
+  const auto at_least = Grammar::parse(json_schema_to_gbnf(R"({"type": "integer", "exclusiveMinimum": 41})"));
+  const auto at_most = Grammar::parse(json_schema_to_gbnf(R"({"type": "integer", "maximum": -3})"));
+  for (long long v = -200; v <= 200; ++v) {
+    ASSERT_EQ(matches(at_least, f.vocab, std::to_string(v)), v >= 42) << v;
+    ASSERT_EQ(matches(at_most, f.vocab, std::to_string(v)), v <= -3) << v;
+  }
+  EXPECT_TRUE(matches(at_least, f.vocab, "123456789012"));
+}
+
+TEST(JsonSchema, ObjectsArraysStringsAndRefs) {
+  Fixture f;
+  const std::string schema = R"({
+    "type": "object",
+    "properties": {
+      "name": {"type": "string", "minLength": 1, "maxLength": 5},
+      "age": {"type": "integer", "minimum": 0},
+      "tags": {"type": "array", "items": {"enum": ["a", "b", 3, null]}, "minItems": 1, "maxItems": 2},
+      "when": {"type": "string", "format": "date"},
+      "id": {"type": "string", "format": "uuid"},
+      "kind": {"const": "x"},
+      "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}
+    },
+    "required": ["name", "kind"],
+    "additionalProperties": false,
+    "$defs": {"node": {"type": "object", "properties": {"v": {"type": "boolean"}, "next": {"$ref": "#/$defs/node"}}}}
+  })";
+  const auto g = Grammar::parse(json_schema_to_gbnf(schema));
+  for (const char* ok : {R"({"name": "ab", "kind": "x"})", R"({"name":"abcde","age":0,"kind":"x"})",
+                         R"({"name": "a", "age": 31, "tags": ["a", 3], "when": "2024-02-29", "kind": "x"})",
+                         R"({"name": "a", "id": "123e4567-e89b-12d3-a456-426614174000", "kind": "x", "next": null})",
+                         R"({"name": "a", "kind": "x", "next": {"v": true, "next": {"next": {}}}})"})
+    EXPECT_TRUE(matches(g, f.vocab, ok)) << ok;
+  for (const char* bad : {R"({"kind": "x"})", R"({"name": "", "kind": "x"})", R"({"name": "abcdef", "kind": "x"})",
+                          R"({"name": "a", "age": -1, "kind": "x"})", R"({"name": "a", "tags": [], "kind": "x"})",
+                          R"({"name": "a", "tags": ["a", "b", "a"], "kind": "x"})", R"({"name": "a", "kind": "y"})",
+                          R"({"name": "a", "when": "2024-13-01", "kind": "x"})", R"({"name": "a", "kind": "x", "other": 1})",
+                          R"({"kind": "x", "name": "a"})", R"({"name": "a", "kind": "x", "next": {"v": 1}})"})
+    EXPECT_FALSE(matches(g, f.vocab, bad)) << bad;
+  // Keywords that constrain but are not converted are refused by name.
+  for (const auto& [s, word] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"type": "string", "pattern": "^a+$"})", "'pattern'"},
+           {R"({"allOf": [{"type": "string"}]})", "'allOf'"},
+           {R"({"type": "number", "minimum": 0.5})", "'minimum'"},
+           {R"({"type": "string", "format": "email"})", "format 'email'"},
+           {R"({"$ref": "#/$defs/missing"})", "names no definition"},
+           {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'b'"},
+           {R"({"type": "array", "uniqueItems": true})", "'uniqueItems'"},
+           {R"({"type": "strnig"})", "unknown type"},
+           {R"({"type": )", "not valid JSON"}}) {
+    try {
+      json_schema_to_gbnf(s);
+      ADD_FAILURE() << s;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << s << ": " << e.what();
+    }
+  }
+  // A schema that recurses without end matches nothing: the grammar check refuses it.
+  EXPECT_THROW(Grammar::parse(json_schema_to_gbnf(
+                   R"({"$ref": "#/$defs/a", "$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}, "required": ["x"]}}})")),
+               Error);
+}
+
 // llama.cpp's grammars/ folder (from the llama-cpp-python 0.3.36 sdist, SLAKE_LLAMA_CPP_DIR), each
 // parsed and followed on a text it describes.
 TEST(Gbnf, LlamaCppGrammars) {

@@ -130,4 +130,13 @@ class GrammarMatcher {
 std::string json_value_gbnf();
 std::string json_object_gbnf();
 
+// GBNF for the JSON texts a JSON Schema (given as JSON text) describes, with bounded whitespace.
+// Converted: type (one or a list), properties in the schema's order with required ones always
+// present, additionalProperties (absent or false: no others), enum, const, anyOf / oneOf,
+// $ref to #, #/$defs/NAME or #/definitions/NAME (recursion included), items, prefixItems,
+// minItems / maxItems, minLength / maxLength, format date, time, date-time and uuid, integer
+// minimum / maximum (exclusive too). Any other keyword that constrains (pattern, multipleOf,
+// allOf, not, ...) throws slake::Error naming it, as does a schema that is not valid JSON.
+std::string json_schema_to_gbnf(const std::string& schema_json);
+
 }  // namespace slake
