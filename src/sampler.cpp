@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "slake/error.h"
 
@@ -31,15 +31,20 @@ std::string shown(double x) {
   return buf;
 }
 
-void apply_repeat_penalty(const SamplerParams& p, const std::vector<int32_t>& recent, std::vector<double>& logits) {
-  if (p.repeat_penalty == 1.0f || p.repeat_last_n == 0 || recent.empty()) return;
+// llama.cpp's penalties sampler over the last repeat_last_n tokens: the repetition penalty once per
+// distinct token, then frequency x count + presence (OpenAI's penalties, subtracted).
+void apply_penalties(const SamplerParams& p, const std::vector<int32_t>& recent, std::vector<double>& logits) {
+  const bool off = p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;
+  if (off || p.repeat_last_n == 0 || recent.empty()) return;
   const size_t n = p.repeat_last_n < 0 ? recent.size() : std::min(recent.size(), static_cast<size_t>(p.repeat_last_n));
-  std::unordered_set<int32_t> seen(recent.end() - static_cast<std::ptrdiff_t>(n), recent.end());
+  std::unordered_map<int32_t, int> count;
+  for (auto it = recent.end() - static_cast<std::ptrdiff_t>(n); it != recent.end(); ++it) ++count[*it];
   const int n_vocab = static_cast<int>(logits.size());
-  for (const int32_t t : seen) {
+  for (const auto& [t, c] : count) {
     if (t < 0 || t >= n_vocab) continue;
     double& l = logits[static_cast<size_t>(t)];
     l = l <= 0 ? l * p.repeat_penalty : l / p.repeat_penalty;
+    l -= static_cast<double>(c) * p.frequency_penalty + p.presence_penalty;
   }
 }
 
@@ -53,6 +58,8 @@ void validate(const SamplerParams& p) {
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min-p must be in [0, 1] (0: off), got " + shown(p.min_p));
   if (!(p.repeat_penalty > 0.0f) || std::isinf(p.repeat_penalty))
     bad("repeat penalty must be a positive number (1: off), got " + shown(p.repeat_penalty));
+  for (const auto& [name, v] : {std::pair<const char*, float>{"presence", p.presence_penalty}, {"frequency", p.frequency_penalty}})
+    if (!(v >= -2.0f && v <= 2.0f)) bad(std::string(name) + " penalty must be in [-2, 2] (0: off), got " + shown(v));
   if (p.repeat_last_n < -1)
     bad("repeat-last-n must be >= -1 (0: off, -1: all), got " + std::to_string(p.repeat_last_n));
 }
@@ -62,7 +69,7 @@ TokenProbs candidate_distribution(const SamplerParams& p, const float* logits, i
   validate(p);
   if (logits == nullptr || n_vocab <= 0) fail("sampling: no logits");
   std::vector<double> l(logits, logits + n_vocab);
-  apply_repeat_penalty(p, recent, l);
+  apply_penalties(p, recent, l);
 
   TokenProbs out;
   if (p.temp <= 0.0f) {

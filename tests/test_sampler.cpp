@@ -37,12 +37,17 @@ std::vector<double> softmax(const std::vector<double>& x, double temp = 1.0) {
 // Sorted by logit (descending), ties by id, then filtered by the steps in llama.cpp's order.
 TokenProbs reference(const SamplerParams& sp, const std::vector<float>& logits, const std::vector<int32_t>& recent) {
   std::vector<double> l(logits.begin(), logits.end());
-  if (sp.repeat_penalty != 1.0f && sp.repeat_last_n != 0) {
+  if (sp.repeat_last_n != 0) {
     const size_t from = sp.repeat_last_n < 0 || static_cast<size_t>(sp.repeat_last_n) >= recent.size()
                             ? 0
                             : recent.size() - static_cast<size_t>(sp.repeat_last_n);
     const std::set<int32_t> penalised(recent.begin() + static_cast<std::ptrdiff_t>(from), recent.end());
-    for (int32_t t : penalised) l[t] = l[t] > 0 ? l[t] / sp.repeat_penalty : l[t] * sp.repeat_penalty;
+    for (int32_t t : penalised) {
+      l[t] = l[t] > 0 ? l[t] / sp.repeat_penalty : l[t] * sp.repeat_penalty;
+      // llama.cpp's penalties: frequency x occurrences + presence, on the same window.
+      const auto n = std::count(recent.begin() + static_cast<std::ptrdiff_t>(from), recent.end(), t);
+      l[t] -= static_cast<double>(n) * sp.frequency_penalty + sp.presence_penalty;
+    }
   }
   std::vector<int32_t> order(l.size());
   for (size_t i = 0; i < l.size(); ++i) order[i] = static_cast<int32_t>(i);
@@ -172,6 +177,29 @@ TEST(Sampler, RepeatPenaltyDividesPositiveAndMultipliesNegativeLogits) {
     p.repeat_last_n = last_n;
     check_against_reference(p, 100, {5, 9, 9, 17, 3, 42, 99, 5, 0});
   }
+}
+
+TEST(Sampler, FrequencyAndPresencePenaltiesSubtractPerOccurrenceAndOnce) {
+  const std::vector<float> l{2.0f, -1.0f, 0.5f, 1.0f};
+  SamplerParams sp = off();
+  sp.frequency_penalty = 0.5f;
+  sp.presence_penalty = 0.25f;
+  sp.repeat_last_n = 3;
+  // Token 0 twice and token 1 once in the last 3: 2 - 2 x 0.5 - 0.25, -1 - 0.5 - 0.25.
+  const TokenProbs d = candidate_distribution(sp, l.data(), 4, {3, 0, 1, 0});
+  EXPECT_EQ(d.ids, (std::vector<int32_t>{3, 0, 2, 1}));
+  const std::vector<double> want = softmax({1.0, 0.75, 0.5, -1.75});
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(d.probs[i], want[i], 1e-6);
+  for (float f : {-2.0f, 0.3f, 2.0f}) {
+    SamplerParams p = off();
+    p.frequency_penalty = f;
+    p.presence_penalty = -f / 2;
+    p.repeat_penalty = 1.2f;
+    check_against_reference(p, 100, {5, 9, 9, 17, 3, 42, 99, 5, 0, 9});
+  }
+  SamplerParams bad = off();
+  bad.presence_penalty = 2.5f;
+  EXPECT_THROW(validate(bad), Error);
 }
 
 TEST(Sampler, AllStepsTogether) {

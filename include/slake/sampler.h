@@ -1,8 +1,9 @@
 // Choosing the next token from the logits, with llama.cpp's samplers and in llama.cpp's default
 // order (common_sampler: penalties, top-k, top-p, min-p, temperature, then the draw):
-//   1. repetition penalty over the last `repeat_last_n` tokens seen (prompt included): a positive
-//      logit is divided by the penalty, a negative or zero one multiplied (llama.cpp's rule), once
-//      per distinct token however often it occurred;
+//   1. penalties over the last `repeat_last_n` tokens seen (prompt included): the repetition
+//      penalty divides a positive logit and multiplies a negative or zero one (llama.cpp's rule),
+//      once per distinct token however often it occurred; then the frequency penalty times the
+//      token's count and the presence penalty are subtracted (OpenAI's, as llama.cpp applies them);
 //   2. top-k: the k largest logits;
 //   3. top-p: the smallest prefix (by probability, highest first) whose probability sum reaches p;
 //   4. min-p: the tokens whose probability is at least p times the largest;
@@ -27,7 +28,9 @@ struct SamplerParams {
   float top_p = 0.95f;          // in (0, 1]; 1: off
   float min_p = 0.05f;          // in [0, 1]; 0: off
   float repeat_penalty = 1.0f;  // > 0; 1: off
-  int repeat_last_n = 64;       // tokens the penalty looks back over; 0: off; -1: every token seen
+  float presence_penalty = 0;   // in [-2, 2]; 0: off
+  float frequency_penalty = 0;  // in [-2, 2]; 0: off
+  int repeat_last_n = 64;       // tokens the penalties look back over; 0: off; -1: every token seen
   uint64_t seed = 0;
 };
 

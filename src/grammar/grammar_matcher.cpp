@@ -109,40 +109,50 @@ void GrammarMatcher::advance(const std::vector<Stack>& stacks, uint32_t cp, std:
     fail("grammar: more than " + std::to_string(g_->limits.max_stacks) + " parse stacks at once (too ambiguous)");
 }
 
+// The smallest code point a UTF-8 sequence of `len` bytes may encode (shorter forms are overlong).
+static uint32_t min_code_point(int len) { return len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000; }
+
 // Whether some code point that begins with the partial sequence of `s` can continue a stack.
 bool GrammarMatcher::plausible(const State& s) const {
   const int bits = 6 * s.partial_left;
-  const uint32_t lo = s.partial << bits, hi = lo | ((1u << bits) - 1);
+  const uint32_t lo = std::max(s.partial << bits, min_code_point(s.partial_len));
+  const uint32_t hi = std::min((s.partial << bits) | ((1u << bits) - 1), 0x10FFFFu);
+  if (lo > hi) return false;
   for (const Stack& st : s.stacks)
     if (!st.empty() && g_->sets[g_->elements[st.back()].value].intersects(lo, hi)) return true;
   return false;
 }
 
+// One byte of the text: a whole code point advances the stacks; the start of one is kept, and only
+// where well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF) can follow.
 bool GrammarMatcher::step_byte(const State& in, uint8_t b, State& out) const {
   if (in.partial_left == 0) {
     if (b < 0x80) {
       advance(in.stacks, b, out.stacks);
       out.partial = 0;
-      out.partial_left = 0;
+      out.partial_left = out.partial_len = 0;
       return !out.stacks.empty();
     }
-    if ((b >> 5) == 0x6) out.partial = b & 0x1Fu, out.partial_left = 1;
-    else if ((b >> 4) == 0xE) out.partial = b & 0x0Fu, out.partial_left = 2;
-    else if ((b >> 3) == 0x1E) out.partial = b & 0x07u, out.partial_left = 3;
+    if (b >= 0xC2 && b <= 0xDF) out.partial = b & 0x1Fu, out.partial_len = 2;
+    else if (b >= 0xE0 && b <= 0xEF) out.partial = b & 0x0Fu, out.partial_len = 3;
+    else if (b >= 0xF0 && b <= 0xF4) out.partial = b & 0x07u, out.partial_len = 4;
     else return false;  // not a UTF-8 lead byte
+    out.partial_left = out.partial_len - 1;
     out.stacks = in.stacks;
     return plausible(out);
   }
   if ((b & 0xC0) != 0x80) return false;
   const uint32_t cp = (in.partial << 6) | (b & 0x3Fu);
   if (in.partial_left == 1) {
+    if (cp < min_code_point(in.partial_len) || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return false;
     advance(in.stacks, cp, out.stacks);
     out.partial = 0;
-    out.partial_left = 0;
+    out.partial_left = out.partial_len = 0;
     return !out.stacks.empty();
   }
   out.stacks = in.stacks;
   out.partial = cp;
+  out.partial_len = in.partial_len;
   out.partial_left = in.partial_left - 1;
   return plausible(out);
 }
@@ -167,7 +177,7 @@ std::string GrammarMatcher::key(const State& s) const {
   std::string k;
   const auto put = [&](uint32_t v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
   put(s.partial);
-  put(static_cast<uint32_t>(s.partial_left));
+  put(static_cast<uint32_t>(s.partial_left * 8 + s.partial_len));
   for (const Stack& st : s.stacks) {
     put(static_cast<uint32_t>(st.size()));
     for (const uint32_t p : st) put(p);
@@ -227,15 +237,15 @@ bool GrammarMatcher::finished() const {
          std::all_of(state_.stacks.begin(), state_.stacks.end(), [](const Stack& s) { return s.empty(); });
 }
 
-// llama.cpp's grammars/json.gbnf, with whitespace bounded as its JSON-schema converter bounds it
-// (a model left free to emit whitespace can do so until max_tokens).
+// llama.cpp's grammars/json.gbnf, with whitespace and numbers bounded as its JSON-schema converter
+// bounds them (a model left free to emit spaces or digits can do so until max_tokens).
 std::string json_value_gbnf() {
   return R"(root   ::= value
 value  ::= object | array | string | number | ("true" | "false" | "null") ws
 object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
 array  ::= "[" ws ( value ("," ws value)* )? "]" ws
 string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\bfnrt/] | "u" [0-9a-fA-F]{4}) )* "\"" ws
-number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]{1,16})? ([eE] [-+]? ("0" | [1-9] [0-9]{0,15}))? ws
 ws     ::= | " " | "\n" [ \t]{0,20}
 )";
 }

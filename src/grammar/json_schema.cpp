@@ -24,7 +24,7 @@ using json = nlohmann::ordered_json;  // properties in the schema's order
 const char* const kSpace = R"(| " " | "\n" [ \t]{0,20})";
 const char* const kChar = R"([^"\\\x7F\x00-\x1F] | "\\" (["\\bfnrt/] | "u" [0-9a-fA-F]{4}))";
 const char* const kInt = R"("-"? ([0-9] | [1-9] [0-9]{0,15}))";
-const char* const kFrac = R"(("." [0-9]+)? ([eE] [-+]? [0-9]+)?)";
+const char* const kFrac = R"(("." [0-9]{1,16})? ([eE] [-+]? ("0" | [1-9] [0-9]{0,15}))?)";  // bounded, as llama.cpp
 
 // Keywords that describe without constraining.
 const std::set<std::string> kNotes = {"title", "description", "$schema", "$id", "$comment", "default", "examples",

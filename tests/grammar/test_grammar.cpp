@@ -170,6 +170,16 @@ TEST(GrammarMatcher, EndTokenOnlyWhenWholeAndPartialUtf8Waits) {
   EXPECT_TRUE(half.accept_text("\xAC"));
   EXPECT_TRUE(half.finished());
   EXPECT_FALSE(m.accept_text("\xC3\xA9"));  // é cannot begin where only € may
+  // Overlong forms of a character are not that character: "a" as C1 A1 or F0 80 81 A1.
+  GrammarMatcher fresh(g, f.vocab);
+  EXPECT_FALSE(fresh.accept_text("\xC1"));
+  EXPECT_FALSE(fresh.accept_text("\xF0\x80\x81"));
+  EXPECT_FALSE(fresh.accept_text("\xE0\x81"));
+  const auto any = Grammar::parse("root ::= .\n");
+  GrammarMatcher dot(any, f.vocab);
+  EXPECT_FALSE(GrammarMatcher(dot).accept_text("\xED\xA0\x80"));  // a surrogate
+  EXPECT_FALSE(GrammarMatcher(dot).accept_text("\xF4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_TRUE(GrammarMatcher(dot).accept_text("\xF4\x8F\xBF\xBF"));
   EXPECT_TRUE(m.accept_token(end));
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <set>
 
 #include "api_error.h"
 #include "slake/error.h"
@@ -55,6 +56,94 @@ long long get_int(const json& body, const char* name, long long dflt, long long 
     throw bad_field(name, std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                               "], got " + v->dump());
   return x;
+}
+
+// The fields a request may carry: those read here, and those accepted that change nothing by
+// design (user, metadata, store; llama-server's cache_prompt: a slot's cache is always reused).
+// Any other is a 400 naming it, as OpenAI's own API answers an unrecognized argument: a field
+// that would change the reply is never ignored in silence.
+const std::set<std::string> kFields = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+                                       "temperature", "top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
+                                       "presence_penalty", "frequency_penalty", "seed", "stop", "ignore_eos", "n",
+                                       "logit_bias", "grammar", "response_format", "json_schema", "return_tokens",
+                                       "kv_policy", "kv_budget", "kv_window", "kv_observe", "logprobs",
+                                       "user", "metadata", "store", "cache_prompt", "service_tier"};
+const std::set<std::string> kChatFields = {"messages", "top_logprobs"};
+const std::set<std::string> kCompletionFields = {"prompt", "echo", "best_of"};
+
+void check_fields(const json& body, bool chat) {
+  for (const auto& [k, v] : body.items()) {
+    (void)v;
+    if (kFields.count(k) || (chat ? kChatFields : kCompletionFields).count(k)) continue;
+    if (k == "tools" || k == "tool_choice" || k == "functions" || k == "function_call" || k == "parallel_tool_calls")
+      throw bad_field(k, "'" + k + "' is not supported: slake-server does not make tool calls yet");
+    throw bad_field(k, "'" + k + "' is not a field this server understands (" +
+                           std::string(chat ? "chat" : "text") + " completions)");
+  }
+}
+
+// The grammar the reply must match: `grammar` (GBNF), `response_format` (json_object, or
+// json_schema with its schema) or llama-server's `json_schema`; at most one of them.
+// `text` is the body as sent: a schema's properties are generated in the order it gives them,
+// which nlohmann::json (sorted keys) loses.
+std::shared_ptr<const Grammar> get_grammar(const json& body, const std::string& text) {
+  const auto schema_text = [&](std::initializer_list<const char*> path) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+    for (const char* k : path) j = nlohmann::ordered_json(j[k]);
+    return j.dump();
+  };
+  std::string gbnf, param;
+  const auto one = [&](const char* name, std::string g) {
+    if (!param.empty()) throw bad_field(name, "give one of 'grammar', 'response_format' and 'json_schema', not '" + param + "' and '" + name + "'");
+    param = name;
+    gbnf = std::move(g);
+  };
+  try {
+    if (const json* g = field(body, "grammar")) {
+      if (!g->is_string()) throw bad_field("grammar", std::string("'grammar' must be a string of GBNF, got ") + type_name(*g));
+      one("grammar", g->get<std::string>());
+    }
+    if (const json* rf = field(body, "response_format")) {
+      const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
+      if (!type || !type->is_string())
+        throw bad_field("response_format", "'response_format' must be an object with a 'type': text, json_object or json_schema");
+      if (*type == "json_object") {
+        one("response_format", json_object_gbnf());
+      } else if (*type == "json_schema") {
+        const json* js = field(*rf, "json_schema");
+        const json* schema = js && js->is_object() ? field(*js, "schema") : nullptr;
+        if (!schema) throw bad_field("response_format", "'response_format.json_schema.schema' is required");
+        (void)schema;
+        one("response_format", json_schema_to_gbnf(schema_text({"response_format", "json_schema", "schema"})));
+      } else if (*type != "text") {
+        throw bad_field("response_format", "'response_format.type' must be text, json_object or json_schema, got " + type->dump());
+      }
+    }
+    if (field(body, "json_schema")) one("json_schema", json_schema_to_gbnf(schema_text({"json_schema"})));
+    if (param.empty()) return nullptr;
+    GrammarLimits limits;
+    limits.max_text_bytes = 1u << 20;
+    return Grammar::parse(gbnf, "root", limits);
+  } catch (const Error& e) {
+    throw bad_field(param.empty() ? "response_format" : param, e.what());
+  }
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}, OpenAI's form.
+std::vector<std::pair<int32_t, float>> get_logit_bias(const json& body, int n_vocab) {
+  const json* v = field(body, "logit_bias");
+  if (!v) return {};
+  if (!v->is_object()) throw bad_field("logit_bias", std::string("'logit_bias' must be an object of token id -> bias, got ") + type_name(*v));
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [k, b] : v->items()) {
+    const bool digits = !k.empty() && k.size() <= 10 && std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || std::stoll(k) >= n_vocab)
+      throw bad_field("logit_bias", "'logit_bias' keys must be token ids in [0, " + std::to_string(n_vocab) + "), got " + json(k).dump());
+    if (!b.is_number() || !(b.get<double>() >= -100.0 && b.get<double>() <= 100.0))
+      throw bad_field("logit_bias", "'logit_bias' values must be numbers in [-100, 100], got " + b.dump() + " for token " + k);
+    out.emplace_back(static_cast<int32_t>(std::stoll(k)), b.get<float>());
+  }
+  return out;
 }
 
 // seed: -1 (a random one) or any integer in [0, 2^64 - 1], kept exactly.
@@ -225,6 +314,7 @@ json parse_object(const std::string& body) {
 
 ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& env) {
   const json body = parse_object(text);
+  check_fields(body, chat);
   ApiRequest r;
   r.chat = chat;
   r.model = get_string(body, "model", env.model_id);
@@ -253,6 +343,9 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
   s.top_k = static_cast<int>(get_int(body, "top_k", s.top_k, 0, std::numeric_limits<int>::max()));
   s.min_p = static_cast<float>(get_number(body, "min_p", s.min_p, 0.0, 1.0));
   s.repeat_penalty = static_cast<float>(get_number(body, "repeat_penalty", s.repeat_penalty, 1e-3, 100.0));
+  s.repeat_last_n = static_cast<int>(get_int(body, "repeat_last_n", s.repeat_last_n, -1, std::numeric_limits<int>::max()));
+  s.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", 0.0, -2.0, 2.0));
+  s.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
   s.seed = get_seed(body);
   g.stop = get_stop(body);
   g.ignore_eos = get_bool(body, "ignore_eos", false);
@@ -272,6 +365,8 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
     r.logprobs = g.top_logprobs >= 0;
   }
   g.kv = get_kv(body, env);
+  g.logit_bias = get_logit_bias(body, env.cfg.n_vocab);
+  g.grammar = get_grammar(body, text);
 
   try {
     if (chat) {

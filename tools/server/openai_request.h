@@ -1,7 +1,8 @@
 // The request bodies of /v1/completions and /v1/chat/completions (OpenAI's fields, llama-server's
-// sampling extensions top_k and min_p, and slake's kv_policy, kv_budget, kv_window and kv_observe), checked and
-// turned into a GenRequest. Anything wrong is an ApiError naming the field; unknown fields are
-// ignored, as OpenAI's own server does for forward compatibility.
+// sampling extensions top_k, min_p, repeat_penalty and grammar, and slake's kv_policy, kv_budget,
+// kv_window and kv_observe), checked and turned into a GenRequest. Anything wrong is an ApiError
+// naming the field; so is a field the server does not understand (OpenAI's API answers an
+// unrecognized argument with a 400 too).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

@@ -30,10 +30,11 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, const Sched
       tokenizer_(tokenizer),
       cfg_(cfg),
       eog_(tools::end_of_generation_tokens(tokenizer.vocab())),
+      grammar_vocab_(tokenizer, eog_),
       pool_(cfg.n_threads > 0 ? cfg.n_threads : default_thread_count()),
       idle_slots_(cfg.n_slots) {
   for (int i = 0; i < cfg_.n_slots; ++i)
-    slots_.push_back(std::make_unique<Slot>(i, model, tokenizer, eog_, cfg_.n_ctx, pool_, cfg_.kv, cfg_.backend));
+    slots_.push_back(std::make_unique<Slot>(i, model, tokenizer, eog_, grammar_vocab_, cfg_.n_ctx, pool_, cfg_.kv, cfg_.backend));
   stats_.kv_bytes.assign(slots_.size(), 0);
   stats_.kv_planned.assign(slots_.size(), 0);
   thread_ = std::thread([this] { loop(); });

@@ -75,6 +75,7 @@ class Scheduler {
   const Tokenizer& tokenizer_;
   SchedulerConfig cfg_;
   std::unordered_set<int32_t> eog_;
+  GrammarVocabSource grammar_vocab_;  // the vocabulary's trie, made for the first grammar
   ThreadPool pool_;
   std::vector<std::unique_ptr<Slot>> slots_;
   uint64_t clock_ = 0;  // for least recently used

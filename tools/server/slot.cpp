@@ -23,9 +23,10 @@ size_t stop_prefix_suffix(const std::string& text, const std::vector<std::string
 
 }  // namespace
 
-Slot::Slot(int id, const Model& model, const Tokenizer& tokenizer, const std::unordered_set<int32_t>& eog, int n_ctx,
-           ThreadPool& pool, const KvPolicyParams& kv, const std::string& backend)
-    : id_(id), model_(model), tokenizer_(tokenizer), eog_(eog), n_ctx_(n_ctx), pool_(pool), backend_(backend), kv_(kv) {
+Slot::Slot(int id, const Model& model, const Tokenizer& tokenizer, const std::unordered_set<int32_t>& eog,
+           GrammarVocabSource& grammar_vocab, int n_ctx, ThreadPool& pool, const KvPolicyParams& kv, const std::string& backend)
+    : id_(id), model_(model), tokenizer_(tokenizer), eog_(eog), grammar_vocab_(grammar_vocab), n_ctx_(n_ctx), pool_(pool),
+      backend_(backend), kv_(kv) {
   ctx_ = make_session(kv);
 }
 
@@ -72,6 +73,8 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now) {
   sampler_ = std::make_unique<Sampler>(r.sampling);
   for (const int32_t t : r.prompt) sampler_->accept(t);  // as slake-cli: the penalty sees the prompt
   detok_ = std::make_unique<StreamingDetokenizer>(tokenizer_);
+  matcher_.reset();
+  if (r.grammar) matcher_ = std::make_unique<GrammarMatcher>(r.grammar, grammar_vocab_.get());
   logits_.clear();
   pending_ = -1;
   n_gen_ = 0;
@@ -130,9 +133,33 @@ void Slot::sample_and_emit() {
     finish("length");
     return;
   }
-  if (r.ignore_eos)
-    for (const int32_t t : eog_) logits_[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
-  const int32_t tok = sampler_->sample(logits_.data(), model_.cfg.n_vocab);
+  constexpr float kBanned = -std::numeric_limits<float>::infinity();
+  for (const auto& [t, b] : r.logit_bias) logits_[static_cast<size_t>(t)] = b <= -100.0f ? kBanned : logits_[static_cast<size_t>(t)] + b;
+  if (r.ignore_eos && !(matcher_ && matcher_->accepting()))
+    for (const int32_t t : eog_) logits_[static_cast<size_t>(t)] = kBanned;
+  int32_t tok = -1;
+  if (matcher_ && r.top_logprobs < 0) {
+    // llama.cpp's order (common_sampler_sample): draw from the unconstrained chain, and keep the
+    // token when the grammar takes it; the whole mask is computed only when it does not. A greedy
+    // reply is the argmax of the masked logits either way.
+    tok = sampler_->sample(logits_.data(), model_.cfg.n_vocab);
+    const bool ok = eog_.count(tok) ? matcher_->accepting() : matcher_->accept_token(tok);
+    if (!ok) tok = -1;
+  }
+  if (tok < 0 && matcher_) {
+    // Only tokens that keep the reply inside the grammar (and an end token once it is whole).
+    matcher_->apply(logits_.data());
+    if (std::all_of(logits_.begin(), logits_.end(), [](float l) { return l == kBanned; })) {
+      task_->finish("", static_cast<int>(r.prompt.size()), n_cached_, n_gen_,
+                    "grammar: no token of the vocabulary continues the reply (nor ends it) here");
+      done_ = true;
+      pending_ = -1;
+      return;
+    }
+    tok = sampler_->sample(logits_.data(), model_.cfg.n_vocab);
+    if (!eog_.count(tok) && !matcher_->accept_token(tok)) throw std::logic_error("grammar: a sampled token left the grammar");
+  }
+  if (tok < 0) tok = sampler_->sample(logits_.data(), model_.cfg.n_vocab);
   sampler_->accept(tok);
   Piece piece;
   if (eog_.count(tok)) {
@@ -150,6 +177,13 @@ void Slot::sample_and_emit() {
   for (const std::string& s : r.stop) cut = std::min(cut, held_.find(s));
   if (cut != std::string::npos) {
     piece.text = held_.substr(0, cut);
+    held_.clear();
+    task_->push(std::move(piece));
+    finish("stop");
+    return;
+  }
+  if (matcher_ && matcher_->finished()) {  // the grammar is matched whole and nothing may follow
+    piece.text = held_ + detok_->flush();
     held_.clear();
     task_->push(std::move(piece));
     finish("stop");
@@ -180,6 +214,7 @@ void Slot::release() {
   task_.reset();
   sampler_.reset();
   detok_.reset();
+  matcher_.reset();
   pending_ = -1;
   done_ = false;
 }

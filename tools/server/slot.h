@@ -10,6 +10,7 @@
 
 #include "../common/backend.h"
 #include "slake/context.h"
+#include "slake/grammar/grammar.h"
 #include "slake/session.h"
 #include "slake/sampler.h"
 #include "slake/tokenizer/tokenizer.h"
@@ -17,12 +18,28 @@
 
 namespace slake::server {
 
+// The vocabulary as grammars see it (a trie of token bytes), made once, when a request first
+// brings a grammar. The scheduler thread alone calls it.
+class GrammarVocabSource {
+ public:
+  GrammarVocabSource(const Tokenizer& tokenizer, const std::unordered_set<int32_t>& eog) : tokenizer_(tokenizer), eog_(eog) {}
+  std::shared_ptr<const GrammarVocab> get() {
+    if (!vocab_) vocab_ = std::make_shared<GrammarVocab>(tokenizer_, eog_);
+    return vocab_;
+  }
+
+ private:
+  const Tokenizer& tokenizer_;
+  const std::unordered_set<int32_t>& eog_;
+  std::shared_ptr<const GrammarVocab> vocab_;
+};
+
 class Slot {
  public:
-  // `model`, `tokenizer`, `eog` and `pool` must outlive the slot; `backend` names where its
-  // session runs (cpu or cuda, tools/common/backend.h).
-  Slot(int id, const Model& model, const Tokenizer& tokenizer, const std::unordered_set<int32_t>& eog, int n_ctx,
-       ThreadPool& pool, const KvPolicyParams& kv, const std::string& backend);
+  // `model`, `tokenizer`, `eog`, `grammar_vocab` and `pool` must outlive the slot; `backend` names
+  // where its session runs (cpu or cuda, tools/common/backend.h).
+  Slot(int id, const Model& model, const Tokenizer& tokenizer, const std::unordered_set<int32_t>& eog,
+       GrammarVocabSource& grammar_vocab, int n_ctx, ThreadPool& pool, const KvPolicyParams& kv, const std::string& backend);
 
   int id() const { return id_; }
   bool busy() const { return task_ != nullptr; }
@@ -72,12 +89,14 @@ class Slot {
   const Model& model_;
   const Tokenizer& tokenizer_;
   const std::unordered_set<int32_t>& eog_;
+  GrammarVocabSource& grammar_vocab_;
   int n_ctx_;
   ThreadPool& pool_;
   std::string backend_;
   std::unique_ptr<Session> ctx_;
   KvPolicyParams kv_;              // the policy ctx_ was built with
   std::vector<int32_t> history_;   // tokens the cache has seen, in order
+  std::unique_ptr<GrammarMatcher> matcher_;  // the request's grammar, where it has one
   std::shared_ptr<Task> task_;
   size_t planned_ = 0;
   uint64_t last_used_ = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "slake/kv/kv_policy.h"
+#include "slake/grammar/grammar.h"
 #include "slake/sampler.h"
 
 namespace slake::server {
@@ -25,6 +26,8 @@ struct GenRequest {
   int top_logprobs = -1;          // -1: no log probabilities; else this many alternatives per token
   bool ignore_eos = false;        // llama-server's extension: end-of-generation tokens are never sampled
   KvPolicyParams kv;              // the slot's policy for this request (resolved and validated)
+  std::shared_ptr<const Grammar> grammar;  // the reply must match it (grammar, response_format); null: free
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits; -100 or less bans the token
 };
 
 // One generated token's log probability, and the most probable alternatives at its place.

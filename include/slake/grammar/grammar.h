@@ -110,6 +110,7 @@ class GrammarMatcher {
     std::vector<Stack> stacks;  // sorted, unique
     uint32_t partial = 0;       // the bits of a code point begun by a token's last bytes
     int partial_left = 0;       // its continuation bytes still to come
+    int partial_len = 0;        // its length in bytes
   };
   bool step_byte(const State& in, uint8_t byte, State& out) const;
   void advance(const std::vector<Stack>& stacks, uint32_t cp, std::vector<Stack>& out) const;

@@ -1,0 +1,217 @@
+"""Structured output through slake-server, against independent references: replies under 240
+generated JSON schemas (stories260K, a model that never writes JSON unprompted) and under a
+Pydantic model through the official openai client (SmolLM2) each validate with the `jsonschema`
+package; `response_format: json_object` gives a JSON object; a GBNF grammar's replies match the
+equivalent Python regex; `logit_bias` changes the greedy reply as it should; bad grammars, schemas
+and fields are 400s that name what is wrong, and the server keeps serving."""
+import json
+import os
+import random
+import re
+import unittest
+import uuid
+
+import jsonschema
+import openai
+import pydantic
+
+from harness import SMOLLM2, STORIES, Server
+
+
+def post(server, path, body, timeout=120):
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def random_schema(rng, depth=0):
+    """A schema of the converted subset, bounded so that every reply fits in max_tokens."""
+    kinds = ["string", "integer", "number", "boolean", "null", "enum", "const", "date", "uuid", "anyOf"]
+    if depth < 2:
+        kinds += ["object", "array"] * 2
+    k = rng.choice(kinds)
+    if k == "string":
+        lo = rng.randint(0, 3)
+        return {"type": "string", "minLength": lo, "maxLength": lo + rng.randint(0, 8)}
+    if k == "integer":
+        s = {"type": "integer"}
+        if rng.random() < 0.7:
+            lo = rng.randint(-500, 500)
+            s["minimum"] = lo
+            if rng.random() < 0.7:
+                s["maximum"] = lo + rng.randint(0, 2000)
+        return s
+    if k in ("number", "boolean", "null"):
+        return {"type": k}
+    if k == "enum":
+        return {"enum": rng.sample(["red", "green", 3, None, True, "a b"], rng.randint(1, 4))}
+    if k == "const":
+        return {"const": rng.choice(["yes", 42, False])}
+    if k == "date":
+        return {"type": "string", "format": "date"}
+    if k == "uuid":
+        return {"type": "string", "format": "uuid"}
+    if k == "anyOf":
+        return {"anyOf": [random_schema(rng, depth + 1), random_schema(rng, depth + 1)]}
+    if k == "array":
+        lo = rng.randint(0, 2)
+        return {"type": "array", "items": random_schema(rng, depth + 1), "minItems": lo, "maxItems": lo + rng.randint(0, 2)}
+    names = rng.sample(["id", "name", "age", "tags", "when", "ok", "score", "note"], rng.randint(1, 4))
+    props = {n: random_schema(rng, depth + 1) for n in names}
+    return {"type": "object", "properties": props, "required": [n for n in names if rng.random() < 0.6],
+            "additionalProperties": False}
+
+
+def format_ok(value, schema):
+    """The formats the grammar writes, checked by Python's own parsers (jsonschema does not check
+    formats unless asked)."""
+    if isinstance(schema, dict):
+        if schema.get("format") == "uuid":
+            uuid.UUID(value)
+        if schema.get("format") == "date":
+            assert re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])", value), value
+        if schema.get("type") == "object" and isinstance(value, dict):
+            for k, v in value.items():
+                format_ok(v, schema["properties"][k])
+        if schema.get("type") == "array" and isinstance(value, list):
+            for v in value:
+                format_ok(v, schema["items"])
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class StoriesSchemas(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(STORIES, "-c", "1024", "-np", "4", "-t", "2")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_240_generated_schemas_validate(self):
+        rng = random.Random(1)
+        words = ["Once", "The cat", "Lily said", "A big", "Tom and", "One day", "In the park", "She"]
+        import concurrent.futures
+        cases = [(random_schema(rng), rng.choice(words), rng.choice([0, 0.8, 1.5]), i) for i in range(240)]
+
+        def run(case):
+            schema, prompt, temp, seed = case
+            body = {"prompt": prompt, "max_tokens": 800, "temperature": temp, "seed": seed,
+                    "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}}
+            return case, post(self.server, "/v1/completions", body)
+
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            for (schema, prompt, temp, seed), (status, body) in ex.map(run, cases):
+                with self.subTest(schema=schema, prompt=prompt, temp=temp):
+                    self.assertEqual(status, 200, body)
+                    choice = body["choices"][0]
+                    self.assertEqual(choice["finish_reason"], "stop", choice)
+                    value = json.loads(choice["text"])
+                    jsonschema.validate(value, schema)
+                    format_ok(value, schema)
+
+    def test_unconstrained_reply_is_not_json(self):
+        # The reference point: the same model without a schema writes a story, not JSON.
+        status, body = post(self.server, "/v1/completions", {"prompt": "Once", "max_tokens": 40, "temperature": 0})
+        self.assertEqual(status, 200)
+        with self.assertRaises(ValueError):
+            json.loads(body["choices"][0]["text"])
+
+    def test_json_object(self):
+        for seed in range(10):
+            status, body = post(self.server, "/v1/completions", {"prompt": "The cat", "max_tokens": 800, "temperature": 1.0,
+                                                                 "seed": seed, "response_format": {"type": "json_object"}})
+            self.assertEqual(status, 200, body)
+            if body["choices"][0]["finish_reason"] == "stop":
+                self.assertIsInstance(json.loads(body["choices"][0]["text"]), dict)
+            else:  # cut by max_tokens: still a prefix of an object
+                self.assertTrue(body["choices"][0]["text"].startswith("{"))
+
+    def test_gbnf_grammar_matches_its_regex(self):
+        grammar = r'''root ::= answer " because " reason "."
+answer ::= "yes" | "no" | "maybe"
+reason ::= [a-z]{1,12} (" " [a-z]{1,12}){0,3}'''
+        pattern = re.compile(r"(yes|no|maybe) because [a-z]{1,12}( [a-z]{1,12}){0,3}\.")
+        for seed in range(20):
+            status, body = post(self.server, "/v1/completions", {"prompt": "Lily said", "max_tokens": 200, "temperature": 1.0,
+                                                                 "seed": seed, "grammar": grammar})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(body["choices"][0]["finish_reason"], "stop")
+            self.assertRegex(body["choices"][0]["text"], pattern)
+            self.assertTrue(pattern.fullmatch(body["choices"][0]["text"]), body["choices"][0]["text"])
+
+    def test_logit_bias(self):
+        def greedy(extra):
+            status, body = post(self.server, "/v1/completions",
+                                {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0, "return_tokens": True, **extra})
+            self.assertEqual(status, 200, body)
+            return body["choices"][0]["tokens"]
+
+        base = greedy({})
+        banned = greedy({"logit_bias": {str(base[0]): -100}})
+        self.assertNotEqual(banned[0], base[0])
+        forced = greedy({"logit_bias": {"100": 100}})
+        self.assertEqual(forced, [100] * 4)
+
+    def test_bad_grammars_schemas_and_fields_are_400(self):
+        cases = [
+            ({"grammar": "root ::= x"}, "grammar", "'x' is used but not defined"),
+            ({"grammar": "root ::= root \"a\" | \"b\""}, "grammar", "left-recursive"),
+            ({"grammar": "root ::= \"a\" root"}, "grammar", "cannot match anything"),
+            ({"grammar": "root ::= \"a\"" + " \"a\"" * 300000}, "grammar", "limit"),
+            ({"grammar": 5}, "grammar", "must be a string"),
+            ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a+"}}}},
+             "response_format", "'pattern'"),
+            ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format", "schema' is required"),
+            ({"response_format": {"type": "xml"}}, "response_format", "text, json_object or json_schema"),
+            ({"response_format": {"type": "json_object"}, "grammar": "root ::= \"a\""}, "response_format", "give one of"),
+            ({"logit_bias": {"abc": 1}}, "logit_bias", "token ids"),
+            ({"logit_bias": {"1": 101}}, "logit_bias", "[-100, 100]"),
+            ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "tool calls"),
+            ({"mirostat": 2}, "mirostat", "not a field"),
+            ({"presence_penalty": 3}, "presence_penalty", "must be in [-2.0, 2.0], got 3"),
+        ]
+        for extra, param, needle in cases:
+            with self.subTest(extra=str(extra)[:80]):
+                status, body = post(self.server, "/v1/completions", {"prompt": "Once", "max_tokens": 4, **extra})
+                self.assertEqual(status, 400, body)
+                self.assertEqual(body["error"]["param"], param, body)
+                self.assertIn(needle, body["error"]["message"])
+        # Fields that change nothing by design are taken.
+        status, body = post(self.server, "/v1/completions", {"prompt": "Once", "max_tokens": 2, "user": "u",
+                                                             "metadata": {"a": "b"}, "store": False})
+        self.assertEqual(status, 200, body)
+
+
+class Answer(pydantic.BaseModel):
+    city: str = pydantic.Field(max_length=20)
+    country: str = pydantic.Field(max_length=20)
+    population_millions: int
+    landmarks: list[str] = pydantic.Field(max_length=3)
+
+
+@unittest.skipUnless(os.path.exists(SMOLLM2), f"test model missing: {SMOLLM2} (scripts/fetch-models.sh)")
+class SmolLM2Parse(unittest.TestCase):
+    def test_openai_parse_returns_the_pydantic_object(self):
+        server = Server(SMOLLM2, "-c", "2048", "-np", "1", "-t", "2")
+        try:
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+            r = client.beta.chat.completions.parse(
+                model=os.path.basename(SMOLLM2), temperature=0, max_tokens=300, response_format=Answer,
+                messages=[{"role": "user", "content": "Describe Paris as JSON: city, country, population, landmarks."}])
+            parsed = r.choices[0].message.parsed
+            self.assertIsInstance(parsed, Answer)
+            jsonschema.validate(json.loads(r.choices[0].message.content), Answer.model_json_schema())
+            self.assertEqual(r.choices[0].finish_reason, "stop")
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()
