@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "slake/error.h"
+#include "slake/sampler.h"
 #include "slake/grammar/grammar.h"
 #include "slake/tokenizer/tokenizer.h"
 
@@ -235,6 +236,19 @@ bool GrammarMatcher::accepting() const {
 bool GrammarMatcher::finished() const {
   return state_.partial_left == 0 &&
          std::all_of(state_.stacks.begin(), state_.stacks.end(), [](const Stack& s) { return s.empty(); });
+}
+
+int32_t sample_with_grammar(Sampler& s, GrammarMatcher& m, float* logits, int n_vocab, bool mask_first) {
+  if (!mask_first) {
+    const int32_t t = s.sample(logits, n_vocab);
+    if (t >= 0 && t < n_vocab && (m.vocab_is_end(t) ? m.accepting() : m.accept_token(t))) return t;
+  }
+  m.apply(logits);
+  constexpr float kBanned = -std::numeric_limits<float>::infinity();
+  if (std::all_of(logits, logits + n_vocab, [](float l) { return l == kBanned; })) return -1;
+  const int32_t t = s.sample(logits, n_vocab);
+  if (!m.vocab_is_end(t) && !m.accept_token(t)) fail("grammar: a token drawn from the masked logits left the grammar");
+  return t;
 }
 
 // llama.cpp's grammars/json.gbnf, with whitespace and numbers bounded as its JSON-schema converter

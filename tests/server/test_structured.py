@@ -3,11 +3,14 @@ generated JSON schemas (stories260K, a model that never writes JSON unprompted) 
 Pydantic model through the official openai client (SmolLM2) each validate with the `jsonschema`
 package; `response_format: json_object` gives a JSON object; a GBNF grammar's replies match the
 equivalent Python regex; `logit_bias` changes the greedy reply as it should; bad grammars, schemas
-and fields are 400s that name what is wrong, and the server keeps serving."""
+and fields are 400s that name what is wrong, and the server keeps serving. slake-cli's --json-schema
+and --grammar-file follow the same checks."""
 import json
 import os
 import random
 import re
+import subprocess
+import tempfile
 import unittest
 import uuid
 
@@ -15,7 +18,7 @@ import jsonschema
 import openai
 import pydantic
 
-from harness import SMOLLM2, STORIES, Server
+from harness import BACKEND_ARGS, BIN, EMU, SMOLLM2, STORIES, Server
 
 
 def post(server, path, body, timeout=120):
@@ -187,6 +190,34 @@ reason ::= [a-z]{1,12} (" " [a-z]{1,12}){0,3}'''
         status, body = post(self.server, "/v1/completions", {"prompt": "Once", "max_tokens": 2, "user": "u",
                                                              "metadata": {"a": "b"}, "store": False})
         self.assertEqual(status, 200, body)
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class CliGrammar(unittest.TestCase):
+    def cli(self, *args):
+        return subprocess.run([os.path.join(BIN, "slake-cli" + EMU), "-m", STORIES, "-p", "Once", "-c", "512",
+                               "--no-display-prompt", *BACKEND_ARGS, *args], capture_output=True, timeout=120)
+
+    def test_json_schema_and_grammar_flags(self):
+        rng = random.Random(5)
+        for i in range(20):
+            schema = random_schema(rng)
+            out = self.cli("-n", "800", "--temp", "1.0", "-s", str(i), "--json-schema", json.dumps(schema))
+            self.assertEqual(out.returncode, 0, out.stderr)
+            value = json.loads(out.stdout.decode())
+            jsonschema.validate(value, schema)
+        with tempfile.NamedTemporaryFile("w", suffix=".gbnf") as f:
+            f.write('root ::= ("yes" | "no") "!"\n')
+            f.flush()
+            out = self.cli("-n", "50", "--temp", "1.0", "--grammar-file", f.name)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn(out.stdout.decode().strip(), ("yes!", "no!"))
+        for bad, needle in ((("--grammar", "root ::= x"), b"'x' is used but not defined"),
+                            (("--json-schema", '{"type": "string", "pattern": "a"}'), b"'pattern'"),
+                            (("--grammar", "root ::= \"a\"", "-j", "{}"), b"give one of")):
+            out = self.cli("-n", "5", *bad)
+            self.assertNotEqual(out.returncode, 0)
+            self.assertIn(needle, out.stderr)
 
 
 class Answer(pydantic.BaseModel):

@@ -1,9 +1,12 @@
 #include "cli_options.h"
 
 #include <climits>
+#include <fstream>
+#include <sstream>
 
 #include "slake/chat_template.h"
 #include "slake/error.h"
+#include "slake/grammar/grammar.h"
 #include "slake/kv/kv_policy.h"
 #include "../common/llama_spellings.h"
 
@@ -43,8 +46,16 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
       ->capture_default_str();
   app.add_option("--repeat-penalty", s.repeat_penalty, "penalise repeating the last --repeat-last-n tokens (1: off)")
       ->capture_default_str();
-  app.add_option("--repeat-last-n", s.repeat_last_n, "tokens the repeat penalty looks back over (0: off, -1: all)")
+  app.add_option("--repeat-last-n", s.repeat_last_n, "tokens the penalties look back over (0: off, -1: all)")
       ->capture_default_str();
+  app.add_option("--presence-penalty", s.presence_penalty, "subtracted from a token seen in the last --repeat-last-n, in [-2, 2] (0: off)")
+      ->capture_default_str();
+  app.add_option("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence in the last --repeat-last-n, in [-2, 2] (0: off)")
+      ->capture_default_str();
+  app.add_option("--grammar", o.grammar, "GBNF grammar (llama.cpp's syntax, start rule root) the reply must match");
+  app.add_option("--grammar-file", o.grammar_file, "the GBNF grammar read from a file");
+  app.add_option("-j,--json-schema", o.json_schema, "a JSON schema the reply must match (converted to a grammar)");
+  app.add_option("--json-schema-file", o.json_schema_file, "the JSON schema read from a file");
 
   app.add_option("--system-prompt", o.system_prompt,
                  "system message for the chat template (-sys as llama.cpp); formats the prompt as a chat");
@@ -105,6 +116,21 @@ void check_options(const CLI::App& app, CliOptions& o) {
   if (!o.kv_sweep.empty() && o.batch_in.empty()) fail("--kv-sweep needs --batch");
   if (!o.kv_sweep.empty() && o.backend != "cpu") fail("--kv-sweep runs on the cpu backend only");
   validate(o.sampling);
+  const int grammars = !o.grammar.empty() + !o.grammar_file.empty() + !o.json_schema.empty() + !o.json_schema_file.empty();
+  if (grammars > 1) fail("give one of --grammar, --grammar-file, --json-schema and --json-schema-file");
+  if (grammars && !o.batch_in.empty()) fail("--batch does not take a grammar; give it to the single prompt or the chat");
+  const auto read = [](const std::string& path, const char* flag) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(std::string(flag) + ": cannot read " + path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  if (!o.grammar.empty()) o.gbnf = o.grammar;
+  if (!o.grammar_file.empty()) o.gbnf = read(o.grammar_file, "--grammar-file");
+  if (!o.json_schema.empty()) o.gbnf = json_schema_to_gbnf(o.json_schema);
+  if (!o.json_schema_file.empty()) o.gbnf = json_schema_to_gbnf(read(o.json_schema_file, "--json-schema-file"));
+  if (!o.gbnf.empty()) Grammar::parse(o.gbnf);  // its errors before the model loads
   if (!o.chat_template.empty()) chat_format_from_name(o.chat_template);
   if (!o.chat_template.empty() && !o.chat_template_file.empty())
     fail("give --chat-template NAME or --chat-template-file FILE, not both");

@@ -34,6 +34,10 @@ struct CliOptions {
   tools::KvFlags kv;
   std::string kv_sweep;  // --kv-sweep (batch mode): POLICY/COMPENSATOR/BUDGET settings, each request run in all
   std::string backend = "cpu";  // --backend cpu|cuda
+  // The reply's grammar: --grammar GBNF, --grammar-file FILE, --json-schema SCHEMA or
+  // --json-schema-file FILE (at most one; "" : none). check_options turns it into GBNF.
+  std::string grammar, grammar_file, json_schema, json_schema_file;
+  std::string gbnf;  // the grammar to follow, "" : none
 };
 
 // The arguments with llama.cpp's one-dash spellings (-sys, -cnv, -ctk, -ctv) in their long forms,

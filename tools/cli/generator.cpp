@@ -56,8 +56,15 @@ Reply Generator::generate(int n_predict) {
   if (logits_.empty()) fail("nothing to generate from: no tokens were fed");
   const int n_vocab = ctx_.model().cfg.n_vocab;
   const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<GrammarMatcher> matcher;
+  if (grammar_) {
+    if (!grammar_vocab_) grammar_vocab_ = std::make_shared<GrammarVocab>(tokenizer_, eog_);
+    matcher = std::make_unique<GrammarMatcher>(grammar_, grammar_vocab_);
+  }
   for (int n = 0; n_predict < 0 || n < n_predict;) {
-    const int32_t tok = sampler_.sample(logits_.data(), n_vocab);
+    const int32_t tok = matcher ? sample_with_grammar(sampler_, *matcher, logits_.data(), n_vocab)
+                                : sampler_.sample(logits_.data(), n_vocab);
+    if (tok < 0) fail("grammar: no token of the vocabulary continues the reply (nor ends it) here");
     sampler_.accept(tok);
     unevaluated_ = {tok};
     if (eog_.count(tok)) {
@@ -69,6 +76,10 @@ Reply Generator::generate(int n_predict) {
     r.text += text;
     ++generated_;
     if (++n == n_predict) break;
+    if (matcher && matcher->finished()) {
+      r.ended = true;
+      break;
+    }
     if (ctx_.n_past() >= ctx_.n_ctx()) {
       r.ctx_full = true;
       break;

@@ -10,6 +10,7 @@
 #include "../common/backend.h"
 #include "../common/end_of_generation.h"
 #include "slake/context.h"
+#include "slake/grammar/grammar.h"
 #include "slake/sampler.h"
 #include "slake/tokenizer/tokenizer.h"
 
@@ -39,8 +40,11 @@ class Generator {
 
   // Samples up to n_predict tokens (-1: no limit) from the logits of the last feed, writing each
   // one's text as soon as it completes a UTF-8 character. Stops early at an end-of-generation token
-  // or when the context is full.
+  // or when the context is full, or when the grammar is matched whole and nothing may follow.
   Reply generate(int n_predict);
+
+  // The grammar every later reply must match (each reply from its start); null: none.
+  void set_grammar(std::shared_ptr<const Grammar> g) { grammar_ = std::move(g); }
 
   // Counters for the final report.
   int prompt_tokens() const { return prompt_tokens_; }
@@ -57,6 +61,8 @@ class Generator {
   std::FILE* out_;
   StreamingDetokenizer detok_;
   std::unordered_set<int32_t> eog_;
+  std::shared_ptr<const Grammar> grammar_;
+  std::shared_ptr<const GrammarVocab> grammar_vocab_;  // made for the first grammar
   std::vector<float> logits_;
   std::vector<int32_t> unevaluated_;  // the last sampled token, until the next feed
   int prompt_tokens_ = 0, generated_ = 0;

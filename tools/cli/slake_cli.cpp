@@ -155,6 +155,7 @@ int run(CliOptions& o) {
   o.sampling.seed = choose_seed(o.seed, o.sampling.temp <= 0);
   slake::Sampler sampler(o.sampling);
   slake::cli::Generator gen(ctx, *tokenizer, sampler, stdout);
+  if (!o.gbnf.empty()) gen.set_grammar(slake::Grammar::parse(o.gbnf));
 
   if (o.conversation) {
     chat(*session, gen, o, prompt);

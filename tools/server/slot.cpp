@@ -137,29 +137,17 @@ void Slot::sample_and_emit() {
   for (const auto& [t, b] : r.logit_bias) logits_[static_cast<size_t>(t)] = b <= -100.0f ? kBanned : logits_[static_cast<size_t>(t)] + b;
   if (r.ignore_eos && !(matcher_ && matcher_->accepting()))
     for (const int32_t t : eog_) logits_[static_cast<size_t>(t)] = kBanned;
-  int32_t tok = -1;
-  if (matcher_ && r.top_logprobs < 0) {
-    // llama.cpp's order (common_sampler_sample): draw from the unconstrained chain, and keep the
-    // token when the grammar takes it; the whole mask is computed only when it does not. A greedy
-    // reply is the argmax of the masked logits either way.
-    tok = sampler_->sample(logits_.data(), model_.cfg.n_vocab);
-    const bool ok = eog_.count(tok) ? matcher_->accepting() : matcher_->accept_token(tok);
-    if (!ok) tok = -1;
+  // Under a grammar, only tokens that keep the reply inside it (and an end token once it is whole);
+  // with logprobs asked for, the mask comes first, so that they are the masked distribution's.
+  const int32_t tok = matcher_ ? sample_with_grammar(*sampler_, *matcher_, logits_.data(), model_.cfg.n_vocab, r.top_logprobs >= 0)
+                               : sampler_->sample(logits_.data(), model_.cfg.n_vocab);
+  if (tok < 0) {
+    task_->finish("", static_cast<int>(r.prompt.size()), n_cached_, n_gen_,
+                  "grammar: no token of the vocabulary continues the reply (nor ends it) here");
+    done_ = true;
+    pending_ = -1;
+    return;
   }
-  if (tok < 0 && matcher_) {
-    // Only tokens that keep the reply inside the grammar (and an end token once it is whole).
-    matcher_->apply(logits_.data());
-    if (std::all_of(logits_.begin(), logits_.end(), [](float l) { return l == kBanned; })) {
-      task_->finish("", static_cast<int>(r.prompt.size()), n_cached_, n_gen_,
-                    "grammar: no token of the vocabulary continues the reply (nor ends it) here");
-      done_ = true;
-      pending_ = -1;
-      return;
-    }
-    tok = sampler_->sample(logits_.data(), model_.cfg.n_vocab);
-    if (!eog_.count(tok) && !matcher_->accept_token(tok)) throw std::logic_error("grammar: a sampled token left the grammar");
-  }
-  if (tok < 0) tok = sampler_->sample(logits_.data(), model_.cfg.n_vocab);
   sampler_->accept(tok);
   Piece piece;
   if (eog_.count(tok)) {

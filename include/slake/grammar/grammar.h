@@ -26,6 +26,7 @@
 namespace slake {
 
 class Tokenizer;
+class Sampler;
 
 struct GrammarLimits {
   size_t max_text_bytes = 1u << 20;   // the GBNF source
@@ -102,6 +103,8 @@ class GrammarMatcher {
   bool accepting() const;
   // Whether nothing can follow the text so far (only the end).
   bool finished() const;
+  // Whether `token` ends the generation (allowed only where accepting()).
+  bool vocab_is_end(int32_t token) const { return vocab_->is_end(token); }
 
   using Stack = std::vector<uint32_t>;  // element positions; the top is a kChars element
 
@@ -126,6 +129,15 @@ class GrammarMatcher {
   bool mask_valid_ = false;
   std::unordered_map<std::string, std::vector<uint64_t>> cache_;
 };
+
+// Draws the next token under a grammar and advances `m` over it (not over an end token), in
+// llama.cpp's order (common_sampler_sample): a draw from the unconstrained chain is kept when the
+// grammar takes it, and only otherwise are the logits masked and the draw made again. A greedy
+// draw is then the argmax of the masked logits, at the cost of one token's check instead of a
+// mask. `mask_first` masks before the first draw (when the logits are reported, say). `logits` may
+// be changed. Returns -1 when no token continues the text (nor ends it). The sampler does not
+// record the token (Sampler::accept).
+int32_t sample_with_grammar(Sampler& s, GrammarMatcher& m, float* logits, int n_vocab, bool mask_first = false);
 
 // GBNF that matches any JSON value, and any JSON object (OpenAI's {"type": "json_object"}).
 std::string json_value_gbnf();
