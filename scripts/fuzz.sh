@@ -2,13 +2,13 @@
 # Builds the libFuzzer targets with clang + ASan/UBSan into build-fuzz/ and runs each for
 # SECONDS (default 300), seeded with the committed GGUF and safetensors fixtures and, for jinja,
 # the Jinja snippets of the chat-template fixture and ../shared/chat-templates when present.
-# Usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors|jinja|request|http ...]
+# Usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors|jinja|request|http|grammar ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-300}
 shift || true
 targets=("${@:-gguf safetensors}")
-[ $# -eq 0 ] && targets=(gguf safetensors jinja request http)
+[ $# -eq 0 ] && targets=(gguf safetensors jinja request http grammar)
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLAKE_FUZZ=ON \
   -DSLAKE_CUDA=OFF -DSLAKE_BUILD_TESTS=OFF -DSLAKE_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-fuzz -j "$(nproc)"
@@ -43,6 +43,16 @@ for t in "${targets[@]}"; do
                $'\x01GET /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' \
                $'\x03GET /v1/models HTTP/1.0\r\nConnection: keep-alive\r\nAuthorization: Bearer k\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\nX-Drip-0: 1\r\n'; do
         printf '%s' "$b" > "$corpus/seed$((i++)).http"
+      done ;;
+    grammar)  # GBNF (first byte even) and JSON schemas (odd): the test suite's, and the JSON grammar
+      i=0
+      for b in $'\x00root ::= ("yes" | "no") [ \\t]* [^a-z]{2,5} "\\u20ac" item+\nitem ::= "- " [^\\r\\n]+ "\\n"' \
+               $'\x00root ::= a\na ::= b? a | "y"\nb ::= "x"' \
+               $'\x00root ::= (((("a"))))* . [\\x00-\\U0010FFFF]{0,3} # c\n' \
+               $'\x01{"type": "object", "properties": {"a": {"type": "integer", "minimum": -5, "maximum": 123}, "b": {"type": "array", "items": {"enum": ["x", 1, null]}, "minItems": 1, "maxItems": 3}, "c": {"type": "string", "format": "date"}}, "required": ["a"]}' \
+               $'\x01{"$ref": "#/$defs/n", "$defs": {"n": {"type": "object", "properties": {"v": {"anyOf": [{"type": "string", "maxLength": 4}, {"$ref": "#/$defs/n"}]}}}}}' \
+               $'\x01{"type": ["string", "null"], "minLength": 2}'; do
+        printf '%s' "$b" > "$corpus/seed$((i++)).txt"
       done ;;
   esac
   echo "fuzz-$t: ${seconds}s" >&2

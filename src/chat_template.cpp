@@ -2,6 +2,7 @@
 // templates, the others follow llama.cpp's llm_chat_apply_template), and ChatTemplate.
 #include "slake/chat_template.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "slake/error.h"
@@ -244,6 +245,7 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
 
 struct ChatTemplate::Jinja {
   jinja::Template t;
+  std::string source;
 };
 
 ChatTemplate ChatTemplate::builtin(ChatFormat format) {
@@ -254,7 +256,7 @@ ChatTemplate ChatTemplate::builtin(ChatFormat format) {
 
 ChatTemplate ChatTemplate::jinja(const std::string& source, const std::string& name) {
   ChatTemplate c;
-  c.jinja_ = std::make_unique<Jinja>(Jinja{jinja::Template(source, name)});
+  c.jinja_ = std::make_unique<Jinja>(Jinja{jinja::Template(source, name), source});
   return c;
 }
 
@@ -263,18 +265,38 @@ ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 ChatTemplate::~ChatTemplate() = default;
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                 const ChatSpecialTokens& special) const {
-  if (!jinja_) return render_chat(format_, messages, add_generation_prompt, special);
+                                 const ChatSpecialTokens& special, const std::string& tools) const {
+  if (!jinja_) {
+    const bool tool_use = !tools.empty() || std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
+                            return !m.tool_calls.empty() || m.role == "tool";
+                          });
+    if (tool_use)
+      fail(std::string("the built-in chat format ") + chat_format_name(format_) +
+           " has no tools or tool messages; give a Jinja template that takes them");
+    return render_chat(format_, messages, add_generation_prompt, special);
+  }
   // What transformers' apply_chat_template passes (tools and documents as None when not given).
-  nlohmann::ordered_json ctx;
-  ctx["messages"] = nlohmann::ordered_json::array();
-  for (const ChatMessage& m : messages) ctx["messages"].push_back({{"role", m.role}, {"content", m.content}});
-  ctx["tools"] = nullptr;
+  using ojson = nlohmann::ordered_json;
+  ojson ctx;
+  ctx["messages"] = ojson::array();
+  for (const ChatMessage& m : messages) {
+    ojson msg = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.empty()) msg["tool_calls"] = ojson::parse(m.tool_calls);
+    if (!m.tool_call_id.empty()) msg["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) msg["name"] = m.name;
+    ctx["messages"].push_back(std::move(msg));
+  }
+  ctx["tools"] = tools.empty() ? ojson() : ojson::parse(tools);
   ctx["documents"] = nullptr;
   ctx["add_generation_prompt"] = add_generation_prompt;
   ctx["bos_token"] = special.bos;
   ctx["eos_token"] = special.eos;
-  return jinja_->t.render(ctx.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  return jinja_->t.render(ctx.dump(-1, ' ', false, ojson::error_handler_t::replace));
+}
+
+const std::string& ChatTemplate::source() const {
+  static const std::string kNone;
+  return jinja_ ? jinja_->source : kNone;
 }
 
 std::string ChatTemplate::describe() const {

@@ -25,8 +25,13 @@ enum class ChatFormat {
 };
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant" (Llama 3 renders any role name as given)
+  std::string role;  // "system", "user", "assistant" or "tool" (Llama 3 renders any role name as given)
   std::string content;
+  // An assistant's tool calls: a JSON array of OpenAI's tool_calls, each function's arguments an
+  // object (as Hugging Face templates expect them); "" : none. Jinja templates only.
+  std::string tool_calls = {};
+  std::string tool_call_id = {};  // a tool message: the call it answers
+  std::string name = {};          // a tool message: the function that answered
 };
 
 // "llama2", "llama3", "mistral-v3", "mistral-v1", ..., as llama.cpp names them.
@@ -71,7 +76,7 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
 
 // A chat template to render with: a built-in format, or a Jinja template (a model's own, or one
 // from a file) rendered with the variables transformers passes: messages, add_generation_prompt,
-// bos_token, eos_token, tools (none).
+// bos_token, eos_token, tools.
 class ChatTemplate {
  public:
   static ChatTemplate builtin(ChatFormat format);
@@ -81,10 +86,14 @@ class ChatTemplate {
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
   ~ChatTemplate();
 
-  // Throws slake::Error when the template raises (raise_exception) or fails.
+  // Throws slake::Error when the template raises (raise_exception) or fails. `tools`: OpenAI's
+  // tools as a JSON array ("" : none), passed to a Jinja template as transformers passes them; a
+  // built-in format takes no tools or tool calls (slake::Error).
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                     const ChatSpecialTokens& special) const;
+                     const ChatSpecialTokens& special, const std::string& tools = "") const;
   bool is_jinja() const { return jinja_ != nullptr; }
+  // A Jinja template's source ("" for a built-in format).
+  const std::string& source() const;
   // "chatml (built-in)", or "<name> (Jinja)".
   std::string describe() const;
 

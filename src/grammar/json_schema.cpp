@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -161,8 +162,12 @@ class Converter {
       const std::string b = base;
       if (ref.compare(0, b.size(), b) == 0) {
         const std::string key = ref.substr(b.size());
-        const json& defs = root_[b.substr(2, b.size() - 3)];
-        if (defs.is_object() && defs.contains(key)) return defs[key];
+        // find(), not operator[]: a const object's operator[] on a missing key is undefined.
+        const auto defs = root_.is_object() ? root_.find(b.substr(2, b.size() - 3)) : root_.end();
+        if (defs != root_.end() && defs->is_object()) {
+          const auto it = defs->find(key);
+          if (it != defs->end()) return *it;
+        }
         refuse(where, "$ref '" + ref + "' names no definition");
       }
     }
@@ -261,11 +266,12 @@ class Converter {
   }
 
   static long long int_of(const json* v, const std::string& name, const char* what) {
-    if (!v->is_number_integer() && !(v->is_number_float() && v->get<double>() == static_cast<long long>(v->get<double>())))
-      refuse(name, std::string("'") + what + "' must be an integer");
-    const long long x = v->is_number_float() ? static_cast<long long>(v->get<double>()) : v->get<long long>();
-    if (x < -1000000000000000LL || x > 1000000000000000LL) refuse(name, std::string("'") + what + "' beyond 10^15");
-    return x;
+    if (!v->is_number()) refuse(name, std::string("'") + what + "' must be an integer");
+    // Range first: casting a double past long long's range is undefined.
+    const double d = v->get<double>();
+    if (!(std::fabs(d) <= 1e15)) refuse(name, std::string("'") + what + "' beyond 10^15");
+    if (v->is_number_float() && d != std::floor(d)) refuse(name, std::string("'") + what + "' must be an integer");
+    return v->is_number_float() ? static_cast<long long>(d) : v->get<long long>();
   }
 
   template <typename Take>
@@ -369,7 +375,7 @@ class Converter {
       }
     }
     for (const std::string& k : keys)
-      kv[k] = gbnf_literal(json(k).dump()) + " space \":\" space " + visit((*props)[k], name + "-" + k);
+      kv[k] = gbnf_literal(json(k).dump()) + " space \":\" space " + visit(props->at(k), name + "-" + k);
     std::string extra_kv;
     if (extra && !(extra->is_boolean() && !extra->get<bool>())) {
       const std::string value = extra->is_boolean() ? primitive("value") : visit(*extra, name + "-additional");

@@ -176,7 +176,7 @@ reason ::= [a-z]{1,12} (" " [a-z]{1,12}){0,3}'''
             ({"response_format": {"type": "json_object"}, "grammar": "root ::= \"a\""}, "response_format", "give one of"),
             ({"logit_bias": {"abc": 1}}, "logit_bias", "token ids"),
             ({"logit_bias": {"1": 101}}, "logit_bias", "[-100, 100]"),
-            ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "tool calls"),
+            ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "for chat completions"),
             ({"mirostat": 2}, "mirostat", "not a field"),
             ({"presence_penalty": 3}, "presence_penalty", "must be in [-2.0, 2.0], got 3"),
         ]

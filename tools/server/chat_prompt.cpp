@@ -44,9 +44,14 @@ ChatPrompter::ChatPrompter(const Tokenizer& tokenizer, const std::string& templa
   }
 }
 
-std::vector<int32_t> ChatPrompter::tokens(const std::vector<ChatMessage>& messages) const {
+const std::string& ChatPrompter::template_source() const {
+  static const std::string kNone;
+  return tmpl_ ? tmpl_->source() : kNone;
+}
+
+std::vector<int32_t> ChatPrompter::tokens(const std::vector<ChatMessage>& messages, const std::string& tools) const {
   if (!tmpl_) fail(error_);
-  std::string text = tmpl_->render(messages, true, special_);
+  std::string text = tmpl_->render(messages, true, special_, tools);
   const bool add_bos = tokenizer_.vocab().add_bos;
   if (add_bos && !special_.bos.empty() && text.compare(0, special_.bos.size(), special_.bos) == 0)
     text.erase(0, special_.bos.size());

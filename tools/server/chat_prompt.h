@@ -23,8 +23,11 @@ class ChatPrompter {
   const std::string& error() const { return error_; }
   std::string describe() const { return tmpl_ ? tmpl_->describe() : "none (" + error_ + ")"; }
 
-  // Throws slake::Error when the template is missing or raises.
-  std::vector<int32_t> tokens(const std::vector<ChatMessage>& messages) const;
+  // Throws slake::Error when the template is missing or raises. `tools`: OpenAI's tools as a JSON
+  // array for the template ("" : none).
+  std::vector<int32_t> tokens(const std::vector<ChatMessage>& messages, const std::string& tools = "") const;
+  // The Jinja template's text ("" for a built-in format or none).
+  const std::string& template_source() const;
 
  private:
   const Tokenizer& tokenizer_;

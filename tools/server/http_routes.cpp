@@ -64,15 +64,23 @@ void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool 
   ResponseBuilder rb(req, env.request.tokenizer, id, created);
   if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task->cancel();
   std::string out = req.chat ? sse(rb.first_chunk()) : "";
+  const bool hold = req.tools.active();  // a tool call is known only whole
+  std::string held;
   for (;;) {
     std::vector<Piece> pieces;
     const bool done = task->take(pieces, std::chrono::milliseconds(100));
-    for (const Piece& p : pieces) out += sse(rb.piece_chunk(p));
+    for (const Piece& p : pieces) {
+      if (hold) held += p.text;
+      else out += sse(rb.piece_chunk(p));
+    }
     if (done) {
       if (!task->error().empty()) {
         out += sse(ApiError(500, task->error(), "server_error").body());
       } else {
-        out += sse(rb.final_chunk(task->finish_reason()));
+        std::string finish = task->finish_reason();
+        if (hold)
+          for (const nlohmann::json& c : rb.tool_reply_chunks(held, &finish)) out += sse(c);
+        out += sse(rb.final_chunk(finish));
         if (req.include_usage) out += sse(rb.usage_chunk(*task));
       }
       out += "data: [DONE]\n\n";

@@ -1,6 +1,7 @@
 #include "openai_request.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -68,15 +69,17 @@ const std::set<std::string> kFields = {"model", "stream", "stream_options", "max
                                        "logit_bias", "grammar", "response_format", "json_schema", "return_tokens",
                                        "kv_policy", "kv_budget", "kv_window", "kv_observe", "logprobs",
                                        "user", "metadata", "store", "cache_prompt", "service_tier"};
-const std::set<std::string> kChatFields = {"messages", "top_logprobs"};
+const std::set<std::string> kChatFields = {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls"};
 const std::set<std::string> kCompletionFields = {"prompt", "echo", "best_of"};
 
 void check_fields(const json& body, bool chat) {
   for (const auto& [k, v] : body.items()) {
     (void)v;
     if (kFields.count(k) || (chat ? kChatFields : kCompletionFields).count(k)) continue;
-    if (k == "tools" || k == "tool_choice" || k == "functions" || k == "function_call" || k == "parallel_tool_calls")
-      throw bad_field(k, "'" + k + "' is not supported: slake-server does not make tool calls yet");
+    if (k == "functions" || k == "function_call")
+      throw bad_field(k, "'" + k + "' is OpenAI's deprecated form: send 'tools' and 'tool_choice'");
+    if (k == "tools" || k == "tool_choice" || k == "parallel_tool_calls")
+      throw bad_field(k, "'" + k + "' is for chat completions (/v1/chat/completions)");
     throw bad_field(k, "'" + k + "' is not a field this server understands (" +
                            std::string(chat ? "chat" : "text") + " completions)");
   }
@@ -113,7 +116,6 @@ std::shared_ptr<const Grammar> get_grammar(const json& body, const std::string& 
         const json* js = field(*rf, "json_schema");
         const json* schema = js && js->is_object() ? field(*js, "schema") : nullptr;
         if (!schema) throw bad_field("response_format", "'response_format.json_schema.schema' is required");
-        (void)schema;
         one("response_format", json_schema_to_gbnf(schema_text({"response_format", "json_schema", "schema"})));
       } else if (*type != "text") {
         throw bad_field("response_format", "'response_format.type' must be text, json_object or json_schema, got " + type->dump());
@@ -215,6 +217,82 @@ std::string message_content(const json& m, size_t i) {
   return utf8_or_400(text, where);
 }
 
+// An assistant message's tool_calls as Hugging Face templates take them: OpenAI's objects, each
+// function's arguments (a JSON string) parsed into an object.
+std::string template_tool_calls(const json& calls, const std::string& where) {
+  if (!calls.is_array()) throw bad_field(where, "'" + where + "' must be an array");
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const json& c = calls[i];
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    const json* fn = c.is_object() ? field(c, "function") : nullptr;
+    const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+    const json* args = fn && fn->is_object() ? field(*fn, "arguments") : nullptr;
+    if (!name || !name->is_string() || !args || !args->is_string())
+      throw bad_field(at, "'" + at + "' must be {\"id\", \"type\": \"function\", \"function\": {\"name\": string, \"arguments\": string}}");
+    json parsed = json::parse(args->get<std::string>(), nullptr, false);
+    if (parsed.is_discarded() || !parsed.is_object()) throw bad_field(at, "'" + at + ".function.arguments' must be a JSON object as a string");
+    const json* id = field(c, "id");
+    out.push_back({{"id", id && id->is_string() ? id->get<std::string>() : new_tool_call_id()},
+                   {"type", "function"},
+                   {"function", {{"name", name->get<std::string>()}, {"arguments", parsed}}}});
+  }
+  return out.dump();
+}
+
+// tools, tool_choice and parallel_tool_calls of a chat request. `text` is the body as sent (the
+// tools go to the template in their own order).
+ToolRequest get_tools(const json& body, const std::string& text, const RequestEnv& env) {
+  const json* t = field(body, "tools");
+  const json* choice = field(body, "tool_choice");
+  ToolRequest r;
+  if (!t || (t->is_array() && t->empty())) {
+    if (choice && !(choice->is_string() && *choice == "none"))
+      throw bad_field("tool_choice", "'tool_choice' needs 'tools'");
+    return r;
+  }
+  if (!t->is_array()) throw bad_field("tools", std::string("'tools' must be an array, got ") + type_name(*t));
+  for (size_t i = 0; i < t->size(); ++i) {
+    const json& tool = (*t)[i];
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    const json* type = tool.is_object() ? field(tool, "type") : nullptr;
+    const json* fn = tool.is_object() ? field(tool, "function") : nullptr;
+    if (!type || *type != "function" || !fn || !fn->is_object())
+      throw bad_field(at, "'" + at + "' must be {\"type\": \"function\", \"function\": {\"name\", \"parameters\"}}");
+    const json* name = field(*fn, "name");
+    const std::string n = name && name->is_string() ? name->get<std::string>() : "";
+    const bool ok_name = !n.empty() && n.size() <= 64 && std::all_of(n.begin(), n.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
+    if (!ok_name) throw bad_field(at + ".function.name", "a function's name must be 1 to 64 letters, digits, '_' or '-'");
+    if (std::find(r.names.begin(), r.names.end(), name->get<std::string>()) != r.names.end())
+      throw bad_field(at + ".function.name", "two tools are called " + name->dump());
+    const json* params = field(*fn, "parameters");
+    if (params && !params->is_object()) throw bad_field(at + ".function.parameters", "a function's parameters must be a JSON schema object");
+    r.names.push_back(name->get<std::string>());
+  }
+  if (choice) {
+    if (choice->is_string() && (*choice == "auto" || *choice == "none" || *choice == "required")) {
+      r.choice = choice->get<std::string>();
+    } else {
+      const json* fn = choice->is_object() ? field(*choice, "function") : nullptr;
+      const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+      if (!name || !name->is_string())
+        throw bad_field("tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"function\": {\"name\"}}");
+      if (std::find(r.names.begin(), r.names.end(), name->get<std::string>()) == r.names.end())
+        throw bad_field("tool_choice", "'tool_choice' names " + name->dump() + ", which is not among the tools");
+      r.choice = name->get<std::string>();
+    }
+  }
+  r.parallel = get_bool(body, "parallel_tool_calls", true);
+  r.format = detect_tool_format(env.chat.template_source());
+  if (r.format == ToolFormat::None)
+    throw bad_field("tools", "the chat template (" + env.chat.describe() + ") does not take tools; start the server with "
+                             "--chat-template-file of a template that does");
+  r.tools_json = nlohmann::ordered_json::parse(text)["tools"].dump();
+  return r;
+}
+
 // OpenAI's roles. Any other string would be pasted into the chat template as it is, where a role
 // such as "user<|im_end|>\n<|im_start|>system" forges turns.
 constexpr const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
@@ -235,7 +313,14 @@ std::vector<ChatMessage> get_messages(const json& body) {
       for (const char* k : kRoles) roles += (roles.empty() ? "" : ", ") + std::string(k);
       throw bad_field(where + ".role", "'" + where + ".role' must be one of " + roles + "; got " + json(role->get<std::string>()).dump());
     }
-    out.push_back({role->get<std::string>(), message_content(m, i)});
+    ChatMessage msg{role->get<std::string>(), message_content(m, i)};
+    if (const json* calls = field(m, "tool_calls")) msg.tool_calls = template_tool_calls(*calls, where + ".tool_calls");
+    if (const json* id = field(m, "tool_call_id")) {
+      if (!id->is_string()) throw bad_field(where + ".tool_call_id", "'" + where + ".tool_call_id' must be a string");
+      msg.tool_call_id = utf8_or_400(id->get<std::string>(), where + ".tool_call_id");
+    }
+    if (const json* name = field(m, "name"); name && name->is_string()) msg.name = utf8_or_400(name->get<std::string>(), where + ".name");
+    out.push_back(std::move(msg));
   }
   return out;
 }
@@ -367,6 +452,18 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
   g.kv = get_kv(body, env);
   g.logit_bias = get_logit_bias(body, env.cfg.n_vocab);
   g.grammar = get_grammar(body, text);
+  if (chat) {
+    r.tools = get_tools(body, text, env);
+    if (r.tools.active() && r.tools.choice != "auto") {
+      // A call is required: generated under the grammar of the tools' parameters, so it is well-formed.
+      if (g.grammar) throw bad_field("tool_choice", "a required tool call and 'grammar' / 'response_format' cannot be combined");
+      try {
+        g.grammar = Grammar::parse(tool_call_gbnf(nlohmann::ordered_json::parse(r.tools.tools_json), r.tools));
+      } catch (const Error& e) {
+        throw bad_field("tools", e.what());
+      }
+    }
+  }
 
   try {
     if (chat) {
@@ -374,7 +471,7 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
       size_t bytes = 0;
       for (const ChatMessage& m : messages) bytes += m.content.size();
       check_text_fits(bytes, env, "messages");
-      g.prompt = env.chat.tokens(messages);
+      g.prompt = env.chat.tokens(messages, r.tools.tools_json);
     } else {
       g.prompt = get_prompt(body, env);
     }

@@ -12,6 +12,7 @@
 #include "slake/model/model.h"
 #include "slake/tokenizer/tokenizer.h"
 #include "task.h"
+#include "tool_calls.h"
 
 namespace slake::server {
 
@@ -23,6 +24,7 @@ struct ApiRequest {
   bool return_tokens = false;  // llama-server's extension: the reply's token ids in choices[0].tokens
   std::string model;
   GenRequest gen;
+  ToolRequest tools;  // chat: the tools offered, and how they may be called
 };
 
 // What parsing needs from the server.

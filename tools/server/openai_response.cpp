@@ -63,11 +63,21 @@ json ResponseBuilder::full(const std::vector<Piece>& pieces, const Task& done) c
   }
   json lp = req_.logprobs ? logprobs(lps, 0) : json();
   json r = base(req_.chat ? "chat.completion" : "text_completion");
-  if (req_.chat)
-    r["choices"] = json::array({{{"index", 0},
-                                 {"message", {{"role", "assistant"}, {"content", text}}},
-                                 {"logprobs", lp},
-                                 {"finish_reason", done.finish_reason()}}});
+  if (req_.chat) {
+    json message = {{"role", "assistant"}, {"content", text}};
+    std::string finish = done.finish_reason();
+    if (req_.tools.active()) {
+      const ParsedReply p = parse_tool_calls(text, req_.tools);
+      if (!p.calls.empty()) {
+        message["content"] = p.content.empty() ? json() : json(p.content);
+        message["tool_calls"] = json::array();
+        for (const ToolCall& c : p.calls)
+          message["tool_calls"].push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+        if (finish != "length") finish = "tool_calls";  // a reply cut short says so
+      }
+    }
+    r["choices"] = json::array({{{"index", 0}, {"message", message}, {"logprobs", lp}, {"finish_reason", finish}}});
+  }
   else
     r["choices"] = json::array({{{"index", 0}, {"text", text}, {"logprobs", lp}, {"finish_reason", done.finish_reason()}}});
   if (req_.return_tokens) r["choices"][0]["tokens"] = ids;
@@ -100,6 +110,30 @@ json ResponseBuilder::final_chunk(const std::string& finish_reason) const {
   else
     r["choices"] = json::array({{{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
   return r;
+}
+
+std::vector<json> ResponseBuilder::tool_reply_chunks(const std::string& text, std::string* finish_reason) const {
+  const ParsedReply p = parse_tool_calls(text, req_.tools);
+  std::vector<json> out;
+  const auto chunk = [&](json delta) {
+    json r = base("chat.completion.chunk");
+    r["choices"] = json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+    out.push_back(std::move(r));
+  };
+  if (p.calls.empty()) {
+    if (!text.empty()) chunk({{"content", text}});
+    return out;
+  }
+  if (!p.content.empty()) chunk({{"content", p.content}});
+  // As OpenAI streams a call: its id and name with empty arguments, then the arguments.
+  for (size_t i = 0; i < p.calls.size(); ++i) {
+    const ToolCall& c = p.calls[i];
+    chunk({{"tool_calls", json::array({{{"index", i}, {"id", c.id}, {"type", "function"},
+                                        {"function", {{"name", c.name}, {"arguments", ""}}}}})}});
+    chunk({{"tool_calls", json::array({{{"index", i}, {"function", {{"arguments", c.arguments}}}}})}});
+  }
+  if (*finish_reason != "length") *finish_reason = "tool_calls";
+  return out;
 }
 
 json ResponseBuilder::usage_chunk(const Task& done) const {

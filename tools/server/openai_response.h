@@ -24,6 +24,10 @@ class ResponseBuilder {
   nlohmann::json piece_chunk(const Piece& p) const;
   nlohmann::json final_chunk(const std::string& finish_reason) const;
   nlohmann::json usage_chunk(const Task& done) const;
+  // Streamed with tools: the reply is held until done (a call is known only whole), then sent as
+  // its content, or as its calls (each one's id and name, then its arguments), setting
+  // `finish_reason` to tool_calls when there are calls.
+  std::vector<nlohmann::json> tool_reply_chunks(const std::string& text, std::string* finish_reason) const;
 
  private:
   nlohmann::json base(const char* object) const;

@@ -1,0 +1,135 @@
+"""Tool calls through slake-server and the official openai client, on stories260K with real chat
+templates of three tool-call families (Qwen2.5's and Hermes 3's <tool_call>, Llama 3.1's JSON,
+Mistral Nemo's [TOOL_CALLS]): with tool_choice "required" or a named function, every call names an
+offered function and its arguments validate against that function's parameters with the
+`jsonschema` package (a model this small writes no call unprompted); streamed calls arrive as
+OpenAI streams them and add up to the same kind of call; a two-step loop (the call, a `tool`
+message with the answer, the reply) renders through the template; bad tool requests are 400s."""
+import json
+import os
+import unittest
+
+import jsonschema
+import openai
+
+from harness import SHARED, STORIES, Server
+
+TEMPLATES = {
+    "hermes (Qwen2.5)": "Qwen-Qwen2.5-7B-Instruct.jinja",
+    "hermes (Hermes 3)": "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
+    "llama3": "meta-llama-Llama-3.1-8B-Instruct.jinja",
+    "mistral": "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+}
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                        "unit": {"enum": ["celsius", "fahrenheit"]}},
+                       "required": ["city", "unit"]}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Adds two integers",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer", "minimum": -100, "maximum": 100},
+                                                        "b": {"type": "integer"}},
+                       "required": ["a", "b"], "additionalProperties": False}}},
+]
+PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+MODEL = "stories260K.gguf"
+QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def template(name):
+    return os.path.join(SHARED, "chat-templates", TEMPLATES[name])
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class ToolCalls(unittest.TestCase):
+    def check_call(self, call, only=None):
+        self.assertEqual(call.type, "function")
+        self.assertEqual(len(call.id), 9)
+        self.assertIn(call.function.name, PARAMS)
+        if only:
+            self.assertEqual(call.function.name, only)
+        jsonschema.validate(json.loads(call.function.arguments), PARAMS[call.function.name])
+
+    def test_required_and_named_calls_are_well_formed(self):
+        for family in TEMPLATES:
+            server = Server(STORIES, "-c", "2048", "-np", "2", "-t", "1", "--chat-template-file", template(family))
+            try:
+                client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
+                for seed in range(6):
+                    choice = "required" if seed % 2 else {"type": "function", "function": {"name": "add"}}
+                    with self.subTest(family=family, seed=seed):
+                        r = client.chat.completions.create(model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice=choice,
+                                                           parallel_tool_calls=False, max_tokens=300, temperature=1.0,
+                                                           seed=seed)
+                        c = r.choices[0]
+                        self.assertEqual(c.finish_reason, "tool_calls", c)
+                        self.assertEqual(len(c.message.tool_calls), 1)
+                        self.check_call(c.message.tool_calls[0], None if seed % 2 else "add")
+                with self.subTest(family=family, stream=True):
+                    calls, finish = {}, None
+                    for chunk in client.chat.completions.create(model=MODEL, messages=QUESTION, tools=TOOLS,
+                                                                tool_choice="required", parallel_tool_calls=False,
+                                                                max_tokens=300, temperature=1.0, seed=7, stream=True):
+                        ch = chunk.choices[0]
+                        finish = ch.finish_reason or finish
+                        for d in ch.delta.tool_calls or []:
+                            acc = calls.setdefault(d.index, {"id": None, "name": "", "arguments": ""})
+                            acc["id"] = d.id or acc["id"]
+                            acc["name"] += (d.function.name or "") if d.function else ""
+                            acc["arguments"] += (d.function.arguments or "") if d.function else ""
+                    self.assertEqual(finish, "tool_calls")
+                    self.assertEqual(len(calls), 1)
+                    self.assertIn(calls[0]["name"], PARAMS)
+                    jsonschema.validate(json.loads(calls[0]["arguments"]), PARAMS[calls[0]["name"]])
+                with self.subTest(family=family, loop=True):
+                    first = client.chat.completions.create(model=MODEL, messages=QUESTION, tools=TOOLS,
+                                                           tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                                           max_tokens=300, temperature=0.8, seed=1)
+                    call = first.choices[0].message.tool_calls[0]
+                    messages = QUESTION + [
+                        {"role": "assistant", "content": None,
+                         "tool_calls": [{"id": call.id, "type": "function",
+                                         "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+                        {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"}]
+                    second = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, max_tokens=20,
+                                                            temperature=0)
+                    self.assertGreater(second.usage.prompt_tokens, first.usage.prompt_tokens)
+                    self.assertIn(second.choices[0].finish_reason, ("stop", "length", "tool_calls"))
+            finally:
+                server.stop()
+
+    def test_bad_tool_requests_are_400(self):
+        server = Server(STORIES, "-c", "1024", "-t", "1", "--chat-template-file", template("hermes (Qwen2.5)"))
+        plain = Server(STORIES, "-c", "1024", "-t", "1", "--chat-template", "chatml")
+        try:
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=60)
+            cases = [
+                (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}), "tool_choice", "not among"),
+                (dict(tool_choice="required"), "tool_choice", "needs 'tools'"),
+                (dict(tools=[{"type": "function", "function": {"name": "a b"}}]), "tools[0].function.name", "letters"),
+                (dict(tools=TOOLS + TOOLS[:1]), "tools[2].function.name", "two tools"),
+                (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "string", "pattern": "x"}}}],
+                      tool_choice="required"), "tools", "'pattern'"),
+                (dict(tools=TOOLS, tool_choice="required", response_format={"type": "json_object"}), "tool_choice", "combined"),
+            ]
+            for kwargs, param, needle in cases:
+                with self.subTest(param=param, needle=needle):
+                    with self.assertRaises(openai.BadRequestError) as cm:
+                        client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4, **kwargs)
+                    self.assertEqual(cm.exception.body["param"], param, cm.exception.body)
+                    self.assertIn(needle, cm.exception.body["message"])
+            with self.assertRaises(openai.BadRequestError) as cm:
+                openai.OpenAI(base_url=plain.url + "/v1", api_key="none", max_retries=0).chat.completions.create(
+                    model=MODEL, messages=QUESTION, tools=TOOLS, max_tokens=4)
+            self.assertIn("does not take tools", cm.exception.body["message"])
+            # The server still serves.
+            r = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4)
+            self.assertEqual(r.choices[0].finish_reason, "length")
+        finally:
+            server.stop()
+            plain.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()
