@@ -1,6 +1,7 @@
 #include "generator.h"
 
 #include <chrono>
+#include <cstdio>
 
 #include "slake/error.h"
 
@@ -58,7 +59,12 @@ Reply Generator::generate(int n_predict) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<GrammarMatcher> matcher;
   if (grammar_) {
-    if (!grammar_vocab_) grammar_vocab_ = std::make_shared<GrammarVocab>(tokenizer_, eog_);
+    if (!grammar_vocab_) {
+      const auto v0 = std::chrono::steady_clock::now();
+      grammar_vocab_ = std::make_shared<GrammarVocab>(tokenizer_, eog_);
+      std::fprintf(stderr, "slake-cli: the grammar's token trie of %d tokens (%zu nodes) built in %.1f ms\n",
+                   grammar_vocab_->n_vocab(), grammar_vocab_->nodes.size(), seconds_since(v0) * 1000);
+    }
     matcher = std::make_unique<GrammarMatcher>(grammar_, grammar_vocab_);
   }
   for (int n = 0; n_predict < 0 || n < n_predict;) {

@@ -4,12 +4,12 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <nlohmann/json.hpp>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "slake/context.h"
@@ -155,7 +155,14 @@ int run(CliOptions& o) {
   o.sampling.seed = choose_seed(o.seed, o.sampling.temp <= 0);
   slake::Sampler sampler(o.sampling);
   slake::cli::Generator gen(ctx, *tokenizer, sampler, stdout);
-  if (!o.gbnf.empty()) gen.set_grammar(slake::Grammar::parse(o.gbnf));
+  if (!o.gbnf.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto grammar = slake::Grammar::parse(o.gbnf);
+    const double parse_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "slake-cli: grammar of %zu rules and %zu elements, parsed and checked in %.2f ms\n",
+                 grammar->rules.size(), grammar->elements.size(), parse_ms);
+    gen.set_grammar(std::move(grammar));
+  }
 
   if (o.conversation) {
     chat(*session, gen, o, prompt);
