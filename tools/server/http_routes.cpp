@@ -7,6 +7,7 @@
 #include <ctime>
 #include <memory>
 
+#include "anthropic.h"
 #include "api_error.h"
 #include "openai_response.h"
 
@@ -18,26 +19,29 @@ using nlohmann::json;
 
 HttpResponse json_response(const json& body, int status = 200) { return {status, "application/json", dump(body), {}}; }
 
-// Runs a handler, answering ApiError and any other exception as OpenAI's error object (unless the
-// reply had started: a streamed reply ends with its own error event).
+// Runs a handler, answering ApiError and any other exception as an error object (OpenAI's, or
+// Anthropic's for its API) unless the reply had started: a streamed reply ends with its own error event.
+enum class Shape { OpenAi, Anthropic };
 template <typename F>
-void guarded(HttpReply& reply, HttpCounters& c, F&& f) {
+void guarded(HttpReply& reply, HttpCounters& c, F&& f, Shape shape = Shape::OpenAi) {
+  const auto send = [&](const ApiError& e) {
+    if (!reply.started()) reply.send(json_response(shape == Shape::Anthropic ? anthropic_error(e) : e.body(), e.status));
+  };
   try {
     f();
   } catch (const ApiError& e) {
     if (e.status == 400) ++c.invalid;
     if (e.status == 503) ++c.rejected_busy;
-    if (!reply.started()) reply.send(json_response(e.body(), e.status));
+    send(e);
   } catch (const std::exception& e) {
-    if (!reply.started())
-      reply.send(json_response(ApiError(500, std::string("internal error: ") + e.what(), "server_error").body(), 500));
+    send(ApiError(500, std::string("internal error: ") + e.what(), "server_error"));
   }
 }
 
-void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool chat) {
-  static std::atomic<uint64_t> next_id{0};
-  ++env.counters.requests;
-  ApiRequest req = parse_request(http.body, chat, env.request);
+std::atomic<uint64_t> next_id{0};
+
+// Queues a request's task; throws the 503 or 400 of a full queue or a request too large.
+std::shared_ptr<Task> submit(const ApiRequest& req, ServerEnv& env) {
   auto task = std::make_shared<Task>(req.gen);
   std::string why;
   switch (env.scheduler.submit(task, &why)) {
@@ -48,17 +52,32 @@ void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool 
     case Scheduler::Admit::TooLarge:
       throw ApiError(400, why, "invalid_request_error", "max_tokens", "kv_memory_exceeded");
   }
+  return task;
+}
+
+// Waits for the whole reply; false (the task cancelled) when the client left meanwhile.
+bool wait_all(Task& task, HttpReply& reply, std::vector<Piece>& pieces) {
+  while (!task.take(pieces, std::chrono::milliseconds(500)))
+    if (!reply.connected()) {
+      task.cancel();
+      return false;
+    }
+  if (!task.error().empty()) throw ApiError(500, task.error(), "server_error");
+  return true;
+}
+
+void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool chat) {
+  ++env.counters.requests;
+  ApiRequest req = parse_request(http.body, chat, env.request);
+  auto task = submit(req, env);
   const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id);
   const long long created = static_cast<long long>(std::time(nullptr));
   // A client that went away (the socket closed, or a write failed or stalled past --timeout): the
   // task is cancelled, and the scheduler frees its slot before its next step.
   if (!req.stream) {
     std::vector<Piece> pieces;
-    while (!task->take(pieces, std::chrono::milliseconds(500))) {
-      if (!reply.connected()) return task->cancel();
-    }
-    if (!task->error().empty()) throw ApiError(500, task->error(), "server_error");
-    reply.send(json_response(ResponseBuilder(req, env.request.tokenizer, id, created).full(pieces, *task)));
+    if (wait_all(*task, reply, pieces))
+      reply.send(json_response(ResponseBuilder(req, env.request.tokenizer, id, created).full(pieces, *task)));
     return;
   }
   ResponseBuilder rb(req, env.request.tokenizer, id, created);
@@ -84,6 +103,72 @@ void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool 
         if (req.include_usage) out += sse(rb.usage_chunk(*task));
       }
       out += "data: [DONE]\n\n";
+    }
+    if (!reply.write(out)) return task->cancel();
+    out.clear();
+    if (done) {
+      reply.finish();
+      return;
+    }
+  }
+}
+
+// Anthropic's Messages API (anthropic.h) on the chat path.
+void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
+  ++env.counters.requests;
+  const ApiRequest req = parse_request(anthropic_to_openai(http.body, false), true, env.request);
+  auto task = submit(req, env);
+  const std::string id = std::to_string(++next_id);
+  const long long created = static_cast<long long>(std::time(nullptr));
+  const ResponseBuilder rb(req, env.request.tokenizer, id, created);
+  if (!req.stream) {
+    std::vector<Piece> pieces;
+    if (wait_all(*task, reply, pieces)) reply.send(json_response(anthropic_message(rb.full(pieces, *task), task->stop_word())));
+    return;
+  }
+  if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task->cancel();
+  const json usage0 = {{"input_tokens", req.gen.prompt.size()}, {"output_tokens", 0}};
+  std::string out = anthropic_event("message_start", {{"message", {{"id", "msg_" + id}, {"type", "message"}, {"role", "assistant"},
+                                                                   {"model", req.model}, {"content", json::array()},
+                                                                   {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+                                                                   {"usage", usage0}}}});
+  // Text streams as it comes in block 0; with tools the reply is held (a call is known only whole).
+  const bool hold = req.tools.active();
+  if (!hold) out += anthropic_event("content_block_start", {{"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+  std::string held;
+  std::vector<Piece> all;
+  for (;;) {
+    std::vector<Piece> pieces;
+    const bool done = task->take(pieces, std::chrono::milliseconds(100));
+    for (const Piece& p : pieces) {
+      if (hold) held += p.text;
+      else if (!p.text.empty()) out += anthropic_event("content_block_delta", {{"index", 0}, {"delta", {{"type", "text_delta"}, {"text", p.text}}}});
+      all.push_back(p);
+    }
+    if (done) {
+      if (!task->error().empty()) {
+        out += anthropic_event("error", {{"error", anthropic_error(ApiError(500, task->error(), "server_error"))["error"]}});
+      } else {
+        if (!hold) out += anthropic_event("content_block_stop", {{"index", 0}});
+        const json m = anthropic_message(rb.full(all, *task), task->stop_word());
+        if (hold) {
+          for (size_t i = 0; i < m["content"].size(); ++i) {
+            const json& b = m["content"][i];
+            if (b["type"] == "text") {
+              out += anthropic_event("content_block_start", {{"index", i}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+              out += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "text_delta"}, {"text", b["text"]}}}});
+            } else {
+              out += anthropic_event("content_block_start", {{"index", i}, {"content_block", {{"type", "tool_use"}, {"id", b["id"]},
+                                                                                                 {"name", b["name"]}, {"input", json::object()}}}});
+              out += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "input_json_delta"}, {"partial_json", b["input"].dump()}}}});
+            }
+            out += anthropic_event("content_block_stop", {{"index", i}});
+          }
+        }
+        out += anthropic_event("message_delta", {{"delta", {{"stop_reason", m["stop_reason"]}, {"stop_sequence", m["stop_sequence"]}}},
+                                                 {"usage", {{"output_tokens", m["usage"]["output_tokens"]}}}});
+        out += anthropic_event("message_stop", json::object());
+      }
     }
     if (!reply.write(out)) return task->cancel();
     out.clear();
@@ -133,6 +218,18 @@ OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
                                 {"n_slots", env.scheduler.config().n_slots}}}};
       reply.send(json_response({{"object", "list"}, {"data", json::array({m})}}));
     });
+  add("POST", "/v1/messages", false, [&env](const HttpRequest& req, HttpReply& reply) {
+    guarded(reply, env.counters, [&] { messages(req, reply, env); }, Shape::Anthropic);
+  });
+  add("POST", "/v1/messages/count_tokens", false, [&env](const HttpRequest& req, HttpReply& reply) {
+    guarded(
+        reply, env.counters,
+        [&] {
+          const ApiRequest r = parse_request(anthropic_to_openai(req.body, true), true, env.request);
+          reply.send(json_response({{"input_tokens", r.gen.prompt.size()}}));
+        },
+        Shape::Anthropic);
+  });
   add("GET", "/health", true, [](const HttpRequest&, HttpReply& reply) {
     reply.send({200, "application/json", "{\"status\":\"ok\"}", {}});
   });
@@ -175,7 +272,11 @@ const OpenAiService::Route* OpenAiService::find(const HttpRequest& head) const {
 
 std::optional<HttpResponse> OpenAiService::check_head(const HttpRequest& head) {
   if (!env_.api_key.empty() && head.path != "/health") {
-    const std::string* auth = head.header("Authorization");
+    // "Authorization: Bearer KEY" (OpenAI's clients), or "x-api-key: KEY" (Anthropic's).
+    const std::string* bearer = head.header("Authorization");
+    const std::string* x_key = head.header("x-api-key");
+    const std::string given = bearer ? *bearer : x_key ? "Bearer " + *x_key : "";
+    const std::string* auth = bearer || x_key ? &given : nullptr;
     const std::string want = "Bearer " + env_.api_key;
     // Compared in time that does not depend on where the key first differs.
     unsigned diff = auth == nullptr || auth->size() != want.size();

@@ -162,11 +162,14 @@ void Slot::sample_and_emit() {
   if (r.top_logprobs >= 0) piece.tokens.push_back(logprob_of(tok));
   held_ += detok_->push(tok);
   size_t cut = std::string::npos;
-  for (const std::string& s : r.stop) cut = std::min(cut, held_.find(s));
+  const std::string* word = nullptr;
+  for (const std::string& s : r.stop)
+    if (const size_t at = held_.find(s); at < cut) cut = at, word = &s;
   if (cut != std::string::npos) {
     piece.text = held_.substr(0, cut);
     held_.clear();
     task_->push(std::move(piece));
+    task_->set_stop_word(*word);
     finish("stop");
     return;
   }

@@ -67,6 +67,11 @@ class Task {
     n_gen_ = n_gen;
     cv_.notify_all();
   }
+  // The stop string that ended the reply, before finish("stop").
+  void set_stop_word(const std::string& w) {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_word_ = w;
+  }
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
 
@@ -84,6 +89,7 @@ class Task {
   // After take() returned true.
   const std::string& finish_reason() const { return finish_reason_; }
   const std::string& error() const { return error_; }
+  const std::string& stop_word() const { return stop_word_; }  // "" : not ended by a stop string
   int n_prompt() const { return n_prompt_; }
   int n_cached() const { return n_cached_; }  // prompt tokens found in the slot's cache
   int n_gen() const { return n_gen_; }
@@ -94,7 +100,7 @@ class Task {
   std::condition_variable cv_;
   std::deque<Piece> pieces_;
   bool done_ = false;
-  std::string finish_reason_, error_;
+  std::string finish_reason_, error_, stop_word_;
   int n_prompt_ = 0, n_cached_ = 0, n_gen_ = 0;
 };
 
