@@ -9,6 +9,7 @@
 
 #include "anthropic.h"
 #include "api_error.h"
+#include "llama_native.h"
 #include "openai_response.h"
 
 namespace slake::server {
@@ -113,6 +114,42 @@ void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool 
   }
 }
 
+// llama-server's native /completion (llama_native.h) on the text completion path.
+void native_completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
+  ++env.counters.requests;
+  const ApiRequest req = parse_request(native_to_openai(http.body), false, env.request);
+  auto task = submit(req, env);
+  const std::string prompt_text = env.request.tokenizer.detokenize(req.gen.prompt, true);
+  if (!req.stream) {
+    std::vector<Piece> pieces;
+    if (!wait_all(*task, reply, pieces)) return;
+    std::string content;
+    std::vector<int32_t> ids;
+    for (const Piece& p : pieces) content += p.text, ids.insert(ids.end(), p.ids.begin(), p.ids.end());
+    reply.send(json_response(native_final(req, content, ids, *task, prompt_text)));
+    return;
+  }
+  if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task->cancel();
+  int n_gen = 0;
+  for (;;) {
+    std::vector<Piece> pieces;
+    const bool done = task->take(pieces, std::chrono::milliseconds(100));
+    std::string out;
+    for (const Piece& p : pieces) {
+      n_gen += static_cast<int>(p.ids.size());
+      out += sse(native_partial(p, n_gen, static_cast<int>(req.gen.prompt.size())));
+    }
+    if (done)
+      out += sse(task->error().empty() ? native_final(req, "", {}, *task, prompt_text)
+                                       : ApiError(500, task->error(), "server_error").body());
+    if (!reply.write(out)) return task->cancel();
+    if (done) {
+      reply.finish();
+      return;
+    }
+  }
+}
+
 // Anthropic's Messages API (anthropic.h) on the chat path.
 void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
   ++env.counters.requests;
@@ -204,10 +241,39 @@ OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
     add("POST", path, false, [&env](const HttpRequest& req, HttpReply& reply) {
       guarded(reply, env.counters, [&] { completion(req, reply, env, true); });
     });
-  for (const char* path : {"/v1/completions", "/completions"})
+  add("POST", "/v1/completions", false, [&env](const HttpRequest& req, HttpReply& reply) {
+    guarded(reply, env.counters, [&] { completion(req, reply, env, false); });
+  });
+  // llama-server's native completion, under both of its names (/completions is native there too).
+  for (const char* path : {"/completion", "/completions"})
     add("POST", path, false, [&env](const HttpRequest& req, HttpReply& reply) {
-      guarded(reply, env.counters, [&] { completion(req, reply, env, false); });
+      guarded(reply, env.counters, [&] { native_completion(req, reply, env); });
     });
+  add("POST", "/apply-template", false, [&env](const HttpRequest& req, HttpReply& reply) {
+    guarded(reply, env.counters, [&] { reply.send(json_response({{"prompt", apply_template(req.body, env.request)}})); });
+  });
+  add("GET", "/props", true, [&env](const HttpRequest&, HttpReply& reply) {
+    const SamplerParams d;
+    const auto& v = env.request.tokenizer.vocab();
+    const auto piece = [&](int id) { return id >= 0 && static_cast<size_t>(id) < v.tokens.size() ? v.tokens[static_cast<size_t>(id)] : ""; };
+    reply.send(json_response(
+        {{"default_generation_settings",
+          {{"n_ctx", env.request.n_ctx},
+           {"params", {{"temperature", d.temp}, {"top_k", d.top_k}, {"top_p", d.top_p}, {"min_p", d.min_p},
+                       {"repeat_penalty", d.repeat_penalty}, {"repeat_last_n", d.repeat_last_n}, {"n_predict", -1}}}}},
+         {"total_slots", env.scheduler.config().n_slots},
+         {"model_alias", env.request.model_id},
+         {"model_path", env.model_path},
+         {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
+         {"endpoint_slots", false},
+         {"endpoint_props", false},
+         {"endpoint_metrics", true},
+         {"chat_template", env.request.chat.template_source()},
+         {"bos_token", piece(v.bos)},
+         {"eos_token", piece(v.eos)},
+         {"build_info", "slake"},
+         {"is_sleeping", false}}));
+  });
   for (const char* path : {"/v1/models", "/models"})
     add("GET", path, true, [&env](const HttpRequest&, HttpReply& reply) {
       const json m = {{"id", env.request.model_id},
@@ -230,9 +296,10 @@ OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
         },
         Shape::Anthropic);
   });
-  add("GET", "/health", true, [](const HttpRequest&, HttpReply& reply) {
-    reply.send({200, "application/json", "{\"status\":\"ok\"}", {}});
-  });
+  for (const char* path : {"/health", "/v1/health"})
+    add("GET", path, true, [](const HttpRequest&, HttpReply& reply) {
+      reply.send({200, "application/json", "{\"status\":\"ok\"}", {}});
+    });
   add("GET", "/metrics", true, [&env](const HttpRequest&, HttpReply& reply) {
     reply.send({200, "text/plain; version=0.0.4",
                 prometheus_text(env.scheduler.stats(), env.scheduler.config(), env.counters), {}});
@@ -271,7 +338,7 @@ const OpenAiService::Route* OpenAiService::find(const HttpRequest& head) const {
 }
 
 std::optional<HttpResponse> OpenAiService::check_head(const HttpRequest& head) {
-  if (!env_.api_key.empty() && head.path != "/health") {
+  if (!env_.api_key.empty() && head.path != "/health" && head.path != "/v1/health") {
     // "Authorization: Bearer KEY" (OpenAI's clients), or "x-api-key: KEY" (Anthropic's).
     const std::string* bearer = head.header("Authorization");
     const std::string* x_key = head.header("x-api-key");

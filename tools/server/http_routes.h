@@ -1,11 +1,15 @@
 // The HTTP endpoints of slake-server, served by http_server.h:
 //   POST /v1/chat/completions, /v1/completions   OpenAI's, streamed as server-sent events on request
+//   POST /v1/messages, /v1/messages/count_tokens Anthropic's Messages API (anthropic.h)
+//   POST /completion, /completions               llama-server's native completion (llama_native.h)
+//   POST /apply-template, GET /props             llama-server's
 //   GET  /v1/models                               the one model served
-//   GET  /health                                  {"status": "ok"} (no API key needed)
+//   GET  /health, /v1/health                      {"status": "ok"} (no API key needed)
 //   GET  /metrics                                 Prometheus text (metrics.h)
 //   POST /tokenize, /detokenize                   llama-server's: {"content"} <-> {"tokens"}
-// Every error is OpenAI's error object with its status. With --api-key, every endpoint but /health
-// needs "Authorization: Bearer KEY": a request without it is answered 401 before its body is read.
+// Every error is OpenAI's error object with its status (Anthropic's on its API). With --api-key,
+// every endpoint but the health checks needs "Authorization: Bearer KEY" or "x-api-key: KEY": a
+// request without it is answered 401 before its body is read.
 #pragma once
 #include <functional>
 #include <string>
@@ -25,7 +29,8 @@ struct ServerEnv {
   Scheduler& scheduler;
   HttpCounters& counters;
   std::string api_key;
-  long long created;  // when the model was loaded, for /v1/models
+  long long created;       // when the model was loaded, for /v1/models
+  std::string model_path;  // -m, for /props
 };
 
 class OpenAiService final : public HttpService {

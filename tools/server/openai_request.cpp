@@ -485,6 +485,17 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
   return r;
 }
 
+std::string apply_template(const std::string& text, const RequestEnv& env) {
+  const json body = parse_object(text);
+  const std::vector<ChatMessage> messages = get_messages(body);
+  const ToolRequest tools = get_tools(body, text, env);
+  try {
+    return env.chat.text(messages, tools.tools_json);
+  } catch (const Error& e) {
+    throw bad_field("messages", e.what());
+  }
+}
+
 size_t longest_piece_bytes(const Vocab& v) {
   size_t n = 0;
   for (const std::string& t : v.tokens) n = std::max(n, t.size());

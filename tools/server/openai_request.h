@@ -47,6 +47,10 @@ size_t longest_piece_bytes(const Vocab& v);
 // Throws ApiError (400).
 ApiRequest parse_request(const std::string& body, bool chat, const RequestEnv& env);
 
+// llama-server's /apply-template: a chat request's messages (and tools) rendered through the chat
+// template, not tokenized. Throws ApiError (400).
+std::string apply_template(const std::string& body, const RequestEnv& env);
+
 // The JSON body of a request that must be an object (tokenize, detokenize); throws ApiError.
 nlohmann::json parse_object(const std::string& body);
 

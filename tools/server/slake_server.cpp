@@ -63,7 +63,8 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
                                scheduler,
                                counters,
                                o.api_key,
-                               static_cast<long long>(std::time(nullptr))};
+                               static_cast<long long>(std::time(nullptr)),
+                               o.model_path};
   env.request.max_piece_bytes = slake::server::longest_piece_bytes(tokenizer->vocab());
   slake::server::OpenAiService service(env);
   slake::server::HttpLimits limits;

@@ -84,6 +84,7 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now) {
 
 int Slot::prefill(int chunk) {
   const std::vector<int32_t>& p = task_->req.prompt;
+  if (next_prefill_ == static_cast<size_t>(n_cached_)) t_start_ = std::chrono::steady_clock::now();
   const size_t rest = p.size() - next_prefill_;
   // A prompt into an empty cache of an evicting policy is scored and evicted as a whole.
   const bool whole = ctx_->n_past() == 0 && kv_.evicts();
@@ -129,6 +130,7 @@ TokenLogprob Slot::logprob_of(int32_t token) const {
 
 void Slot::sample_and_emit() {
   const GenRequest& r = task_->req;
+  if (n_gen_ == 0) t_first_ = std::chrono::steady_clock::now();
   if (r.max_tokens == 0) {
     finish("length");
     return;
@@ -195,6 +197,8 @@ void Slot::sample_and_emit() {
 }
 
 void Slot::finish(const std::string& reason) {
+  const auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  task_->set_timings(ms(t_start_, t_first_), ms(t_first_, std::chrono::steady_clock::now()));
   done_ = true;
   pending_ = -1;
   task_->finish(reason, static_cast<int>(task_->req.prompt.size()), n_cached_, n_gen_);

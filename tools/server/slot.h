@@ -2,6 +2,7 @@
 // A finished request leaves its tokens in the cache, so a request that continues them (the next
 // turn of a conversation) prefills only what is new. The scheduler thread alone touches a slot.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -103,6 +104,7 @@ class Slot {
 
   // The running request.
   size_t next_prefill_ = 0;  // prompt tokens in the cache
+  std::chrono::steady_clock::time_point t_start_, t_first_;  // the first prefill, the first token
   int n_cached_ = 0;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<StreamingDetokenizer> detok_;

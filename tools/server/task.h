@@ -67,6 +67,13 @@ class Task {
     n_gen_ = n_gen;
     cv_.notify_all();
   }
+  // Milliseconds the prompt took (from the slot's first prefill to the first token) and the
+  // generation after it, before finish (llama-server's timings).
+  void set_timings(double prompt_ms, double gen_ms) {
+    std::lock_guard<std::mutex> l(mu_);
+    prompt_ms_ = prompt_ms;
+    gen_ms_ = gen_ms;
+  }
   // The stop string that ended the reply, before finish("stop").
   void set_stop_word(const std::string& w) {
     std::lock_guard<std::mutex> l(mu_);
@@ -90,6 +97,8 @@ class Task {
   const std::string& finish_reason() const { return finish_reason_; }
   const std::string& error() const { return error_; }
   const std::string& stop_word() const { return stop_word_; }  // "" : not ended by a stop string
+  double prompt_ms() const { return prompt_ms_; }
+  double gen_ms() const { return gen_ms_; }
   int n_prompt() const { return n_prompt_; }
   int n_cached() const { return n_cached_; }  // prompt tokens found in the slot's cache
   int n_gen() const { return n_gen_; }
@@ -102,6 +111,7 @@ class Task {
   bool done_ = false;
   std::string finish_reason_, error_, stop_word_;
   int n_prompt_ = 0, n_cached_ = 0, n_gen_ = 0;
+  double prompt_ms_ = 0, gen_ms_ = 0;
 };
 
 }  // namespace slake::server

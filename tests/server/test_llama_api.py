@@ -1,0 +1,112 @@
+"""llama-server's native API on slake-server, checked against llama-server's field names and
+against independent references: /completion's content equals slake-cli's greedy text, its stream
+adds up to the same text and ends with a stop: true object (no [DONE]), stop_type and
+stopping_word say why it stopped, timings count the prompt and the generated tokens, logit_bias
+takes llama-server's [[token, false]] form; /apply-template equals the chat template rendered by
+jinja2 (what transformers renders with); /props describes the server; unknown fields are 400s."""
+import json
+import os
+import unittest
+import urllib.error
+import urllib.request
+
+import jinja2
+
+from harness import SHARED, STORIES, Server, cli_greedy
+
+CHATML = os.path.join(SHARED, "chat-templates", "HuggingFaceTB-SmolLM2-135M-Instruct.jinja")
+CTX = 512
+
+
+def post(server, path, body, raw=False):
+    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            data = r.read().decode()
+            return r.status, data if raw else json.loads(data)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class NativeApi(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(STORIES, "-c", str(CTX), "-np", "2", "-t", "1", "--chat-template-file", CHATML)
+        cls.greedy = cli_greedy(STORIES, "Once upon a time", 24, CTX)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_completion_equals_cli_greedy(self):
+        for path in ("/completion", "/completions"):
+            status, r = post(self.server, path, {"prompt": "Once upon a time", "n_predict": 24, "temperature": 0,
+                                                 "return_tokens": True, "cache_prompt": True})
+            self.assertEqual(status, 200, r)
+            self.assertEqual(r["content"], self.greedy)
+            self.assertTrue(r["stop"])
+            self.assertEqual(r["stop_type"], "limit")
+            self.assertEqual(r["tokens_predicted"], 24)
+            self.assertEqual(len(r["tokens"]), 24)
+            t = r["timings"]
+            self.assertEqual(t["predicted_n"], 24)
+            self.assertEqual(t["prompt_n"] + t["cache_n"], r["tokens_evaluated"])
+            self.assertGreater(t["predicted_per_second"], 0)
+            self.assertIn("Once upon a time", r["prompt"])
+
+    def test_stream_adds_up_and_ends_with_stop(self):
+        status, raw = post(self.server, "/completion", {"prompt": "Once upon a time", "n_predict": 24, "temperature": 0,
+                                                       "stream": True}, raw=True)
+        self.assertEqual(status, 200)
+        events = [json.loads(line[6:]) for line in raw.split("\n") if line.startswith("data: ")]
+        self.assertNotIn("[DONE]", raw)
+        self.assertTrue(all(not e["stop"] for e in events[:-1]))
+        self.assertTrue(events[-1]["stop"])
+        self.assertEqual("".join(e["content"] for e in events), self.greedy)
+        self.assertEqual(events[-1]["stop_type"], "limit")
+
+    def test_stop_word_and_logit_bias(self):
+        word = self.greedy.split()[2]
+        status, r = post(self.server, "/completion", {"prompt": "Once upon a time", "n_predict": 24, "temperature": 0,
+                                                     "stop": [word]})
+        self.assertEqual((r["stop_type"], r["stopping_word"]), ("word", word))
+        self.assertEqual(r["content"], self.greedy[:self.greedy.index(word)])
+        status, r = post(self.server, "/completion", {"prompt": "Once upon a time", "n_predict": 1, "temperature": 0,
+                                                     "return_tokens": True})
+        first = r["tokens"][0]
+        status, r = post(self.server, "/completion", {"prompt": "Once upon a time", "n_predict": 1, "temperature": 0,
+                                                     "return_tokens": True, "logit_bias": [[first, False]]})
+        self.assertEqual(status, 200, r)
+        self.assertNotEqual(r["tokens"][0], first)
+
+    def test_apply_template_equals_jinja2(self):
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "How are you?"}]
+        status, r = post(self.server, "/apply-template", {"messages": messages})
+        self.assertEqual(status, 200, r)
+        with open(CHATML) as f:
+            want = jinja2.Environment().from_string(f.read()).render(messages=messages, add_generation_prompt=True,
+                                                                      bos_token="", eos_token="", tools=None)
+        self.assertEqual(r["prompt"], want)
+
+    def test_props_and_health(self):
+        props = json.loads(self.server.get("/props"))
+        self.assertEqual(props["total_slots"], 2)
+        self.assertEqual(props["default_generation_settings"]["n_ctx"], CTX)
+        with open(CHATML) as f:
+            self.assertEqual(props["chat_template"], f.read())
+        self.assertEqual(json.loads(self.server.get("/v1/health")), {"status": "ok"})
+
+    def test_unknown_and_bad_fields_are_400(self):
+        for body, param in (({"prompt": "x", "mirostat": 2}, "mirostat"), ({"prompt": "x", "n_predict": -2}, "n_predict"),
+                            ({"prompt": "x", "id_slot": 1}, "id_slot"), ({"n_predict": 2}, "prompt"),
+                            ({"prompt": "x", "logit_bias": [[1, True]]}, "logit_bias")):
+            status, r = post(self.server, "/completion", body)
+            self.assertEqual(status, 400, r)
+            self.assertEqual(r["error"]["param"], param, r)
+
+
+if __name__ == "__main__":
+    unittest.main()
