@@ -62,10 +62,18 @@ void validate(const SamplerParams& p) {
     if (!(v >= -2.0f && v <= 2.0f)) bad(std::string(name) + " penalty must be in [-2, 2] (0: off), got " + shown(v));
   if (p.repeat_last_n < -1)
     bad("repeat-last-n must be >= -1 (0: off, -1: all), got " + std::to_string(p.repeat_last_n));
+  if (!(p.typical_p > 0.0f && p.typical_p <= 1.0f)) bad("typical-p must be in (0, 1] (1: off), got " + shown(p.typical_p));
+  if (!(p.xtc_probability >= 0.0f && p.xtc_probability <= 1.0f))
+    bad("XTC probability must be in [0, 1] (0: off), got " + shown(p.xtc_probability));
+  if (!(p.xtc_threshold >= 0.0f && p.xtc_threshold <= 1.0f)) bad("XTC threshold must be in [0, 1], got " + shown(p.xtc_threshold));
+  if (p.mirostat != 0 && p.mirostat != 2)
+    bad("mirostat must be 0 (off) or 2 (mirostat v2; v1 is not implemented), got " + std::to_string(p.mirostat));
+  if (!(p.mirostat_tau > 0.0f) || std::isinf(p.mirostat_tau)) bad("mirostat tau must be a positive number, got " + shown(p.mirostat_tau));
+  if (!(p.mirostat_eta > 0.0f) || std::isinf(p.mirostat_eta)) bad("mirostat eta must be a positive number, got " + shown(p.mirostat_eta));
 }
 
 TokenProbs candidate_distribution(const SamplerParams& p, const float* logits, int n_vocab,
-                                  const std::vector<int32_t>& recent) {
+                                  const std::vector<int32_t>& recent, double xtc_roll) {
   validate(p);
   if (logits == nullptr || n_vocab <= 0) fail("sampling: no logits");
   std::vector<double> l(logits, logits + n_vocab);
@@ -90,10 +98,42 @@ TokenProbs candidate_distribution(const SamplerParams& p, const float* logits, i
   }
   std::sort(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(n), before);
 
-  // exp(l_i - l_max): the temperature-1 probabilities relative to the most probable candidate.
-  std::vector<double> rel(n);
+  // exp(l_i - l_max) over the candidates still in: the temperature-1 probabilities relative to the
+  // most probable one, and their total.
+  std::vector<double> rel;
   double total = 0;
-  for (size_t i = 0; i < n; ++i) total += rel[i] = std::exp(c[i].logit - c[0].logit);
+  const auto relative = [&] {
+    rel.assign(n, 0.0);
+    total = 0;
+    for (size_t i = 0; i < n; ++i) total += rel[i] = std::exp(c[i].logit - c[0].logit);
+  };
+  relative();
+  if (p.typical_p < 1.0f) {
+    double entropy = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double q = rel[i] / total;
+      if (q > 0) entropy -= q * std::log(q);
+    }
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    const auto shifted = [&](size_t i) { return std::fabs(-std::log(rel[i] / total) - entropy); };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return shifted(a) < shifted(b); });
+    size_t keep = n;
+    double cum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      cum += rel[order[i]] / total;
+      if (cum > p.typical_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    std::vector<Candidate> kept;
+    for (size_t i = 0; i < keep; ++i) kept.push_back(c[order[i]]);
+    std::sort(kept.begin(), kept.end(), before);
+    std::copy(kept.begin(), kept.end(), c.begin());
+    n = keep;
+    relative();
+  }
   if (p.top_p < 1.0f) {
     double cum = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -103,11 +143,22 @@ TokenProbs candidate_distribution(const SamplerParams& p, const float* logits, i
         break;
       }
     }
+    relative();
   }
   if (p.min_p > 0.0f) {
     size_t keep = 1;  // the first candidate has rel = 1 >= min_p
     while (keep < n && rel[keep] >= p.min_p) ++keep;
     n = keep;
+    relative();
+  }
+  if (xtc_roll <= p.xtc_probability && p.xtc_threshold <= 0.5f && n >= 2) {
+    // The leading run of candidates at or above the threshold, all but its last.
+    size_t last = 0;
+    while (last + 1 < n && rel[last + 1] / total >= p.xtc_threshold) ++last;
+    if (last > 0 && rel[0] / total >= p.xtc_threshold) {
+      c.erase(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(last));
+      n -= last;
+    }
   }
 
   out.ids.resize(n);
@@ -121,6 +172,32 @@ TokenProbs candidate_distribution(const SamplerParams& p, const float* logits, i
   return out;
 }
 
+TokenProbs mirostat_distribution(const SamplerParams& p, const float* logits, int n_vocab, double mu) {
+  validate(p);
+  if (logits == nullptr || n_vocab <= 0) fail("sampling: no logits");
+  std::vector<Candidate> c(static_cast<size_t>(n_vocab));
+  for (int32_t i = 0; i < n_vocab; ++i) c[static_cast<size_t>(i)] = {static_cast<double>(logits[i]), i};
+  std::sort(c.begin(), c.end(), before);
+  TokenProbs out;
+  if (p.temp <= 0.0f) {
+    out.ids = {c[0].id};
+    out.probs = {1.0};
+    return out;
+  }
+  double sum = 0;
+  std::vector<double> q(c.size());
+  for (size_t i = 0; i < c.size(); ++i) sum += q[i] = std::exp((c[i].logit - c[0].logit) / p.temp);
+  size_t n = 1;
+  while (n < c.size() && -std::log2(q[n] / sum) <= mu) ++n;
+  double kept = 0;
+  for (size_t i = 0; i < n; ++i) kept += q[i];
+  for (size_t i = 0; i < n; ++i) {
+    out.ids.push_back(c[i].id);
+    out.probs.push_back(q[i] / kept);
+  }
+  return out;
+}
+
 size_t pick_index(const std::vector<double>& probs, double u) {
   double cum = 0;
   for (size_t i = 0; i < probs.size(); ++i) {
@@ -130,13 +207,24 @@ size_t pick_index(const std::vector<double>& probs, double u) {
   return probs.empty() ? 0 : probs.size() - 1;
 }
 
-Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) { validate(params_); }
+Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed), mu_(2.0 * params.mirostat_tau) {
+  validate(params_);
+}
+
+double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 int32_t Sampler::sample(const float* logits, int n_vocab) {
-  const TokenProbs d = candidate_distribution(params_, logits, n_vocab, recent_);
+  if (params_.mirostat == 2) {
+    const TokenProbs d = mirostat_distribution(params_, logits, n_vocab, mu_);
+    const size_t i = d.ids.size() == 1 ? 0 : pick_index(d.probs, uniform());
+    mu_ -= params_.mirostat_eta * (-std::log2(d.probs[i]) - params_.mirostat_tau);
+    return d.ids[i];
+  }
+  // XTC's roll is drawn only when XTC is on, so that other settings draw as before.
+  const double roll = params_.xtc_probability > 0.0f && params_.temp > 0.0f ? uniform() : 2.0;
+  const TokenProbs d = candidate_distribution(params_, logits, n_vocab, recent_, roll);
   if (d.ids.size() == 1) return d.ids[0];
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;  // 53 random bits: uniform in [0, 1)
-  return d.ids[pick_index(d.probs, u)];
+  return d.ids[pick_index(d.probs, uniform())];
 }
 
 void Sampler::accept(int32_t token) {

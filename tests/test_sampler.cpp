@@ -35,7 +35,8 @@ std::vector<double> softmax(const std::vector<double>& x, double temp = 1.0) {
 }
 
 // Sorted by logit (descending), ties by id, then filtered by the steps in llama.cpp's order.
-TokenProbs reference(const SamplerParams& sp, const std::vector<float>& logits, const std::vector<int32_t>& recent) {
+TokenProbs reference(const SamplerParams& sp, const std::vector<float>& logits, const std::vector<int32_t>& recent,
+                     double xtc_roll = 2.0) {
   std::vector<double> l(logits.begin(), logits.end());
   if (sp.repeat_last_n != 0) {
     const size_t from = sp.repeat_last_n < 0 || static_cast<size_t>(sp.repeat_last_n) >= recent.size()
@@ -64,6 +65,25 @@ TokenProbs reference(const SamplerParams& sp, const std::vector<float>& logits, 
     r.logits.resize(n);
   };
   if (sp.top_k > 0 && static_cast<size_t>(sp.top_k) < r.ids.size()) keep(static_cast<size_t>(sp.top_k));
+  if (sp.typical_p < 1.0f) {
+    // Locally typical: by |surprise - entropy|, until the probability passes p; then back in logit order.
+    const std::vector<double> p = softmax(r.logits);
+    double h = 0;
+    for (double q : p) h -= q * std::log(q);
+    std::vector<size_t> idx(p.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+      return std::fabs(-std::log(p[a]) - h) < std::fabs(-std::log(p[b]) - h);
+    });
+    double cum = 0;
+    size_t n = 0;
+    while (n < idx.size() && cum <= sp.typical_p) cum += p[idx[n++]];
+    std::vector<size_t> kept(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(n));
+    std::sort(kept.begin(), kept.end());  // r is in logit order already
+    Ref t;
+    for (size_t i : kept) t.ids.push_back(r.ids[i]), t.logits.push_back(r.logits[i]);
+    r = t;
+  }
   if (sp.top_p < 1.0f) {
     const std::vector<double> p = softmax(r.logits);
     double cum = 0;
@@ -76,6 +96,16 @@ TokenProbs reference(const SamplerParams& sp, const std::vector<float>& logits, 
     size_t n = 0;
     while (n < p.size() && p[n] >= sp.min_p * p[0]) ++n;
     keep(n);
+  }
+  if (xtc_roll <= sp.xtc_probability && sp.xtc_threshold <= 0.5f && r.ids.size() >= 2) {
+    // Every token at or above the threshold but the least probable of them.
+    const std::vector<double> p = softmax(r.logits);
+    size_t above = 0;
+    while (above < p.size() && p[above] >= sp.xtc_threshold) ++above;
+    if (above >= 2) {
+      r.ids.erase(r.ids.begin(), r.ids.begin() + static_cast<std::ptrdiff_t>(above - 1));
+      r.logits.erase(r.logits.begin(), r.logits.begin() + static_cast<std::ptrdiff_t>(above - 1));
+    }
   }
   return {r.ids, softmax(r.logits, sp.temp)};
 }
@@ -200,6 +230,80 @@ TEST(Sampler, FrequencyAndPresencePenaltiesSubtractPerOccurrenceAndOnce) {
   SamplerParams bad = off();
   bad.presence_penalty = 2.5f;
   EXPECT_THROW(validate(bad), Error);
+}
+
+TEST(Sampler, TypicalKeepsTheTokensNearestTheEntropy) {
+  // p = softmax(2, 1.5, 1.5, 1.5, 1.5) = 0.292, 0.177 x 4: the entropy is 1.59 nats, and the
+  // surprise of the others (1.73) is nearer to it than the first's (1.23): two of them make 0.3.
+  const std::vector<float> l{2.0f, 1.5f, 1.5f, 1.5f, 1.5f};
+  SamplerParams sp = off();
+  sp.typical_p = 0.3f;
+  const TokenProbs d = candidate_distribution(sp, l.data(), 5, {});
+  EXPECT_EQ(d.ids, (std::vector<int32_t>{1, 2}));
+  for (float t : {0.2f, 0.5f, 0.9f, 0.99f}) {
+    SamplerParams p = off();
+    p.typical_p = t;
+    check_against_reference(p, 200);
+    p.top_k = 50;
+    p.top_p = 0.9f;
+    p.min_p = 0.02f;
+    check_against_reference(p, 200);
+  }
+}
+
+TEST(Sampler, XtcDropsTheTopChoicesButTheLeastOfThem) {
+  SamplerParams sp = off();
+  sp.xtc_probability = 0.5f;
+  sp.xtc_threshold = 0.1f;
+  // p = softmax(2, 1.8, 1.5, -3): 0.40, 0.33, 0.24, 0.003: the first two go.
+  const std::vector<float> l{2.0f, 1.8f, 1.5f, -3.0f};
+  EXPECT_EQ(candidate_distribution(sp, l.data(), 4, {}, 0.4).ids, (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(candidate_distribution(sp, l.data(), 4, {}, 0.6).ids.size(), 4u);  // the roll says no
+  for (float thr : {0.02f, 0.05f, 0.2f}) {
+    SamplerParams p = off();
+    p.xtc_probability = 1.0f;
+    p.xtc_threshold = thr;
+    p.min_p = 0.01f;
+    for (uint32_t seed = 1; seed <= 20; ++seed) {
+      const std::vector<float> x = random_logits(100, seed, 1.5);
+      expect_same(candidate_distribution(p, x.data(), 100, {}, 0.3), reference(p, x, {}, 0.3));
+    }
+  }
+}
+
+TEST(Sampler, MirostatTruncatesBySurpriseAndTracksTau) {
+  SamplerParams sp = off();
+  sp.mirostat = 2;
+  sp.mirostat_tau = 3.0f;
+  sp.mirostat_eta = 0.1f;
+  sp.temp = 0.8f;
+  sp.seed = 5;
+  Sampler s(sp);
+  EXPECT_DOUBLE_EQ(s.mirostat_mu(), 6.0);
+  for (uint32_t step = 1; step <= 30; ++step) {
+    const std::vector<float> l = random_logits(300, step);
+    const double mu = s.mirostat_mu();
+    // Brute force: softmax at the temperature, the tokens with -log2 p <= mu, renormalised.
+    std::vector<double> x(l.begin(), l.end());
+    const std::vector<double> p = softmax(x, sp.temp);
+    std::vector<int32_t> order(300);
+    for (int32_t i = 0; i < 300; ++i) order[static_cast<size_t>(i)] = i;
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    size_t n = 1;
+    while (n < order.size() && -std::log2(p[order[n]]) <= mu) ++n;
+    double kept = 0;
+    for (size_t i = 0; i < n; ++i) kept += p[order[i]];
+    const TokenProbs d = mirostat_distribution(sp, l.data(), 300, mu);
+    ASSERT_EQ(d.ids, std::vector<int32_t>(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n)));
+    for (size_t i = 0; i < n; ++i) EXPECT_NEAR(d.probs[i], p[order[i]] / kept, 1e-9);
+    const int32_t t = s.sample(l.data(), 300);
+    const size_t at = static_cast<size_t>(std::find(d.ids.begin(), d.ids.end(), t) - d.ids.begin());
+    ASSERT_LT(at, n);
+    EXPECT_NEAR(s.mirostat_mu(), mu - double(sp.mirostat_eta) * (-std::log2(d.probs[at]) - double(sp.mirostat_tau)), 1e-9);
+  }
+  SamplerParams v1 = off();
+  v1.mirostat = 1;
+  EXPECT_THROW(validate(v1), Error);
 }
 
 TEST(Sampler, AllStepsTogether) {

@@ -5,12 +5,19 @@
 //      once per distinct token however often it occurred; then the frequency penalty times the
 //      token's count and the presence penalty are subtracted (OpenAI's, as llama.cpp applies them);
 //   2. top-k: the k largest logits;
-//   3. top-p: the smallest prefix (by probability, highest first) whose probability sum reaches p;
-//   4. min-p: the tokens whose probability is at least p times the largest;
-//   5. temperature: the remaining logits divided by temp, softmax, one draw.
-// Steps 2-4 use the softmax of the penalised logits at temperature 1, exactly as llama.cpp, whose
-// temperature sampler comes last: the temperature reshapes the survivors, never which survive.
-// temp <= 0 is greedy (argmax of the penalised logits), as llama.cpp.
+//   3. typical-p (locally typical sampling): the tokens whose surprise -log p is closest to the
+//      entropy, in that order, until their probability sum passes p;
+//   4. top-p: the smallest prefix (by probability, highest first) whose probability sum reaches p;
+//   5. min-p: the tokens whose probability is at least p times the largest;
+//   6. XTC (exclude top choices): with probability xtc_probability, when two or more tokens have a
+//      probability of at least xtc_threshold, all of them but the least probable go;
+//   7. temperature: the remaining logits divided by temp, softmax, one draw.
+// Steps 2-6 use the softmax, over the tokens still in, of the penalised logits at temperature 1,
+// exactly as llama.cpp, whose temperature sampler comes last: the temperature reshapes the
+// survivors, never which survive. temp <= 0 is greedy (argmax of the penalised logits).
+// mirostat = 2 replaces steps 1-7, as in llama.cpp: the softmax at the temperature, truncated to
+// the tokens whose surprise (-log2 p) is at most mu, renormalised, one draw; then mu moves by eta
+// times the draw's surprise minus tau (mu starts at 2 tau).
 //
 // Deterministic across standard libraries: ties are broken by the lower token id, and the draw is
 // our own (a 53-bit uniform from std::mt19937_64, whose output the C++ standard fixes, walked
@@ -28,6 +35,12 @@ struct SamplerParams {
   float top_p = 0.95f;          // in (0, 1]; 1: off
   float min_p = 0.05f;          // in [0, 1]; 0: off
   float repeat_penalty = 1.0f;  // > 0; 1: off
+  float typical_p = 1.0f;       // in (0, 1]; 1: off
+  float xtc_probability = 0;    // in [0, 1]; 0: off
+  float xtc_threshold = 0.1f;   // in [0, 1]; above 0.5 it can never apply
+  int mirostat = 0;             // 0: off; 2: mirostat v2 (v1 is not implemented)
+  float mirostat_tau = 5.0f;    // target surprise, > 0
+  float mirostat_eta = 0.1f;    // learning rate, > 0
   float presence_penalty = 0;   // in [-2, 2]; 0: off
   float frequency_penalty = 0;  // in [-2, 2]; 0: off
   int repeat_last_n = 64;       // tokens the penalties look back over; 0: off; -1: every token seen
@@ -46,11 +59,16 @@ struct TokenProbs {
   std::vector<double> probs;  // sums to 1
 };
 
-// The distribution the sampler draws from for these logits, after every step above (temp <= 0:
-// the argmax alone, with probability 1). `recent` holds the tokens seen so far, oldest first; only
-// its last repeat_last_n are penalised. Throws slake::Error on invalid params or no logits.
+// The distribution the sampler draws from for these logits, after every step above but mirostat
+// (temp <= 0: the argmax alone, with probability 1). `recent` holds the tokens seen so far, oldest
+// first; only its last repeat_last_n are penalised. XTC applies when `xtc_roll` (a uniform draw in
+// [0, 1)) is at most xtc_probability. Throws slake::Error on invalid params or no logits.
 TokenProbs candidate_distribution(const SamplerParams& params, const float* logits, int n_vocab,
-                                  const std::vector<int32_t>& recent);
+                                  const std::vector<int32_t>& recent, double xtc_roll = 2.0);
+
+// Mirostat v2's distribution at the surprise bound `mu`: softmax(logits / temp), truncated to the
+// tokens with -log2 p <= mu (at least the most probable), renormalised.
+TokenProbs mirostat_distribution(const SamplerParams& params, const float* logits, int n_vocab, double mu);
 
 // Index into `probs` of the candidate that a uniform number u in [0, 1) selects: the first whose
 // cumulative probability exceeds u (the last one if rounding leaves u beyond the total).
@@ -67,10 +85,13 @@ class Sampler {
   void accept(int32_t token);
 
   const SamplerParams& params() const { return params_; }
+  double mirostat_mu() const { return mu_; }
 
  private:
+  double uniform();  // 53 random bits: uniform in [0, 1)
   SamplerParams params_;
   std::mt19937_64 rng_;
+  double mu_;  // mirostat's surprise bound
   std::vector<int32_t> recent_;  // the last repeat_last_n accepted tokens (all with -1)
 };
 

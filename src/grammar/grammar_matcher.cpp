@@ -239,7 +239,8 @@ bool GrammarMatcher::finished() const {
 }
 
 int32_t sample_with_grammar(Sampler& s, GrammarMatcher& m, float* logits, int n_vocab, bool mask_first) {
-  if (!mask_first) {
+  // Mirostat learns from every draw: a draw the grammar refuses must not teach it.
+  if (!mask_first && s.params().mirostat == 0) {
     const int32_t t = s.sample(logits, n_vocab);
     if (t >= 0 && t < n_vocab && (m.vocab_is_end(t) ? m.accepting() : m.accept_token(t))) return t;
   }

@@ -48,6 +48,14 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
       ->capture_default_str();
   app.add_option("--repeat-last-n", s.repeat_last_n, "tokens the penalties look back over (0: off, -1: all)")
       ->capture_default_str();
+  app.add_option("--typical", s.typical_p, "locally typical sampling, in (0, 1] (1: off)")->capture_default_str();
+  app.add_option("--xtc-probability", s.xtc_probability, "chance of excluding the top choices (XTC), in [0, 1] (0: off)")
+      ->capture_default_str();
+  app.add_option("--xtc-threshold", s.xtc_threshold, "probability a top choice must reach for XTC to exclude it")
+      ->capture_default_str();
+  app.add_option("--mirostat", s.mirostat, "mirostat: 0 off, 2 mirostat v2 (replaces the samplers above)")->capture_default_str();
+  app.add_option("--mirostat-lr", s.mirostat_eta, "mirostat's learning rate (eta)")->capture_default_str();
+  app.add_option("--mirostat-ent", s.mirostat_tau, "mirostat's target entropy (tau)")->capture_default_str();
   app.add_option("--presence-penalty", s.presence_penalty, "subtracted from a token seen in the last --repeat-last-n, in [-2, 2] (0: off)")
       ->capture_default_str();
   app.add_option("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence in the last --repeat-last-n, in [-2, 2] (0: off)")

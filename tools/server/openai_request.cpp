@@ -66,6 +66,8 @@ long long get_int(const json& body, const char* name, long long dflt, long long 
 const std::set<std::string> kFields = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
                                        "temperature", "top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
                                        "presence_penalty", "frequency_penalty", "seed", "stop", "ignore_eos", "n",
+                                       "typical_p", "xtc_probability", "xtc_threshold", "mirostat", "mirostat_tau",
+                                       "mirostat_eta",
                                        "logit_bias", "grammar", "response_format", "json_schema", "return_tokens",
                                        "kv_policy", "kv_budget", "kv_window", "kv_observe", "logprobs",
                                        "user", "metadata", "store", "cache_prompt", "service_tier"};
@@ -429,6 +431,14 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
   s.min_p = static_cast<float>(get_number(body, "min_p", s.min_p, 0.0, 1.0));
   s.repeat_penalty = static_cast<float>(get_number(body, "repeat_penalty", s.repeat_penalty, 1e-3, 100.0));
   s.repeat_last_n = static_cast<int>(get_int(body, "repeat_last_n", s.repeat_last_n, -1, std::numeric_limits<int>::max()));
+  s.typical_p = static_cast<float>(get_number(body, "typical_p", s.typical_p, 0.0, 1.0));
+  if (s.typical_p <= 0.0f) throw bad_field("typical_p", "'typical_p' must be in (0, 1], got 0");
+  s.xtc_probability = static_cast<float>(get_number(body, "xtc_probability", s.xtc_probability, 0.0, 1.0));
+  s.xtc_threshold = static_cast<float>(get_number(body, "xtc_threshold", s.xtc_threshold, 0.0, 1.0));
+  s.mirostat = static_cast<int>(get_int(body, "mirostat", 0, 0, 2));
+  if (s.mirostat == 1) throw bad_field("mirostat", "'mirostat' 1 (v1) is not implemented; 2 (v2) is");
+  s.mirostat_tau = static_cast<float>(get_number(body, "mirostat_tau", s.mirostat_tau, 1e-6, 100.0));
+  s.mirostat_eta = static_cast<float>(get_number(body, "mirostat_eta", s.mirostat_eta, 1e-6, 10.0));
   s.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", 0.0, -2.0, 2.0));
   s.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
   s.seed = get_seed(body);
