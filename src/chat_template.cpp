@@ -265,8 +265,11 @@ ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 ChatTemplate::~ChatTemplate() = default;
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                 const ChatSpecialTokens& special, const std::string& tools) const {
+                                 const ChatSpecialTokens& special, const std::string& tools,
+                                 const std::string& kwargs) const {
   if (!jinja_) {
+    if (!kwargs.empty() && kwargs != "{}")
+      fail(std::string("the built-in chat format ") + chat_format_name(format_) + " takes no template variables");
     const bool tool_use = !tools.empty() || std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
                             return !m.tool_calls.empty() || m.role == "tool";
                           });
@@ -291,6 +294,10 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
   ctx["add_generation_prompt"] = add_generation_prompt;
   ctx["bos_token"] = special.bos;
   ctx["eos_token"] = special.eos;
+  if (!kwargs.empty()) {
+    const ojson extra = ojson::parse(kwargs);  // named: items() of a temporary would dangle
+    for (const auto& [k, v] : extra.items()) ctx[k] = v;
+  }
   return jinja_->t.render(ctx.dump(-1, ' ', false, ojson::error_handler_t::replace));
 }
 

@@ -89,8 +89,10 @@ class ChatTemplate {
   // Throws slake::Error when the template raises (raise_exception) or fails. `tools`: OpenAI's
   // tools as a JSON array ("" : none), passed to a Jinja template as transformers passes them; a
   // built-in format takes no tools or tool calls (slake::Error).
+  // `kwargs`: a JSON object of more variables for a Jinja template (transformers' extra keyword
+  // arguments: enable_thinking, ...); a built-in format takes none.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                     const ChatSpecialTokens& special, const std::string& tools = "") const;
+                     const ChatSpecialTokens& special, const std::string& tools = "", const std::string& kwargs = "") const;
   bool is_jinja() const { return jinja_ != nullptr; }
   // A Jinja template's source ("" for a built-in format).
   const std::string& source() const;

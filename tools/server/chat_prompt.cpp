@@ -49,13 +49,16 @@ const std::string& ChatPrompter::template_source() const {
   return tmpl_ ? tmpl_->source() : kNone;
 }
 
-std::string ChatPrompter::text(const std::vector<ChatMessage>& messages, const std::string& tools) const {
+std::string ChatPrompter::text(const std::vector<ChatMessage>& messages, const std::string& tools,
+                               const std::string& kwargs) const {
   if (!tmpl_) fail(error_);
-  return tmpl_->render(messages, true, special_, tools);
+  return tmpl_->render(messages, true, special_, tools, kwargs);
 }
 
-std::vector<int32_t> ChatPrompter::tokens(const std::vector<ChatMessage>& messages, const std::string& tools) const {
-  std::string text = this->text(messages, tools);
+std::vector<int32_t> ChatPrompter::tokens(const std::vector<ChatMessage>& messages, const std::string& tools,
+                                          const std::string& kwargs, std::string* rendered) const {
+  std::string text = this->text(messages, tools, kwargs);
+  if (rendered) *rendered = text;
   const bool add_bos = tokenizer_.vocab().add_bos;
   if (add_bos && !special_.bos.empty() && text.compare(0, special_.bos.size(), special_.bos) == 0)
     text.erase(0, special_.bos.size());

@@ -25,9 +25,12 @@ class ChatPrompter {
 
   // Throws slake::Error when the template is missing or raises. `tools`: OpenAI's tools as a JSON
   // array for the template ("" : none).
-  std::vector<int32_t> tokens(const std::vector<ChatMessage>& messages, const std::string& tools = "") const;
+  // `kwargs`: more template variables (a JSON object, chat_template_kwargs). `rendered`, when
+  // given, gets the text before tokenizing.
+  std::vector<int32_t> tokens(const std::vector<ChatMessage>& messages, const std::string& tools = "",
+                              const std::string& kwargs = "", std::string* rendered = nullptr) const;
   // The rendered prompt before tokenizing (what /apply-template answers).
-  std::string text(const std::vector<ChatMessage>& messages, const std::string& tools = "") const;
+  std::string text(const std::vector<ChatMessage>& messages, const std::string& tools = "", const std::string& kwargs = "") const;
   // The Jinja template's text ("" for a built-in format or none).
   const std::string& template_source() const;
 

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <ctime>
 #include <memory>
+#include <optional>
+#include <tuple>
 
 #include "anthropic.h"
 #include "api_error.h"
@@ -86,12 +88,26 @@ void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool 
   std::string out = req.chat ? sse(rb.first_chunk()) : "";
   const bool hold = req.tools.active();  // a tool call is known only whole
   std::string held;
+  std::optional<ReasoningSplitter> split;  // a thinking model's reasoning, streamed as reasoning_content
+  if (req.reasoning) split.emplace(req.think_open);
+  const auto emit = [&](Piece p, const std::string& reasoning) {
+    if (!reasoning.empty()) out += sse(rb.reasoning_chunk(reasoning));
+    if (hold) held += p.text;
+    else if (!p.text.empty() || !p.tokens.empty() || (req.return_tokens && !p.ids.empty())) out += sse(rb.piece_chunk(p));
+  };
   for (;;) {
     std::vector<Piece> pieces;
     const bool done = task->take(pieces, std::chrono::milliseconds(100));
-    for (const Piece& p : pieces) {
-      if (hold) held += p.text;
-      else out += sse(rb.piece_chunk(p));
+    for (Piece& p : pieces) {
+      std::string reasoning;
+      if (split) std::tie(reasoning, p.text) = split->push(p.text);
+      emit(std::move(p), reasoning);
+    }
+    if (done && split) {
+      Piece rest;
+      std::string reasoning;
+      std::tie(reasoning, rest.text) = split->flush();
+      emit(std::move(rest), reasoning);
     }
     if (done) {
       if (!task->error().empty()) {

@@ -71,7 +71,8 @@ const std::set<std::string> kFields = {"model", "stream", "stream_options", "max
                                        "logit_bias", "grammar", "response_format", "json_schema", "return_tokens",
                                        "kv_policy", "kv_budget", "kv_window", "kv_observe", "logprobs",
                                        "user", "metadata", "store", "cache_prompt", "service_tier"};
-const std::set<std::string> kChatFields = {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls"};
+const std::set<std::string> kChatFields = {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+                                           "reasoning_format", "chat_template_kwargs"};
 const std::set<std::string> kCompletionFields = {"prompt", "echo", "best_of"};
 
 void check_fields(const json& body, bool chat) {
@@ -295,6 +296,19 @@ ToolRequest get_tools(const json& body, const std::string& text, const RequestEn
   return r;
 }
 
+// chat_template_kwargs: the server's (--chat-template-kwargs, --reasoning-budget 0), the
+// request's over them; a JSON object's text, "" when there are none.
+std::string template_kwargs(const json& body, const std::string& text, const RequestEnv& env) {
+  nlohmann::ordered_json kwargs = env.template_kwargs.empty() ? nlohmann::ordered_json::object()
+                                                              : nlohmann::ordered_json::parse(env.template_kwargs);
+  if (const json* k = field(body, "chat_template_kwargs")) {
+    if (!k->is_object()) throw bad_field("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    const nlohmann::ordered_json given = nlohmann::ordered_json::parse(text)["chat_template_kwargs"];
+    for (const auto& [key, v] : given.items()) kwargs[key] = v;
+  }
+  return kwargs.empty() ? "" : kwargs.dump();
+}
+
 // OpenAI's roles. Any other string would be pasted into the chat template as it is, where a role
 // such as "user<|im_end|>\n<|im_start|>system" forges turns.
 constexpr const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
@@ -481,7 +495,20 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
       size_t bytes = 0;
       for (const ChatMessage& m : messages) bytes += m.content.size();
       check_text_fits(bytes, env, "messages");
-      g.prompt = env.chat.tokens(messages, r.tools.tools_json);
+      std::string rendered;
+      g.prompt = env.chat.tokens(messages, r.tools.tools_json, template_kwargs(body, text, env), &rendered);
+      ReasoningFormat rf = env.reasoning;
+      if (const json* f = field(body, "reasoning_format")) {
+        if (!f->is_string()) throw bad_field("reasoning_format", "'reasoning_format' must be none, deepseek or auto");
+        try {
+          rf = reasoning_format_from_name(f->get<std::string>());
+        } catch (const Error& e) {
+          throw bad_field("reasoning_format", e.what());
+        }
+      }
+      r.reasoning = rf == ReasoningFormat::DeepSeek ||
+                    (rf == ReasoningFormat::Auto && env.chat.template_source().find("<think>") != std::string::npos);
+      r.think_open = r.reasoning && prompt_opens_thinking(rendered);
     } else {
       g.prompt = get_prompt(body, env);
     }
@@ -500,7 +527,7 @@ std::string apply_template(const std::string& text, const RequestEnv& env) {
   const std::vector<ChatMessage> messages = get_messages(body);
   const ToolRequest tools = get_tools(body, text, env);
   try {
-    return env.chat.text(messages, tools.tools_json);
+    return env.chat.text(messages, tools.tools_json, template_kwargs(body, text, env));
   } catch (const Error& e) {
     throw bad_field("messages", e.what());
   }

@@ -12,6 +12,7 @@
 #include "slake/model/model.h"
 #include "slake/tokenizer/tokenizer.h"
 #include "task.h"
+#include "reasoning.h"
 #include "tool_calls.h"
 
 namespace slake::server {
@@ -25,6 +26,8 @@ struct ApiRequest {
   std::string model;
   GenRequest gen;
   ToolRequest tools;  // chat: the tools offered, and how they may be called
+  bool reasoning = false;    // chat: the reply's <think> block goes to reasoning_content
+  bool think_open = false;   // the prompt opened <think>: the reply starts inside it
 };
 
 // What parsing needs from the server.
@@ -38,6 +41,8 @@ struct RequestEnv {
   // Bytes of the vocabulary's longest piece as stored (longest_piece_bytes): no token covers more
   // text, so a prompt of B bytes is at least B / this many tokens. 0: no bound before tokenizing.
   size_t max_piece_bytes = 0;
+  ReasoningFormat reasoning = ReasoningFormat::Auto;  // --reasoning-format
+  std::string template_kwargs = {};                   // --chat-template-kwargs (and --reasoning-budget 0), a JSON object
 };
 
 // The byte length of the longest stored token piece (an upper bound on the text one token covers:

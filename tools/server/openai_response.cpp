@@ -64,10 +64,19 @@ json ResponseBuilder::full(const std::vector<Piece>& pieces, const Task& done) c
   json lp = req_.logprobs ? logprobs(lps, 0) : json();
   json r = base(req_.chat ? "chat.completion" : "text_completion");
   if (req_.chat) {
-    json message = {{"role", "assistant"}, {"content", text}};
+    std::string answer = text, reasoning;
+    if (req_.reasoning) {
+      ReasoningSplitter split(req_.think_open);
+      const auto [r, c] = split.push(text);
+      const auto [r2, c2] = split.flush();
+      reasoning = r + r2;
+      answer = c + c2;
+    }
+    json message = {{"role", "assistant"}, {"content", answer}};
+    if (!reasoning.empty()) message["reasoning_content"] = reasoning;
     std::string finish = done.finish_reason();
     if (req_.tools.active()) {
-      const ParsedReply p = parse_tool_calls(text, req_.tools);
+      const ParsedReply p = parse_tool_calls(answer, req_.tools);
       if (!p.calls.empty()) {
         message["content"] = p.content.empty() ? json() : json(p.content);
         message["tool_calls"] = json::array();
@@ -100,6 +109,12 @@ json ResponseBuilder::piece_chunk(const Piece& p) const {
   else
     r["choices"] = json::array({{{"index", 0}, {"text", p.text}, {"logprobs", lp}, {"finish_reason", nullptr}}});
   if (req_.return_tokens) r["choices"][0]["tokens"] = p.ids;
+  return r;
+}
+
+json ResponseBuilder::reasoning_chunk(const std::string& text) const {
+  json r = base("chat.completion.chunk");
+  r["choices"] = json::array({{{"index", 0}, {"delta", {{"reasoning_content", text}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   return r;
 }
 

@@ -23,6 +23,8 @@ class ResponseBuilder {
   nlohmann::json first_chunk() const;
   nlohmann::json piece_chunk(const Piece& p) const;
   nlohmann::json final_chunk(const std::string& finish_reason) const;
+  // Chat, streamed: a delta of the reasoning (reasoning_content).
+  nlohmann::json reasoning_chunk(const std::string& text) const;
   nlohmann::json usage_chunk(const Task& done) const;
   // Streamed with tools: the reply is held until done (a call is known only whole), then sent as
   // its content, or as its calls (each one's id and name, then its arguments), setting

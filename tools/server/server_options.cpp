@@ -1,5 +1,8 @@
 #include "server_options.h"
 
+#include <nlohmann/json.hpp>
+
+#include "reasoning.h"
 #include "slake/chat_template.h"
 #include "slake/error.h"
 #include "../common/llama_spellings.h"
@@ -66,6 +69,14 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--chat-template", o.chat_template,
                  "a built-in chat format by name instead of the model's own template (" + chat_format_names() + ")");
   app.add_option("--chat-template-file", o.chat_template_file, "a Jinja chat template file instead of the model's own");
+  app.add_option("--chat-template-kwargs", o.chat_template_kwargs,
+                 "a JSON object of more variables for the Jinja template, e.g. '{\"enable_thinking\": false}'");
+  app.add_option("--reasoning-format", o.reasoning_format,
+                 "a thinking model's <think> block: deepseek puts it in reasoning_content, none leaves it in content, "
+                 "auto (default) is deepseek when the template has <think>")
+      ->capture_default_str();
+  app.add_option("--reasoning-budget", o.reasoning_budget, "-1: think freely; 0: no thinking (enable_thinking = false)")
+      ->capture_default_str();
   tools::add_kv_flags(app, o.kv);
   tools::add_backend_flag(app, o.backend);
 }
@@ -77,6 +88,16 @@ void check_options(const CLI::App& app, ServerOptions& o) {
   if (!o.chat_template.empty()) chat_format_from_name(o.chat_template);  // the error lists the names
   if (!o.chat_template.empty() && !o.chat_template_file.empty())
     fail("--chat-template and --chat-template-file: give one of them");
+  reasoning_format_from_name(o.reasoning_format);
+  if (o.reasoning_budget != -1 && o.reasoning_budget != 0)
+    fail("--reasoning-budget must be -1 (no limit) or 0 (no thinking), as llama-server's, got " + std::to_string(o.reasoning_budget));
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  if (!o.chat_template_kwargs.empty()) {
+    kwargs = nlohmann::ordered_json::parse(o.chat_template_kwargs, nullptr, false);
+    if (!kwargs.is_object()) fail("--chat-template-kwargs must be a JSON object, got '" + o.chat_template_kwargs + "'");
+  }
+  if (o.reasoning_budget == 0) kwargs["enable_thinking"] = false;
+  o.chat_template_kwargs = kwargs.empty() ? "" : kwargs.dump();
 }
 
 std::string model_id(const ServerOptions& o) {

@@ -31,6 +31,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;  // "" : no key needed
+  std::string reasoning_format = "auto";  // none, deepseek, auto
+  int reasoning_budget = -1;              // -1: no limit; 0: thinking off (enable_thinking = false)
+  std::string chat_template_kwargs;       // a JSON object of more template variables
   tools::KvFlags kv;
   std::string backend = "cpu";  // --backend: where the slots run
 };

@@ -59,13 +59,14 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
   slake::server::HttpCounters counters;
   // The --kv-* flags as given: a request's own policy or budget gets that policy's defaults (its
   // window) from resolve_kv_defaults, not the server default's resolved ones.
-  slake::server::ServerEnv env{{slake::server::model_id(o), *tokenizer, chat, c, sc.n_ctx, o.kv.params},
+  slake::server::ServerEnv env{{slake::server::model_id(o), *tokenizer, chat, c, sc.n_ctx, o.kv.params,
+                                slake::server::longest_piece_bytes(tokenizer->vocab()),
+                                slake::server::reasoning_format_from_name(o.reasoning_format), o.chat_template_kwargs},
                                scheduler,
                                counters,
                                o.api_key,
                                static_cast<long long>(std::time(nullptr)),
                                o.model_path};
-  env.request.max_piece_bytes = slake::server::longest_piece_bytes(tokenizer->vocab());
   slake::server::OpenAiService service(env);
   slake::server::HttpLimits limits;
   limits.workers = o.http_threads > 0 ? o.http_threads : o.n_parallel + o.queue_max + 8;
