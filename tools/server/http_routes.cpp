@@ -12,6 +12,7 @@
 #include "anthropic.h"
 #include "api_error.h"
 #include "llama_native.h"
+#include "responses_api.h"
 #include "openai_response.h"
 
 namespace slake::server {
@@ -166,6 +167,70 @@ void native_completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env
   }
 }
 
+// OpenAI's Responses API (responses_api.h) on the chat path.
+void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
+  ++env.counters.requests;
+  const ApiRequest req = parse_request(responses_to_chat(http.body), true, env.request);
+  auto task = submit(req, env);
+  const std::string id = std::to_string(++next_id);
+  const long long created = static_cast<long long>(std::time(nullptr));
+  const ResponseBuilder rb(req, env.request.tokenizer, id, created);
+  if (!req.stream) {
+    std::vector<Piece> pieces;
+    if (wait_all(*task, reply, pieces)) reply.send(json_response(response_object(rb.full(pieces, *task), http.body)));
+    return;
+  }
+  if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task->cancel();
+  int seq = 0;
+  const std::string msg_id = "msg_" + id;
+  json start = {{"id", "resp_" + id}, {"object", "response"}, {"created_at", created}, {"status", "in_progress"},
+                {"model", req.model}, {"output", json::array()}, {"error", nullptr}, {"incomplete_details", nullptr},
+                {"parallel_tool_calls", true}, {"tool_choice", "auto"}, {"tools", json::array()}};
+  // One event per statement: the operands of + are evaluated in no fixed order, and each event
+  // takes the next sequence number.
+  std::string out = response_event({{"type", "response.created"}, {"response", start}}, seq);
+  out += response_event({{"type", "response.in_progress"}, {"response", start}}, seq);
+  // The text streams as it comes when it is all the reply is; a call or a reasoning split is known
+  // only at the end, so then the reply is held.
+  const bool live = !req.tools.active() && !req.reasoning;
+  if (live) {
+    out += response_event({{"type", "response.output_item.added"}, {"output_index", 0},
+                           {"item", {{"type", "message"}, {"id", msg_id}, {"status", "in_progress"}, {"role", "assistant"},
+                                     {"content", json::array()}}}}, seq);
+    out += response_event({{"type", "response.content_part.added"}, {"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
+                           {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}}, seq);
+  }
+  std::vector<Piece> all;
+  for (;;) {
+    std::vector<Piece> pieces;
+    const bool done = task->take(pieces, std::chrono::milliseconds(100));
+    for (const Piece& p : pieces) {
+      if (live && !p.text.empty())
+        out += response_event({{"type", "response.output_text.delta"}, {"item_id", msg_id}, {"output_index", 0},
+                               {"content_index", 0}, {"delta", p.text}}, seq);
+      all.push_back(p);
+    }
+    if (done) {
+      if (!task->error().empty()) {
+        out += response_event({{"type", "error"}, {"message", task->error()}, {"code", "server_error"}}, seq);
+      } else {
+        json r = response_object(rb.full(all, *task), http.body);
+        if (live && (r["output"].empty() || r["output"][0]["type"] != "message"))  // an empty reply still has its message
+          r["output"].insert(r["output"].begin(), json{{"type", "message"}, {"id", msg_id}, {"status", "completed"}, {"role", "assistant"},
+                                                     {"content", json::array({{{"type", "output_text"}, {"text", ""},
+                                                                               {"annotations", json::array()}}})}});
+        for (const json& e : response_item_events(r, live)) out += response_event(e, seq);
+      }
+    }
+    if (!reply.write(out)) return task->cancel();
+    out.clear();
+    if (done) {
+      reply.finish();
+      return;
+    }
+  }
+}
+
 // Anthropic's Messages API (anthropic.h) on the chat path.
 void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
   ++env.counters.requests;
@@ -299,6 +364,10 @@ OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
                       {"meta", {{"n_ctx", env.request.n_ctx}, {"n_vocab", env.request.cfg.n_vocab},
                                 {"n_slots", env.scheduler.config().n_slots}}}};
       reply.send(json_response({{"object", "list"}, {"data", json::array({m})}}));
+    });
+  for (const char* path : {"/v1/responses", "/responses"})
+    add("POST", path, false, [&env](const HttpRequest& req, HttpReply& reply) {
+      guarded(reply, env.counters, [&] { responses(req, reply, env); });
     });
   add("POST", "/v1/messages", false, [&env](const HttpRequest& req, HttpReply& reply) {
     guarded(reply, env.counters, [&] { messages(req, reply, env); }, Shape::Anthropic);

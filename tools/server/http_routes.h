@@ -1,5 +1,6 @@
 // The HTTP endpoints of slake-server, served by http_server.h:
 //   POST /v1/chat/completions, /v1/completions   OpenAI's, streamed as server-sent events on request
+//   POST /v1/responses                           OpenAI's Responses API, stateless (responses_api.h)
 //   POST /v1/messages, /v1/messages/count_tokens Anthropic's Messages API (anthropic.h)
 //   POST /completion, /completions               llama-server's native completion (llama_native.h)
 //   POST /apply-template, GET /props             llama-server's
