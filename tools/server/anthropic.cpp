@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "openai_response.h"
+#include "tool_calls.h"
 
 namespace slake::server {
 
@@ -102,17 +103,13 @@ std::string anthropic_to_openai(const std::string& text, bool count_only) {
 
   if (body.contains("tools") && !body["tools"].is_null()) {
     if (!body["tools"].is_array()) bad("tools", "'tools' must be an array");
-    ojson tools = ojson::array();
-    for (size_t i = 0; i < body["tools"].size(); ++i) {
-      const ojson& t = body["tools"][i];
-      const std::string at = "tools[" + std::to_string(i) + "]";
+    out["tools"] = chat_tools(body["tools"], [](const ojson& t, const std::string& at) {
       if (!t.is_object() || !t.contains("name") || !t.contains("input_schema"))
         bad(at, "'" + at + "' must be {\"name\", \"description\", \"input_schema\"} (server tools are not supported)");
       ojson fn = {{"name", t["name"]}, {"parameters", t["input_schema"]}};
       if (t.contains("description")) fn["description"] = t["description"];
-      tools.push_back({{"type", "function"}, {"function", fn}});
-    }
-    out["tools"] = tools;
+      return fn;
+    });
   }
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const ojson& c = body["tool_choice"];

@@ -167,17 +167,38 @@ void native_completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env
   }
 }
 
+// A request of another API on the chat path (the Responses and Messages APIs), turned into the
+// chat body it means, parsed and queued; the caller shapes the reply.
+struct ChatCall {
+  ChatCall(const std::string& chat_body, ServerEnv& env)
+      : req((++env.counters.requests, parse_request(chat_body, true, env.request))),
+        task(submit(req, env)),
+        id(std::to_string(++next_id)),
+        created(static_cast<long long>(std::time(nullptr))),
+        rb(req, env.request.tokenizer, id, created) {}
+  // Not streamed: the whole reply as a chat.completion once done; nothing when the client left.
+  std::optional<json> whole(HttpReply& reply) {
+    std::vector<Piece> pieces;
+    if (!wait_all(*task, reply, pieces)) return std::nullopt;
+    return rb.full(pieces, *task);
+  }
+  const ApiRequest req;
+  std::shared_ptr<Task> task;
+  const std::string id;
+  const long long created;
+  const ResponseBuilder rb;
+};
+
 // OpenAI's Responses API (responses_api.h) on the chat path.
 void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
-  ++env.counters.requests;
-  const ApiRequest req = parse_request(responses_to_chat(http.body), true, env.request);
-  auto task = submit(req, env);
-  const std::string id = std::to_string(++next_id);
-  const long long created = static_cast<long long>(std::time(nullptr));
-  const ResponseBuilder rb(req, env.request.tokenizer, id, created);
+  ChatCall call(responses_to_chat(http.body), env);
+  const ApiRequest& req = call.req;
+  const std::shared_ptr<Task>& task = call.task;
+  const std::string& id = call.id;
+  const long long created = call.created;
+  const ResponseBuilder& rb = call.rb;
   if (!req.stream) {
-    std::vector<Piece> pieces;
-    if (wait_all(*task, reply, pieces)) reply.send(json_response(response_object(rb.full(pieces, *task), http.body)));
+    if (const auto c = call.whole(reply)) reply.send(json_response(response_object(*c, http.body)));
     return;
   }
   if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task->cancel();
@@ -233,15 +254,13 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
 
 // Anthropic's Messages API (anthropic.h) on the chat path.
 void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
-  ++env.counters.requests;
-  const ApiRequest req = parse_request(anthropic_to_openai(http.body, false), true, env.request);
-  auto task = submit(req, env);
-  const std::string id = std::to_string(++next_id);
-  const long long created = static_cast<long long>(std::time(nullptr));
-  const ResponseBuilder rb(req, env.request.tokenizer, id, created);
+  ChatCall call(anthropic_to_openai(http.body, false), env);
+  const ApiRequest& req = call.req;
+  const std::shared_ptr<Task>& task = call.task;
+  const std::string& id = call.id;
+  const ResponseBuilder& rb = call.rb;
   if (!req.stream) {
-    std::vector<Piece> pieces;
-    if (wait_all(*task, reply, pieces)) reply.send(json_response(anthropic_message(rb.full(pieces, *task), task->stop_word())));
+    if (const auto c = call.whole(reply)) reply.send(json_response(anthropic_message(*c, task->stop_word())));
     return;
   }
   if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task->cancel();

@@ -4,6 +4,7 @@
 
 #include "api_error.h"
 #include "openai_response.h"
+#include "tool_calls.h"
 
 namespace slake::server {
 
@@ -98,18 +99,14 @@ std::string responses_to_chat(const std::string& text) {
 
   if (body.contains("tools") && !body["tools"].is_null()) {
     if (!body["tools"].is_array()) bad("tools", "'tools' must be an array");
-    ojson tools = ojson::array();
-    for (size_t i = 0; i < body["tools"].size(); ++i) {
-      const ojson& t = body["tools"][i];
-      const std::string at = "tools[" + std::to_string(i) + "]";
+    out["tools"] = chat_tools(body["tools"], [](const ojson& t, const std::string& at) {
       if (!t.is_object() || t.value("type", "") != "function" || !t.contains("name"))
         bad(at, "'" + at + "': only function tools ({\"type\": \"function\", \"name\", \"parameters\"}) are supported");
       ojson fn = {{"name", t["name"]}};
       for (const char* k : {"description", "parameters"})
         if (t.contains(k) && !t[k].is_null()) fn[k] = t[k];
-      tools.push_back({{"type", "function"}, {"function", fn}});
-    }
-    out["tools"] = tools;
+      return fn;
+    });
   }
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const ojson& c = body["tool_choice"];

@@ -7,6 +7,7 @@
 //   generic  {"name": ..., "arguments": {...}}                               (any other template that takes tools)
 #pragma once
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,17 @@ struct ParsedReply {
 // The calls of `req`'s functions in a finished reply, in `req.format`'s syntax; text that is not a
 // well-formed call of a known function stays content.
 ParsedReply parse_tool_calls(const std::string& text, const ToolRequest& req);
+
+// The chat request's tools array from another API's `tools` (Anthropic's, the Responses API's):
+// `one(tool, "tools[i]")` gives each one's {"name", "description"?, "parameters"} or throws.
+template <typename F>
+nlohmann::ordered_json chat_tools(const nlohmann::ordered_json& tools, F&& one) {
+  if (!tools.is_array()) throw std::invalid_argument("tools");
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < tools.size(); ++i)
+    out.push_back({{"type", "function"}, {"function", one(tools[i], "tools[" + std::to_string(i) + "]")}});
+  return out;
+}
 
 // A tool call id: 9 letters and digits, fresh each call.
 std::string new_tool_call_id();
