@@ -1,11 +1,10 @@
 // GBNF grammars (include/slake/grammar/grammar.h): the parser's errors, the matcher against
 // nlohmann::json's own validator on the JSON grammar, the trie-and-cache mask against a token-by-
-// token check on a vocabulary with multi-byte and partial UTF-8 tokens, and llama.cpp's grammars.
+// token check on a vocabulary with multi-byte and partial UTF-8 tokens, JSON Schema conversion,
+// and llama.cpp's own example grammars.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -14,6 +13,7 @@
 #include "slake/error.h"
 #include "slake/grammar/grammar.h"
 #include "slake/tokenizer/tokenizer.h"
+#include "test_util.h"
 
 namespace slake {
 namespace {
@@ -268,12 +268,10 @@ TEST(JsonSchema, ObjectsArraysStringsAndRefs) {
                Error);
 }
 
-// llama.cpp's grammars/ folder (from the llama-cpp-python 0.3.36 sdist, SLAKE_LLAMA_CPP_DIR), each
+// llama.cpp's grammars/ folder (tests/fixtures/grammars, copied from llama.cpp 0c1e570), each
 // parsed and followed on a text it describes.
 TEST(Gbnf, LlamaCppGrammars) {
-  const char* dir = std::getenv("SLAKE_LLAMA_CPP_DIR");
-  if (dir == nullptr || !std::filesystem::exists(std::string(dir) + "/grammars/json.gbnf"))
-    GTEST_SKIP() << "SLAKE_LLAMA_CPP_DIR (llama.cpp's source, with grammars/) not set";
+  const std::string dir = test::fixtures_dir() + "/grammars";
   Fixture f;
   // Texts each grammar describes whole (json_arr's and arithmetic's spaces are exactly theirs).
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -286,7 +284,8 @@ TEST(Gbnf, LlamaCppGrammars) {
       {"english", "Hello, world."},
       {"japanese", "\xE3\x81\x93\xE3\x82\x93\xE3\x81\xAB\xE3\x81\xA1\xE3\x81\xAF"}};
   for (const auto& [name, text] : cases) {
-    std::ifstream in(std::string(dir) + "/grammars/" + name + ".gbnf");
+    std::ifstream in(dir + "/" + name + ".gbnf");
+    ASSERT_TRUE(in) << dir << "/" << name << ".gbnf";
     std::stringstream ss;
     ss << in.rdbuf();
     std::shared_ptr<const Grammar> g;
