@@ -3,7 +3,8 @@ against independent references: /completion's content equals slake-cli's greedy 
 adds up to the same text and ends with a stop: true object (no [DONE]), stop_type and
 stopping_word say why it stopped, timings count the prompt and the generated tokens, logit_bias
 takes llama-server's [[token, false]] form; /apply-template equals the chat template rendered by
-jinja2 (what transformers renders with); /props describes the server; unknown fields are 400s."""
+jinja2 (what transformers renders with); /props describes the server; unknown fields are 400s;
+CORS answers only the origins of --cors-origins."""
 import json
 import os
 import unittest
@@ -106,6 +107,44 @@ class NativeApi(unittest.TestCase):
             status, r = post(self.server, "/completion", body)
             self.assertEqual(status, 400, r)
             self.assertEqual(r["error"]["param"], param, r)
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class Cors(unittest.TestCase):
+    def test_listed_origins_only(self):
+        import http.client
+        server = Server(STORIES, "-c", "256", "-t", "1", "--api-key", "k", "--cors-origins", "http://good.example, http://also.example")
+
+        def call(method, path, headers, body=None):
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            conn.request(method, path, body=body, headers=headers)
+            r = conn.getresponse()
+            r.read()
+            conn.close()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}
+
+        try:
+            pre = {"Origin": "http://good.example", "Access-Control-Request-Method": "POST",
+                   "Access-Control-Request-Headers": "authorization,content-type"}
+            status, h = call("OPTIONS", "/v1/completions", pre)
+            self.assertEqual(status, 204)
+            self.assertEqual(h["access-control-allow-origin"], "http://good.example")
+            self.assertEqual(h["access-control-allow-headers"], "authorization,content-type")
+            self.assertIn("POST", h["access-control-allow-methods"])
+            status, h = call("OPTIONS", "/v1/completions", {**pre, "Origin": "http://evil.example"})
+            self.assertEqual(status, 403)
+            self.assertNotIn("access-control-allow-origin", h)
+            body = json.dumps({"prompt": "Once", "max_tokens": 2})
+            for origin, allowed in (("http://also.example", True), ("http://evil.example", False)):
+                status, h = call("POST", "/v1/completions", {"Origin": origin, "Authorization": "Bearer k"}, body)
+                self.assertEqual(status, 200)
+                self.assertEqual(h.get("access-control-allow-origin"), origin if allowed else None)
+            status, h = call("POST", "/v1/completions", {"Origin": "http://good.example"}, body)  # no key
+            self.assertEqual((status, h.get("access-control-allow-origin")), (401, "http://good.example"))
+            status, h = call("GET", "/health", {"Origin": "http://good.example"})
+            self.assertEqual((status, h.get("access-control-allow-origin")), (200, "http://good.example"))
+        finally:
+            server.stop()
 
 
 if __name__ == "__main__":

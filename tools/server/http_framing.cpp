@@ -60,7 +60,7 @@ std::string response_head(int status, const std::string& content_type, long long
   std::string h = "HTTP/1.1 " + std::to_string(status) + " " +
                   std::string(bhttp::obsolete_reason(static_cast<bhttp::status>(status))) + "\r\nServer: slake\r\n";
   if (!content_type.empty()) h += "Content-Type: " + content_type + "\r\n";
-  if (content_length >= 0) h += "Content-Length: " + std::to_string(content_length) + "\r\n";
+  if (content_length >= 0 && status != 204 && status != 304) h += "Content-Length: " + std::to_string(content_length) + "\r\n";
   else if (content_length == -1) h += "Transfer-Encoding: chunked\r\n";
   if (close) h += "Connection: close\r\n";
   for (const auto& [k, v] : extra) h += k + ": " + v + "\r\n";

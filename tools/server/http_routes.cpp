@@ -441,7 +441,37 @@ const OpenAiService::Route* OpenAiService::find(const HttpRequest& head) const {
   return nullptr;
 }
 
+namespace {
+
+// The origin of a browser's request when --cors-origins lets it call the API; "" otherwise.
+std::string allowed_origin(const HttpRequest& head, const std::vector<std::string>& origins) {
+  const std::string* origin = head.header("Origin");
+  if (!origin) return "";
+  for (const std::string& o : origins)
+    if (o == "*" || o == *origin) return *origin;
+  return "";
+}
+
+}  // namespace
+
+HttpHeaders OpenAiService::reply_headers(const HttpRequest& head) const {
+  const std::string origin = allowed_origin(head, env_.cors_origins);
+  if (origin.empty()) return {};
+  return {{"Access-Control-Allow-Origin", origin}, {"Vary", "Origin"}};
+}
+
 std::optional<HttpResponse> OpenAiService::check_head(const HttpRequest& head) {
+  // A browser's preflight comes without the key: answered before the key is checked.
+  if (head.method == "OPTIONS") {
+    if (allowed_origin(head, env_.cors_origins).empty())
+      return json_response(ApiError(403, "this origin may not call the API (--cors-origins)", "invalid_request_error", "",
+                                    "origin_not_allowed").body(), 403);
+    const std::string* asked = head.header("Access-Control-Request-Headers");
+    return HttpResponse{204, "", "",
+                        {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                         {"Access-Control-Allow-Headers", asked ? *asked : "Authorization, Content-Type, x-api-key"},
+                         {"Access-Control-Max-Age", "600"}}};
+  }
   if (!env_.api_key.empty() && head.path != "/health" && head.path != "/v1/health") {
     // "Authorization: Bearer KEY" (OpenAI's clients), or "x-api-key: KEY" (Anthropic's).
     const std::string* bearer = head.header("Authorization");

@@ -8,6 +8,7 @@
 //   GET  /health, /v1/health                      {"status": "ok"} (no API key needed)
 //   GET  /metrics                                 Prometheus text (metrics.h)
 //   POST /tokenize, /detokenize                   llama-server's: {"content"} <-> {"tokens"}
+// OPTIONS is a CORS preflight, answered for the origins of --cors-origins (403 for others).
 // Every error is OpenAI's error object with its status (Anthropic's on its API). With --api-key,
 // every endpoint but the health checks needs "Authorization: Bearer KEY" or "x-api-key: KEY": a
 // request without it is answered 401 before its body is read.
@@ -32,6 +33,7 @@ struct ServerEnv {
   std::string api_key;
   long long created;       // when the model was loaded, for /v1/models
   std::string model_path;  // -m, for /props
+  std::vector<std::string> cors_origins = {};  // --cors-origins: pages that may call the API ("*": any)
 };
 
 class OpenAiService final : public HttpService {
@@ -41,6 +43,8 @@ class OpenAiService final : public HttpService {
   bool quick(const HttpRequest& head) const override;
   void serve(const HttpRequest& req, HttpReply& reply) override;
   HttpResponse error(const HttpError& e) const override;
+  // CORS: Access-Control-Allow-Origin for an origin in --cors-origins.
+  HttpHeaders reply_headers(const HttpRequest& head) const override;
 
  private:
   struct Route {

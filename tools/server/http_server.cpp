@@ -56,18 +56,22 @@ bool write_all(int fd, std::string_view data, int timeout_ms) {
 // alone. Chunked for an HTTP/1.1 client; for HTTP/1.0, a streamed reply ends with the connection.
 class SocketReply final : public HttpReply {
  public:
-  SocketReply(int fd, int timeout_ms, bool keep_alive, bool http11)
-      : fd_(fd), timeout_ms_(timeout_ms), keep_alive_(keep_alive), http11_(http11) {}
+  SocketReply(int fd, int timeout_ms, bool keep_alive, bool http11, HttpHeaders extra)
+      : fd_(fd), timeout_ms_(timeout_ms), keep_alive_(keep_alive), http11_(http11), extra_(std::move(extra)) {}
 
   void send(const HttpResponse& r) override {
     begin();
     done_ = true;
-    ok_ = write_all(fd_, http::response_bytes(r, !keep_alive_), timeout_ms_);
+    HttpResponse with = r;
+    with.headers.insert(with.headers.end(), extra_.begin(), extra_.end());
+    ok_ = write_all(fd_, http::response_bytes(with, !keep_alive_), timeout_ms_);
   }
   bool start(int status, const std::string& content_type, const HttpHeaders& headers) override {
     begin();
     if (!http11_) keep_alive_ = false;
-    ok_ = write_all(fd_, http::response_head(status, content_type, http11_ ? -1 : -2, !keep_alive_, headers), timeout_ms_);
+    HttpHeaders all = headers;
+    all.insert(all.end(), extra_.begin(), extra_.end());
+    ok_ = write_all(fd_, http::response_head(status, content_type, http11_ ? -1 : -2, !keep_alive_, all), timeout_ms_);
     return ok_;
   }
   bool write(std::string_view data) override {
@@ -102,6 +106,7 @@ class SocketReply final : public HttpReply {
   }
   int fd_, timeout_ms_;
   bool keep_alive_, http11_;
+  HttpHeaders extra_;  // the service's headers for every reply to this request
   bool ok_ = true, started_ = false, done_ = false;
 };
 
@@ -196,7 +201,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     if (auto e = http::head_error(*parser_)) return refuse(*e);
     req_ = http::request_of(*parser_);
-    if (auto refused = s_.service.check_head(req_)) return write_and_close(http::response_bytes(*refused, true));
+    if (auto refused = s_.service.check_head(req_)) {
+      for (auto& h : s_.service.reply_headers(req_)) refused->headers.push_back(std::move(h));
+      return write_and_close(http::response_bytes(*refused, true));
+    }
     if (!parser_->is_done() && http::expects_continue(*parser_)) {
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       arm(s_.limits.write_timeout_ms);
@@ -242,6 +250,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } catch (const std::exception& e) {
       resp = s_.service.error({500, std::string("internal error: ") + e.what()});
     }
+    for (auto& h : s_.service.reply_headers(req_)) resp.headers.push_back(std::move(h));
     out_ = http::response_bytes(resp, !keep_alive_);
     arm(s_.limits.write_timeout_ms);
     asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -254,7 +263,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // On a worker thread; the I/O thread has no operation on this connection meanwhile.
   void serve_on_worker() {
-    SocketReply r(socket_.native_handle(), s_.limits.write_timeout_ms, keep_alive_, http11_);
+    SocketReply r(socket_.native_handle(), s_.limits.write_timeout_ms, keep_alive_, http11_, s_.service.reply_headers(req_));
     try {
       s_.service.serve(req_, r);
       if (!r.started()) r.send(s_.service.error({500, "internal error: no reply"}));

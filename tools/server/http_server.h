@@ -90,6 +90,11 @@ class HttpService {
   virtual void serve(const HttpRequest& req, HttpReply& reply) = 0;
   // The response to an error of the HTTP layer itself (400, 408, 413, 431, 500, 503).
   virtual HttpResponse error(const HttpError& e) const = 0;
+  // Headers every reply to `head` carries (CORS's, say); none by default.
+  virtual HttpHeaders reply_headers(const HttpRequest& head) const {
+    (void)head;
+    return {};
+  }
 };
 
 class HttpServer {

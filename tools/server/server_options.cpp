@@ -66,6 +66,8 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on the API endpoints");
+  app.add_option("--cors-origins", o.cors_origins,
+                 "origins whose pages may call the API from a browser, comma-separated ('*': any; default: none)");
   app.add_option("--chat-template", o.chat_template,
                  "a built-in chat format by name instead of the model's own template (" + chat_format_names() + ")");
   app.add_option("--chat-template-file", o.chat_template_file, "a Jinja chat template file instead of the model's own");
@@ -98,6 +100,19 @@ void check_options(const CLI::App& app, ServerOptions& o) {
   }
   if (o.reasoning_budget == 0) kwargs["enable_thinking"] = false;
   o.chat_template_kwargs = kwargs.empty() ? "" : kwargs.dump();
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    std::string item = s.substr(at, comma - at);
+    const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    if (a != std::string::npos) out.push_back(item.substr(a, b - a + 1));
+    at = comma + 1;
+  }
+  return out;
 }
 
 std::string model_id(const ServerOptions& o) {

@@ -34,6 +34,7 @@ struct ServerOptions {
   std::string reasoning_format = "auto";  // none, deepseek, auto
   int reasoning_budget = -1;              // -1: no limit; 0: thinking off (enable_thinking = false)
   std::string chat_template_kwargs;       // a JSON object of more template variables
+  std::string cors_origins;               // comma-separated origins that may call the API from a browser ("*": any)
   tools::KvFlags kv;
   std::string backend = "cpu";  // --backend: where the slots run
 };
@@ -47,6 +48,9 @@ void add_server_flags(CLI::App& app, ServerOptions& o);
 
 // Checks that need no model, after parsing: the KV flags, the ranges. Throws slake::Error.
 void check_options(const CLI::App& app, ServerOptions& o);
+
+// "a, b,c" -> {"a", "b", "c"}: a comma-separated flag's items, trimmed, empty ones dropped.
+std::vector<std::string> split_list(const std::string& s);
 
 // The model name clients use: --alias, else the file (or directory) name of -m.
 std::string model_id(const ServerOptions& o);
