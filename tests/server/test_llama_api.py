@@ -110,6 +110,21 @@ class NativeApi(unittest.TestCase):
 
 
 @unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class Conventions(unittest.TestCase):
+    def test_aliases_and_an_inline_template(self):
+        # llama-server's --alias takes several names; --chat-template takes a template's text.
+        server = Server(STORIES, "-c", "256", "-t", "1", "--alias", "first, second",
+                        "--chat-template", "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}")
+        try:
+            models = json.loads(server.get("/v1/models"))
+            self.assertEqual([m["id"] for m in models["data"]], ["first", "second"])
+            status, r = post(server, "/apply-template", {"messages": [{"role": "user", "content": "hi"}]})
+            self.assertEqual((status, r["prompt"]), (200, "[user]hi"))
+        finally:
+            server.stop()
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
 class Cors(unittest.TestCase):
     def test_listed_origins_only(self):
         import http.client

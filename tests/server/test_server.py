@@ -222,7 +222,7 @@ class Behaviour(unittest.TestCase):
             ({"prompt": "x", "max_tokens": "ten"}, "'max_tokens' must be an integer", "max_tokens"),
             ({"prompt": "x", "temperature": "hot"}, "'temperature' must be a number", "temperature"),
             ({"prompt": "x", "stream": 1}, "'stream' must be a boolean", "stream"),
-            ({"prompt": "x", "model": "gpt-4"}, "'gpt-4' does not exist", "model"),
+            ({"prompt": "x", "model": 4}, "'model' must be a string", "model"),
             ({"prompt": "x", "n": 2}, "'n' must be 1", "n"),
             ({"prompt": "x", "top_p": 0}, "top_p", "top_p"),
             ({"prompt": "x", "stop": [1]}, "'stop' must hold strings", "stop"),
@@ -236,9 +236,12 @@ class Behaviour(unittest.TestCase):
             self.assertEqual(err["error"]["type"], "invalid_request_error")
             self.assertIn(message, err["error"]["message"])
             self.assertEqual(err["error"]["param"], param)
-        status, err = post(self.server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})
-        self.assertEqual(status, 400)  # stories260K has no chat template and the server was given none
-        self.assertIn("no chat template", err["error"]["message"])
+        # As llama-server: any model name is served (and echoed), and a model without a chat
+        # template (stories260K, no --chat-template given) chats in ChatML.
+        status, body = post(self.server, "/v1/completions", {"prompt": "x", "model": "gpt-4", "max_tokens": 2})
+        self.assertEqual((status, body["model"]), (200, "gpt-4"))
+        status, body = post(self.server, "/apply-template", {"messages": [{"role": "user", "content": "hi"}]})
+        self.assertEqual((status, body["prompt"]), (200, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"))
         status, err = post(self.server, "/v1/chat/completions", {"messages": "hi"})
         self.assertEqual((status, err["error"]["param"]), (400, "messages"))
         # Through the client: its BadRequestError.

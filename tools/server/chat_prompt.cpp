@@ -15,10 +15,12 @@ std::string piece_or_empty(const Vocab& v, int id) {
 // (falling back to the built-in format it resembles when it cannot render).
 ChatTemplate choose(const Vocab& v, const std::string& name, const std::string& file) {
   if (!file.empty()) return ChatTemplate::jinja(read_text_file(file), file);
+  // A Jinja source given inline (llama-server takes a template string as well as a name).
+  if (name.find("{%") != std::string::npos || name.find("{{") != std::string::npos)
+    return ChatTemplate::jinja(name, "--chat-template");
   if (!name.empty()) return ChatTemplate::builtin(chat_format_from_name(name));
-  if (v.chat_template.empty())
-    fail("the model has no chat template; start slake-server with --chat-template NAME (known: " + chat_format_names() +
-         ") or --chat-template-file FILE, or use /v1/completions");
+  // As llama-server: a model without a template chats in ChatML.
+  if (v.chat_template.empty()) return ChatTemplate::builtin(ChatFormat::ChatML);
   try {
     ChatTemplate t = ChatTemplate::jinja(v.chat_template, "the model's chat template");
     t.render({{"user", "Hello"}}, true, {});

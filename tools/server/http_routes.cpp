@@ -376,13 +376,15 @@ OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
   });
   for (const char* path : {"/v1/models", "/models"})
     add("GET", path, true, [&env](const HttpRequest&, HttpReply& reply) {
-      const json m = {{"id", env.request.model_id},
-                      {"object", "model"},
-                      {"created", env.created},
-                      {"owned_by", "slake"},
-                      {"meta", {{"n_ctx", env.request.n_ctx}, {"n_vocab", env.request.cfg.n_vocab},
-                                {"n_slots", env.scheduler.config().n_slots}}}};
-      reply.send(json_response({{"object", "list"}, {"data", json::array({m})}}));
+      json data = json::array();
+      for (const std::string& name : env.aliases.empty() ? std::vector<std::string>{env.request.model_id} : env.aliases)
+        data.push_back({{"id", name},
+                        {"object", "model"},
+                        {"created", env.created},
+                        {"owned_by", "slake"},
+                        {"meta", {{"n_ctx", env.request.n_ctx}, {"n_vocab", env.request.cfg.n_vocab},
+                                  {"n_slots", env.scheduler.config().n_slots}}}});
+      reply.send(json_response({{"object", "list"}, {"data", data}}));
     });
   for (const char* path : {"/v1/responses", "/responses"})
     add("POST", path, false, [&env](const HttpRequest& req, HttpReply& reply) {

@@ -34,6 +34,7 @@ struct ServerEnv {
   long long created;       // when the model was loaded, for /v1/models
   std::string model_path;  // -m, for /props
   std::vector<std::string> cors_origins = {};  // --cors-origins: pages that may call the API ("*": any)
+  std::vector<std::string> aliases = {};       // --alias: the model's names, its id first
 };
 
 class OpenAiService final : public HttpService {

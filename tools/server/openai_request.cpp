@@ -418,10 +418,8 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
   check_fields(body, chat);
   ApiRequest r;
   r.chat = chat;
+  // As llama-server: one model is served whatever `model` names, and the reply names what was asked for.
   r.model = get_string(body, "model", env.model_id);
-  if (r.model != env.model_id)
-    throw ApiError(400, "the model '" + r.model + "' does not exist; this server serves '" + env.model_id + "'",
-                   "invalid_request_error", "model", "model_not_found");
   if (get_int(body, "n", 1, 1, std::numeric_limits<int>::max()) != 1)
     throw bad_field("n", "'n' must be 1: slake-server generates one choice per request");
   if (!chat && get_bool(body, "echo", false)) throw bad_field("echo", "'echo' is not supported");

@@ -21,7 +21,7 @@ std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<
 void add_server_flags(CLI::App& app, ServerOptions& o) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("-m,--model", o.model_path, "GGUF file or Hugging Face model directory")->required();
-  app.add_option("-a,--alias", o.alias, "the model's name in the API (default: the file name of -m)");
+  app.add_option("-a,--alias", o.alias, "the model's names in the API, comma-separated; the first is its id (default: the file name of -m)");
   app.add_option("-c,--ctx-size", o.n_ctx, "context size of each slot in tokens (0: the model's training context)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -69,7 +69,8 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
   app.add_option("--cors-origins", o.cors_origins,
                  "origins whose pages may call the API from a browser, comma-separated ('*': any; default: none)");
   app.add_option("--chat-template", o.chat_template,
-                 "a built-in chat format by name instead of the model's own template (" + chat_format_names() + ")");
+                 "a built-in chat format by name instead of the model's own template (" + chat_format_names() +
+                     "), or a Jinja template's text");
   app.add_option("--chat-template-file", o.chat_template_file, "a Jinja chat template file instead of the model's own");
   app.add_option("--chat-template-kwargs", o.chat_template_kwargs,
                  "a JSON object of more variables for the Jinja template, e.g. '{\"enable_thinking\": false}'");
@@ -87,7 +88,8 @@ void check_options(const CLI::App& app, ServerOptions& o) {
   tools::finish_kv_flags(app, o.kv);
   tools::check_backend(o.backend);
   tools::kv_types_for_backend(o.kv.params, o.backend);
-  if (!o.chat_template.empty()) chat_format_from_name(o.chat_template);  // the error lists the names
+  const bool inline_jinja = o.chat_template.find("{%") != std::string::npos || o.chat_template.find("{{") != std::string::npos;
+  if (!o.chat_template.empty() && !inline_jinja) chat_format_from_name(o.chat_template);  // the error lists the names
   if (!o.chat_template.empty() && !o.chat_template_file.empty())
     fail("--chat-template and --chat-template-file: give one of them");
   reasoning_format_from_name(o.reasoning_format);
@@ -116,7 +118,8 @@ std::vector<std::string> split_list(const std::string& s) {
 }
 
 std::string model_id(const ServerOptions& o) {
-  if (!o.alias.empty()) return o.alias;
+  const std::vector<std::string> aliases = split_list(o.alias);
+  if (!aliases.empty()) return aliases.front();
   std::string p = o.model_path;
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   const size_t slash = p.find_last_of('/');

@@ -67,7 +67,8 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
                                o.api_key,
                                static_cast<long long>(std::time(nullptr)),
                                o.model_path,
-                               slake::server::split_list(o.cors_origins)};
+                               slake::server::split_list(o.cors_origins),
+                               slake::server::split_list(o.alias)};
   slake::server::OpenAiService service(env);
   slake::server::HttpLimits limits;
   limits.workers = o.http_threads > 0 ? o.http_threads : o.n_parallel + o.queue_max + 8;
