@@ -107,8 +107,13 @@ void Context::eval(const std::vector<int32_t>& tokens, std::vector<float>* logit
   eval_into(tokens, logits, all_logits, {});
 }
 
+void Context::hidden_states(const std::vector<int32_t>& tokens, std::vector<float>* out) {
+  reset();
+  eval_into(tokens, nullptr, true, {}, out);
+}
+
 void Context::eval_into(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
-                        const std::vector<Context*>& also) {
+                        const std::vector<Context*>& also, std::vector<float>* hidden) {
   const ModelConfig& c = model_.cfg;
   const int n = static_cast<int>(tokens.size());
   if (n == 0) fail("eval: no tokens");
@@ -147,11 +152,15 @@ void Context::eval_into(const std::vector<int32_t>& tokens, std::vector<float>* 
     o->n_past_ += n;
   }
 
-  if (!logits) return;
+  if (!logits && !hidden) return;
   const int first = all_logits ? 0 : n - 1;
   const int rows = n - first;
   std::vector<float> normed(static_cast<size_t>(rows) * dim);
   rmsnorm_rows(normed.data(), x.data() + first * dim, model_.output_norm, rows, dim, c.rms_eps, *pool_);
+  if (hidden) {
+    *hidden = std::move(normed);
+    return;
+  }
   logits->resize(static_cast<size_t>(rows) * c.n_vocab);
   matmul(logits->data(), normed.data(), rows, weights_.output, *pool_);
 }

@@ -49,6 +49,10 @@ class Context {
   // ([n][n_vocab]) when all_logits, else of the last one only ([n_vocab]); logits may be null.
   void eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits = false);
 
+  // Empties the context and evaluates `tokens` from position 0, giving the output of the final
+  // norm for each ([n][dim]): the hidden states that an embedding pools.
+  void hidden_states(const std::vector<int32_t>& tokens, std::vector<float>* out);
+
   int n_past() const { return n_past_; }
   int n_ctx() const { return n_ctx_; }
   const Model& model() const { return model_; }
@@ -65,8 +69,9 @@ class Context {
  private:
   // eval, with `also`: empty contexts that take the same prompt (prefill_shared). Each appends
   // the same keys and values, observes the same queries and evicts with its own policy.
+  // `hidden`, when given, gets every token's final-norm output instead of logits.
   void eval_into(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
-                 const std::vector<Context*>& also);
+                 const std::vector<Context*>& also, std::vector<float>* hidden = nullptr);
   // prompt: a prompt into an empty cache (observed for eviction); else decode steps.
   void run_layer(int layer, float* x, int n_tokens, const int32_t* pos, bool prompt, const std::vector<Context*>& also);
   // The attention shape of a layer (its own window on models with local and global layers).

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "slake/context.h"
@@ -179,6 +180,42 @@ TEST(ForwardReferenceFixtures, RopeLayoutsAgree) {
   double max_diff = 0;
   for (size_t i = 0; i < lg.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::abs(lg[i] - lh[i])));
   EXPECT_LE(max_diff, 1e-5);
+}
+
+}  // namespace
+}  // namespace slake
+
+namespace slake {
+namespace {
+
+// The final norm's output of every token (what /v1/embeddings pools) against transformers'
+// hidden_states[-1] of the same tiny model (tests/fixtures/models/llama-gqa-tied/hidden.json, by
+// models/make_embedding_reference.py), from the GGUF file and the HF directory alike; a second
+// call gives the same rows (the context is emptied first).
+TEST(HiddenStates, MatchTransformers) {
+  const std::string d = test::fixtures_dir() + "/models/llama-gqa-tied/";
+  std::ifstream in(d + "hidden.json");
+  ASSERT_TRUE(in);
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  const std::vector<int32_t> tokens = ref["tokens"].get<std::vector<int32_t>>();
+  for (const char* file : {"model.gguf", "hf"}) {
+    auto model = load_model(d + file);
+    Context ctx(*model, test::f32_cache(64, 2, 64));
+    std::vector<float> h, again;
+    ctx.hidden_states(tokens, &h);
+    ctx.hidden_states(tokens, &again);
+    EXPECT_EQ(h, again) << file;
+    const int dim = model->cfg.dim;
+    ASSERT_EQ(h.size(), tokens.size() * static_cast<size_t>(dim)) << file;
+    double max_ref = 0, max_err = 0;
+    for (size_t t = 0; t < tokens.size(); ++t)
+      for (int i = 0; i < dim; ++i) {
+        const double r = ref["hidden"][t][static_cast<size_t>(i)].get<double>();
+        max_ref = std::max(max_ref, std::fabs(r));
+        max_err = std::max(max_err, std::fabs(r - h[t * static_cast<size_t>(dim) + static_cast<size_t>(i)]));
+      }
+    EXPECT_LE(max_err / max_ref, 1e-4) << file;
+  }
 }
 
 }  // namespace

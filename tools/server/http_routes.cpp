@@ -349,6 +349,9 @@ OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
     add("POST", path, false, [&env](const HttpRequest& req, HttpReply& reply) {
       guarded(reply, env.counters, [&] { native_completion(req, reply, env); });
     });
+  add("POST", "/v1/embeddings", false, [&env](const HttpRequest& req, HttpReply& reply) {
+    guarded(reply, env.counters, [&] { reply.send(json_response(env.embedder->serve(req.body, env.request))); });
+  });
   add("POST", "/apply-template", false, [&env](const HttpRequest& req, HttpReply& reply) {
     guarded(reply, env.counters, [&] { reply.send(json_response({{"prompt", apply_template(req.body, env.request)}})); });
   });

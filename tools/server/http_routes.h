@@ -8,6 +8,7 @@
 //   GET  /health, /v1/health                      {"status": "ok"} (no API key needed)
 //   GET  /metrics                                 Prometheus text (metrics.h)
 //   POST /tokenize, /detokenize                   llama-server's: {"content"} <-> {"tokens"}
+//   POST /v1/embeddings                           pooled final hidden states (embeddings.h)
 // OPTIONS is a CORS preflight, answered for the origins of --cors-origins (403 for others).
 // Every error is OpenAI's error object with its status (Anthropic's on its API). With --api-key,
 // every endpoint but the health checks needs "Authorization: Bearer KEY" or "x-api-key: KEY": a
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "chat_prompt.h"
+#include "embeddings.h"
 #include "http_server.h"
 #include "metrics.h"
 #include "openai_request.h"
@@ -35,6 +37,7 @@ struct ServerEnv {
   std::string model_path;  // -m, for /props
   std::vector<std::string> cors_origins = {};  // --cors-origins: pages that may call the API ("*": any)
   std::vector<std::string> aliases = {};       // --alias: the model's names, its id first
+  Embedder* embedder = nullptr;                // /v1/embeddings
 };
 
 class OpenAiService final : public HttpService {

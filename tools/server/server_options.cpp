@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "embeddings.h"
 #include "reasoning.h"
 #include "slake/chat_template.h"
 #include "slake/error.h"
@@ -66,6 +67,8 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on the API endpoints");
+  app.add_option("--pooling", o.pooling, "how /v1/embeddings pools a text's final hidden states: mean or last")
+      ->capture_default_str();
   app.add_option("--cors-origins", o.cors_origins,
                  "origins whose pages may call the API from a browser, comma-separated ('*': any; default: none)");
   app.add_option("--chat-template", o.chat_template,
@@ -93,6 +96,7 @@ void check_options(const CLI::App& app, ServerOptions& o) {
   if (!o.chat_template.empty() && !o.chat_template_file.empty())
     fail("--chat-template and --chat-template-file: give one of them");
   reasoning_format_from_name(o.reasoning_format);
+  pooling_from_name(o.pooling);
   if (o.reasoning_budget != -1 && o.reasoning_budget != 0)
     fail("--reasoning-budget must be -1 (no limit) or 0 (no thinking), as llama-server's, got " + std::to_string(o.reasoning_budget));
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();

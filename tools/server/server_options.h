@@ -35,6 +35,7 @@ struct ServerOptions {
   int reasoning_budget = -1;              // -1: no limit; 0: thinking off (enable_thinking = false)
   std::string chat_template_kwargs;       // a JSON object of more template variables
   std::string cors_origins;               // comma-separated origins that may call the API from a browser ("*": any)
+  std::string pooling = "mean";           // /v1/embeddings: mean or last
   tools::KvFlags kv;
   std::string backend = "cpu";  // --backend: where the slots run
 };

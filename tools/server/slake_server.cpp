@@ -69,6 +69,8 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
                                o.model_path,
                                slake::server::split_list(o.cors_origins),
                                slake::server::split_list(o.alias)};
+  slake::server::Embedder embedder(*model, sc.n_ctx, o.n_threads, slake::server::pooling_from_name(o.pooling));
+  env.embedder = &embedder;
   slake::server::OpenAiService service(env);
   slake::server::HttpLimits limits;
   limits.workers = o.http_threads > 0 ? o.http_threads : o.n_parallel + o.queue_max + 8;
