@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libboost-dev libcli11-dev libgtest-dev libgmock-dev
-          libbenchmark-dev clang libclang-rt-14-dev python3 python3-venv)
+          libbenchmark-dev clang libclang-rt-14-dev python3 python3-venv chromium chromium-driver)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,6 +13,7 @@
 #include "api_error.h"
 #include "llama_native.h"
 #include "responses_api.h"
+#include "webui_html.h"
 #include "openai_response.h"
 
 namespace slake::server {
@@ -405,6 +406,10 @@ OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
         },
         Shape::Anthropic);
   });
+  if (env.webui)
+    add("GET", "/", true, [](const HttpRequest&, HttpReply& reply) {
+      reply.send({200, "text/html; charset=utf-8", kWebuiHtml, {}});
+    });
   for (const char* path : {"/health", "/v1/health"})
     add("GET", path, true, [](const HttpRequest&, HttpReply& reply) {
       reply.send({200, "application/json", "{\"status\":\"ok\"}", {}});
@@ -477,7 +482,9 @@ std::optional<HttpResponse> OpenAiService::check_head(const HttpRequest& head) {
                          {"Access-Control-Allow-Headers", asked ? *asked : "Authorization, Content-Type, x-api-key"},
                          {"Access-Control-Max-Age", "600"}}};
   }
-  if (!env_.api_key.empty() && head.path != "/health" && head.path != "/v1/health") {
+  // The health checks and the chat page need no key (the page asks for it and sends it with its calls).
+  const bool open = head.path == "/health" || head.path == "/v1/health" || (env_.webui && head.path == "/" && head.method == "GET");
+  if (!env_.api_key.empty() && !open) {
     // "Authorization: Bearer KEY" (OpenAI's clients), or "x-api-key: KEY" (Anthropic's).
     const std::string* bearer = head.header("Authorization");
     const std::string* x_key = head.header("x-api-key");

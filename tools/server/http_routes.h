@@ -9,6 +9,7 @@
 //   GET  /metrics                                 Prometheus text (metrics.h)
 //   POST /tokenize, /detokenize                   llama-server's: {"content"} <-> {"tokens"}
 //   POST /v1/embeddings                           pooled final hidden states (embeddings.h)
+//   GET  /                                        the chat page (webui/index.html; no API key needed)
 // OPTIONS is a CORS preflight, answered for the origins of --cors-origins (403 for others).
 // Every error is OpenAI's error object with its status (Anthropic's on its API). With --api-key,
 // every endpoint but the health checks needs "Authorization: Bearer KEY" or "x-api-key: KEY": a
@@ -38,6 +39,7 @@ struct ServerEnv {
   std::vector<std::string> cors_origins = {};  // --cors-origins: pages that may call the API ("*": any)
   std::vector<std::string> aliases = {};       // --alias: the model's names, its id first
   Embedder* embedder = nullptr;                // /v1/embeddings
+  bool webui = true;                           // the chat page at / (--no-webui: none)
 };
 
 class OpenAiService final : public HttpService {

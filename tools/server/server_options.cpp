@@ -15,7 +15,6 @@ std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<
   ignored.push_back({{"--jinja"}, 0, "the model's own Jinja chat template is the default"});
   ignored.push_back({{"--metrics"}, 0, "GET /metrics is always served"});
   ignored.push_back({{"-cb", "--cont-batching"}, 0, "batching is always continuous"});
-  ignored.push_back({{"--no-webui"}, 0, "there is no web page"});
   return tools::llama_cpp_args(argc, argv, {{"-np", "--parallel"}, {"-to", "--timeout"}}, ignored, notes);
 }
 
@@ -67,6 +66,7 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
   app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on the API endpoints");
+  app.add_flag("--no-webui", o.no_webui, "serve no chat page at /");
   app.add_option("--pooling", o.pooling, "how /v1/embeddings pools a text's final hidden states: mean or last")
       ->capture_default_str();
   app.add_option("--cors-origins", o.cors_origins,

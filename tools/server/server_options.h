@@ -36,6 +36,7 @@ struct ServerOptions {
   std::string chat_template_kwargs;       // a JSON object of more template variables
   std::string cors_origins;               // comma-separated origins that may call the API from a browser ("*": any)
   std::string pooling = "mean";           // /v1/embeddings: mean or last
+  bool no_webui = false;                  // no chat page at /
   tools::KvFlags kv;
   std::string backend = "cpu";  // --backend: where the slots run
 };
