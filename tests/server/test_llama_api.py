@@ -7,6 +7,7 @@ jinja2 (what transformers renders with); /props describes the server; unknown fi
 CORS answers only the origins of --cors-origins."""
 import json
 import os
+import time
 import unittest
 import urllib.error
 import urllib.request
@@ -91,6 +92,20 @@ class NativeApi(unittest.TestCase):
             want = jinja2.Environment().from_string(f.read()).render(messages=messages, add_generation_prompt=True,
                                                                       bos_token="", eos_token="", tools=None)
         self.assertEqual(r["prompt"], want)
+
+    def test_slots(self):
+        status, r = post(self.server, "/completion", {"prompt": "Once upon a time", "n_predict": 5, "temperature": 0})
+        want = r["tokens_evaluated"] + 4
+        for _ in range(50):  # the slot list is refreshed at the end of the scheduler's step
+            slots = json.loads(self.server.get("/slots"))
+            if want in [s["n_past"] for s in slots] and not any(s["is_processing"] for s in slots):
+                break
+            time.sleep(0.02)
+        self.assertEqual([s["id"] for s in slots], [0, 1])
+        self.assertTrue(all(not s["is_processing"] and s["n_ctx"] == CTX for s in slots))
+        # One slot holds that conversation: its prompt and the tokens generated before the last.
+        self.assertIn(want, [s["n_past"] for s in slots])
+        self.assertTrue(any(s["kv_bytes"] > 0 for s in slots))
 
     def test_props_and_health(self):
         props = json.loads(self.server.get("/props"))

@@ -353,6 +353,19 @@ OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
   add("POST", "/v1/embeddings", false, [&env](const HttpRequest& req, HttpReply& reply) {
     guarded(reply, env.counters, [&] { reply.send(json_response(env.embedder->serve(req.body, env.request))); });
   });
+  add("GET", "/slots", true, [&env](const HttpRequest&, HttpReply& reply) {
+    // llama-server's slot list, with what a slot holds here: its conversation's tokens and KV bytes.
+    const SchedulerStats st = env.scheduler.stats();
+    json slots = json::array();
+    for (size_t i = 0; i < st.kv_bytes.size(); ++i)
+      slots.push_back({{"id", i},
+                       {"n_ctx", env.request.n_ctx},
+                       {"is_processing", st.busy[i] != 0},
+                       {"n_past", st.history[i]},
+                       {"kv_bytes", st.kv_bytes[i]},
+                       {"kv_planned_bytes", st.kv_planned[i]}});
+    reply.send(json_response(slots));
+  });
   add("POST", "/apply-template", false, [&env](const HttpRequest& req, HttpReply& reply) {
     guarded(reply, env.counters, [&] { reply.send(json_response({{"prompt", apply_template(req.body, env.request)}})); });
   });
@@ -369,7 +382,7 @@ OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
          {"model_alias", env.request.model_id},
          {"model_path", env.model_path},
          {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
-         {"endpoint_slots", false},
+         {"endpoint_slots", true},
          {"endpoint_props", false},
          {"endpoint_metrics", true},
          {"chat_template", env.request.chat.template_source()},

@@ -48,6 +48,8 @@ struct SchedulerStats {
   int slots_busy = 0, queue_length = 0;
   std::vector<size_t> kv_bytes;     // per slot, held now
   std::vector<size_t> kv_planned;   // per slot, planned for its request (0 when idle)
+  std::vector<int> history;         // per slot, tokens its cache has seen (its conversation so far)
+  std::vector<char> busy;           // per slot, serving a request
 };
 
 class Scheduler {
