@@ -50,6 +50,45 @@ void apply_penalties(const SamplerParams& p, const std::vector<int32_t>& recent,
 
 }  // namespace
 
+void apply_dry(const SamplerParams& p, const std::vector<int32_t>& recent, const std::unordered_set<int32_t>& breakers,
+               std::vector<double>& logits) {
+  if (p.dry_multiplier == 0.0f || p.dry_base < 1.0f || p.dry_penalty_last_n == 0) return;
+  const size_t n = p.dry_penalty_last_n < 0 ? recent.size() : std::min(recent.size(), static_cast<size_t>(p.dry_penalty_last_n));
+  if (n <= static_cast<size_t>(p.dry_allowed_length)) return;
+  // r: the window newest first. A repetition reaches back at most to the newest breaker.
+  std::vector<int32_t> r(n);
+  for (size_t i = 0; i < n; ++i) r[i] = recent[recent.size() - 1 - i];
+  size_t limit = n;
+  for (size_t i = 0; i < n; ++i)
+    if (breakers.count(r[i])) {
+      limit = i;
+      break;
+    }
+  if (limit < static_cast<size_t>(p.dry_allowed_length)) return;
+  // Z-function of r: z[k] = how many tokens before position k (newest first) repeat the newest ones.
+  std::vector<size_t> z(n, 0);
+  for (size_t k = 1, l = 0, rt = 0; k < n; ++k) {
+    if (k < rt) z[k] = std::min(rt - k, z[k - l]);
+    while (k + z[k] < n && r[z[k]] == r[k + z[k]]) ++z[k];
+    if (k + z[k] > rt) l = k, rt = k + z[k];
+  }
+  // The token that followed each earlier repetition would extend the current one.
+  std::unordered_map<int32_t, size_t> longest;
+  for (size_t k = 1; k < n; ++k) {
+    const size_t len = std::min(z[k], limit);
+    if (len < static_cast<size_t>(p.dry_allowed_length)) continue;
+    size_t& m = longest[r[k - 1]];
+    m = std::max(m, len);
+  }
+  const int max_exponent = p.dry_base > 1.000001f ? static_cast<int>(88.7228391f / std::log(p.dry_base)) : 0;
+  for (const auto& [t, len] : longest) {
+    if (t < 0 || static_cast<size_t>(t) >= logits.size() || breakers.count(t)) continue;
+    int e = static_cast<int>(len) - p.dry_allowed_length;
+    if (max_exponent > 0) e = std::min(e, max_exponent);
+    logits[static_cast<size_t>(t)] -= static_cast<double>(p.dry_multiplier) * std::pow(static_cast<double>(p.dry_base), e);
+  }
+}
+
 void validate(const SamplerParams& p) {
   auto bad = [](const std::string& what) { fail("sampling: " + what); };
   if (std::isnan(p.temp) || std::isinf(p.temp)) bad("temperature must be a finite number");
@@ -66,6 +105,10 @@ void validate(const SamplerParams& p) {
   if (!(p.xtc_probability >= 0.0f && p.xtc_probability <= 1.0f))
     bad("XTC probability must be in [0, 1] (0: off), got " + shown(p.xtc_probability));
   if (!(p.xtc_threshold >= 0.0f && p.xtc_threshold <= 1.0f)) bad("XTC threshold must be in [0, 1], got " + shown(p.xtc_threshold));
+  if (!(p.dry_multiplier >= 0.0f) || std::isinf(p.dry_multiplier)) bad("DRY multiplier must be >= 0 (0: off), got " + shown(p.dry_multiplier));
+  if (!(p.dry_base >= 1.0f) || std::isinf(p.dry_base)) bad("DRY base must be >= 1, got " + shown(p.dry_base));
+  if (p.dry_allowed_length < 0) bad("DRY allowed length must be >= 0, got " + std::to_string(p.dry_allowed_length));
+  if (p.dry_penalty_last_n < -1) bad("DRY penalty-last-n must be >= -1 (0: off, -1: all), got " + std::to_string(p.dry_penalty_last_n));
   if (p.mirostat != 0 && p.mirostat != 2)
     bad("mirostat must be 0 (off) or 2 (mirostat v2; v1 is not implemented), got " + std::to_string(p.mirostat));
   if (!(p.mirostat_tau > 0.0f) || std::isinf(p.mirostat_tau)) bad("mirostat tau must be a positive number, got " + shown(p.mirostat_tau));
@@ -73,11 +116,13 @@ void validate(const SamplerParams& p) {
 }
 
 TokenProbs candidate_distribution(const SamplerParams& p, const float* logits, int n_vocab,
-                                  const std::vector<int32_t>& recent, double xtc_roll) {
+                                  const std::vector<int32_t>& recent, double xtc_roll,
+                                  const std::unordered_set<int32_t>* dry_breakers) {
   validate(p);
   if (logits == nullptr || n_vocab <= 0) fail("sampling: no logits");
   std::vector<double> l(logits, logits + n_vocab);
   apply_penalties(p, recent, l);
+  if (p.dry_multiplier > 0.0f) apply_dry(p, recent, dry_breakers ? *dry_breakers : std::unordered_set<int32_t>{}, l);
 
   TokenProbs out;
   if (p.temp <= 0.0f) {
@@ -222,13 +267,17 @@ int32_t Sampler::sample(const float* logits, int n_vocab) {
   }
   // XTC's roll is drawn only when XTC is on, so that other settings draw as before.
   const double roll = params_.xtc_probability > 0.0f && params_.temp > 0.0f ? uniform() : 2.0;
-  const TokenProbs d = candidate_distribution(params_, logits, n_vocab, recent_, roll);
+  const TokenProbs d = candidate_distribution(params_, logits, n_vocab, recent_, roll, &dry_breakers_);
   if (d.ids.size() == 1) return d.ids[0];
   return d.ids[pick_index(d.probs, uniform())];
 }
 
 void Sampler::accept(int32_t token) {
-  const int n = params_.repeat_last_n;
+  // The history the penalties and DRY read: the longer of their windows (-1: everything).
+  const bool dry = params_.dry_multiplier > 0.0f && params_.dry_penalty_last_n != 0;
+  const int n = params_.repeat_last_n < 0 || (dry && params_.dry_penalty_last_n < 0)
+                    ? -1
+                    : std::max(params_.repeat_last_n, dry ? params_.dry_penalty_last_n : 0);
   if (n == 0) return;
   recent_.push_back(token);
   // Trim in batches so that accepting stays O(1) amortised.

@@ -306,6 +306,66 @@ TEST(Sampler, MirostatTruncatesBySurpriseAndTracksTau) {
   EXPECT_THROW(validate(v1), Error);
 }
 
+// DRY against its definition, computed naively: for every earlier place the newest tokens repeat
+// (up to the newest breaker), the token that came next there loses multiplier x base^(length -
+// allowed), the longest repetition counting.
+TEST(Sampler, DryPenalisesTheTokenThatWouldExtendARepetition) {
+  // "a b c x a b c y a b c": after "a b c" came x and y; a b c is 3 long, allowed 2: one step past.
+  SamplerParams sp = off();
+  sp.dry_multiplier = 0.8f;
+  sp.dry_base = 1.75f;
+  sp.dry_allowed_length = 2;
+  const std::vector<int32_t> seq{0, 1, 2, 7, 0, 1, 2, 8, 0, 1, 2};
+  std::vector<double> l(10, 0.0);
+  apply_dry(sp, seq, {}, l);
+  EXPECT_NEAR(l[7], -double(sp.dry_multiplier) * 1.75, 1e-12);
+  EXPECT_NEAR(l[8], -double(sp.dry_multiplier) * 1.75, 1e-12);
+  EXPECT_EQ(l[3], 0.0);
+  std::vector<double> b(10, 0.0);
+  apply_dry(sp, seq, {8}, b);  // a breaker is never penalised
+  EXPECT_EQ(b[8], 0.0);
+  std::vector<double> c(10, 0.0);
+  apply_dry(sp, seq, {1}, c);  // the newest breaker (1, two back) limits repetitions to 1 token
+  EXPECT_EQ(c, std::vector<double>(10, 0.0));
+
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 200; ++trial) {
+    SamplerParams p = off();
+    p.dry_multiplier = 0.5f + static_cast<float>(rng() % 10) / 10;
+    p.dry_base = 1.1f + static_cast<float>(rng() % 10) / 10;
+    p.dry_allowed_length = static_cast<int>(rng() % 4);
+    p.dry_penalty_last_n = rng() % 3 == 0 ? -1 : static_cast<int>(rng() % 60);
+    std::vector<int32_t> seq(1 + rng() % 80);
+    for (int32_t& t : seq) t = static_cast<int32_t>(rng() % 4);  // four tokens: many repeats
+    std::unordered_set<int32_t> breakers;
+    if (rng() % 2) breakers.insert(static_cast<int32_t>(rng() % 6));
+    std::vector<double> got(6, 0.0), want(6, 0.0);
+    apply_dry(p, seq, breakers, got);
+    // The definition.
+    const size_t n = p.dry_penalty_last_n < 0 ? seq.size() : std::min(seq.size(), static_cast<size_t>(p.dry_penalty_last_n));
+    if (p.dry_penalty_last_n != 0 && n > static_cast<size_t>(p.dry_allowed_length)) {
+      std::vector<int32_t> r(seq.rbegin(), seq.rbegin() + static_cast<std::ptrdiff_t>(n));
+      size_t limit = n;
+      for (size_t i = 0; i < n; ++i)
+        if (breakers.count(r[i])) {
+          limit = i;
+          break;
+        }
+      std::map<int32_t, size_t> best;
+      if (limit >= static_cast<size_t>(p.dry_allowed_length))
+        for (size_t k = 1; k < n; ++k) {
+          size_t len = 0;
+          while (k + len < n && r[len] == r[k + len]) ++len;
+          len = std::min(len, limit);
+          if (len >= static_cast<size_t>(p.dry_allowed_length)) best[r[k - 1]] = std::max(best[r[k - 1]], len);
+        }
+      for (const auto& [t, len] : best)
+        if (!breakers.count(t)) want[static_cast<size_t>(t)] -= p.dry_multiplier * std::pow(double(p.dry_base), double(len) - p.dry_allowed_length);
+    }
+    for (size_t t = 0; t < 6; ++t) ASSERT_NEAR(got[t], want[t], 1e-9 * (1 + std::fabs(want[t]))) << "trial " << trial << " token " << t;
+  }
+}
+
 TEST(Sampler, AllStepsTogether) {
   SamplerParams sp;  // the CLI's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05
   sp.repeat_penalty = 1.1f;

@@ -4,6 +4,10 @@
 //      penalty divides a positive logit and multiplies a negative or zero one (llama.cpp's rule),
 //      once per distinct token however often it occurred; then the frequency penalty times the
 //      token's count and the presence penalty are subtracted (OpenAI's, as llama.cpp applies them);
+//   1b. DRY (llama.cpp's "don't repeat yourself"): a token that would continue a repetition of L
+//      tokens or more (L >= dry_allowed_length) of the last dry_penalty_last_n loses
+//      dry_multiplier x dry_base^(L - dry_allowed_length); repetitions do not reach across a
+//      sequence-breaker token (set_dry_breakers), and breakers are never penalised;
 //   2. top-k: the k largest logits;
 //   3. typical-p (locally typical sampling): the tokens whose surprise -log p is closest to the
 //      entropy, in that order, until their probability sum passes p;
@@ -25,6 +29,7 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <unordered_set>
 #include <vector>
 
 namespace slake {
@@ -41,6 +46,10 @@ struct SamplerParams {
   int mirostat = 0;             // 0: off; 2: mirostat v2 (v1 is not implemented)
   float mirostat_tau = 5.0f;    // target surprise, > 0
   float mirostat_eta = 0.1f;    // learning rate, > 0
+  float dry_multiplier = 0;     // >= 0; 0: off
+  float dry_base = 1.75f;       // >= 1
+  int dry_allowed_length = 2;   // >= 0
+  int dry_penalty_last_n = -1;  // tokens DRY looks back over; -1: every token seen; 0: off
   float presence_penalty = 0;   // in [-2, 2]; 0: off
   float frequency_penalty = 0;  // in [-2, 2]; 0: off
   int repeat_last_n = 64;       // tokens the penalties look back over; 0: off; -1: every token seen
@@ -63,8 +72,14 @@ struct TokenProbs {
 // (temp <= 0: the argmax alone, with probability 1). `recent` holds the tokens seen so far, oldest
 // first; only its last repeat_last_n are penalised. XTC applies when `xtc_roll` (a uniform draw in
 // [0, 1)) is at most xtc_probability. Throws slake::Error on invalid params or no logits.
+// `dry_breakers`: the sequence-breaker tokens of DRY (null: none).
 TokenProbs candidate_distribution(const SamplerParams& params, const float* logits, int n_vocab,
-                                  const std::vector<int32_t>& recent, double xtc_roll = 2.0);
+                                  const std::vector<int32_t>& recent, double xtc_roll = 2.0,
+                                  const std::unordered_set<int32_t>* dry_breakers = nullptr);
+
+// DRY's penalty on `logits` (double, the vocabulary's) after the tokens `recent`, oldest first.
+void apply_dry(const SamplerParams& params, const std::vector<int32_t>& recent,
+               const std::unordered_set<int32_t>& breakers, std::vector<double>& logits);
 
 // Mirostat v2's distribution at the surprise bound `mu`: softmax(logits / temp), truncated to the
 // tokens with -log2 p <= mu (at least the most probable), renormalised.
@@ -86,12 +101,16 @@ class Sampler {
 
   const SamplerParams& params() const { return params_; }
   double mirostat_mu() const { return mu_; }
+  // DRY's sequence breakers: tokens a repetition does not reach across (llama.cpp takes the
+  // tokens whose text contains one of the breaker strings: "\n", ":", "\"", "*" by default).
+  void set_dry_breakers(std::unordered_set<int32_t> b) { dry_breakers_ = std::move(b); }
 
  private:
   double uniform();  // 53 random bits: uniform in [0, 1)
   SamplerParams params_;
   std::mt19937_64 rng_;
   double mu_;  // mirostat's surprise bound
+  std::unordered_set<int32_t> dry_breakers_;
   std::vector<int32_t> recent_;  // the last repeat_last_n accepted tokens (all with -1)
 };
 

@@ -116,7 +116,7 @@ class NativeApi(unittest.TestCase):
         self.assertEqual(json.loads(self.server.get("/v1/health")), {"status": "ok"})
 
     def test_unknown_and_bad_fields_are_400(self):
-        for body, param in (({"prompt": "x", "dry_multiplier": 0.8}, "dry_multiplier"), ({"prompt": "x", "n_predict": -2}, "n_predict"),
+        for body, param in (({"prompt": "x", "top_n_sigma": 1.0}, "top_n_sigma"), ({"prompt": "x", "n_predict": -2}, "n_predict"),
                             ({"prompt": "x", "id_slot": 1}, "id_slot"), ({"n_predict": 2}, "prompt"),
                             ({"prompt": "x", "logit_bias": [[1, True]]}, "logit_bias")):
             status, r = post(self.server, "/completion", body)

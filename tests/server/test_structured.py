@@ -177,7 +177,8 @@ reason ::= [a-z]{1,12} (" " [a-z]{1,12}){0,3}'''
             ({"logit_bias": {"abc": 1}}, "logit_bias", "token ids"),
             ({"logit_bias": {"1": 101}}, "logit_bias", "[-100, 100]"),
             ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "for chat completions"),
-            ({"dry_multiplier": 0.8}, "dry_multiplier", "not a field"),
+            ({"top_n_sigma": 1.0}, "top_n_sigma", "not a field"),
+            ({"dry_sequence_breakers": [""]}, "dry_sequence_breakers", "non-empty"),
             ({"mirostat": 1}, "mirostat", "v1"),
             ({"typical_p": 0}, "typical_p", "(0, 1]"),
             ({"presence_penalty": 3}, "presence_penalty", "must be in [-2.0, 2.0], got 3"),
@@ -189,7 +190,8 @@ reason ::= [a-z]{1,12} (" " [a-z]{1,12}){0,3}'''
                 self.assertEqual(body["error"]["param"], param, body)
                 self.assertIn(needle, body["error"]["message"])
         # llama.cpp's other samplers are taken (their arithmetic is checked in tests/test_sampler.cpp).
-        for extra in ({"typical_p": 0.5}, {"xtc_probability": 0.5, "xtc_threshold": 0.1}, {"mirostat": 2, "mirostat_tau": 4.0}):
+        for extra in ({"typical_p": 0.5}, {"xtc_probability": 0.5, "xtc_threshold": 0.1}, {"mirostat": 2, "mirostat_tau": 4.0},
+                      {"dry_multiplier": 0.8, "dry_allowed_length": 2, "dry_sequence_breakers": ["\n", "."]}):
             status, body = post(self.server, "/v1/completions", {"prompt": "Once", "max_tokens": 8, "seed": 1, **extra})
             self.assertEqual(status, 200, (extra, body))
         # Fields that change nothing by design are taken.

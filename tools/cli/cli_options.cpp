@@ -56,6 +56,14 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
   app.add_option("--mirostat", s.mirostat, "mirostat: 0 off, 2 mirostat v2 (replaces the samplers above)")->capture_default_str();
   app.add_option("--mirostat-lr", s.mirostat_eta, "mirostat's learning rate (eta)")->capture_default_str();
   app.add_option("--mirostat-ent", s.mirostat_tau, "mirostat's target entropy (tau)")->capture_default_str();
+  app.add_option("--dry-multiplier", s.dry_multiplier, "DRY: penalty on extending a repetition (0: off)")->capture_default_str();
+  app.add_option("--dry-base", s.dry_base, "DRY: the penalty grows by this factor per token past --dry-allowed-length")
+      ->capture_default_str();
+  app.add_option("--dry-allowed-length", s.dry_allowed_length, "DRY: repetitions this long go unpenalised")->capture_default_str();
+  app.add_option("--dry-penalty-last-n", s.dry_penalty_last_n, "DRY: tokens it looks back over (-1: all, 0: off)")
+      ->capture_default_str();
+  app.add_option("--dry-sequence-breaker", o.dry_breakers,
+                 "DRY: a text that no repetition reaches across (repeatable; default: newline, ':', '\"', '*')");
   app.add_option("--presence-penalty", s.presence_penalty, "subtracted from a token seen in the last --repeat-last-n, in [-2, 2] (0: off)")
       ->capture_default_str();
   app.add_option("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence in the last --repeat-last-n, in [-2, 2] (0: off)")

@@ -38,6 +38,7 @@ struct CliOptions {
   // --json-schema-file FILE (at most one; "" : none). check_options turns it into GBNF.
   std::string grammar, grammar_file, json_schema, json_schema_file;
   std::string gbnf;  // the grammar to follow, "" : none
+  std::vector<std::string> dry_breakers;  // --dry-sequence-breaker (empty: llama.cpp's defaults)
 };
 
 // The arguments with llama.cpp's one-dash spellings (-sys, -cnv, -ctk, -ctv) in their long forms,

@@ -18,6 +18,7 @@
 #include "slake/model/model.h"
 #include "slake/sampler.h"
 #include "slake/tokenizer/tokenizer.h"
+#include "../common/dry_breakers.h"
 #include "batch_mode.h"
 #include "chat_session.h"
 #include "cli_options.h"
@@ -154,6 +155,9 @@ int run(CliOptions& o) {
   o.n_ctx = ctx.n_ctx();
   o.sampling.seed = choose_seed(o.seed, o.sampling.temp <= 0);
   slake::Sampler sampler(o.sampling);
+  if (o.sampling.dry_multiplier > 0.0f)
+    sampler.set_dry_breakers(slake::tools::dry_breaker_tokens(
+        *tokenizer, o.dry_breakers.empty() ? slake::tools::default_dry_breakers() : o.dry_breakers));
   slake::cli::Generator gen(ctx, *tokenizer, sampler, stdout);
   if (!o.gbnf.empty()) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -67,7 +67,8 @@ const std::set<std::string> kFields = {"model", "stream", "stream_options", "max
                                        "temperature", "top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
                                        "presence_penalty", "frequency_penalty", "seed", "stop", "ignore_eos", "n",
                                        "typical_p", "xtc_probability", "xtc_threshold", "mirostat", "mirostat_tau",
-                                       "mirostat_eta",
+                                       "mirostat_eta", "dry_multiplier", "dry_base", "dry_allowed_length",
+                                       "dry_penalty_last_n", "dry_sequence_breakers",
                                        "logit_bias", "grammar", "response_format", "json_schema", "return_tokens",
                                        "kv_policy", "kv_budget", "kv_window", "kv_observe", "logprobs",
                                        "user", "metadata", "store", "cache_prompt", "service_tier"};
@@ -451,6 +452,19 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
   if (s.mirostat == 1) throw bad_field("mirostat", "'mirostat' 1 (v1) is not implemented; 2 (v2) is");
   s.mirostat_tau = static_cast<float>(get_number(body, "mirostat_tau", s.mirostat_tau, 1e-6, 100.0));
   s.mirostat_eta = static_cast<float>(get_number(body, "mirostat_eta", s.mirostat_eta, 1e-6, 10.0));
+  s.dry_multiplier = static_cast<float>(get_number(body, "dry_multiplier", 0.0, 0.0, 100.0));
+  s.dry_base = static_cast<float>(get_number(body, "dry_base", s.dry_base, 1.0, 100.0));
+  s.dry_allowed_length = static_cast<int>(get_int(body, "dry_allowed_length", s.dry_allowed_length, 0, 1 << 20));
+  s.dry_penalty_last_n = static_cast<int>(get_int(body, "dry_penalty_last_n", s.dry_penalty_last_n, -1, std::numeric_limits<int>::max()));
+  if (const json* b = field(body, "dry_sequence_breakers")) {
+    if (!b->is_array() || b->size() > 64) throw bad_field("dry_sequence_breakers", "'dry_sequence_breakers' must be an array of at most 64 strings");
+    g.dry_sequence_breakers.clear();
+    for (const json& x : *b) {
+      if (!x.is_string() || x.get<std::string>().empty())
+        throw bad_field("dry_sequence_breakers", "'dry_sequence_breakers' must hold non-empty strings");
+      g.dry_sequence_breakers.push_back(utf8_or_400(x.get<std::string>(), "dry_sequence_breakers"));
+    }
+  }
   s.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", 0.0, -2.0, 2.0));
   s.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
   s.seed = get_seed(body);

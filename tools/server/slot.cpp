@@ -1,5 +1,7 @@
 #include "slot.h"
 
+#include "../common/dry_breakers.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -71,6 +73,7 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now) {
   next_prefill_ = static_cast<size_t>(reuse);
   n_cached_ = reuse;
   sampler_ = std::make_unique<Sampler>(r.sampling);
+  if (r.sampling.dry_multiplier > 0.0f) sampler_->set_dry_breakers(tools::dry_breaker_tokens(tokenizer_, r.dry_sequence_breakers));
   for (const int32_t t : r.prompt) sampler_->accept(t);  // as slake-cli: the penalty sees the prompt
   detok_ = std::make_unique<StreamingDetokenizer>(tokenizer_);
   matcher_.reset();

@@ -28,6 +28,7 @@ struct GenRequest {
   KvPolicyParams kv;              // the slot's policy for this request (resolved and validated)
   std::shared_ptr<const Grammar> grammar;  // the reply must match it (grammar, response_format); null: free
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits; -100 or less bans the token
+  std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};  // DRY's, as llama.cpp's defaults
 };
 
 // One generated token's log probability, and the most probable alternatives at its place.
