@@ -285,8 +285,9 @@ class Parser {
       ++pos_;
       if (hi >= 0 && hi < lo) error("a repetition {m,n} with n < m");
     }
-    if (static_cast<size_t>(lo) + (hi < 0 ? 1 : static_cast<size_t>(hi)) + seq.size() > limits_.max_elements)
-      error("a repetition past the grammar's size limit");
+    // Every element a repetition makes counts against the limit, before it is made.
+    made_ += 2 * (static_cast<size_t>(lo) + (hi < 0 ? 2 : static_cast<size_t>(hi)));
+    if (made_ + seq.size() > limits_.max_elements) error("repetitions past the grammar's size limit");
     for (int i = 0; i < lo; ++i) seq.push_back(x);
     if (hi < 0) {  // r ::= x r | ""
       const uint32_t r = new_rule("star");
@@ -310,6 +311,7 @@ class Parser {
   Grammar& g_;
   size_t pos_ = 0;
   int helpers_ = 0;
+  size_t made_ = 0;  // elements the repetitions have made so far
   std::map<std::string, uint32_t> ids_;
   std::vector<std::string> names_;
   std::vector<bool> defined_;

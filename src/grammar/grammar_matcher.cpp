@@ -70,7 +70,12 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar, std::shar
 // Follows `s` until its top is a character set (or it is empty: the grammar's end), branching at
 // each rule reference into its alternatives.
 void GrammarMatcher::expand(Stack s, std::vector<Stack>& out, int depth) const {
+  // Paths through rules that match nothing can multiply (x{40} with x ::= "" | ""): the work of one
+  // step is bounded, and so is the depth of the recursion.
+  if (out.size() > 4 * g_->limits.max_stacks)
+    fail("grammar: more than " + std::to_string(g_->limits.max_stacks) + " parse stacks at once (too ambiguous)");
   for (;;) {
+    if (depth > 2000) fail("grammar: rules nested more than 2000 deep without a character");  // frames of this recursion
     if (s.empty()) {
       out.push_back(std::move(s));
       return;
@@ -84,15 +89,13 @@ void GrammarMatcher::expand(Stack s, std::vector<Stack>& out, int depth) const {
     s.pop_back();
     if (e.kind == Element::kEnd) continue;
     if (g_->elements[pos + 1].kind != Element::kEnd) s.push_back(pos + 1);  // a tail call leaves no frame
-    if (depth > 100000) fail("grammar: rules nested past 100000 without a character");
     const auto& alts = g_->rules[e.value];
     for (size_t i = 0; i + 1 < alts.size(); ++i) {
       Stack t = s;
       t.push_back(alts[i]);
       expand(std::move(t), out, depth + 1);
     }
-    s.push_back(alts.back());
-    ++depth;
+    s.push_back(alts.back());  // the last alternative in this frame: no deeper
   }
 }
 

@@ -182,6 +182,7 @@ class Converter {
     }
     if (!s.is_object()) refuse(name, "a schema must be an object or a boolean");
     if (++depth_ > 64) refuse(name, "nested deeper than 64");
+    if (++visits_ > 100000) refuse(name, "more than 100000 schema nodes to convert");
     const std::string r = visit_object(s, name);
     --depth_;
     return r;
@@ -211,8 +212,10 @@ class Converter {
         result = rname;
       }
     } else if (const json* c = take("const")) {
+      take("type");  // the value says more than the type
       result = rule(name, literal(*c));
     } else if (const json* e = take("enum")) {
+      take("type");
       if (!e->is_array() || e->empty()) refuse(name, "enum must be a non-empty array");
       std::string alts;
       for (const json& v : *e) alts += (alts.empty() ? "" : " | ") + literal(v);
@@ -377,6 +380,9 @@ class Converter {
     for (const std::string& k : keys)
       kv[k] = gbnf_literal(json(k).dump()) + " space \":\" space " + visit(props->at(k), name + "-" + k);
     std::string extra_kv;
+    if (extra && !(extra->is_boolean() && !extra->get<bool>()) && !keys.empty())
+      refuse(name, "additionalProperties other than false beside properties is not supported (the other keys could repeat "
+                   "a declared one with any value)");
     if (extra && !(extra->is_boolean() && !extra->get<bool>())) {
       const std::string value = extra->is_boolean() ? primitive("value") : visit(*extra, name + "-additional");
       extra_kv = primitive("string") + " \":\" space " + value;
@@ -401,6 +407,7 @@ class Converter {
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> refs_;
   int depth_ = 0;
+  size_t visits_ = 0;
 };
 
 }  // namespace

@@ -254,6 +254,7 @@ TEST(JsonSchema, ObjectsArraysStringsAndRefs) {
            {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'b'"},
            {R"({"type": "array", "uniqueItems": true})", "'uniqueItems'"},
            {R"({"type": "strnig"})", "unknown type"},
+           {R"({"type": "object", "properties": {"a": {}}, "additionalProperties": true})", "additionalProperties"},
            {R"({"type": )", "not valid JSON"}}) {
     try {
       json_schema_to_gbnf(s);
@@ -262,10 +263,32 @@ TEST(JsonSchema, ObjectsArraysStringsAndRefs) {
       EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << s << ": " << e.what();
     }
   }
+  // OpenAI's usual shape: a type beside its enum.
+  const auto typed_enum = Grammar::parse(json_schema_to_gbnf(R"({"type": "string", "enum": ["a", "b"]})"));
+  EXPECT_TRUE(matches(typed_enum, f.vocab, "\"b\""));
+  EXPECT_FALSE(matches(typed_enum, f.vocab, "\"c\""));
   // A schema that recurses without end matches nothing: the grammar check refuses it.
   EXPECT_THROW(Grammar::parse(json_schema_to_gbnf(
                    R"({"$ref": "#/$defs/a", "$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}, "required": ["x"]}}})")),
                Error);
+}
+
+// Grammars built to blow up are refused quickly, in bounded memory: empty paths that multiply,
+// empty rules nested deep, repetitions past the size limit, schemas that multiply their nodes.
+TEST(Gbnf, HostileGrammarsAreRefusedQuickly) {
+  const auto wide = Grammar::parse("root ::= x{40} \"z\"\nx ::= \"\" | \"\"\n");
+  EXPECT_THROW(GrammarMatcher(wide, nullptr), Error);
+  const auto deep = Grammar::parse("root ::= a{3000}\na ::= \"\" | \"x\"\n");
+  EXPECT_THROW(GrammarMatcher(deep, nullptr), Error);
+  const auto fine = Grammar::parse("root ::= a{1500}\na ::= \"\" | \"x\"\n");
+  EXPECT_NO_THROW(GrammarMatcher(fine, nullptr));
+  std::string big = "root ::=";
+  while (big.size() < (1u << 20) - 16) big += " a{0,99999}";
+  big += "\na ::= \"a\"\n";
+  EXPECT_THROW(Grammar::parse(big), Error);
+  std::string nested = R"({"type": "string"})";
+  for (int i = 0; i < 30; ++i) nested = R"({"type": ["array", "array"], "items": )" + nested + "}";
+  EXPECT_THROW(json_schema_to_gbnf(nested), Error);
 }
 
 // llama.cpp's grammars/ folder (tests/fixtures/grammars, copied from llama.cpp 0c1e570), each

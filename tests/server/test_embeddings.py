@@ -48,7 +48,8 @@ class Embeddings(unittest.TestCase):
                     raw = json.loads(resp.read())
                 self.assertTrue(close(raw["data"][0]["embedding"], self.ref[key]), pooling)
                 for bad, param in (({"input": []}, "input"), ({"input": [10 ** 6]}, "input"),
-                                   ({"input": "x", "dimensions": 8}, "dimensions"), ({"input": list(range(65)) * 2}, "input")):
+                                   ({"input": "x", "dimensions": 8}, "dimensions"), ({"input": list(range(65)) * 2}, "input"),
+                                   ({"input": "x", "encoding_format": 5}, "encoding_format")):
                     req = urllib.request.Request(server.url + "/v1/embeddings", data=json.dumps(bad).encode())
                     with self.assertRaises(urllib.error.HTTPError) as cm:
                         urllib.request.urlopen(req, timeout=60)

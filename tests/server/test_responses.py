@@ -87,7 +87,8 @@ class Responses(unittest.TestCase):
     def test_unsupported_fields_are_400(self):
         for kwargs, param in ((dict(previous_response_id="resp_1"), "previous_response_id"),
                               (dict(tools=[{"type": "web_search"}]), "tools[0]"),
-                              (dict(extra_body={"reasoning_effort": "high"}), "reasoning_effort")):
+                              (dict(extra_body={"reasoning_effort": "high"}), "reasoning_effort"),
+                              (dict(tools=[{"type": 5, "name": "f"}]), "tools[0].type")):
             with self.subTest(param=param):
                 with self.assertRaises(openai.BadRequestError) as cm:
                     self.client.responses.create(model=MODEL, input="Once", max_output_tokens=4, **kwargs)

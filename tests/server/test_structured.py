@@ -169,6 +169,8 @@ reason ::= [a-z]{1,12} (" " [a-z]{1,12}){0,3}'''
             ({"grammar": "root ::= \"a\" root"}, "grammar", "cannot match anything"),
             ({"grammar": "root ::= \"a\"" + " \"a\"" * 300000}, "grammar", "limit"),
             ({"grammar": 5}, "grammar", "must be a string"),
+            ({"grammar": 'root ::= x{40} "z"\nx ::= "" | ""'}, "grammar", "too ambiguous"),
+            ({"grammar": "root ::= a{3000}\na ::= \"\" | \"x\""}, "grammar", "nested more than"),
             ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a+"}}}},
              "response_format", "'pattern'"),
             ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format", "schema' is required"),

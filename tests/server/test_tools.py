@@ -99,6 +99,23 @@ class ToolCalls(unittest.TestCase):
             finally:
                 server.stop()
 
+    def test_parameters_with_definitions(self):
+        # Pydantic's nested models come as $defs inside a function's parameters.
+        params = {"type": "object", "properties": {"place": {"$ref": "#/$defs/Place"}}, "required": ["place"],
+                  "$defs": {"Place": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                                      "required": ["city"]}}}
+        tool = {"type": "function", "function": {"name": "visit", "parameters": params}}
+        server = Server(STORIES, "-c", "2048", "-t", "1", "--chat-template-file", template("hermes (Qwen2.5)"))
+        try:
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=60)
+            for seed in range(3):
+                r = client.chat.completions.create(model=MODEL, messages=QUESTION, tools=[tool], tool_choice="required",
+                                                   parallel_tool_calls=False, max_tokens=300, temperature=1.0, seed=seed)
+                call = r.choices[0].message.tool_calls[0]
+                jsonschema.validate(json.loads(call.function.arguments), params)
+        finally:
+            server.stop()
+
     def test_bad_tool_requests_are_400(self):
         server = Server(STORIES, "-c", "1024", "-t", "1", "--chat-template-file", template("hermes (Qwen2.5)"))
         plain = Server(STORIES, "-c", "1024", "-t", "1", "--chat-template", "chatml")

@@ -54,7 +54,7 @@ std::string anthropic_to_openai(const std::string& text, bool count_only) {
       bad(k, "'" + k + "' is not a field of the Messages API this server understands");
   }
   if (body.contains("thinking") && !body["thinking"].is_null() &&
-      !(body["thinking"].is_object() && body["thinking"].value("type", "") == "disabled"))
+      !(body["thinking"].is_object() && member_or<std::string>(body["thinking"], "type", "", "thinking.type") == "disabled"))
     bad("thinking", "'thinking' is not supported: the server does not split out reasoning yet");
   ojson out = ojson::object();
   if (body.contains("model")) out["model"] = body["model"];
@@ -118,7 +118,8 @@ std::string anthropic_to_openai(const std::string& text, bool count_only) {
     else if (type == "any") out["tool_choice"] = "required";
     else if (type == "tool" && c.contains("name")) out["tool_choice"] = {{"type", "function"}, {"function", {{"name", c["name"]}}}};
     else bad("tool_choice", "'tool_choice' must be {\"type\": auto, any, tool (with name) or none}");
-    if (c.contains("disable_parallel_tool_use")) out["parallel_tool_calls"] = !c.value("disable_parallel_tool_use", false);
+    if (c.contains("disable_parallel_tool_use"))
+      out["parallel_tool_calls"] = !member_or<bool>(c, "disable_parallel_tool_use", false, "tool_choice.disable_parallel_tool_use");
   }
   return out.dump();
 }

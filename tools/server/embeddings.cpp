@@ -103,7 +103,7 @@ json Embedder::serve(const std::string& text, const RequestEnv& env) {
     throw bad_field("input", "'input' must be a non-empty string, strings, token ids or lists of token ids");
   }
   if (inputs.size() > 2048) throw bad_field("input", "'input' holds more than 2048 inputs");
-  const std::string format = body.value("encoding_format", std::string("float"));
+  const std::string format = member_or<std::string>(body, "encoding_format", "float", "encoding_format");
   if (format != "float" && format != "base64") throw bad_field("encoding_format", "'encoding_format' must be float or base64");
   json data = json::array();
   size_t n_tokens = 0;
@@ -118,7 +118,7 @@ json Embedder::serve(const std::string& text, const RequestEnv& env) {
   }
   return {{"object", "list"},
           {"data", data},
-          {"model", body.value("model", env.model_id)},
+          {"model", member_or<std::string>(body, "model", env.model_id, "model")},
           {"usage", {{"prompt_tokens", n_tokens}, {"total_tokens", n_tokens}}}};
 }
 

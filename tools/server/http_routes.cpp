@@ -270,8 +270,9 @@ void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
                                                                    {"model", req.model}, {"content", json::array()},
                                                                    {"stop_reason", nullptr}, {"stop_sequence", nullptr},
                                                                    {"usage", usage0}}}});
-  // Text streams as it comes in block 0; with tools the reply is held (a call is known only whole).
-  const bool hold = req.tools.active();
+  // Text streams as it comes in block 0; with tools or a reasoning split the reply is held (a call
+  // and the end of the reasoning are known only whole).
+  const bool hold = req.tools.active() || req.reasoning;
   if (!hold) out += anthropic_event("content_block_start", {{"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}});
   std::string held;
   std::vector<Piece> all;

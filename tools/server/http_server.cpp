@@ -62,6 +62,7 @@ class SocketReply final : public HttpReply {
   void send(const HttpResponse& r) override {
     begin();
     done_ = true;
+    if (!ok_) return;  // the client went (or half-closed): nothing more goes to it
     HttpResponse with = r;
     with.headers.insert(with.headers.end(), extra_.begin(), extra_.end());
     ok_ = write_all(fd_, http::response_bytes(with, !keep_alive_), timeout_ms_);

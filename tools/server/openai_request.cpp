@@ -129,7 +129,9 @@ std::shared_ptr<const Grammar> get_grammar(const json& body, const std::string& 
     if (param.empty()) return nullptr;
     GrammarLimits limits;
     limits.max_text_bytes = 1u << 20;
-    return Grammar::parse(gbnf, "root", limits);
+    auto g = Grammar::parse(gbnf, "root", limits);
+    GrammarMatcher(g, nullptr);  // its first expansion (bounded) here, not in the scheduler
+    return g;
   } catch (const Error& e) {
     throw bad_field(param.empty() ? "response_format" : param, e.what());
   }
@@ -495,6 +497,7 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
       if (g.grammar) throw bad_field("tool_choice", "a required tool call and 'grammar' / 'response_format' cannot be combined");
       try {
         g.grammar = Grammar::parse(tool_call_gbnf(nlohmann::ordered_json::parse(r.tools.tools_json), r.tools));
+        GrammarMatcher(g.grammar, nullptr);
       } catch (const Error& e) {
         throw bad_field("tools", e.what());
       }

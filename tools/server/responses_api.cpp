@@ -100,7 +100,7 @@ std::string responses_to_chat(const std::string& text) {
   if (body.contains("tools") && !body["tools"].is_null()) {
     if (!body["tools"].is_array()) bad("tools", "'tools' must be an array");
     out["tools"] = chat_tools(body["tools"], [](const ojson& t, const std::string& at) {
-      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("name"))
+      if (!t.is_object() || member_or<std::string>(t, "type", "", at + ".type") != "function" || !t.contains("name"))
         bad(at, "'" + at + "': only function tools ({\"type\": \"function\", \"name\", \"parameters\"}) are supported");
       ojson fn = {{"name", t["name"]}};
       for (const char* k : {"description", "parameters"})
@@ -111,7 +111,7 @@ std::string responses_to_chat(const std::string& text) {
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const ojson& c = body["tool_choice"];
     if (c.is_string()) out["tool_choice"] = c;
-    else if (c.is_object() && c.value("type", "") == "function" && c.contains("name"))
+    else if (c.is_object() && member_or<std::string>(c, "type", "", "tool_choice.type") == "function" && c.contains("name"))
       out["tool_choice"] = {{"type", "function"}, {"function", {{"name", c["name"]}}}};
     else bad("tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\"}");
   }
@@ -121,7 +121,7 @@ std::string responses_to_chat(const std::string& text) {
     const std::string type = f && f->is_object() && f->contains("type") && (*f)["type"].is_string() ? (*f)["type"].get<std::string>() : "";
     if (type == "json_schema") {
       if (!f->contains("schema")) bad("text.format", "'text.format.schema' is required");
-      out["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", f->value("name", "schema")}, {"schema", (*f)["schema"]}}}};
+      out["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", member_or<std::string>(*f, "name", "schema", "text.format.name")}, {"schema", (*f)["schema"]}}}};
     } else if (type == "json_object") {
       out["response_format"] = {{"type", "json_object"}};
     } else if (type != "text") {

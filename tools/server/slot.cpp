@@ -52,6 +52,11 @@ void Slot::drop_cache() {
 
 void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now) {
   const GenRequest& r = task->req;
+  // What can fail is made first: a throw leaves the slot idle, not holding a task that was refused.
+  auto sampler = std::make_unique<Sampler>(r.sampling);
+  if (r.sampling.dry_multiplier > 0.0f) sampler->set_dry_breakers(tools::dry_breaker_tokens(tokenizer_, r.dry_sequence_breakers));
+  std::unique_ptr<GrammarMatcher> matcher;
+  if (r.grammar) matcher = std::make_unique<GrammarMatcher>(r.grammar, grammar_vocab_.get());
   const int reuse = reusable(r);
   if (reuse == 0) {
     if (kv_ != r.kv) {
@@ -72,12 +77,10 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now) {
   last_used_ = now;
   next_prefill_ = static_cast<size_t>(reuse);
   n_cached_ = reuse;
-  sampler_ = std::make_unique<Sampler>(r.sampling);
-  if (r.sampling.dry_multiplier > 0.0f) sampler_->set_dry_breakers(tools::dry_breaker_tokens(tokenizer_, r.dry_sequence_breakers));
+  sampler_ = std::move(sampler);
   for (const int32_t t : r.prompt) sampler_->accept(t);  // as slake-cli: the penalty sees the prompt
   detok_ = std::make_unique<StreamingDetokenizer>(tokenizer_);
-  matcher_.reset();
-  if (r.grammar) matcher_ = std::make_unique<GrammarMatcher>(r.grammar, grammar_vocab_.get());
+  matcher_ = std::move(matcher);
   logits_.clear();
   pending_ = -1;
   n_gen_ = 0;

@@ -87,17 +87,31 @@ std::string new_tool_call_id() {
 std::string tool_call_gbnf(const ojson& tools, const ToolRequest& req) {
   const char* args_key = req.format == ToolFormat::Llama3 ? "parameters" : "arguments";
   ojson any = ojson::array();
+  // The tools' definitions ($defs, definitions) move to the root of the one schema, where
+  // "#/$defs/NAME" finds them; two tools may not define one name differently.
+  ojson defs = ojson::object();
   for (const ojson& t : tools) {
     const ojson& fn = t["function"];
     const std::string name = fn["name"].get<std::string>();
     if (req.choice != "auto" && req.choice != "required" && req.choice != name) continue;
-    const ojson params = fn.contains("parameters") && !fn["parameters"].is_null() ? fn["parameters"] : ojson{{"type", "object"}};
+    ojson params = fn.contains("parameters") && !fn["parameters"].is_null() ? fn["parameters"] : ojson{{"type", "object"}};
+    for (const char* key : {"$defs", "definitions"}) {
+      if (!params.contains(key)) continue;
+      if (!params[key].is_object()) fail("tool " + name + ": '" + key + "' must be an object");
+      for (const auto& [k, v] : params[key].items()) {
+        if (defs.contains(k) && defs[k] != v) fail("tools define '" + k + "' differently; give the definitions distinct names");
+        defs[k] = v;
+      }
+      params.erase(key);
+    }
     any.push_back({{"type", "object"},
                    {"properties", {{"name", {{"const", name}}}, {args_key, params}}},
                    {"required", {"name", args_key}},
                    {"additionalProperties", false}});
   }
-  std::string g = json_schema_to_gbnf(ojson{{"anyOf", any}}.dump());
+  ojson root = {{"anyOf", any}};
+  if (!defs.empty()) root["$defs"] = root["definitions"] = defs;
+  std::string g = json_schema_to_gbnf(root.dump());
   // The schema's root becomes one call; the root wraps the calls in the family's syntax.
   const size_t at = g.compare(0, 9, "root ::= ") == 0 ? 0 : g.find("\nroot ::= ") + 1;
   g.replace(at, 9, "call ::= ");
