@@ -52,6 +52,28 @@ class Reasoning(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_responses_api_gives_a_reasoning_item(self):
+        server = Server(STORIES, "-c", "1024", "-t", "1", "--chat-template-file", R1)
+        try:
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=60)
+            chat = client.chat.completions.create(model="m", messages=QUESTION, max_tokens=200, temperature=1.0, seed=4,
+                                                  extra_body={"grammar": THINK_THEN_ANSWER})
+            want = chat.choices[0].message
+            for stream in (False, True):
+                kwargs = dict(model="m", input=QUESTION[0]["content"], max_output_tokens=200, temperature=1.0,
+                              extra_body={"grammar": THINK_THEN_ANSWER, "seed": 4})
+                if stream:
+                    events = list(client.responses.create(stream=True, **kwargs))
+                    r = events[-1].response
+                    self.assertIn("response.reasoning_text.done", [e.type for e in events])
+                else:
+                    r = client.responses.create(**kwargs)
+                self.assertEqual(r.output[0].type, "reasoning")
+                self.assertEqual(r.output[0].content[0].text, want.reasoning_content)
+                self.assertEqual(r.output_text, want.content)
+        finally:
+            server.stop()
+
     def test_template_without_think_is_left_alone_unless_asked(self):
         server = Server(STORIES, "-c", "1024", "-t", "1", "--chat-template-file", CHATML)
         try:

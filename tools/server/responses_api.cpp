@@ -39,15 +39,27 @@ std::string responses_to_chat(const std::string& text) {
   static const char* const kFields[] = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p",
                                         "stream", "tools", "tool_choice", "parallel_tool_calls", "text", "store",
                                         "metadata", "user", "previous_response_id", "truncation", "service_tier"};
-  for (const auto& [k, v] : body.items())
+  // The chat request's own extensions pass through as they are (llama-server's samplers and
+  // grammar, slake's KV policy), checked there.
+  static const char* const kChatExtensions[] = {
+      "seed", "grammar", "top_k", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty",
+      "logit_bias", "typical_p", "xtc_probability", "xtc_threshold", "mirostat", "mirostat_tau", "mirostat_eta",
+      "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "ignore_eos",
+      "kv_policy", "kv_budget", "kv_window", "kv_observe", "reasoning_format", "chat_template_kwargs"};
+  ojson out = ojson::object();
+  for (const auto& [k, v] : body.items()) {
+    if (std::find(std::begin(kChatExtensions), std::end(kChatExtensions), k) != std::end(kChatExtensions)) {
+      out[k] = v;
+      continue;
+    }
     if (std::find(std::begin(kFields), std::end(kFields), k) == std::end(kFields))
       bad(k, "'" + k + "' is not a field of the Responses API this server understands");
+  }
   if (body.contains("previous_response_id") && !body["previous_response_id"].is_null())
     bad("previous_response_id", "'previous_response_id' is not supported: the server keeps no responses; send the whole input");
   if (body.contains("truncation") && !(body["truncation"].is_null() || body["truncation"] == "disabled"))
     bad("truncation", "'truncation' must be disabled: a prompt past the context is refused, not cut");
 
-  ojson out = ojson::object();
   if (body.contains("model")) out["model"] = body["model"];
   if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) out["max_tokens"] = body["max_output_tokens"];
   for (const char* k : {"temperature", "top_p", "stream", "parallel_tool_calls"})
@@ -136,6 +148,12 @@ json response_object(const json& c, const std::string& request_body) {
   const json& msg = choice["message"];
   const std::string id = c["id"].get<std::string>();
   json output = json::array();
+  // A thinking model's reasoning (reasoning_content) comes first, as a reasoning item.
+  if (msg.contains("reasoning_content") && msg["reasoning_content"].is_string())
+    output.push_back({{"type", "reasoning"},
+                      {"id", "rs_" + id},
+                      {"summary", json::array()},
+                      {"content", json::array({{{"type", "reasoning_text"}, {"text", msg["reasoning_content"]}}})}});
   if (msg["content"].is_string() && !msg["content"].get<std::string>().empty())
     output.push_back({{"type", "message"},
                       {"id", "msg_" + id},
@@ -181,7 +199,16 @@ std::vector<json> response_item_events(const json& response, bool text_streamed)
   const json& output = response["output"];
   for (size_t i = 0; i < output.size(); ++i) {
     const json& item = output[i];
-    if (item["type"] == "message") {
+    if (item["type"] == "reasoning") {
+      json added = item;
+      added["content"] = json::array();
+      ev.push_back({{"type", "response.output_item.added"}, {"output_index", i}, {"item", added}});
+      const json& text = item["content"][0]["text"];
+      ev.push_back({{"type", "response.reasoning_text.delta"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
+                    {"delta", text}});
+      ev.push_back({{"type", "response.reasoning_text.done"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
+                    {"text", text}});
+    } else if (item["type"] == "message") {
       const json part = item["content"][0];
       if (!text_streamed) {
         json added = item;

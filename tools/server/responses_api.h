@@ -2,7 +2,7 @@
 // request's instructions and input (a string, or message, function_call and function_call_output
 // items), function tools, tool_choice, max_output_tokens and text.format become the chat request
 // they mean, which parse_request checks as any other; the reply comes back as a response object
-// (message and function_call output items) or its stream of events (response.created ...
+// (reasoning, message and function_call output items) or its stream of events (response.created ...
 // response.output_text.delta ... response.completed). previous_response_id and the built-in tools
 // (web search, file search, ...) are 400s: the server keeps no responses and has no such tools.
 #pragma once
