@@ -71,6 +71,28 @@ bool wait_all(Task& task, HttpReply& reply, std::vector<Piece>& pieces) {
   return true;
 }
 
+// Streams a task's reply as server-sent events: `head`, then what `on_pieces(pieces, out)` appends
+// after every wait and `on_done(out)` at the end, written as it comes. A client that has gone, or
+// a write that stalls past --timeout, cancels the task; the scheduler frees its slot before its
+// next step.
+template <typename OnPieces, typename OnDone>
+void stream_task(Task& task, HttpReply& reply, std::string head, OnPieces&& on_pieces, OnDone&& on_done) {
+  if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task.cancel();
+  std::string out = std::move(head);
+  for (;;) {
+    std::vector<Piece> pieces;
+    const bool done = task.take(pieces, std::chrono::milliseconds(100));
+    on_pieces(pieces, out);
+    if (done) on_done(out);
+    if (!reply.write(out)) return task.cancel();
+    out.clear();
+    if (done) {
+      reply.finish();
+      return;
+    }
+  }
+}
+
 void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool chat) {
   ++env.counters.requests;
   ApiRequest req = parse_request(http.body, chat, env.request);
@@ -86,50 +108,42 @@ void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool 
     return;
   }
   ResponseBuilder rb(req, env.request.tokenizer, id, created);
-  if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task->cancel();
-  std::string out = req.chat ? sse(rb.first_chunk()) : "";
   const bool hold = req.tools.active();  // a tool call is known only whole
   std::string held;
   std::optional<ReasoningSplitter> split;  // a thinking model's reasoning, streamed as reasoning_content
   if (req.reasoning) split.emplace(req.think_open);
-  const auto emit = [&](Piece p, const std::string& reasoning) {
+  const auto emit = [&](std::string& out, Piece p, const std::string& reasoning) {
     if (!reasoning.empty()) out += sse(rb.reasoning_chunk(reasoning));
     if (hold) held += p.text;
     else if (!p.text.empty() || !p.tokens.empty() || (req.return_tokens && !p.ids.empty())) out += sse(rb.piece_chunk(p));
   };
-  for (;;) {
-    std::vector<Piece> pieces;
-    const bool done = task->take(pieces, std::chrono::milliseconds(100));
-    for (Piece& p : pieces) {
-      std::string reasoning;
-      if (split) std::tie(reasoning, p.text) = split->push(p.text);
-      emit(std::move(p), reasoning);
-    }
-    if (done && split) {
-      Piece rest;
-      std::string reasoning;
-      std::tie(reasoning, rest.text) = split->flush();
-      emit(std::move(rest), reasoning);
-    }
-    if (done) {
-      if (!task->error().empty()) {
-        out += sse(ApiError(500, task->error(), "server_error").body());
-      } else {
-        std::string finish = task->finish_reason();
-        if (hold)
-          for (const nlohmann::json& c : rb.tool_reply_chunks(held, &finish)) out += sse(c);
-        out += sse(rb.final_chunk(finish));
-        if (req.include_usage) out += sse(rb.usage_chunk(*task));
-      }
-      out += "data: [DONE]\n\n";
-    }
-    if (!reply.write(out)) return task->cancel();
-    out.clear();
-    if (done) {
-      reply.finish();
-      return;
-    }
-  }
+  stream_task(
+      *task, reply, req.chat ? sse(rb.first_chunk()) : "",
+      [&](std::vector<Piece>& pieces, std::string& out) {
+        for (Piece& p : pieces) {
+          std::string reasoning;
+          if (split) std::tie(reasoning, p.text) = split->push(p.text);
+          emit(out, std::move(p), reasoning);
+        }
+      },
+      [&](std::string& out) {
+        if (split) {
+          Piece rest;
+          std::string reasoning;
+          std::tie(reasoning, rest.text) = split->flush();
+          emit(out, std::move(rest), reasoning);
+        }
+        if (!task->error().empty()) {
+          out += sse(ApiError(500, task->error(), "server_error").body());
+        } else {
+          std::string finish = task->finish_reason();
+          if (hold)
+            for (const nlohmann::json& c : rb.tool_reply_chunks(held, &finish)) out += sse(c);
+          out += sse(rb.final_chunk(finish));
+          if (req.include_usage) out += sse(rb.usage_chunk(*task));
+        }
+        out += "data: [DONE]\n\n";
+      });
 }
 
 // llama-server's native /completion (llama_native.h) on the text completion path.
@@ -147,25 +161,19 @@ void native_completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env
     reply.send(json_response(native_final(req, content, ids, *task, prompt_text)));
     return;
   }
-  if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task->cancel();
   int n_gen = 0;
-  for (;;) {
-    std::vector<Piece> pieces;
-    const bool done = task->take(pieces, std::chrono::milliseconds(100));
-    std::string out;
-    for (const Piece& p : pieces) {
-      n_gen += static_cast<int>(p.ids.size());
-      out += sse(native_partial(p, n_gen, static_cast<int>(req.gen.prompt.size())));
-    }
-    if (done)
-      out += sse(task->error().empty() ? native_final(req, "", {}, *task, prompt_text)
-                                       : ApiError(500, task->error(), "server_error").body());
-    if (!reply.write(out)) return task->cancel();
-    if (done) {
-      reply.finish();
-      return;
-    }
-  }
+  stream_task(
+      *task, reply, "",
+      [&](std::vector<Piece>& pieces, std::string& out) {
+        for (const Piece& p : pieces) {
+          n_gen += static_cast<int>(p.ids.size());
+          out += sse(native_partial(p, n_gen, static_cast<int>(req.gen.prompt.size())));
+        }
+      },
+      [&](std::string& out) {
+        out += sse(task->error().empty() ? native_final(req, "", {}, *task, prompt_text)
+                                         : ApiError(500, task->error(), "server_error").body());
+      });
 }
 
 // A request of another API on the chat path (the Responses and Messages APIs), turned into the
@@ -202,7 +210,6 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
     if (const auto c = call.whole(reply)) reply.send(json_response(response_object(*c, http.body)));
     return;
   }
-  if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task->cancel();
   int seq = 0;
   const std::string msg_id = "msg_" + id;
   json start = {{"id", "resp_" + id}, {"object", "response"}, {"created_at", created}, {"status", "in_progress"},
@@ -223,34 +230,28 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
                            {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}}, seq);
   }
   std::vector<Piece> all;
-  for (;;) {
-    std::vector<Piece> pieces;
-    const bool done = task->take(pieces, std::chrono::milliseconds(100));
-    for (const Piece& p : pieces) {
-      if (live && !p.text.empty())
-        out += response_event({{"type", "response.output_text.delta"}, {"item_id", msg_id}, {"output_index", 0},
-                               {"content_index", 0}, {"delta", p.text}}, seq);
-      all.push_back(p);
-    }
-    if (done) {
-      if (!task->error().empty()) {
-        out += response_event({{"type", "error"}, {"message", task->error()}, {"code", "server_error"}}, seq);
-      } else {
+  stream_task(
+      *task, reply, std::move(out),
+      [&](std::vector<Piece>& pieces, std::string& o) {
+        for (const Piece& p : pieces) {
+          if (live && !p.text.empty())
+            o += response_event({{"type", "response.output_text.delta"}, {"item_id", msg_id}, {"output_index", 0},
+                                 {"content_index", 0}, {"delta", p.text}}, seq);
+          all.push_back(p);
+        }
+      },
+      [&](std::string& o) {
+        if (!task->error().empty()) {
+          o += response_event({{"type", "error"}, {"message", task->error()}, {"code", "server_error"}}, seq);
+          return;
+        }
         json r = response_object(rb.full(all, *task), http.body);
         if (live && (r["output"].empty() || r["output"][0]["type"] != "message"))  // an empty reply still has its message
           r["output"].insert(r["output"].begin(), json{{"type", "message"}, {"id", msg_id}, {"status", "completed"}, {"role", "assistant"},
                                                      {"content", json::array({{{"type", "output_text"}, {"text", ""},
                                                                                {"annotations", json::array()}}})}});
-        for (const json& e : response_item_events(r, live)) out += response_event(e, seq);
-      }
-    }
-    if (!reply.write(out)) return task->cancel();
-    out.clear();
-    if (done) {
-      reply.finish();
-      return;
-    }
-  }
+        for (const json& e : response_item_events(r, live)) o += response_event(e, seq);
+      });
 }
 
 // Anthropic's Messages API (anthropic.h) on the chat path.
@@ -264,7 +265,6 @@ void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
     if (const auto c = call.whole(reply)) reply.send(json_response(anthropic_message(*c, task->stop_word())));
     return;
   }
-  if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task->cancel();
   const json usage0 = {{"input_tokens", req.gen.prompt.size()}, {"output_tokens", 0}};
   std::string out = anthropic_event("message_start", {{"message", {{"id", "msg_" + id}, {"type", "message"}, {"role", "assistant"},
                                                                    {"model", req.model}, {"content", json::array()},
@@ -274,48 +274,41 @@ void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
   // and the end of the reasoning are known only whole).
   const bool hold = req.tools.active() || req.reasoning;
   if (!hold) out += anthropic_event("content_block_start", {{"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}});
-  std::string held;
   std::vector<Piece> all;
-  for (;;) {
-    std::vector<Piece> pieces;
-    const bool done = task->take(pieces, std::chrono::milliseconds(100));
-    for (const Piece& p : pieces) {
-      if (hold) held += p.text;
-      else if (!p.text.empty()) out += anthropic_event("content_block_delta", {{"index", 0}, {"delta", {{"type", "text_delta"}, {"text", p.text}}}});
-      all.push_back(p);
-    }
-    if (done) {
-      if (!task->error().empty()) {
-        out += anthropic_event("error", {{"error", anthropic_error(ApiError(500, task->error(), "server_error"))["error"]}});
-      } else {
-        if (!hold) out += anthropic_event("content_block_stop", {{"index", 0}});
+  stream_task(
+      *task, reply, std::move(out),
+      [&](std::vector<Piece>& pieces, std::string& o) {
+        for (const Piece& p : pieces) {
+          if (!hold && !p.text.empty())
+            o += anthropic_event("content_block_delta", {{"index", 0}, {"delta", {{"type", "text_delta"}, {"text", p.text}}}});
+          all.push_back(p);
+        }
+      },
+      [&](std::string& o) {
+        if (!task->error().empty()) {
+          o += anthropic_event("error", {{"error", anthropic_error(ApiError(500, task->error(), "server_error"))["error"]}});
+          return;
+        }
+        if (!hold) o += anthropic_event("content_block_stop", {{"index", 0}});
         const json m = anthropic_message(rb.full(all, *task), task->stop_word());
         if (hold) {
           for (size_t i = 0; i < m["content"].size(); ++i) {
             const json& b = m["content"][i];
             if (b["type"] == "text") {
-              out += anthropic_event("content_block_start", {{"index", i}, {"content_block", {{"type", "text"}, {"text", ""}}}});
-              out += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "text_delta"}, {"text", b["text"]}}}});
+              o += anthropic_event("content_block_start", {{"index", i}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+              o += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "text_delta"}, {"text", b["text"]}}}});
             } else {
-              out += anthropic_event("content_block_start", {{"index", i}, {"content_block", {{"type", "tool_use"}, {"id", b["id"]},
-                                                                                                 {"name", b["name"]}, {"input", json::object()}}}});
-              out += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "input_json_delta"}, {"partial_json", b["input"].dump()}}}});
+              o += anthropic_event("content_block_start", {{"index", i}, {"content_block", {{"type", "tool_use"}, {"id", b["id"]},
+                                                                                               {"name", b["name"]}, {"input", json::object()}}}});
+              o += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "input_json_delta"}, {"partial_json", b["input"].dump()}}}});
             }
-            out += anthropic_event("content_block_stop", {{"index", i}});
+            o += anthropic_event("content_block_stop", {{"index", i}});
           }
         }
-        out += anthropic_event("message_delta", {{"delta", {{"stop_reason", m["stop_reason"]}, {"stop_sequence", m["stop_sequence"]}}},
-                                                 {"usage", {{"output_tokens", m["usage"]["output_tokens"]}}}});
-        out += anthropic_event("message_stop", json::object());
-      }
-    }
-    if (!reply.write(out)) return task->cancel();
-    out.clear();
-    if (done) {
-      reply.finish();
-      return;
-    }
-  }
+        o += anthropic_event("message_delta", {{"delta", {{"stop_reason", m["stop_reason"]}, {"stop_sequence", m["stop_sequence"]}}},
+                                               {"usage", {{"output_tokens", m["usage"]["output_tokens"]}}}});
+        o += anthropic_event("message_stop", json::object());
+      });
 }
 
 json read_tokens(const json& body, int n_vocab) {
