@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -89,15 +90,29 @@ void check_fields(const json& body, bool chat) {
   }
 }
 
+// The body as sent, parsed again keeping its keys' order (nlohmann::json sorts them) the first
+// time a field needs it: a schema's properties are generated in the order it gives them, and the
+// tools and template variables go to the template in theirs.
+class OrderedBody {
+ public:
+  explicit OrderedBody(const std::string& text) : text_(text) {}
+  const nlohmann::ordered_json& get() {
+    if (!j_) j_ = nlohmann::ordered_json::parse(text_);
+    return *j_;
+  }
+
+ private:
+  const std::string& text_;
+  std::optional<nlohmann::ordered_json> j_;
+};
+
 // The grammar the reply must match: `grammar` (GBNF), `response_format` (json_object, or
 // json_schema with its schema) or llama-server's `json_schema`; at most one of them.
-// `text` is the body as sent: a schema's properties are generated in the order it gives them,
-// which nlohmann::json (sorted keys) loses.
-std::shared_ptr<const Grammar> get_grammar(const json& body, const std::string& text) {
+std::shared_ptr<const Grammar> get_grammar(const json& body, OrderedBody& ordered) {
   const auto schema_text = [&](std::initializer_list<const char*> path) {
-    nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
-    for (const char* k : path) j = nlohmann::ordered_json(j[k]);
-    return j.dump();
+    const nlohmann::ordered_json* j = &ordered.get();
+    for (const char* k : path) j = &j->at(k);
+    return j->dump();
   };
   std::string gbnf, param;
   const auto one = [&](const char* name, std::string g) {
@@ -248,7 +263,7 @@ std::string template_tool_calls(const json& calls, const std::string& where) {
 
 // tools, tool_choice and parallel_tool_calls of a chat request. `text` is the body as sent (the
 // tools go to the template in their own order).
-ToolRequest get_tools(const json& body, const std::string& text, const RequestEnv& env) {
+ToolRequest get_tools(const json& body, OrderedBody& ordered, const RequestEnv& env) {
   const json* t = field(body, "tools");
   const json* choice = field(body, "tool_choice");
   ToolRequest r;
@@ -295,19 +310,18 @@ ToolRequest get_tools(const json& body, const std::string& text, const RequestEn
   if (r.format == ToolFormat::None)
     throw bad_field("tools", "the chat template (" + env.chat.describe() + ") does not take tools; start the server with "
                              "--chat-template-file of a template that does");
-  r.tools_json = nlohmann::ordered_json::parse(text)["tools"].dump();
+  r.tools_json = ordered.get().at("tools").dump();
   return r;
 }
 
 // chat_template_kwargs: the server's (--chat-template-kwargs, --reasoning-budget 0), the
 // request's over them; a JSON object's text, "" when there are none.
-std::string template_kwargs(const json& body, const std::string& text, const RequestEnv& env) {
+std::string template_kwargs(const json& body, OrderedBody& ordered, const RequestEnv& env) {
   nlohmann::ordered_json kwargs = env.template_kwargs.empty() ? nlohmann::ordered_json::object()
                                                               : nlohmann::ordered_json::parse(env.template_kwargs);
   if (const json* k = field(body, "chat_template_kwargs")) {
     if (!k->is_object()) throw bad_field("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    const nlohmann::ordered_json given = nlohmann::ordered_json::parse(text)["chat_template_kwargs"];
-    for (const auto& [key, v] : given.items()) kwargs[key] = v;
+    for (const auto& [key, v] : ordered.get().at("chat_template_kwargs").items()) kwargs[key] = v;
   }
   return kwargs.empty() ? "" : kwargs.dump();
 }
@@ -489,9 +503,10 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
   }
   g.kv = get_kv(body, env);
   g.logit_bias = get_logit_bias(body, env.cfg.n_vocab);
-  g.grammar = get_grammar(body, text);
+  OrderedBody ordered(text);
+  g.grammar = get_grammar(body, ordered);
   if (chat) {
-    r.tools = get_tools(body, text, env);
+    r.tools = get_tools(body, ordered, env);
     if (r.tools.active() && r.tools.choice != "auto") {
       // A call is required: generated under the grammar of the tools' parameters, so it is well-formed.
       if (g.grammar) throw bad_field("tool_choice", "a required tool call and 'grammar' / 'response_format' cannot be combined");
@@ -511,7 +526,7 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
       for (const ChatMessage& m : messages) bytes += m.content.size();
       check_text_fits(bytes, env, "messages");
       std::string rendered;
-      g.prompt = env.chat.tokens(messages, r.tools.tools_json, template_kwargs(body, text, env), &rendered);
+      g.prompt = env.chat.tokens(messages, r.tools.tools_json, template_kwargs(body, ordered, env), &rendered);
       ReasoningFormat rf = env.reasoning;
       if (const json* f = field(body, "reasoning_format")) {
         if (!f->is_string()) throw bad_field("reasoning_format", "'reasoning_format' must be none, deepseek or auto");
@@ -540,9 +555,10 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
 std::string apply_template(const std::string& text, const RequestEnv& env) {
   const json body = parse_object(text);
   const std::vector<ChatMessage> messages = get_messages(body);
-  const ToolRequest tools = get_tools(body, text, env);
+  OrderedBody ordered(text);
+  const ToolRequest tools = get_tools(body, ordered, env);
   try {
-    return env.chat.text(messages, tools.tools_json, template_kwargs(body, text, env));
+    return env.chat.text(messages, tools.tools_json, template_kwargs(body, ordered, env));
   } catch (const Error& e) {
     throw bad_field("messages", e.what());
   }
