@@ -3,10 +3,12 @@
 # device-forward-pass tests run on the device: ctest kernels_gpu and backend_gpu), compares the
 # CUDA and CPU backends' logits (the backend tests: fixture models and stories260K, tolerance
 # max |diff| <= 0.02 + 0.02 * max |logit|, see tests/kernels/test_device_context.cpp), and runs
-# slake-bench on a synthetic Llama-3.1-8B at 4K..128K context for full and slake --kv-budget 1024.
-# Results go to $OUT_DIR (default docs/gpu-check/<date>).
-#   scripts/gpu-check.sh [--quick] [--prebuilt]
+# slake-bench on synthetic models (default Llama-3.1-8B) at 4K..128K context for full and slake
+# --kv-budget 1024. Results go to $OUT_DIR (default docs/gpu-check/<date>).
+#   scripts/gpu-check.sh [--quick] [--prebuilt] [--models a,b] [--depths d1,d2]
 #   --quick:    4K and 16K only, one repetition
+#   --models:   slake-bench's synthetic presets to bench, each in its own run (default llama-3.1-8b)
+#   --depths:   the context depths to bench at (after --quick, overrides its depths)
 #   --prebuilt: use the binaries already in $BUILD_DIR (a machine without the build's Debian packages:
 #               build elsewhere with -DSLAKE_CUDA=ON -DSLAKE_NATIVE=OFF, targets slake-kernel-tests-gpu,
 #               slake-backend-tests-gpu, slake-cli and slake-bench); skips the build and the CPU suite
@@ -18,12 +20,19 @@ OUT_DIR="${OUT_DIR:-$ROOT/docs/gpu-check/$(date +%Y%m%d-%H%M%S)}"
 DEPTHS=(4096 16384 32768 65536 131072)
 REPS=3
 PREBUILT=0
-for arg in "$@"; do
-  case "$arg" in
+MODELS=(llama-3.1-8b)
+while [[ $# -gt 0 ]]; do
+  case "$1" in
     --quick) DEPTHS=(4096 16384); REPS=1 ;;
     --prebuilt) PREBUILT=1 ;;
-    *) echo "gpu-check: unknown argument '$arg'" >&2; exit 2 ;;
+    --models|--depths)
+      [[ $# -ge 2 ]] || { echo "gpu-check: $1 needs a comma-separated list" >&2; exit 2; }
+      IFS=, read -r -a list <<< "$2"
+      if [[ $1 == --models ]]; then MODELS=("${list[@]}"); else DEPTHS=("${list[@]}"); fi
+      shift ;;
+    *) echo "gpu-check: unknown argument '$1'" >&2; exit 2 ;;
   esac
+  shift
 done
 SHARED="${SLAKE_SHARED_DIR:-$ROOT/../shared}"
 # cuBLAS is opened at run time (dlopen): the toolkit's library folder must be on the search path.
@@ -74,11 +83,14 @@ if [[ -f "$STORIES" ]]; then
   cat "$OUT_DIR/stories-cuda.txt"
 fi
 
-echo "== slake-bench: synthetic Llama-3.1-8B (bf16 weights on the device), pp512 and tg128 at each depth"
-# One invocation: the 8B weights are made and uploaded once; every depth runs full and slake C=1024.
+echo "== slake-bench: synthetic models (bf16 weights on the device), pp512 and tg128 at each depth"
+# One invocation per model: its weights are made and uploaded once; every depth runs full and slake C=1024.
 depths=$(IFS=,; echo "${DEPTHS[*]}")
-"$BUILD/bin/slake-bench" --synthetic llama-3.1-8b --synthetic-type bf16 --backend cuda --kv-policy full,slake --kv-budget 1024 \
-  -d "$depths" -p 512 -n 128 --ctx-beyond-train -t "$(nproc)" -r "$REPS" -o jsonl > "$OUT_DIR/bench-llama-3.1-8b.jsonl" \
-  || echo "slake-bench failed" >&2
-cat "$OUT_DIR/bench-llama-3.1-8b.jsonl"
+for model in "${MODELS[@]}"; do
+  echo "-- $model"
+  "$BUILD/bin/slake-bench" --synthetic "$model" --synthetic-type bf16 --backend cuda --kv-policy full,slake --kv-budget 1024 \
+    -d "$depths" -p 512 -n 128 --ctx-beyond-train -t "$(nproc)" -r "$REPS" -o jsonl > "$OUT_DIR/bench-$model.jsonl" \
+    || echo "slake-bench failed on $model" >&2
+  cat "$OUT_DIR/bench-$model.jsonl"
+done
 echo "gpu-check: results in $OUT_DIR"

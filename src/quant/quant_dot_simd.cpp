@@ -587,7 +587,7 @@ void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act
 bool x8_kernel_available() { return false; }
 
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
-              int rn, float* out, int64_t out_stride) {
+              int rn, float* out, int64_t out_stride, bool /*prompt*/) {
   portable::dot_tile(t, K, w, w_stride, rm, act, act_stride, rn, out, out_stride);
 }
 

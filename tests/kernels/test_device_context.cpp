@@ -8,8 +8,8 @@
 // input (cuBLAS with bf16 operands, fp32 accumulation). The CPU reference runs on the same
 // bf16-rounded weights in fp32, so what is left is the activations' rounding (relative 2^-9 per
 // GEMM input), which adds up layer by layer: max |logit diff| <= 0.02 + 0.01 * n_layers * max |logit|
-// (0.02 for the two-layer fixtures; 0.06 for the six layers of gemma3-swa, whose measured 0.035
-// is about three times a two-layer model's). Under emulation each comparison also
+// (0.02 for the two-layer fixtures; 0.06 for the six layers of gemma3-swa, whose post-norms and
+// scaled embedding give 0.29 both on an H100 and under emulation). Under emulation each comparison also
 // runs with the host GEMM keeping fp32 activations (set_host_gemm_rounding(false)): then the rest
 // of the device pass must match the CPU to max |diff| <= 1e-4 + 1e-4 * max |logit|, and the
 // eviction decisions (layer budgets, tokens held per layer, KV bytes) must be identical. With
