@@ -32,8 +32,9 @@ void rmsnorm(float* out, const float* x, const float* weight, int rows, int n, f
 // (row t starts at x + t * row_stride) for position pos[t]. inv_freq: head_dim / 2 doubles (the
 // frequencies with any Llama 3.1 / linear scaling already divided in, as slake::Rope::inv_freq()).
 // half_layout: pairs (i, i + d/2) (Hugging Face); otherwise adjacent pairs (2i, 2i+1) (GGUF).
+// mscale multiplies cos and sin (LongRoPE's attention factor, Rope::mscale()).
 void rope(float* x, const int32_t* pos, int n_tokens, int64_t row_stride, int n_heads, int head_dim,
-          const double* inv_freq, bool half_layout, Stream stream = nullptr);
+          const double* inv_freq, bool half_layout, float mscale = 1.0f, Stream stream = nullptr);
 // out[i] = silu(gate[i]) * up[i]
 void swiglu(float* out, const float* gate, const float* up, int64_t n, Stream stream = nullptr);
 // out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation

@@ -22,6 +22,10 @@ Models (vocab 272: the tokenizer's 256 byte tokens and its specials; hidden 64, 
                 default pattern), 4 / 2 heads of head_dim 32, RoPE bases 10000 (sliding) and 1e6
                 (global), GELU-tanh, post-norms, scaled and tied embeddings; vocab 256 (the
                 converter trims the embedding to the tokenizer's 256 tokens).
+  phi3-longrope Phi3ForCausalLM, 4 / 2 heads, fused qkv_proj and gate_up_proj, LongRoPE with an
+                original context of 32 in 128: the 64-token prompt takes the long factors (transformers
+                by the sequence, the engine and llama.cpp by the context size, 64 here) and cos and
+                sin are scaled by sqrt(1 + ln 4 / ln 32).
 
 CI does not run this script (torch is too heavy); its outputs are committed. Regenerate with
 
@@ -41,8 +45,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Phi3Config, Phi3ForCausalLM, PreTrainedTokenizerFast, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 N_VOCAB, N_EMBD, N_LAYER, N_FF, N_TOKENS = 272, 64, 2, 128, 64  # 256 byte tokens + room for specials
 
@@ -52,7 +56,10 @@ import sys
 sys.path.insert(0, sys.argv[1] + "/gguf-py")
 sys.path.insert(0, sys.argv[1])
 import conversion.base
+import conversion.phi
 conversion.base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "qwen2"
+# Phi-3's converter reads a SentencePiece tokenizer.model unless the directory names GPT2Tokenizer.
+conversion.phi.Phi3MiniModel.set_vocab = lambda self: self._set_vocab_gpt2()
 import convert_hf_to_gguf
 sys.argv = [sys.argv[1] + "/convert_hf_to_gguf.py"] + sys.argv[2:]
 convert_hf_to_gguf.main()
@@ -71,6 +78,19 @@ def tokenizer() -> PreTrainedTokenizerFast:
 
 
 GEMMA_VOCAB, GEMMA_LAYERS, GEMMA_WINDOW = 256, 6, 8
+
+
+PHI3_SHORT = [1.0, 1.05, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6]
+PHI3_LONG = [1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 13.0, 20.0]
+
+
+def phi3_config(long_factor: list[float]) -> Phi3Config:
+    return Phi3Config(vocab_size=N_VOCAB, hidden_size=N_EMBD, intermediate_size=N_FF, num_hidden_layers=N_LAYER,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      original_max_position_embeddings=32, rms_norm_eps=1e-5, sliding_window=None,
+                      rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": PHI3_SHORT,
+                                       "long_factor": long_factor, "original_max_position_embeddings": 32},
+                      tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2, attn_implementation="eager")
 
 
 def n_vocab(name: str) -> int:
@@ -93,6 +113,8 @@ def build(name: str, seed: int):
                              "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
             tie_word_embeddings=True, attn_implementation="eager")
         model = Gemma3ForCausalLM(cfg)
+    elif name == "phi3-longrope":
+        model = Phi3ForCausalLM(phi3_config(PHI3_LONG))
     else:
         model = Qwen3ForCausalLM(Qwen3Config(head_dim=32, attention_bias=False, **common))
     g = torch.Generator().manual_seed(seed)
@@ -129,6 +151,11 @@ def make(name: str, seed: int, llama_cpp: Path, root: Path) -> None:
     # The feature under test moves the logits: without it they differ. (Gemma: the post-norms and
     # the sliding window.)
     with torch.no_grad():
+        if name.startswith("phi3"):
+            short = Phi3ForCausalLM(phi3_config(PHI3_SHORT))
+            short.load_state_dict(model.state_dict())
+            if not rel_err(logits_of(short.eval(), tokens), logits) > 1e-2:
+                sys.exit(f"{name}: the long RoPE factors do not move the logits")
         if name.startswith("gemma3"):
             wide = Gemma3ForCausalLM(Gemma3TextConfig(**{**model.config.to_dict(), "sliding_window": 128}))
             wide.load_state_dict(model.state_dict())
@@ -140,7 +167,7 @@ def make(name: str, seed: int, llama_cpp: Path, root: Path) -> None:
             if "post_" in pname and pname.endswith("layernorm.weight"):
                 p.copy_(torch.zeros_like(p))
     e = rel_err(logits_of(model, tokens), logits)
-    if not e > 1e-2:
+    if not e > 1e-2 and not name.startswith("phi3"):
         sys.exit(f"{name}: the biases / QK norms / post-norms move the logits by only {e:.3g}")
     subprocess.run([sys.executable, "-c", CONVERT, str(llama_cpp), str(out / "hf"), "--outtype", "f32", "--outfile",
                     str(out / "model.gguf")], check=True, stdout=subprocess.DEVNULL)
@@ -150,7 +177,8 @@ def make(name: str, seed: int, llama_cpp: Path, root: Path) -> None:
     desc = {"qwen2-bias": "Qwen2ForCausalLM, 4/2 heads, Q/K/V biases",
             "qwen3-qknorm": "Qwen3ForCausalLM, 4/2 heads of head_dim 32, per-head Q/K RMSNorm",
             "gemma3-swa": "Gemma3ForCausalLM, 6 layers (5 sliding of window 8, 1 global), 4/2 heads of head_dim 32, "
-                          "RoPE 1e4/1e6, GELU-tanh, post-norms, scaled tied embeddings"}[name]
+                          "RoPE 1e4/1e6, GELU-tanh, post-norms, scaled tied embeddings",
+            "phi3-longrope": "Phi3ForCausalLM, 4/2 heads, fused QKV and gate-up, LongRoPE (original context 32 of 128)"}[name]
     (out / "reference.json").write_text(json.dumps({"tokens": tokens, "n_vocab": n_vocab(name), "description": desc +
                                                     "; GGUF by llama.cpp's convert_hf_to_gguf.py (f32)"}) + "\n")
     print(f"{name}: {out}")
@@ -160,7 +188,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--llama-cpp", type=Path, required=True, help="llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
     ap.add_argument("--out", type=Path, default=Path("tests/fixtures"))
-    names = {"qwen2-bias": 101, "qwen3-qknorm": 102, "gemma3-swa": 103}
+    names = {"qwen2-bias": 101, "qwen3-qknorm": 102, "gemma3-swa": 103, "phi3-longrope": 104}
     ap.add_argument("--only", choices=sorted(names), help="make this fixture alone")
     a = ap.parse_args()
     torch.set_num_threads(1)

@@ -36,7 +36,7 @@ Context::Context(const Model& model, const ContextParams& params)
       own_pool_(params.pool ? nullptr
                             : std::make_unique<ThreadPool>(params.n_threads > 0 ? params.n_threads : default_thread_count())),
       pool_(params.pool ? params.pool : own_pool_.get()),
-      rope_(model.cfg),
+      rope_(model.cfg, n_ctx_),
       shape_{model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.head_dim, model.cfg.sliding_window},
       kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_, params.kv.centroid_count(), params.kv.type_k,
           params.kv.type_v),

@@ -113,10 +113,10 @@ TEST(BatchDecode, SmolLM2EqualsSingle) {
   check_batched_equals_single(*m, KvPolicyParams{}, 8, 6);
 }
 
-// Each family's layer definition through the batched path: the Qwen2 (biases), Qwen3 (QK norm)
-// and Gemma 3 (local and global layers) fixtures, full and evicting.
+// Each family's layer definition through the batched path: the Qwen2 (biases), Qwen3 (QK norm),
+// Gemma 3 (local and global layers) and Phi-3 (fused tensors, LongRoPE) fixtures, full and evicting.
 TEST(BatchDecode, FamilyFixturesEqualSingle) {
-  for (const char* name : {"qwen2-bias", "qwen3-qknorm", "gemma3-swa"}) {
+  for (const char* name : {"qwen2-bias", "qwen3-qknorm", "gemma3-swa", "phi3-longrope"}) {
     SCOPED_TRACE(name);
     const auto m = load_model(test::fixtures_dir() + "/models/" + name + "/model.gguf");
     check_batched_equals_single(*m, KvPolicyParams{}, 4, 12);

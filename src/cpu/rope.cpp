@@ -5,12 +5,13 @@
 
 namespace slake {
 
-Rope::Rope(const ModelConfig& cfg) : head_dim_(cfg.head_dim), layout_(cfg.rope_layout) {
+Rope::Rope(const ModelConfig& cfg, int n_ctx) : head_dim_(cfg.head_dim), layout_(cfg.rope_layout), mscale_(cfg.rope_attn_factor) {
   const int half = head_dim_ / 2;
+  const std::vector<float>& factors = cfg.rope_factors_for(n_ctx);
   inv_freq_.resize(static_cast<size_t>(half));
   for (int i = 0; i < half; ++i) {
     double f = std::pow(static_cast<double>(cfg.rope_theta), -2.0 * i / head_dim_);
-    if (!cfg.rope_freq_factors.empty()) f /= cfg.rope_freq_factors[static_cast<size_t>(i)];
+    if (!factors.empty()) f /= factors[static_cast<size_t>(i)];
     inv_freq_[static_cast<size_t>(i)] = f;
   }
   if (!cfg.swa_layers.empty())
@@ -25,8 +26,8 @@ void Rope::apply(float* x, int n_heads, int pos, bool swa) const {
     const int n = std::min(512, half - i0);
     for (int i = 0; i < n; ++i) {
       const double a = pos * inv_freq[static_cast<size_t>(i0 + i)];
-      cs[i] = static_cast<float>(std::cos(a));
-      sn[i] = static_cast<float>(std::sin(a));
+      cs[i] = static_cast<float>(std::cos(a)) * mscale_;
+      sn[i] = static_cast<float>(std::sin(a)) * mscale_;
     }
     for (int h = 0; h < n_heads; ++h) {
       float* v = x + static_cast<size_t>(h) * head_dim_;

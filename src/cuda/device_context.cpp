@@ -36,7 +36,8 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params, st
   try {
     w_ = shared_ ? shared_->views()
                  : upload_weights(model, [&](const std::string& name) { return static_cast<void*>(at<char>(name.c_str())); });
-    const Rope rope(model.cfg);
+    const Rope rope(model.cfg, plan_.n_ctx);
+    rope_mscale_ = rope.mscale();
     copy_to_device(at<double>("inv_freq"), rope.inv_freq().data(), rope.inv_freq().size() * sizeof(double));
     if (!model.cfg.swa_layers.empty())
       copy_to_device(at<double>("inv_freq") + model.cfg.head_dim / 2, rope.inv_freq(true).data(),
@@ -167,7 +168,8 @@ class DeviceContext::Ops final : public LayerOps {
   }
   void rope(Act a, int n_heads) override {  // the plan's inv_freq: the global table, then the sliding layers'
     const double* inv_freq = inv_freq_ + (c_.layer_local(l_) ? c_.head_dim / 2 : 0);
-    slake::gpu::rope(ptr(a), positions_, nb_, act_width(c_, a), n_heads, c_.head_dim, inv_freq, c_.rope_layout == RopeLayout::Half);
+    slake::gpu::rope(ptr(a), positions_, nb_, act_width(c_, a), n_heads, c_.head_dim, inv_freq, c_.rope_layout == RopeLayout::Half,
+                     d_.rope_mscale_);
   }
   void attention(Act out, Act q, Act k, Act v) override { d_.attend(l_, t0_, nb_, pos_host_, prompt_, ptr(out), ptr(q), ptr(k), ptr(v)); }
   void swiglu(Act a, Act b) override { slake::gpu::swiglu(ptr(a), ptr(a), ptr(b), nb_ * act_width(c_, a)); }

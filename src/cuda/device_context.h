@@ -108,6 +108,7 @@ class DeviceContext {
 
   const Model& model_;
   DevicePlan plan_;
+  float rope_mscale_ = 1.0f;  // Rope::mscale() of this context
   KvPolicyParts parts_{};
   std::unique_ptr<Gemm> gemm_;
   void* arena_ = nullptr;

@@ -74,12 +74,27 @@ void validate_config(const ModelConfig& c, const std::string& file) {
   need(c.rope_freq_factors.empty() || c.rope_freq_factors.size() == static_cast<size_t>(c.head_dim / 2),
        "RoPE frequency factors must have head_dim/2 entries");
   for (float f : c.rope_freq_factors) need(f > 0 && std::isfinite(f), "RoPE frequency factors must be positive");
+  need(c.rope_freq_factors_long.empty() || c.rope_freq_factors_long.size() == static_cast<size_t>(c.head_dim / 2),
+       "long RoPE frequency factors must have head_dim/2 entries");
+  for (float f : c.rope_freq_factors_long) need(f > 0 && std::isfinite(f), "RoPE frequency factors must be positive");
+  need(c.rope_freq_factors_long.empty() || c.n_ctx_orig > 0, "long RoPE factors need the original context length");
+  need(c.rope_attn_factor > 0 && std::isfinite(c.rope_attn_factor), "the RoPE attention factor must be positive");
 }
 
 std::vector<uint8_t> local_layer_pattern(int n_layers, int64_t period) {
   std::vector<uint8_t> out(static_cast<size_t>(std::max(0, n_layers)));
   for (int l = 0; l < n_layers; ++l) out[static_cast<size_t>(l)] = period <= 0 || l % period < period - 1;
   return out;
+}
+
+TensorView rows_of(const TensorView& t, int64_t r0, int64_t n, const std::string& name) {
+  const size_t rb = row_bytes(t.type, t.row_len());
+  TensorView v = t;
+  v.name = name;
+  v.ne = {t.row_len(), n};
+  v.data = t.data + static_cast<size_t>(r0) * rb;
+  v.nbytes = static_cast<size_t>(n) * rb;
+  return v;
 }
 
 const TensorView& check_tensor(const TensorView* t, const std::string& name, std::vector<int64_t> ne, const std::string& file) {
@@ -98,20 +113,37 @@ void bind_weights(Model& m, const std::function<const TensorView*(const std::str
   m.output = m.cfg.tied_output ? m.tok_embd : check_tensor(find(names.output), names.output, {dim, V}, file);
   m.layers.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
-    auto get = [&](const std::string& pattern, std::vector<int64_t> ne) {
+    auto name_of = [&](const std::string& pattern) {
       std::string n = pattern;
       n.replace(n.find("{}"), 2, std::to_string(l));
+      return n;
+    };
+    auto get = [&](const std::string& pattern, std::vector<int64_t> ne) {
+      const std::string n = name_of(pattern);
       return check_tensor(find(n), n, std::move(ne), file);
     };
     LayerWeights& L = m.layers[static_cast<size_t>(l)];
     L.attn_norm = get(names.attn_norm, {dim});
-    L.wq = get(names.wq, {dim, q});
-    L.wk = get(names.wk, {dim, kv});
-    L.wv = get(names.wv, {dim, kv});
+    if (!names.wqkv.empty() && find(name_of(names.wqkv))) {
+      const TensorView& f = get(names.wqkv, {dim, q + 2 * kv});
+      L.wq = rows_of(f, 0, q, f.name + "[q]");
+      L.wk = rows_of(f, q, kv, f.name + "[k]");
+      L.wv = rows_of(f, q + kv, kv, f.name + "[v]");
+    } else {
+      L.wq = get(names.wq, {dim, q});
+      L.wk = get(names.wk, {dim, kv});
+      L.wv = get(names.wv, {dim, kv});
+    }
     L.wo = get(names.wo, {q, dim});
     L.ffn_norm = get(names.ffn_norm, {dim});
-    L.w_gate = get(names.w_gate, {dim, ff});
-    L.w_up = get(names.w_up, {dim, ff});
+    if (!names.w_gate_up.empty()) {
+      const TensorView& f = get(names.w_gate_up, {dim, 2 * ff});
+      L.w_gate = rows_of(f, 0, ff, f.name + "[gate]");
+      L.w_up = rows_of(f, ff, ff, f.name + "[up]");
+    } else {
+      L.w_gate = get(names.w_gate, {dim, ff});
+      L.w_up = get(names.w_up, {dim, ff});
+    }
     L.w_down = get(names.w_down, {ff, dim});
     if (c.qkv_bias) {
       L.bq = get(names.bq, {q});

@@ -1,5 +1,5 @@
 // Model loading from a GGUF file written by llama.cpp's converters (architectures "llama",
-// "qwen2", "qwen3", "gemma3"; llama.cpp's src/llama-arch.cpp names their keys and tensors).
+// "qwen2", "qwen3", "gemma3", "phi3"; llama.cpp's src/llama-arch.cpp names their keys and tensors).
 #include <cmath>
 #include <limits>
 
@@ -71,9 +71,9 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   m->release_pages = [buf = g->buffer()](const uint8_t* p, size_t n) { buf->release_pages(p, n); };
   ModelConfig& c = m->cfg;
   c.arch = g->get_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "gemma3")
-    fail(f + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3, gemma3 are)");
-  const bool qwen = c.arch == "qwen2" || c.arch == "qwen3", gemma = c.arch == "gemma3";
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "gemma3" && c.arch != "phi3")
+    fail(f + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3, gemma3, phi3 are)");
+  const bool qwen = c.arch == "qwen2" || c.arch == "qwen3", gemma = c.arch == "gemma3", phi3 = c.arch == "phi3";
   const std::string a = c.arch + ".";
   c.name = g->get_string("general.name", "");
   auto geti = [&](const std::string& k) { return to_int(g->get_uint(a + k), f, a + k); };
@@ -93,9 +93,12 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   if (rope_dims != c.head_dim)
     fail(f + ": partial RoPE (" + std::to_string(rope_dims) + " of " + std::to_string(c.head_dim) + " dimensions) is not supported");
   c.sliding_window = to_int(g->get_uint(a + "attention.sliding_window", 0), f, a + "attention.sliding_window");
-  // llama.cpp's converter permutes Llama's Q/K rows to adjacent pairs; Qwen's and Gemma's stay
-  // rotate-half (llama.cpp's NEOX RoPE type).
-  c.rope_layout = qwen || gemma ? RopeLayout::Half : RopeLayout::Adjacent;
+  // Phi-3's files carry the sliding window of its Hugging Face config, which llama.cpp 0c1e570
+  // disables (src/models/phi3.cpp: every layer attends to the whole context); so does the engine.
+  if (phi3) c.sliding_window = 0;
+  // llama.cpp's converter permutes Llama's Q/K rows to adjacent pairs; Qwen's, Gemma's and Phi-3's
+  // stay rotate-half (llama.cpp's NEOX RoPE type).
+  c.rope_layout = qwen || gemma || phi3 ? RopeLayout::Half : RopeLayout::Adjacent;
   c.qkv_bias = c.arch == "qwen2";
   c.qk_norm = c.arch == "qwen3" || gemma;
   if (gemma) gemma3_hparams(*g, c);
@@ -108,14 +111,32 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   } else if (scaling != "none") {
     fail(f + ": RoPE scaling type '" + scaling + "' is not supported");
   }
-  if (const TensorView* rf = g->find_tensor("rope_freqs.weight")) {
-    if (rf->type != DType::F32 || rf->ne != std::vector<int64_t>{c.head_dim / 2})
-      fail(f + ": rope_freqs.weight must be F32 of shape [" + std::to_string(c.head_dim / 2) + "]");
-    std::vector<float> ff(static_cast<size_t>(c.head_dim / 2));
-    dequantize_row(DType::F32, rf->data, ff.data(), c.head_dim / 2);
+  // Per-frequency divisors stored as tensors (empty when absent).
+  auto factors = [&](const std::string& name) {
+    std::vector<float> ff;
+    if (const TensorView* rf = g->find_tensor(name)) {
+      if (rf->type != DType::F32 || rf->ne != std::vector<int64_t>{c.head_dim / 2})
+        fail(f + ": " + name + " must be F32 of shape [" + std::to_string(c.head_dim / 2) + "]");
+      ff.resize(static_cast<size_t>(c.head_dim / 2));
+      dequantize_row(DType::F32, rf->data, ff.data(), c.head_dim / 2);
+    }
+    return ff;
+  };
+  if (const std::vector<float> ff = factors("rope_freqs.weight"); !ff.empty()) {
     if (c.rope_freq_factors.empty()) c.rope_freq_factors = ff;
     else for (size_t i = 0; i < ff.size(); ++i) c.rope_freq_factors[i] *= ff[i];
   }
+  // LongRoPE (Phi-3 128K): short and long divisors, the original context that chooses between
+  // them, and the factor on cos and sin (the converter's attn_factor).
+  c.rope_freq_factors_long = factors("rope_factors_long.weight");
+  if (std::vector<float> shorter = factors("rope_factors_short.weight"); !c.rope_freq_factors_long.empty()) {
+    if (shorter.empty()) fail(f + ": rope_factors_long.weight without rope_factors_short.weight");
+    if (!c.rope_freq_factors.empty()) fail(f + ": LongRoPE factors together with other RoPE scaling are not supported");
+    c.rope_freq_factors = std::move(shorter);
+  }
+  c.n_ctx_orig = to_int(g->get_uint(a + "rope.scaling.original_context_length", static_cast<uint64_t>(c.n_ctx_train)), f,
+                        a + "rope.scaling.original_context_length");
+  c.rope_attn_factor = static_cast<float>(g->get_float(a + "rope.scaling.attn_factor", 1.0));
 
   const TensorView* emb = g->find_tensor("token_embd.weight");
   if (!emb) fail(f + ": missing tensor token_embd.weight");
@@ -138,6 +159,10 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
                     "blk.{}.attn_q.bias", "blk.{}.attn_k.bias", "blk.{}.attn_v.bias",
                     "blk.{}.attn_q_norm.weight", "blk.{}.attn_k_norm.weight",
                     "blk.{}.post_attention_norm.weight", "blk.{}.post_ffw_norm.weight"};
+  if (phi3) {  // fused Q/K/V (unless the file splits them) and gate/up
+    names.wqkv = "blk.{}.attn_qkv.weight";
+    names.w_gate_up = "blk.{}.ffn_up.weight";
+  }
   bind_weights(*m, [&](const std::string& n) { return g->find_tensor(n); }, names, f);
   return m;
 }

@@ -55,6 +55,9 @@ void read_rope(const ConfigReader& r, ModelConfig& c, const std::string& file) {
   if (!params.is_object()) fail(file + ": rope parameters are not an object");
   c.rope_theta = static_cast<float>(r.get_num("rope_theta", 10000.0));
   if (params.contains("rope_theta")) c.rope_theta = static_cast<float>(r.get_num(params["rope_theta"], "rope_theta"));
+  const double partial = params.contains("partial_rotary_factor") ? r.get_num(params["partial_rotary_factor"], "partial_rotary_factor")
+                                                                  : r.get_num("partial_rotary_factor", 1.0);
+  if (partial != 1.0) fail(file + ": partial RoPE (partial_rotary_factor " + std::to_string(partial) + ") is not supported");
   std::string type = "default";
   if (params.contains("rope_type") && params["rope_type"].is_string()) type = params["rope_type"].get<std::string>();
   else if (params.contains("type") && params["type"].is_string()) type = params["type"].get<std::string>();
@@ -63,6 +66,27 @@ void read_rope(const ConfigReader& r, ModelConfig& c, const std::string& file) {
     return r.get_num(params[k], k);
   };
   if (type == "default") return;
+  if (type == "longrope" || type == "su") {  // Phi-3 128K, as transformers' _compute_longrope_parameters
+    auto factors = [&](const char* k) {
+      if (!params.contains(k) || !params[k].is_array() || params[k].size() != static_cast<size_t>(c.head_dim / 2))
+        fail(file + ": rope scaling '" + type + "' needs " + k + " with " + std::to_string(c.head_dim / 2) + " numbers");
+      std::vector<float> v;
+      for (const json& x : params[k]) v.push_back(static_cast<float>(r.get_num(x, k)));
+      return v;
+    };
+    c.rope_freq_factors = factors("short_factor");
+    c.rope_freq_factors_long = factors("long_factor");
+    c.n_ctx_orig = params.contains("original_max_position_embeddings")
+                       ? r.to_int(params["original_max_position_embeddings"], "original_max_position_embeddings")
+                       : r.get_int("original_max_position_embeddings");
+    if (c.n_ctx_orig <= 0) fail(file + ": original_max_position_embeddings must be positive");
+    const double factor = params.contains("factor") ? r.get_num(params["factor"], "factor")
+                                                    : static_cast<double>(c.n_ctx_train) / c.n_ctx_orig;
+    c.rope_attn_factor = params.contains("attention_factor")
+                             ? static_cast<float>(r.get_num(params["attention_factor"], "attention_factor"))
+                             : factor <= 1.0 ? 1.0f : static_cast<float>(std::sqrt(1.0 + std::log(factor) / std::log(c.n_ctx_orig)));
+    return;
+  }
   if (type == "linear") {
     c.rope_freq_factors.assign(static_cast<size_t>(c.head_dim / 2), static_cast<float>(num("factor")));
   } else if (type == "llama3") {
@@ -126,8 +150,9 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
   ModelConfig& c = m->cfg;
   c.arch = j.value("model_type", std::string());
   if (c.arch == "gemma3_text") c.arch = "gemma3";
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "gemma3")
-    fail(cfg_path + ": model_type '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3, gemma3_text are)");
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "gemma3" && c.arch != "phi3")
+    fail(cfg_path + ": model_type '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3, gemma3_text, phi3 are)");
+  const bool phi3 = c.arch == "phi3";
   const bool gemma = c.arch == "gemma3";
   if (!gemma && j.contains("hidden_act") && j["hidden_act"] != "silu") fail(cfg_path + ": hidden_act must be silu");
   // Qwen2 always has Q/K/V biases; any other bias (attention_bias: also on o_proj) is not supported.
@@ -191,6 +216,10 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
                     "model.layers.{}.post_attention_layernorm.weight",
                     "model.layers.{}.post_feedforward_layernorm.weight"};
   if (gemma) names.ffn_norm = "model.layers.{}.pre_feedforward_layernorm.weight";
+  if (phi3) {  // fused Q/K/V and gate/up; the sliding window is not applied, as in llama.cpp (model_gguf.cpp)
+    names.wqkv = "model.layers.{}.self_attn.qkv_proj.weight";
+    names.w_gate_up = "model.layers.{}.mlp.gate_up_proj.weight";
+  }
   std::vector<TensorView> shifted;  // stable addresses for the views handed to bind_weights
   shifted.reserve(static_cast<size_t>(6 * c.n_layers + 1));
   auto find = [&](const std::string& n) -> const TensorView* {

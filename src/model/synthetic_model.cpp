@@ -140,6 +140,12 @@ const std::vector<SyntheticPreset>& synthetic_presets() {
     p.push_back({"gemma-3-270m", gemma("gemma-3-270m", 640, 18, 4, 1, 2048, 32768, 512, 1.0f)});
     p.push_back({"gemma-3-1b", gemma("gemma-3-1b", 1152, 26, 4, 1, 6912, 32768, 512, 1.0f)});
     p.push_back({"gemma-3-4b", gemma("gemma-3-4b", 2560, 34, 8, 4, 10240, 131072, 1024, 8.0f)});
+    // Phi-3-mini-4k (config.json): Llama's layer shape with 32 MHA heads and rotate-half RoPE (the
+    // synthetic weights are made split, as the loader splits Phi-3's fused tensors).
+    ModelConfig phi3 = shape("phi-3-mini", 32064, 3072, 32, 32, 32, 8192, 4096, 10000.0f);
+    phi3.arch = "phi3";
+    phi3.rope_layout = RopeLayout::Half;
+    p.push_back({"phi-3-mini", phi3});
     p.push_back({"tiny", shape("tiny", 1024, 256, 4, 8, 4, 704, 131072, 10000.0f)});  // long context: for cache-bound runs
     return p;
   }();

@@ -17,6 +17,9 @@ constexpr ArchEntry kArchitectures[] = {
     {"qwen2", qwen2_layer},
     {"qwen3", qwen3_layer},
     {"gemma3", gemma3_layer},
+    // Phi-3 is Llama's layer: the loader splits its fused Q/K/V and gate/up tensors into views,
+    // and LongRoPE is RoPE data (ModelConfig::rope_factors_for, rope_attn_factor).
+    {"phi3", llama_layer},
 };
 }  // namespace
 

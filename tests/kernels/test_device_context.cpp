@@ -209,7 +209,7 @@ TEST_P(FixtureModels, SlakeEvictingMatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(DeviceContext, FixtureModels,
                          ::testing::Values("llama2-mha", "llama-gqa-tied", "mistral-swa", "llama31-rope-scaling", "llama2-mha-q8_0",
-                                           "qwen2-bias", "qwen3-qknorm", "gemma3-swa"),
+                                           "qwen2-bias", "qwen3-qknorm", "gemma3-swa", "phi3-longrope"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -80,6 +80,7 @@ TEST(KernelRmsnorm, MatchesTheCpuRmsnorm) {
   }
 }
 
+// Half layout with LongRoPE's factor on cos and sin (Phi-3), adjacent without.
 TEST(KernelRope, BothLayoutsWithLlama31ScalingMatchTheCpuRope) {
   for (const RopeLayout layout : {RopeLayout::Adjacent, RopeLayout::Half}) {
     ModelConfig cfg;
@@ -88,7 +89,8 @@ TEST(KernelRope, BothLayoutsWithLlama31ScalingMatchTheCpuRope) {
     cfg.rope_layout = layout;
     cfg.rope_freq_factors.resize(36);
     for (int i = 0; i < 36; ++i) cfg.rope_freq_factors[static_cast<size_t>(i)] = i < 12 ? 1.0f : (i < 24 ? 3.5f : 8.0f);
-    const Rope rope_cpu(cfg);
+    if (layout == RopeLayout::Half) cfg.rope_attn_factor = 1.1902f;
+    const Rope rope_cpu(cfg, 4096);
     const int n_heads = 3, n_tokens = 6;
     const int64_t stride = n_heads * 72 + 10;  // rows with padding: the kernel must honour the stride
     const std::vector<int32_t> pos{0, 1, 7, 4095, 131071, 77};
@@ -96,7 +98,7 @@ TEST(KernelRope, BothLayoutsWithLlama31ScalingMatchTheCpuRope) {
     DeviceBuffer<float> dx(x);
     DeviceBuffer<int32_t> dpos(pos);
     DeviceBuffer<double> dfreq(rope_cpu.inv_freq());
-    rope(dx.get(), dpos.get(), n_tokens, stride, n_heads, 72, dfreq.get(), layout == RopeLayout::Half);
+    rope(dx.get(), dpos.get(), n_tokens, stride, n_heads, 72, dfreq.get(), layout == RopeLayout::Half, rope_cpu.mscale());
     std::vector<float> want = x;
     for (int t = 0; t < n_tokens; ++t) rope_cpu.apply(want.data() + t * stride, n_heads, pos[static_cast<size_t>(t)]);
     // Same double angles, same fp32 rotation: equal up to the last bit of sin/cos.

@@ -104,7 +104,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama2-mha-f16", "hf"}, Case{"llama2-mha-bf16", "gguf"}, Case{"llama2-mha-bf16", "hf"},
                       Case{"llama2-mha-q8_0", "gguf"}, Case{"llama2-mha-q4_0", "gguf"}, Case{"qwen2-bias", "gguf"},
                       Case{"qwen2-bias", "hf"}, Case{"qwen3-qknorm", "gguf"}, Case{"qwen3-qknorm", "hf"},
-                      Case{"gemma3-swa", "gguf"}, Case{"gemma3-swa", "hf"}),
+                      Case{"gemma3-swa", "gguf"}, Case{"gemma3-swa", "hf"}, Case{"phi3-longrope", "gguf"},
+                      Case{"phi3-longrope", "hf"}),
     case_name);
 
 // The fixtures really cover what they claim: the loader sees the features under test.
@@ -142,6 +143,23 @@ TEST(ForwardReferenceFixtures, CoverTheFeatures) {
     EXPECT_EQ(m->cfg.head_dim, 32) << f;
     EXPECT_NE(m->cfg.head_dim * m->cfg.n_heads, m->cfg.dim) << f;
     EXPECT_EQ(m->layers[0].q_norm.ne, std::vector<int64_t>{32}) << f;
+  }
+  // Phi-3: the fused tensors split into views of their rows; LongRoPE's short and long divisors,
+  // chosen by the context against the original 32, and cos and sin scaled by transformers'
+  // attention factor sqrt(1 + ln(128 / 32) / ln 32).
+  for (const char* f : {"phi3-longrope/hf", "phi3-longrope/model.gguf"}) {
+    auto m = load_model(d + f);
+    const ModelConfig& c = m->cfg;
+    EXPECT_EQ(c.arch, "phi3") << f;
+    EXPECT_EQ(c.rope_layout, RopeLayout::Half) << f;
+    EXPECT_EQ(m->layers[0].wk.ne, (std::vector<int64_t>{64, 32})) << f;
+    EXPECT_EQ(m->layers[0].wk.data, m->layers[0].wq.data + 64 * 64 * sizeof(float)) << f;
+    EXPECT_EQ(m->layers[0].w_up.data, m->layers[0].w_gate.data + 128 * 64 * sizeof(float)) << f;
+    EXPECT_EQ(c.n_ctx_orig, 32) << f;
+    EXPECT_FLOAT_EQ(c.rope_factors_for(32).back(), 1.6f) << f;
+    EXPECT_FLOAT_EQ(c.rope_factors_for(33).back(), 20.0f) << f;
+    EXPECT_NEAR(c.rope_attn_factor, std::sqrt(1.0 + std::log(4.0) / std::log(32.0)), 1e-6) << f;
+    EXPECT_EQ(Rope(c, 64).inv_freq().back(), std::pow(10000.0, -14.0 / 16) / 20.0) << f;
   }
   // Gemma 3: five sliding layers of window 8 then a global one, each kind's RoPE base, the
   // scaled and tied embeddings, and the norms as 1 + w whichever format stored them.

@@ -18,7 +18,9 @@ using ::testing::HasSubstr;
 
 struct TinySpec {
   int dim = 8, n_heads = 2, n_kv = 1, ffn = 16, n_layers = 1, vocab = 8;
-  std::string arch = "llama";  // qwen2 adds the Q/K/V biases, qwen3 the per-head Q/K norms, gemma3 both norms and post-norms
+  // qwen2 adds the Q/K/V biases, qwen3 the per-head Q/K norms, gemma3 both norms and post-norms,
+  // phi3 fuses Q/K/V and gate/up
+  std::string arch = "llama";
 };
 
 // A well-formed tiny GGUF model; `edit` may change the writer before tensors are added.
@@ -49,13 +51,17 @@ GgufWriter tiny_gguf(const TinySpec& s, const std::function<void(GgufWriter&)>& 
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     add(b + "attn_norm.weight", {d});
-    add(b + "attn_q.weight", {d, d});
-    add(b + "attn_k.weight", {d, kv});
-    add(b + "attn_v.weight", {d, kv});
+    if (s.arch == "phi3") {
+      add(b + "attn_qkv.weight", {d, d + 2 * kv});
+    } else {
+      add(b + "attn_q.weight", {d, d});
+      add(b + "attn_k.weight", {d, kv});
+      add(b + "attn_v.weight", {d, kv});
+    }
     add(b + "attn_output.weight", {d, d});
     add(b + "ffn_norm.weight", {d});
-    add(b + "ffn_gate.weight", {d, f});
-    add(b + "ffn_up.weight", {d, f});
+    if (s.arch != "phi3") add(b + "ffn_gate.weight", {d, f});
+    add(b + "ffn_up.weight", {d, s.arch == "phi3" ? 2 * f : f});
     add(b + "ffn_down.weight", {f, d});
     if (s.arch == "qwen2") {
       add(b + "attn_q.bias", {d});
@@ -121,6 +127,32 @@ TEST(ModelErrors, FamilyTensorsAreChecked) {
   EXPECT_THAT(gguf_error(tiny_gguf(q3, {}, "blk.0.attn_q_norm.weight")), HasSubstr("missing tensor blk.0.attn_q_norm.weight"));
   EXPECT_THAT(gguf_error(tiny_gguf(q3, {}, "", "blk.0.attn_k_norm.weight")),
               HasSubstr("tensor blk.0.attn_k_norm.weight has shape [5], expected [4]"));
+}
+
+// Phi-3: the fused tensors' shapes and LongRoPE's pair of factor tensors are checked.
+TEST(ModelErrors, Phi3FusedTensorsAndLongRope) {
+  TinySpec p;
+  p.arch = "phi3";
+  {
+    test::TempDir dir;
+    write_file(dir.file("m.gguf"), tiny_gguf(p).to_bytes());
+    auto m = load_model(dir.file("m.gguf"));
+    EXPECT_EQ(m->layers[0].wv.ne, (std::vector<int64_t>{8, 4}));
+    EXPECT_EQ(m->layers[0].w_up.ne, (std::vector<int64_t>{8, 16}));
+  }
+  EXPECT_THAT(gguf_error(tiny_gguf(p, {}, "blk.0.ffn_up.weight")), HasSubstr("missing tensor blk.0.ffn_up.weight"));
+  EXPECT_THAT(gguf_error(tiny_gguf(p, {}, "blk.0.attn_qkv.weight")), HasSubstr("missing tensor blk.0.attn_q.weight"));
+  EXPECT_THAT(gguf_error(tiny_gguf(p, {}, "", "blk.0.attn_qkv.weight")),
+              HasSubstr("tensor blk.0.attn_qkv.weight has shape [9, 16], expected [8, 16]"));
+  const std::vector<float> two{1.0f, 2.0f};
+  EXPECT_THAT(gguf_error(tiny_gguf(p, [&](GgufWriter& w) { w.add_f32_tensor("rope_factors_long.weight", {2}, two.data()); })),
+              HasSubstr("rope_factors_long.weight without rope_factors_short.weight"));
+  EXPECT_THAT(gguf_error(tiny_gguf(p, [&](GgufWriter& w) {
+                w.add_f32_tensor("rope_factors_long.weight", {2}, two.data());
+                w.add_f32_tensor("rope_factors_short.weight", {2}, two.data());
+                w.set_f32("phi3.rope.scaling.attn_factor", -1.0f);
+              })),
+              HasSubstr("RoPE attention factor must be positive"));
 }
 
 // Gemma 3's layer pattern: the default period of 6, a period or per-layer flags from the file, and
@@ -239,6 +271,12 @@ TEST(ModelErrors, HfInconsistencies) {
   EXPECT_THAT(gemma([](nlohmann::json& c) { c["final_logit_softcapping"] = 30.0; }), HasSubstr("final_logit_softcapping is not supported"));
   EXPECT_THAT(gemma([](nlohmann::json& c) { c["layer_types"] = {"sliding_attention"}; }), HasSubstr("layer_types must name every layer"));
   EXPECT_THAT(gemma([](nlohmann::json& c) { c["layer_types"][0] = "chunked_attention"; }), HasSubstr("unknown layer type"));
+
+  // Phi-3: LongRoPE's factors must cover every frequency; partial RoPE (Phi-4-mini) is refused.
+  auto phi3 = [&](const std::function<void(nlohmann::json&)>& edit) { return hf_error(dir, edit, "phi3-longrope"); };
+  EXPECT_EQ(phi3([](nlohmann::json&) {}), "");
+  EXPECT_THAT(phi3([](nlohmann::json& c) { c["rope_parameters"]["long_factor"] = {1.0, 2.0}; }), HasSubstr("needs long_factor with 8 numbers"));
+  EXPECT_THAT(phi3([](nlohmann::json& c) { c["rope_parameters"]["partial_rotary_factor"] = 0.75; }), HasSubstr("partial RoPE"));
 
   write_file(dir.file("config.json"), std::string("{\"model_type\": \"llama\", "));
   EXPECT_THAT(load_error(dir.path()), HasSubstr("config.json: malformed JSON"));

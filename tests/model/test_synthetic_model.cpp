@@ -67,6 +67,14 @@ TEST(SyntheticModel, PresetsHaveThePublishedShapes) {
     EXPECT_EQ(std::count(c.swa_layers.begin(), c.swa_layers.end(), 0), (w.layers + 1) / 6) << w.name;
     EXPECT_EQ(c.rope_freq_factors.empty() ? 1.0f : c.rope_freq_factors[0], w.factor) << w.name;
   }
+  // Phi-3-mini-4k-instruct's config.json: 32 MHA heads of 96, rotate-half RoPE, untied.
+  const ModelConfig& phi3 = preset("phi-3-mini");
+  EXPECT_EQ(phi3.arch, "phi3");
+  EXPECT_EQ(std::vector<int>({phi3.dim, phi3.n_layers, phi3.n_heads, phi3.n_kv_heads, phi3.head_dim, phi3.ffn_dim, phi3.n_vocab,
+                              phi3.n_ctx_train}),
+            std::vector<int>({3072, 32, 32, 32, 96, 8192, 32064, 4096}));
+  EXPECT_EQ(phi3.rope_layout, RopeLayout::Half);
+  EXPECT_FALSE(phi3.tied_output);
   // gemma-3-270m against the real file's own hyperparameters, when it has been fetched.
   const std::string real = test::real_model("gemma-3-270m-q4_k_m.gguf");
   if (!real.empty()) {

@@ -19,7 +19,7 @@ namespace slake {
 enum class RopeLayout { Adjacent, Half };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "mistral", "qwen2", "qwen3" or "gemma3" (src/models/models.cpp)
+  std::string arch;  // "llama", "mistral", "qwen2", "qwen3", "gemma3" or "phi3" (src/models/models.cpp)
   std::string name;
   int n_vocab = 0;
   int dim = 0;
@@ -35,6 +35,12 @@ struct ModelConfig {
   // Frequency i of a head (i < head_dim/2) is theta^(-2i/head_dim) / rope_freq_factors[i];
   // empty means all ones. Llama 3.1 scaling and linear scaling are both expressed this way.
   std::vector<float> rope_freq_factors;
+  // LongRoPE (Phi-3's 128K models): the divisors for a context longer than n_ctx_orig, where
+  // rope_freq_factors holds those for shorter ones (llama.cpp chooses by the context size, as
+  // rope_factors_for does), and the factor by which RoPE multiplies cos and sin at any length.
+  std::vector<float> rope_freq_factors_long;
+  int n_ctx_orig = 0;
+  float rope_attn_factor = 1.0f;
   int sliding_window = 0;  // 0: none; otherwise key j is visible to query i iff i - window < j <= i
   // Gemma 3's local/global layers: when not empty, layer l attends within sliding_window iff
   // swa_layers[l] (a global layer sees every key); empty: every layer as sliding_window says.
@@ -48,6 +54,10 @@ struct ModelConfig {
   bool post_norms = false;  // gemma3: the attention and FFN outputs are RMS-normalised before they are added
   float embed_scale = 1.0f;  // the embeddings are multiplied by this (gemma3: sqrt(dim))
 
+  // The RoPE frequency divisors of a context of n_ctx tokens.
+  const std::vector<float>& rope_factors_for(int n_ctx) const {
+    return !rope_freq_factors_long.empty() && n_ctx > n_ctx_orig ? rope_freq_factors_long : rope_freq_factors;
+  }
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
   int group_size() const { return n_heads / n_kv_heads; }
