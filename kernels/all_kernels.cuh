@@ -3,6 +3,7 @@
 #pragma once
 #include "embedding.cuh"
 #include "residual.cuh"
+#include "moe_rows.cuh"
 #include "rmsnorm.cuh"
 #include "rope.cuh"
 #include "swiglu.cuh"

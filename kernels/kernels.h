@@ -43,6 +43,11 @@ void geglu(float* out, const float* gate, const float* up, int64_t n, Stream str
 void residual_add(float* x, const float* y, int64_t n, Stream stream = nullptr);
 // x[r][i] += b[i] for `rows` rows of `width` floats (a bias on every row).
 void bias_add(float* x, const float* b, int rows, int64_t width, Stream stream = nullptr);
+// out[r][:] = in[idx[r]][:] for r < m (rows of `width` floats): one expert's rows of a mixture.
+void gather_rows(float* out, const float* in, const int32_t* idx, int m, int64_t width, Stream stream = nullptr);
+// acc[idx[r]][:] += w[r] * y[r][:] for r < m; the idx[r] must be distinct.
+void scatter_add_rows(float* acc, const float* y, const int32_t* idx, const float* w, int m, int64_t width,
+                      Stream stream = nullptr);
 
 // ---- the exact cache and the linear state of one layer, as the attention kernels read them ----
 

@@ -26,6 +26,13 @@ Models (vocab 272: the tokenizer's 256 byte tokens and its specials; hidden 64, 
                 original context of 32 in 128: the 64-token prompt takes the long factors (transformers
                 by the sequence, the engine and llama.cpp by the context size, 64 here) and cos and
                 sin are scaled by sqrt(1 + ln 4 / ln 32).
+  mixtral-moe   MixtralForCausalLM, 4 / 2 heads, 4 experts of FFN 128, 2 per token (llama.cpp: a llama
+                file with experts).
+  qwen3-moe     Qwen3MoeForCausalLM, 4 / 2 heads of head_dim 32 with Q/K norms, 4 experts of FFN 96, 2
+                per token, renormalised (norm_topk_prob, as Qwen3-30B-A3B and as llama.cpp always does).
+  For the two mixtures, reference.json also holds transformers' router logits and the experts it
+  chose for every token of every layer; every expert must be chosen somewhere, and permuting the
+  router's rows must move the logits.
 
 CI does not run this script (torch is too heavy); its outputs are committed. Regenerate with
 
@@ -45,8 +52,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Phi3Config, Phi3ForCausalLM, PreTrainedTokenizerFast, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 N_VOCAB, N_EMBD, N_LAYER, N_FF, N_TOKENS = 272, 64, 2, 128, 64  # 256 byte tokens + room for specials
 
@@ -113,6 +121,12 @@ def build(name: str, seed: int):
                              "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
             tie_word_embeddings=True, attn_implementation="eager")
         model = Gemma3ForCausalLM(cfg)
+    elif name == "mixtral-moe":
+        model = MixtralForCausalLM(MixtralConfig(num_local_experts=4, num_experts_per_tok=2, sliding_window=None, **common))
+    elif name == "qwen3-moe":
+        model = Qwen3MoeForCausalLM(Qwen3MoeConfig(head_dim=32, moe_intermediate_size=96, num_experts=4, num_experts_per_tok=2,
+                                                   norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                                                   attention_bias=False, **common))
     elif name == "phi3-longrope":
         model = Phi3ForCausalLM(phi3_config(PHI3_LONG))
     else:
@@ -127,6 +141,16 @@ def build(name: str, seed: int):
             else:
                 p.copy_(torch.randn(p.shape, generator=g) / (p.shape[-1] ** 0.5))
     return model.eval()
+
+
+def routing(model, tokens: list[int]) -> dict:
+    """transformers' router logits per layer and token, and the experts its top-k picks from them."""
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([tokens]), output_router_logits=True)
+    k = model.config.num_experts_per_tok
+    logits = [r.reshape(len(tokens), -1).float() for r in out.router_logits]
+    chosen = [torch.topk(torch.softmax(r, dim=-1), k, dim=-1).indices.tolist() for r in logits]
+    return {"router_logits": [r.tolist() for r in logits], "experts": chosen}
 
 
 def logits_of(model, tokens: list[int]) -> np.ndarray:
@@ -148,6 +172,20 @@ def make(name: str, seed: int, llama_cpp: Path, root: Path) -> None:
     rng = np.random.default_rng(seed)
     tokens = [int(t) for t in rng.integers(0, n_vocab(name), N_TOKENS)]
     logits = logits_of(model, tokens)
+    extra = {}
+    if name.endswith("-moe"):
+        extra = routing(model, tokens)
+        for l, chosen in enumerate(extra["experts"]):
+            if len({e for tok in chosen for e in tok}) < 4:
+                sys.exit(f"{name}: layer {l} leaves an expert unused")
+        with torch.no_grad():
+            permuted = type(model)(model.config)
+            permuted.load_state_dict(model.state_dict())
+            for pname, p in permuted.named_parameters():
+                if pname.endswith("gate.weight") and p.shape[0] == 4:
+                    p.copy_(p.flip(0))
+            if not rel_err(logits_of(permuted.eval(), tokens), logits) > 1e-2:
+                sys.exit(f"{name}: the router does not move the logits")
     # The feature under test moves the logits: without it they differ. (Gemma: the post-norms and
     # the sliding window.)
     with torch.no_grad():
@@ -167,7 +205,7 @@ def make(name: str, seed: int, llama_cpp: Path, root: Path) -> None:
             if "post_" in pname and pname.endswith("layernorm.weight"):
                 p.copy_(torch.zeros_like(p))
     e = rel_err(logits_of(model, tokens), logits)
-    if not e > 1e-2 and not name.startswith("phi3"):
+    if not e > 1e-2 and name not in ("phi3-longrope", "mixtral-moe"):
         sys.exit(f"{name}: the biases / QK norms / post-norms move the logits by only {e:.3g}")
     subprocess.run([sys.executable, "-c", CONVERT, str(llama_cpp), str(out / "hf"), "--outtype", "f32", "--outfile",
                     str(out / "model.gguf")], check=True, stdout=subprocess.DEVNULL)
@@ -178,9 +216,11 @@ def make(name: str, seed: int, llama_cpp: Path, root: Path) -> None:
             "qwen3-qknorm": "Qwen3ForCausalLM, 4/2 heads of head_dim 32, per-head Q/K RMSNorm",
             "gemma3-swa": "Gemma3ForCausalLM, 6 layers (5 sliding of window 8, 1 global), 4/2 heads of head_dim 32, "
                           "RoPE 1e4/1e6, GELU-tanh, post-norms, scaled tied embeddings",
-            "phi3-longrope": "Phi3ForCausalLM, 4/2 heads, fused QKV and gate-up, LongRoPE (original context 32 of 128)"}[name]
+            "phi3-longrope": "Phi3ForCausalLM, 4/2 heads, fused QKV and gate-up, LongRoPE (original context 32 of 128)",
+            "mixtral-moe": "MixtralForCausalLM, 4/2 heads, 4 experts, 2 per token",
+            "qwen3-moe": "Qwen3MoeForCausalLM, 4/2 heads of head_dim 32, Q/K norms, 4 experts of 96, 2 per token, renormalised"}[name]
     (out / "reference.json").write_text(json.dumps({"tokens": tokens, "n_vocab": n_vocab(name), "description": desc +
-                                                    "; GGUF by llama.cpp's convert_hf_to_gguf.py (f32)"}) + "\n")
+                                                    "; GGUF by llama.cpp's convert_hf_to_gguf.py (f32)", **extra}) + "\n")
     print(f"{name}: {out}")
 
 
@@ -188,7 +228,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--llama-cpp", type=Path, required=True, help="llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
     ap.add_argument("--out", type=Path, default=Path("tests/fixtures"))
-    names = {"qwen2-bias": 101, "qwen3-qknorm": 102, "gemma3-swa": 103, "phi3-longrope": 104}
+    names = {"qwen2-bias": 101, "qwen3-qknorm": 102, "gemma3-swa": 103, "phi3-longrope": 104, "mixtral-moe": 105, "qwen3-moe": 106}
     ap.add_argument("--only", choices=sorted(names), help="make this fixture alone")
     a = ap.parse_args()
     torch.set_num_threads(1)

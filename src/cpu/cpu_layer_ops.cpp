@@ -1,9 +1,12 @@
 #include "cpu/cpu_layer_ops.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "slake/cpu/ops.h"
 #include "slake/error.h"
+#include "slake/model/moe.h"
 
 namespace slake {
 
@@ -53,11 +56,49 @@ void CpuLayerOps::rmsnorm(Act out, Act in, Weight w, float eps) {
   rmsnorm_rows(ptr(out), ptr(in), weight(w), n_, act_width(c_, in), eps, pool_);
 }
 
-void CpuLayerOps::matmul(Act out, Act in, Weight w) {
-  const TensorView& W = weight(w);
-  const int64_t K = act_width(c_, in), N = act_width(c_, out);
-  for (int64_t r = 0; r < n_; r += matmul_rows_)
-    slake::matmul(ptr(out) + r * N, ptr(in) + r * K, std::min(matmul_rows_, n_ - r), W, pool_);
+void CpuLayerOps::matmul(Act out, Act in, Weight w) { rows_times(ptr(out), ptr(in), n_, weight(w)); }
+
+void CpuLayerOps::rows_times(float* out, const float* in, int64_t n, const TensorView& W) {
+  const int64_t K = W.row_len(), N = W.n_rows();
+  for (int64_t r = 0; r < n; r += matmul_rows_) slake::matmul(out + r * N, in + r * K, std::min(matmul_rows_, n - r), W, pool_);
+}
+
+void CpuLayerOps::moe_ffn(Act x, Act in) {
+  const int E = c_.n_expert, K = c_.n_expert_used;
+  const int64_t dim = act_width(c_, in), ff = c_.ffn_dim;
+  if (w_.exp_gate.size() != static_cast<size_t>(E) || !w_.router.data) fail("internal: the layer has no experts");
+  const float* src = ptr(in);
+  std::vector<float> logits(static_cast<size_t>(n_ * E));
+  rows_times(logits.data(), src, n_, w_.router);
+  // Each expert's rows and their weights, in row order.
+  std::vector<std::vector<std::pair<int64_t, float>>> rows(static_cast<size_t>(E));
+  std::vector<ExpertChoice> choice(static_cast<size_t>(K));
+  for (int64_t t = 0; t < n_; ++t) {
+    moe_route(logits.data() + t * E, E, K, c_.expert_norm, choice.data());
+    for (const ExpertChoice& ch : choice) rows[static_cast<size_t>(ch.expert)].push_back({t, ch.weight});
+  }
+  std::vector<float> acc(static_cast<size_t>(n_ * dim), 0.0f), xin, g, u, y;
+  for (int e = 0; e < E; ++e) {
+    const auto& r = rows[static_cast<size_t>(e)];
+    const int64_t m = static_cast<int64_t>(r.size());
+    if (m == 0) continue;
+    xin.resize(static_cast<size_t>(m * dim));
+    for (int64_t i = 0; i < m; ++i) std::copy_n(src + r[static_cast<size_t>(i)].first * dim, dim, xin.data() + i * dim);
+    g.resize(static_cast<size_t>(m * ff));
+    u.resize(g.size());
+    y.resize(xin.size());
+    rows_times(g.data(), xin.data(), m, w_.exp_gate[static_cast<size_t>(e)]);
+    rows_times(u.data(), xin.data(), m, w_.exp_up[static_cast<size_t>(e)]);
+    slake::swiglu(g.data(), g.data(), u.data(), m * ff);
+    rows_times(y.data(), g.data(), m, w_.exp_down[static_cast<size_t>(e)]);
+    for (int64_t i = 0; i < m; ++i) {
+      float* a = acc.data() + r[static_cast<size_t>(i)].first * dim;
+      const float wt = r[static_cast<size_t>(i)].second;
+      for (int64_t j = 0; j < dim; ++j) a[j] += wt * y[static_cast<size_t>(i * dim + j)];
+    }
+  }
+  float* px = ptr(x);
+  for (size_t i = 0; i < acc.size(); ++i) px[i] += acc[i];
 }
 
 void CpuLayerOps::add_bias(Act a, Weight b) { add_bias_rows(ptr(a), weight(b), n_, act_width(c_, a)); }

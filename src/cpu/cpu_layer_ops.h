@@ -36,9 +36,12 @@ class CpuLayerOps final : public LayerOps {
   void swiglu(Act a, Act b) override;
   void geglu(Act a, Act b) override;
   void add(Act x, Act y) override;
+  void moe_ffn(Act x, Act in) override;
 
  private:
   float* ptr(Act a) const;
+  // out = in W^T for n rows, at most matmul_rows at a time.
+  void rows_times(float* out, const float* in, int64_t n, const TensorView& W);
   // a = fn(a, b) row by row (the gated activations).
   void gated(Act a, Act b, void (*fn)(float*, const float*, const float*, int64_t));
   const TensorView& weight(Weight w) const;  // throws for a weight the model lacks

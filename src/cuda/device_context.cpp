@@ -9,6 +9,7 @@
 #include "slake/kv/kv_budget.h"
 #include "slake/cpu/rope.h"
 #include "slake/model/layer.h"
+#include "slake/model/moe.h"
 
 namespace slake::gpu {
 
@@ -175,6 +176,45 @@ class DeviceContext::Ops final : public LayerOps {
   void swiglu(Act a, Act b) override { slake::gpu::swiglu(ptr(a), ptr(a), ptr(b), nb_ * act_width(c_, a)); }
   void geglu(Act a, Act b) override { slake::gpu::geglu(ptr(a), ptr(a), ptr(b), nb_ * act_width(c_, a)); }
   void add(Act x, Act y) override { residual_add(ptr(x), ptr(y), nb_ * act_width(c_, x)); }
+  // The router's logits come to the host, where moe_route (the CPU's rule) chooses; each expert
+  // then runs its rows as one block: gathered, its three GEMMs, added back in their weights.
+  void moe_ffn(Act x, Act in) override {
+    const int E = c_.n_expert, K = c_.n_expert_used;
+    const int64_t dim = act_width(c_, in), ff = c_.ffn_dim;
+    float* logits = d_.at<float>("moe_logits");
+    d_.gemm_->matmul(logits, ptr(in), nb_, L_.router, act_);
+    std::vector<float> host(static_cast<size_t>(nb_) * E);
+    copy_to_host(host.data(), logits, host.size() * sizeof(float));
+    std::vector<std::vector<std::pair<int32_t, float>>> rows(static_cast<size_t>(E));
+    std::vector<ExpertChoice> choice(static_cast<size_t>(K));
+    for (int t = 0; t < nb_; ++t) {
+      moe_route(host.data() + static_cast<size_t>(t) * E, E, K, c_.expert_norm, choice.data());
+      for (const ExpertChoice& ch : choice) rows[static_cast<size_t>(ch.expert)].push_back({t, ch.weight});
+    }
+    std::vector<int32_t> idx;  // every expert's rows, expert after expert, and their weights
+    std::vector<float> w;
+    for (const auto& r : rows)
+      for (const auto& [t, wt] : r) idx.push_back(t), w.push_back(wt);
+    int32_t* d_idx = d_.at<int32_t>("moe_idx");
+    float* d_w = d_.at<float>("moe_w");
+    copy_to_device(d_idx, idx.data(), idx.size() * sizeof(int32_t));
+    copy_to_device(d_w, w.data(), w.size() * sizeof(float));
+    float *in_rows = d_.at<float>("moe_rows"), *out_rows = d_.at<float>("moe_out"), *acc = d_.at<float>("moe_acc");
+    device_memset(acc, 0, static_cast<size_t>(nb_) * dim * sizeof(float));
+    size_t at = 0;
+    for (int e = 0; e < E; ++e) {
+      const int m = static_cast<int>(rows[static_cast<size_t>(e)].size());
+      if (m == 0) continue;
+      gather_rows(in_rows, ptr(in), d_idx + at, m, dim);
+      d_.gemm_->matmul(ptr(Act::Gate), in_rows, m, L_.exp_gate[static_cast<size_t>(e)], act_);
+      d_.gemm_->matmul(ptr(Act::Up), in_rows, m, L_.exp_up[static_cast<size_t>(e)], act_);
+      slake::gpu::swiglu(ptr(Act::Gate), ptr(Act::Gate), ptr(Act::Up), m * ff);
+      d_.gemm_->matmul(out_rows, ptr(Act::Gate), m, L_.exp_down[static_cast<size_t>(e)], act_);
+      scatter_add_rows(acc, out_rows, d_idx + at, d_w + at, m, dim);
+      at += static_cast<size_t>(m);
+    }
+    residual_add(ptr(x), acc, nb_ * dim);
+  }
 
  private:
   float* ptr(Act a) const {

@@ -115,6 +115,15 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
   add("activations", "gate", B * ff * sizeof(float));
   add("activations", "up", B * ff * sizeof(float));
   add("activations", "act_bf16", B * widest * sizeof(uint16_t));
+  if (c.n_expert > 0) {  // the mixture's router logits, one expert's rows in and out, their sum, the routing
+    const size_t E = static_cast<size_t>(c.n_expert), used = static_cast<size_t>(c.n_expert_used);
+    add("activations", "moe_logits", B * E * sizeof(float));
+    add("activations", "moe_rows", B * dim * sizeof(float));
+    add("activations", "moe_out", B * dim * sizeof(float));
+    add("activations", "moe_acc", B * dim * sizeof(float));
+    add("activations", "moe_idx", B * used * sizeof(int32_t));
+    add("activations", "moe_w", B * used * sizeof(float));
+  }
   add("activations", "logits", B * static_cast<size_t>(c.n_vocab) * sizeof(float));
   add("activations", "tokens", ctx * sizeof(int32_t));
   add("activations", "positions", ctx * sizeof(int32_t));

@@ -50,9 +50,19 @@ void for_each_device_weight(const Model& m,
     one(p + "wv", w.wv, true);
     one(p + "wo", w.wo, true);
     one(p + "ffn_norm", w.ffn_norm, false);
-    one(p + "w_gate", w.w_gate, true);
-    one(p + "w_up", w.w_up, true);
-    one(p + "w_down", w.w_down, true);
+    if (c.n_expert > 0) {
+      one(p + "router", w.router, true);
+      for (int e = 0; e < c.n_expert; ++e) {
+        const std::string x = "." + std::to_string(e);
+        one(p + "exp_gate" + x, w.exp_gate[static_cast<size_t>(e)], true);
+        one(p + "exp_up" + x, w.exp_up[static_cast<size_t>(e)], true);
+        one(p + "exp_down" + x, w.exp_down[static_cast<size_t>(e)], true);
+      }
+    } else {
+      one(p + "w_gate", w.w_gate, true);
+      one(p + "w_up", w.w_up, true);
+      one(p + "w_down", w.w_down, true);
+    }
     if (c.qkv_bias) {
       one(p + "bq", w.bq, false);
       one(p + "bk", w.bk, false);
@@ -97,9 +107,20 @@ WeightsOnDevice upload_weights(const Model& m, const std::function<void*(const s
     L.wk = matrix(p + "wk", src.wk);
     L.wv = matrix(p + "wv", src.wv);
     L.wo = matrix(p + "wo", src.wo);
-    L.w_gate = matrix(p + "w_gate", src.w_gate);
-    L.w_up = matrix(p + "w_up", src.w_up);
-    L.w_down = matrix(p + "w_down", src.w_down);
+    if (c.n_expert > 0) {
+      L.router = matrix(p + "router", src.router);
+      for (int e = 0; e < c.n_expert; ++e) {
+        const std::string x = "." + std::to_string(e);
+        const size_t i = static_cast<size_t>(e);
+        L.exp_gate.push_back(matrix(p + "exp_gate" + x, src.exp_gate[i]));
+        L.exp_up.push_back(matrix(p + "exp_up" + x, src.exp_up[i]));
+        L.exp_down.push_back(matrix(p + "exp_down" + x, src.exp_down[i]));
+      }
+    } else {
+      L.w_gate = matrix(p + "w_gate", src.w_gate);
+      L.w_up = matrix(p + "w_up", src.w_up);
+      L.w_down = matrix(p + "w_down", src.w_down);
+    }
     L.attn_norm = vec(p + "attn_norm");
     L.ffn_norm = vec(p + "ffn_norm");
     L.bq = vec(p + "bq");

@@ -22,6 +22,8 @@ struct LayerWeightsOnDevice {
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // qkv_bias
   const float *q_norm = nullptr, *k_norm = nullptr;         // qk_norm
   const float *attn_post_norm = nullptr, *ffn_post_norm = nullptr;  // post_norms
+  DeviceMatrix router;                                 // with experts (w_gate, w_up, w_down empty)
+  std::vector<DeviceMatrix> exp_gate, exp_up, exp_down;
 };
 
 struct WeightsOnDevice {

@@ -38,8 +38,11 @@ std::vector<const TensorView*> Model::weights() const {
   if (!cfg.tied_output) w.push_back(&output);
   for (const LayerWeights& l : layers)
     for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.bq, &l.bk,
-                                &l.bv, &l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_post_norm})
+                                &l.bv, &l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_post_norm, &l.router})
       if (t->data) w.push_back(t);
+  for (const LayerWeights& l : layers)
+    for (const std::vector<TensorView>* e : {&l.exp_gate, &l.exp_up, &l.exp_down})
+      for (const TensorView& t : *e) w.push_back(&t);
   return w;
 }
 
@@ -79,6 +82,10 @@ void validate_config(const ModelConfig& c, const std::string& file) {
   for (float f : c.rope_freq_factors_long) need(f > 0 && std::isfinite(f), "RoPE frequency factors must be positive");
   need(c.rope_freq_factors_long.empty() || c.n_ctx_orig > 0, "long RoPE factors need the original context length");
   need(c.rope_attn_factor > 0 && std::isfinite(c.rope_attn_factor), "the RoPE attention factor must be positive");
+  need(c.n_expert >= 0 && c.n_expert <= 1024, "the expert count must be between 0 and 1024");
+  need(c.n_expert == 0 || (c.n_expert_used >= 1 && c.n_expert_used <= c.n_expert),
+       "the experts used per token (" + std::to_string(c.n_expert_used) + ") must be between 1 and the expert count (" +
+           std::to_string(c.n_expert) + ")");
 }
 
 std::vector<uint8_t> local_layer_pattern(int n_layers, int64_t period) {
@@ -136,7 +143,21 @@ void bind_weights(Model& m, const std::function<const TensorView*(const std::str
     }
     L.wo = get(names.wo, {q, dim});
     L.ffn_norm = get(names.ffn_norm, {dim});
-    if (!names.w_gate_up.empty()) {
+    if (c.n_expert > 0) {
+      L.router = get(names.router, {dim, c.n_expert});
+      auto experts = [&](const std::string& pattern, int64_t in, int64_t out, std::vector<TensorView>& dst) {
+        const size_t at = pattern.find("{e}");
+        if (at == std::string::npos) {
+          const TensorView& f = get(pattern, {in, out, c.n_expert});
+          for (int e = 0; e < c.n_expert; ++e) dst.push_back(rows_of(f, e * out, out, f.name + "[" + std::to_string(e) + "]"));
+          return;
+        }
+        for (int e = 0; e < c.n_expert; ++e) dst.push_back(get(std::string(pattern).replace(at, 3, std::to_string(e)), {in, out}));
+      };
+      experts(names.exp_gate, dim, ff, L.exp_gate);
+      experts(names.exp_up, dim, ff, L.exp_up);
+      experts(names.exp_down, ff, dim, L.exp_down);
+    } else if (!names.w_gate_up.empty()) {
       const TensorView& f = get(names.w_gate_up, {dim, 2 * ff});
       L.w_gate = rows_of(f, 0, ff, f.name + "[gate]");
       L.w_up = rows_of(f, ff, ff, f.name + "[up]");
@@ -144,7 +165,7 @@ void bind_weights(Model& m, const std::function<const TensorView*(const std::str
       L.w_gate = get(names.w_gate, {dim, ff});
       L.w_up = get(names.w_up, {dim, ff});
     }
-    L.w_down = get(names.w_down, {ff, dim});
+    if (c.n_expert == 0) L.w_down = get(names.w_down, {ff, dim});
     if (c.qkv_bias) {
       L.bq = get(names.bq, {q});
       L.bk = get(names.bk, {kv});

@@ -1,5 +1,6 @@
 // Model loading from a GGUF file written by llama.cpp's converters (architectures "llama",
-// "qwen2", "qwen3", "gemma3", "phi3"; llama.cpp's src/llama-arch.cpp names their keys and tensors).
+// "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"; Mixtral is "llama" with experts; llama.cpp's
+// src/llama-arch.cpp names their keys and tensors).
 #include <cmath>
 #include <limits>
 
@@ -71,9 +72,10 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   m->release_pages = [buf = g->buffer()](const uint8_t* p, size_t n) { buf->release_pages(p, n); };
   ModelConfig& c = m->cfg;
   c.arch = g->get_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "gemma3" && c.arch != "phi3")
-    fail(f + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3, gemma3, phi3 are)");
-  const bool qwen = c.arch == "qwen2" || c.arch == "qwen3", gemma = c.arch == "gemma3", phi3 = c.arch == "phi3";
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && c.arch != "gemma3" && c.arch != "phi3")
+    fail(f + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3, qwen3moe, gemma3, phi3 are)");
+  const bool qwen = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe", gemma = c.arch == "gemma3",
+             phi3 = c.arch == "phi3";
   const std::string a = c.arch + ".";
   c.name = g->get_string("general.name", "");
   auto geti = [&](const std::string& k) { return to_int(g->get_uint(a + k), f, a + k); };
@@ -100,7 +102,15 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   // stay rotate-half (llama.cpp's NEOX RoPE type).
   c.rope_layout = qwen || gemma || phi3 ? RopeLayout::Half : RopeLayout::Adjacent;
   c.qkv_bias = c.arch == "qwen2";
-  c.qk_norm = c.arch == "qwen3" || gemma;
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || gemma;
+  // Experts (Mixtral's llama files, qwen3moe): llama.cpp renormalises the chosen experts' weights
+  // for both. qwen3moe's experts have their own width (expert_feed_forward_length).
+  c.n_expert = to_int(g->get_uint(a + "expert_count", 0), f, a + "expert_count");
+  c.n_expert_used = to_int(g->get_uint(a + "expert_used_count", 0), f, a + "expert_used_count");
+  if (c.n_expert > 0 && g->has(a + "expert_feed_forward_length")) c.ffn_dim = geti("expert_feed_forward_length");
+  if (c.n_expert == 0 && (g->find_tensor("blk.0.ffn_gate_inp.weight") || c.arch == "qwen3moe"))
+    fail(f + ": the file has experts (blk.0.ffn_gate_inp.weight or architecture qwen3moe) but no " + a + "expert_count");
+  if (c.n_expert > 0 && phi3) fail(f + ": Phi-3 with experts is not supported");
   if (gemma) gemma3_hparams(*g, c);
 
   const std::string scaling = g->get_string(a + "rope.scaling.type", "none");
@@ -159,6 +169,12 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
                     "blk.{}.attn_q.bias", "blk.{}.attn_k.bias", "blk.{}.attn_v.bias",
                     "blk.{}.attn_q_norm.weight", "blk.{}.attn_k_norm.weight",
                     "blk.{}.post_attention_norm.weight", "blk.{}.post_ffw_norm.weight"};
+  if (c.n_expert > 0) {
+    names.router = "blk.{}.ffn_gate_inp.weight";
+    names.exp_gate = "blk.{}.ffn_gate_exps.weight";
+    names.exp_up = "blk.{}.ffn_up_exps.weight";
+    names.exp_down = "blk.{}.ffn_down_exps.weight";
+  }
   if (phi3) {  // fused Q/K/V (unless the file splits them) and gate/up
     names.wqkv = "blk.{}.attn_qkv.weight";
     names.w_gate_up = "blk.{}.ffn_up.weight";

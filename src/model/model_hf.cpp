@@ -149,17 +149,23 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
   m->format = "hf";
   ModelConfig& c = m->cfg;
   c.arch = j.value("model_type", std::string());
+  const std::string model_type = c.arch;
   if (c.arch == "gemma3_text") c.arch = "gemma3";
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "gemma3" && c.arch != "phi3")
-    fail(cfg_path + ": model_type '" + c.arch + "' is not supported (llama, mistral, qwen2, qwen3, gemma3_text, phi3 are)");
+  if (c.arch == "qwen3_moe") c.arch = "qwen3moe";
+  if (c.arch == "mixtral") c.arch = "mistral";  // Mistral's layer with experts (llama.cpp: llama)
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" &&
+      c.arch != "gemma3" && c.arch != "phi3")
+    fail(cfg_path + ": model_type '" + c.arch +
+         "' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma3_text, phi3 are)");
   const bool phi3 = c.arch == "phi3";
+  const bool moe = model_type == "mixtral" || model_type == "qwen3_moe";
   const bool gemma = c.arch == "gemma3";
   if (!gemma && j.contains("hidden_act") && j["hidden_act"] != "silu") fail(cfg_path + ": hidden_act must be silu");
   // Qwen2 always has Q/K/V biases; any other bias (attention_bias: also on o_proj) is not supported.
   if (j.value("attention_bias", false) || j.value("mlp_bias", false)) fail(cfg_path + ": attention or MLP biases are not supported");
   if (c.arch == "qwen2" && j.value("use_sliding_window", false)) fail(cfg_path + ": Qwen2's use_sliding_window is not supported");
   c.qkv_bias = c.arch == "qwen2";
-  c.qk_norm = c.arch == "qwen3";
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
   c.name = dir;
   c.n_vocab = r.get_int("vocab_size");
   c.dim = r.get_int("hidden_size");
@@ -173,6 +179,16 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
   c.rms_eps = static_cast<float>(r.get_num("rms_norm_eps", 1e-6));
   c.tied_output = j.value("tie_word_embeddings", false);
   c.sliding_window = c.arch == "mistral" ? r.get_int("sliding_window", 0) : 0;
+  if (moe) {  // transformers names the expert count num_local_experts (Mixtral) or num_experts (Qwen)
+    c.n_expert = r.has("num_local_experts") ? r.get_int("num_local_experts") : r.get_int("num_experts");
+    c.n_expert_used = r.get_int("num_experts_per_tok");
+    c.expert_norm = model_type == "mixtral" || j.value("norm_topk_prob", false);
+    if (model_type == "qwen3_moe") {
+      c.ffn_dim = r.get_int("moe_intermediate_size");
+      if (r.get_int("decoder_sparse_step", 1) != 1 || (j.contains("mlp_only_layers") && !j["mlp_only_layers"].empty()))
+        fail(cfg_path + ": dense layers among the expert layers (decoder_sparse_step, mlp_only_layers) are not supported");
+    }
+  }
   c.rope_layout = RopeLayout::Half;
   if (gemma) {
     gemma3_config(r, c, cfg_path);
@@ -216,6 +232,17 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
                     "model.layers.{}.post_attention_layernorm.weight",
                     "model.layers.{}.post_feedforward_layernorm.weight"};
   if (gemma) names.ffn_norm = "model.layers.{}.pre_feedforward_layernorm.weight";
+  if (model_type == "mixtral") {
+    names.router = "model.layers.{}.block_sparse_moe.gate.weight";
+    names.exp_gate = "model.layers.{}.block_sparse_moe.experts.{e}.w1.weight";
+    names.exp_up = "model.layers.{}.block_sparse_moe.experts.{e}.w3.weight";
+    names.exp_down = "model.layers.{}.block_sparse_moe.experts.{e}.w2.weight";
+  } else if (moe) {
+    names.router = "model.layers.{}.mlp.gate.weight";
+    names.exp_gate = "model.layers.{}.mlp.experts.{e}.gate_proj.weight";
+    names.exp_up = "model.layers.{}.mlp.experts.{e}.up_proj.weight";
+    names.exp_down = "model.layers.{}.mlp.experts.{e}.down_proj.weight";
+  }
   if (phi3) {  // fused Q/K/V and gate/up; the sliding window is not applied, as in llama.cpp (model_gguf.cpp)
     names.wqkv = "model.layers.{}.self_attn.qkv_proj.weight";
     names.w_gate_up = "model.layers.{}.mlp.gate_up_proj.weight";

@@ -122,6 +122,17 @@ const std::vector<SyntheticPreset>& synthetic_presets() {
     p.push_back({"qwen2.5-7b", qwen("qwen2.5-7b", false, 152064, 3584, 28, 28, 4, 128, 18944, 32768, false)});
     p.push_back({"qwen3-0.6b", qwen("qwen3-0.6b", true, 151936, 1024, 28, 16, 8, 128, 3072, 40960, true)});
     p.push_back({"qwen3-8b", qwen("qwen3-8b", true, 151936, 4096, 36, 32, 8, 128, 12288, 40960, false)});
+    // The mixtures (config.json): Qwen3-30B-A3B, 128 experts of 768, 8 per token, renormalised;
+    // Mixtral-8x7B, Mistral's layer with 8 experts of 14336, 2 per token (llama.cpp: llama).
+    ModelConfig q3moe = qwen("qwen3-30b-a3b", true, 151936, 2048, 48, 32, 4, 128, 768, 40960, false);
+    q3moe.arch = "qwen3moe";
+    q3moe.n_expert = 128;
+    q3moe.n_expert_used = 8;
+    p.push_back({"qwen3-30b-a3b", q3moe});
+    ModelConfig mixtral = shape("mixtral-8x7b", 32000, 4096, 32, 32, 8, 14336, 32768, 1000000.0f);
+    mixtral.n_expert = 8;
+    mixtral.n_expert_used = 2;
+    p.push_back({"mixtral-8x7b", mixtral});
     // Gemma 3 (text), from their config.json: head_dim 256, five sliding layers of every six with
     // RoPE base 1e4, the global ones 1e6 (4B: with linear scaling 8), tied and scaled embeddings.
     auto gemma = [](const char* name, int dim, int layers, int heads, int kv, int ffn, int ctx, int window, float linear) {
@@ -190,9 +201,19 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
     specs[p + "wk"] = {{dim, kv}, type, s_dim};
     specs[p + "wv"] = {{dim, kv}, type, s_dim};
     specs[p + "wo"] = {{q, dim}, type, s_q};
-    specs[p + "w_gate"] = {{dim, ff}, type, s_dim};
-    specs[p + "w_up"] = {{dim, ff}, type, s_dim};
-    specs[p + "w_down"] = {{ff, dim}, type, s_ff};
+    if (c.n_expert > 0) {
+      specs[p + "router"] = {{dim, c.n_expert}, type, s_dim};
+      for (int e = 0; e < c.n_expert; ++e) {
+        const std::string x = "." + std::to_string(e);
+        specs[p + "exp_gate" + x] = {{dim, ff}, type, s_dim};
+        specs[p + "exp_up" + x] = {{dim, ff}, type, s_dim};
+        specs[p + "exp_down" + x] = {{ff, dim}, type, s_ff};
+      }
+    } else {
+      specs[p + "w_gate"] = {{dim, ff}, type, s_dim};
+      specs[p + "w_up"] = {{dim, ff}, type, s_dim};
+      specs[p + "w_down"] = {{ff, dim}, type, s_ff};
+    }
     if (c.qkv_bias) {
       specs[p + "bq"] = {{q}, DType::F32, 0.1f};
       specs[p + "bk"] = {{kv}, DType::F32, 0.1f};
@@ -259,6 +280,10 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& preset, DType typ
                                 "blk.{}.wk",     "blk.{}.wv",      "blk.{}.wo",      "blk.{}.ffn_norm",  "blk.{}.w_gate",
                                 "blk.{}.w_up",   "blk.{}.w_down",  "blk.{}.bq",      "blk.{}.bk",        "blk.{}.bv",
                                 "blk.{}.q_norm", "blk.{}.k_norm", "blk.{}.attn_post_norm", "blk.{}.ffn_post_norm"};
+  names_fmt.router = "blk.{}.router";
+  names_fmt.exp_gate = "blk.{}.exp_gate.{e}";
+  names_fmt.exp_up = "blk.{}.exp_up.{e}";
+  names_fmt.exp_down = "blk.{}.exp_down.{e}";
   detail::bind_weights(
       *m, [&](const std::string& n) -> const TensorView* { auto it = views.find(n); return it == views.end() ? nullptr : &it->second; },
       names_fmt, m->path);

@@ -1,5 +1,6 @@
-// Llama (and Mistral, whose sliding window the attention operation honours): pre-norm attention
-// with RoPE and grouped KV heads, then a SwiGLU feed-forward, each added to the residual stream.
+// Llama (and Mistral, whose sliding window the attention operation honours, and Mixtral, whose
+// feed-forward is a mixture of experts: swiglu_ffn): pre-norm attention with RoPE and grouped KV
+// heads, then a SwiGLU feed-forward, each added to the residual stream.
 #include "models/models.h"
 
 namespace slake {

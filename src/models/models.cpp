@@ -16,6 +16,7 @@ constexpr ArchEntry kArchitectures[] = {
     {"mistral", llama_layer},
     {"qwen2", qwen2_layer},
     {"qwen3", qwen3_layer},
+    {"qwen3moe", qwen3_layer},  // with experts: swiglu_ffn runs the mixture (models.h)
     {"gemma3", gemma3_layer},
     // Phi-3 is Llama's layer: the loader splits its fused Q/K/V and gate/up tensors into views,
     // and LongRoPE is RoPE data (ModelConfig::rope_factors_for, rope_attn_factor).

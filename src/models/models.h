@@ -26,9 +26,14 @@ inline void rope_attend_and_add(const ModelConfig& c, LayerOps& o) {
   o.matmul(Act::XB, Act::Att, Weight::Wo);
   o.add(Act::X, Act::XB);
 }
-// X += down(silu(gate(ffn_norm(X))) * up(ffn_norm(X))).
+// X += down(silu(gate(ffn_norm(X))) * up(ffn_norm(X))), or with experts (ModelConfig::n_expert)
+// the mixture of such feed-forwards that the router picks for each row.
 inline void swiglu_ffn(const ModelConfig& c, LayerOps& o) {
   o.rmsnorm(Act::XB, Act::X, Weight::FfnNorm, c.rms_eps);
+  if (c.n_expert > 0) {
+    o.moe_ffn(Act::X, Act::XB);
+    return;
+  }
   o.matmul(Act::Gate, Act::XB, Weight::Gate);
   o.matmul(Act::Up, Act::XB, Weight::Up);
   o.swiglu(Act::Gate, Act::Up);

@@ -1,5 +1,6 @@
-// Qwen3 (dense): Llama's layer with each head of Q and K RMS-normalised (q_norm, k_norm) before
-// RoPE; head_dim is its own hyperparameter, not dim / n_heads.
+// Qwen3 (dense, and Qwen3-MoE with its mixture of experts: swiglu_ffn): Llama's layer with each
+// head of Q and K RMS-normalised (q_norm, k_norm) before RoPE; head_dim is its own
+// hyperparameter, not dim / n_heads.
 #include "models/models.h"
 
 namespace slake {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernel_test_util.h"
+#include "reference/moe_rows_ref.h"
 #include "reference/residual_ref.h"
 #include "slake/quant/dtype.h"
 #include "slake/cpu/ops.h"
@@ -164,6 +165,33 @@ TEST(KernelResidual, BiasAddsToEveryRow) {
   bv.nbytes = b.size() * sizeof(float);
   slake::add_bias_rows(x.data(), bv, rows, width);
   EXPECT_EQ(dx.download(), x);
+}
+
+// One expert's rows of a mixture: gathered out of order from a block of 9 rows (width not a
+// multiple of the block), then added back in their weights; rows outside the list stay untouched.
+TEST(KernelMoeRows, GatherAndWeightedScatterMatchTheReference) {
+  const int rows = 9, m = 4;
+  const int64_t width = 131;
+  const std::vector<float> in = random_floats(static_cast<size_t>(rows * width), 11);
+  const std::vector<int32_t> idx{7, 0, 5, 2};
+  const std::vector<float> w{0.25f, 0.5f, 0.125f, 1.0f};
+  DeviceBuffer<float> din(in), dout(static_cast<size_t>(m * width));
+  DeviceBuffer<int32_t> didx(idx);
+  gather_rows(dout.get(), din.get(), didx.get(), m, width);
+  std::vector<float> want(static_cast<size_t>(m * width));
+  reference::gather_rows(want.data(), in.data(), idx.data(), m, width);
+  EXPECT_EQ(dout.download(), want);
+  EXPECT_EQ(want[static_cast<size_t>(width)], in[0]);  // row 1 of the block is input row 0
+
+  std::vector<float> acc = random_floats(static_cast<size_t>(rows * width), 12);
+  const std::vector<float> y = random_floats(static_cast<size_t>(m * width), 13);
+  DeviceBuffer<float> dacc(acc), dy(y), dw(w);
+  scatter_add_rows(dacc.get(), dy.get(), didx.get(), dw.get(), m, width);
+  const std::vector<float> before = acc;
+  reference::scatter_add_rows(acc.data(), y.data(), idx.data(), w.data(), m, width);
+  EXPECT_EQ(dacc.download(), acc);
+  EXPECT_EQ(acc[static_cast<size_t>(width)], before[static_cast<size_t>(width)]);  // row 1 is in no list
+  EXPECT_EQ(acc[0], before[0] + 0.5f * y[static_cast<size_t>(width)]);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "slake/context.h"
 #include "slake/format/mapped_file.h"
 #include "slake/model/model.h"
+#include "slake/model/moe.h"
 #include "slake/quant/dtype.h"
 #include "test_util.h"
 
@@ -105,8 +106,33 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama2-mha-q8_0", "gguf"}, Case{"llama2-mha-q4_0", "gguf"}, Case{"qwen2-bias", "gguf"},
                       Case{"qwen2-bias", "hf"}, Case{"qwen3-qknorm", "gguf"}, Case{"qwen3-qknorm", "hf"},
                       Case{"gemma3-swa", "gguf"}, Case{"gemma3-swa", "hf"}, Case{"phi3-longrope", "gguf"},
-                      Case{"phi3-longrope", "hf"}),
+                      Case{"phi3-longrope", "hf"}, Case{"mixtral-moe", "gguf"}, Case{"mixtral-moe", "hf"},
+                      Case{"qwen3-moe", "gguf"}, Case{"qwen3-moe", "hf"}),
     case_name);
+
+// The router's rule (moe_route) on transformers' own router logits picks the experts transformers
+// picked, in its order, for every token of every layer of both mixtures. (That the engine's router
+// sees the same logits is what the logits tests above hold: one token sent to another expert moves
+// its logits far beyond their tolerance.)
+TEST(ForwardReferenceFixtures, RouterPicksTransformersExperts) {
+  for (const char* name : {"mixtral-moe", "qwen3-moe"}) {
+    const nlohmann::json j = nlohmann::json::parse(read_text_file(test::fixtures_dir() + "/models/" + name + "/reference.json"));
+    const auto logits = j["router_logits"].get<std::vector<std::vector<std::vector<float>>>>();
+    const auto want = j["experts"].get<std::vector<std::vector<std::vector<int>>>>();
+    ASSERT_EQ(logits.size(), 2u) << name;
+    int checked = 0;
+    for (size_t l = 0; l < logits.size(); ++l)
+      for (size_t t = 0; t < logits[l].size(); ++t) {
+        ExpertChoice got[2];
+        moe_route(logits[l][t].data(), 4, 2, true, got);
+        ASSERT_EQ((std::vector<int>{got[0].expert, got[1].expert}), want[l][t]) << name << " layer " << l << " token " << t;
+        EXPECT_NEAR(got[0].weight + got[1].weight, 1.0f, 1e-6f);
+        EXPECT_GE(got[0].weight, got[1].weight);
+        ++checked;
+      }
+    EXPECT_EQ(checked, 2 * 64) << name;
+  }
+}
 
 // The fixtures really cover what they claim: the loader sees the features under test.
 TEST(ForwardReferenceFixtures, CoverTheFeatures) {
@@ -160,6 +186,22 @@ TEST(ForwardReferenceFixtures, CoverTheFeatures) {
     EXPECT_FLOAT_EQ(c.rope_factors_for(33).back(), 20.0f) << f;
     EXPECT_NEAR(c.rope_attn_factor, std::sqrt(1.0 + std::log(4.0) / std::log(32.0)), 1e-6) << f;
     EXPECT_EQ(Rope(c, 64).inv_freq().back(), std::pow(10000.0, -14.0 / 16) / 20.0) << f;
+  }
+  // The mixtures: four experts, two per token, each expert a view of the file's stacked tensors
+  // (GGUF) or its own tensor (HF); Qwen3-MoE's experts have their own width.
+  for (const char* f : {"mixtral-moe/hf", "mixtral-moe/model.gguf", "qwen3-moe/hf", "qwen3-moe/model.gguf"}) {
+    auto m = load_model(d + f);
+    const ModelConfig& c = m->cfg;
+    const bool qwen = std::string(f).rfind("qwen", 0) == 0;
+    EXPECT_EQ(c.arch, qwen ? "qwen3moe" : std::string(f).find("gguf") != std::string::npos ? "llama" : "mistral") << f;
+    EXPECT_EQ(c.n_expert, 4) << f;
+    EXPECT_EQ(c.n_expert_used, 2) << f;
+    EXPECT_TRUE(c.expert_norm) << f;
+    EXPECT_EQ(c.ffn_dim, qwen ? 96 : 128) << f;
+    ASSERT_EQ(m->layers[1].exp_down.size(), 4u) << f;
+    EXPECT_EQ(m->layers[1].exp_down[3].ne, (std::vector<int64_t>{c.ffn_dim, 64})) << f;
+    EXPECT_EQ(m->layers[1].router.ne, (std::vector<int64_t>{64, 4})) << f;
+    EXPECT_FALSE(m->layers[1].w_gate.data) << f;
   }
   // Gemma 3: five sliding layers of window 8 then a global one, each kind's RoPE base, the
   // scaled and tied embeddings, and the norms as 1 + w whichever format stored them.

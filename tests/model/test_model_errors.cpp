@@ -21,6 +21,8 @@ struct TinySpec {
   // qwen2 adds the Q/K/V biases, qwen3 the per-head Q/K norms, gemma3 both norms and post-norms,
   // phi3 fuses Q/K/V and gate/up
   std::string arch = "llama";
+  int n_expert = 0, n_expert_used = 2;  // with experts: the expert keys and stacked expert tensors
+  bool expert_keys = true;               // false: the expert tensors alone
 };
 
 // A well-formed tiny GGUF model; `edit` may change the writer before tensors are added.
@@ -36,6 +38,10 @@ GgufWriter tiny_gguf(const TinySpec& s, const std::function<void(GgufWriter&)>& 
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
   w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv));
   w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  if (s.n_expert > 0 && s.expert_keys) {
+    w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
+    w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+  }
   if (edit) edit(w);
   const int64_t d = s.dim, hd = s.dim / s.n_heads, kv = hd * s.n_kv, f = s.ffn, v = s.vocab;
   auto add = [&](const std::string& name, std::vector<int64_t> ne) {
@@ -60,6 +66,14 @@ GgufWriter tiny_gguf(const TinySpec& s, const std::function<void(GgufWriter&)>& 
     }
     add(b + "attn_output.weight", {d, d});
     add(b + "ffn_norm.weight", {d});
+    if (s.n_expert > 0) {
+      const int64_t e = s.n_expert;
+      add(b + "ffn_gate_inp.weight", {d, e});
+      add(b + "ffn_gate_exps.weight", {d, f, e});
+      add(b + "ffn_up_exps.weight", {d, f, e});
+      add(b + "ffn_down_exps.weight", {f, d, e});
+      continue;
+    }
     if (s.arch != "phi3") add(b + "ffn_gate.weight", {d, f});
     add(b + "ffn_up.weight", {d, s.arch == "phi3" ? 2 * f : f});
     add(b + "ffn_down.weight", {f, d});
@@ -153,6 +167,35 @@ TEST(ModelErrors, Phi3FusedTensorsAndLongRope) {
                 w.set_f32("phi3.rope.scaling.attn_factor", -1.0f);
               })),
               HasSubstr("RoPE attention factor must be positive"));
+}
+
+// Experts: the keys and the stacked tensors must agree.
+TEST(ModelErrors, ExpertKeysAndTensorsAgree) {
+  TinySpec moe;
+  moe.n_expert = 4;
+  {
+    test::TempDir dir;
+    write_file(dir.file("m.gguf"), tiny_gguf(moe).to_bytes());
+    auto m = load_model(dir.file("m.gguf"));
+    EXPECT_EQ(m->cfg.n_expert, 4);
+    EXPECT_EQ(m->layers[0].exp_up[3].ne, (std::vector<int64_t>{8, 16}));
+  }
+  // Expert tensors without an expert count, and a count without the tensors.
+  TinySpec keyless = moe;
+  keyless.expert_keys = false;
+  EXPECT_THAT(gguf_error(tiny_gguf(keyless)),
+              HasSubstr("has experts (blk.0.ffn_gate_inp.weight or architecture qwen3moe) but no llama.expert_count"));
+  TinySpec dense;
+  EXPECT_THAT(gguf_error(tiny_gguf(dense, [](GgufWriter& w) {
+                w.set_u32("llama.expert_count", 4);
+                w.set_u32("llama.expert_used_count", 2);
+              })),
+              HasSubstr("missing tensor blk.0.ffn_gate_inp.weight"));
+  moe.n_expert_used = 5;
+  EXPECT_THAT(gguf_error(tiny_gguf(moe)), HasSubstr("experts used per token (5) must be between 1 and the expert count (4)"));
+  moe.n_expert_used = 2;
+  EXPECT_THAT(gguf_error(tiny_gguf(moe, {}, "", "blk.0.ffn_down_exps.weight")),
+              HasSubstr("tensor blk.0.ffn_down_exps.weight has shape [17, 8, 4], expected [16, 8, 4]"));
 }
 
 // Gemma 3's layer pattern: the default period of 6, a period or per-layer flags from the file, and

@@ -75,6 +75,17 @@ TEST(SyntheticModel, PresetsHaveThePublishedShapes) {
             std::vector<int>({3072, 32, 32, 32, 96, 8192, 32064, 4096}));
   EXPECT_EQ(phi3.rope_layout, RopeLayout::Half);
   EXPECT_FALSE(phi3.tied_output);
+  // The mixtures (Qwen3-30B-A3B's and Mixtral-8x7B-v0.1's config.json).
+  struct WantMoe { const char* name; const char* arch; int dim, layers, heads, kv, head_dim, ffn, vocab, experts, used; };
+  for (const WantMoe& w : {WantMoe{"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 768, 151936, 128, 8},
+                           WantMoe{"mixtral-8x7b", "llama", 4096, 32, 32, 8, 128, 14336, 32000, 8, 2}}) {
+    const ModelConfig& c = preset(w.name);
+    EXPECT_EQ(c.arch, w.arch) << w.name;
+    EXPECT_EQ(std::vector<int>({c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim, c.n_vocab, c.n_expert, c.n_expert_used}),
+              std::vector<int>({w.dim, w.layers, w.heads, w.kv, w.head_dim, w.ffn, w.vocab, w.experts, w.used}))
+        << w.name;
+    EXPECT_TRUE(c.expert_norm) << w.name;
+  }
   // gemma-3-270m against the real file's own hyperparameters, when it has been fetched.
   const std::string real = test::real_model("gemma-3-270m-q4_k_m.gguf");
   if (!real.empty()) {

@@ -55,11 +55,19 @@ LoadedModel describe(std::unique_ptr<slake::Model> m, const std::string& filenam
 }
 
 // Bytes a decode step reads: every weight once (one embedding row only, unless the output reuses
-// the embedding table), plus the KV cache in use.
+// the embedding table; of a mixture's experts, the n_expert_used of n_expert a token runs), plus
+// the KV cache in use.
 double weight_bytes_per_token(const slake::Model& m) {
   double b = static_cast<double>(m.weight_bytes());
   if (!m.cfg.tied_output)
     b -= static_cast<double>(m.tok_embd.nbytes) - static_cast<double>(slake::row_bytes(m.tok_embd.type, m.tok_embd.row_len()));
+  if (m.cfg.n_expert > 0) {
+    double experts = 0;
+    for (const slake::LayerWeights& l : m.layers)
+      for (const auto* e : {&l.exp_gate, &l.exp_up, &l.exp_down})
+        for (const slake::TensorView& t : *e) experts += static_cast<double>(t.nbytes);
+    b -= experts * (1.0 - static_cast<double>(m.cfg.n_expert_used) / m.cfg.n_expert);
+  }
   return b;
 }
 

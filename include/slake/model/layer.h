@@ -47,6 +47,10 @@ class LayerOps {
   virtual void geglu(Act a, Act b) = 0;
   // x += y.
   virtual void add(Act x, Act y) = 0;
+  // x += the mixture of experts over the rows of `in`: the layer's router and moe_route
+  // (slake/model/moe.h) choose ModelConfig::n_expert_used experts per row, each a SwiGLU
+  // feed-forward (down(silu(gate(in)) * up(in))), and their outputs are added in their weights.
+  virtual void moe_ffn(Act x, Act in) = 0;
 };
 
 // The layer of one architecture.

@@ -19,7 +19,7 @@ namespace slake {
 enum class RopeLayout { Adjacent, Half };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "mistral", "qwen2", "qwen3", "gemma3" or "phi3" (src/models/models.cpp)
+  std::string arch;  // "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3" or "phi3" (src/models/models.cpp)
   std::string name;
   int n_vocab = 0;
   int dim = 0;
@@ -53,6 +53,11 @@ struct ModelConfig {
   bool qk_norm = false;     // qwen3, gemma3: each head of Q and K is RMS-normalised before RoPE
   bool post_norms = false;  // gemma3: the attention and FFN outputs are RMS-normalised before they are added
   float embed_scale = 1.0f;  // the embeddings are multiplied by this (gemma3: sqrt(dim))
+  // Mixture of experts (Mixtral's `llama` files, qwen3moe): every layer's feed-forward is n_expert
+  // SwiGLU experts of ffn_dim, of which a router picks n_expert_used per token (moe.h).
+  int n_expert = 0;
+  int n_expert_used = 0;
+  bool expert_norm = true;  // the chosen experts' probabilities are renormalised to sum 1
 
   // The RoPE frequency divisors of a context of n_ctx tokens.
   const std::vector<float>& rope_factors_for(int n_ctx) const {
@@ -88,6 +93,10 @@ struct LayerWeights {
   TensorView bq, bk, bv;     // with qkv_bias, else empty
   TensorView q_norm, k_norm;  // with qk_norm ([head_dim]), else empty
   TensorView attn_post_norm, ffn_post_norm;  // with post_norms ([dim]), else empty
+  // With experts (w_gate, w_up, w_down empty): the router [dim -> n_expert] and each expert's
+  // matrices (views of the file's stacked tensors, or the checkpoint's own tensors).
+  TensorView router;
+  std::vector<TensorView> exp_gate, exp_up, exp_down;
 };
 
 // Data a backend derives from the weights once and shares between its contexts (the CPU path's
