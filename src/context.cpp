@@ -131,6 +131,37 @@ void Context::eval_into(const std::vector<int32_t>& tokens, std::vector<float>* 
     eval_one_at_a_time(tokens, logits, all_logits, [&](int32_t t, std::vector<float>* l) { eval({t}, l); });
     return;
   }
+  // Chunked prefill (KvPolicyParams::prefill_chunk): the prompt goes through every layer a chunk at
+  // a time, each chunk a prompt of its own into what the chunks before it kept. Contexts sharing a
+  // prompt then hold different caches after the first chunk, so each takes the prompt alone.
+  auto chunked = [&](const Context& o) { return o.params_.kv.prefill_chunk > 0 && n > o.params_.kv.prefill_chunk && o.params_.kv.evicts(); };
+  if (prompt && !hidden && (chunked(*this) || std::any_of(also.begin(), also.end(), [&](const Context* o) { return chunked(*o); }))) {
+    for (Context* o : also) o->eval_into(tokens, nullptr, false, {});
+    if (!chunked(*this)) {
+      eval_into(tokens, logits, all_logits, {});
+      return;
+    }
+    // The last chunk is at least a window long (its last queries score it): a shorter rest joins
+    // the chunk before it.
+    const int chunk = params_.kv.prefill_chunk, min_last = evictor_.params().window;
+    std::vector<float> part, out;
+    for (int t0 = 0, len = 0; t0 < n; t0 += len) {
+      len = n - t0 - chunk < min_last ? n - t0 : chunk;
+      const bool last = t0 + len == n;
+      eval_rows(std::vector<int32_t>(tokens.begin() + t0, tokens.begin() + t0 + len), logits && (all_logits || last) ? &part : nullptr,
+                all_logits, {}, nullptr, true);
+      if (logits && (all_logits || last)) out.insert(out.end(), part.begin(), part.end());
+    }
+    if (logits) *logits = std::move(out);
+    return;
+  }
+  eval_rows(tokens, logits, all_logits, also, hidden, prompt);
+}
+
+void Context::eval_rows(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
+                        const std::vector<Context*>& also, std::vector<float>* hidden, bool prompt) {
+  const ModelConfig& c = model_.cfg;
+  const int n = static_cast<int>(tokens.size());
   const int64_t dim = c.dim;
   std::vector<float> x(static_cast<size_t>(n) * dim);
   std::vector<int32_t> pos(static_cast<size_t>(n));
@@ -138,8 +169,8 @@ void Context::eval_into(const std::vector<int32_t>& tokens, std::vector<float>* 
   for (int t = 0; t < n; ++t) pos[static_cast<size_t>(t)] = n_past_ + t;
   std::vector<Context*> all{this};  // every context this prompt goes into
   all.insert(all.end(), also.begin(), also.end());
-  if (prompt)
-    for (Context* o : all) o->evictor_.begin_prompt(n);
+  if (prompt)  // the positions so far: a chunk of a chunked prefill comes after the ones before it
+    for (Context* o : all) o->evictor_.begin_prompt(o->n_past_ + n);
   for (int l = 0; l < c.n_layers; ++l) {
     run_layer(l, x.data(), n, pos.data(), prompt, also);
     for (Context* o : all) {

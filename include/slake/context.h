@@ -72,7 +72,11 @@ class Context {
   // `hidden`, when given, gets every token's final-norm output instead of logits.
   void eval_into(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
                  const std::vector<Context*>& also, std::vector<float>* hidden = nullptr);
-  // prompt: a prompt into an empty cache (observed for eviction); else decode steps.
+  // eval_into's forward pass of `tokens` after the n_past() held ones. prompt: a prompt (observed
+  // and evicted at prefill), into an empty cache or after the chunks before it; else decode steps.
+  void eval_rows(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits, const std::vector<Context*>& also,
+                 std::vector<float>* hidden, bool prompt);
+  // prompt: a prompt (observed for eviction); else decode steps.
   void run_layer(int layer, float* x, int n_tokens, const int32_t* pos, bool prompt, const std::vector<Context*>& also);
   // The attention shape of a layer (its own window on models with local and global layers).
   AttentionShape layer_shape(int layer) const;

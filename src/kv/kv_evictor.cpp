@@ -89,13 +89,19 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
       const bool snap = parts_.selector == KvSelector::WindowMax7;
       LayerStats st = window_stats(q_window_.data(), S_, p_.observed(), P, cache, layer, s_, snap ? 0.0 : p_.gamma,
                                    snap ? TokenPool::Max7 : TokenPool::Avg5, pool);
-      tok = std::move(st.indicator);
       terms.entropy = st.entropy;
       terms.variance = st.variance;
       if (parts_.allocator == KvAllocator::Vabs || parts_.allocator == KvAllocator::VabsVariance) {
-        const VabsTerms v = vabs_terms(q_window_.data(), S_, p_.observed(), P, cache, layer, s_, tok, p_.budget - p_.window, pool);
+        const VabsTerms v = vabs_terms(q_window_.data(), S_, p_.observed(), P, cache, layer, s_, st.indicator, p_.budget - p_.window, pool);
         terms.vabs_tv_va = v.tv_va;
         terms.vabs_entropy = v.entropy;
+      }
+      // The indicator is per row; the scores are per position (the same while the cache holds
+      // every prompt token; a chunked prefill's cache holds what earlier chunks kept).
+      for (int g = 0; g < s_.n_kv_heads; ++g) {
+        const KvHead& kh = cache.head(layer, g);
+        const std::vector<float>& ind = st.indicator[static_cast<size_t>(g)];
+        for (size_t r = 0; r < ind.size(); ++r) tok[static_cast<size_t>(g)][static_cast<size_t>(kh.pos[r])] = ind[r];
       }
       break;
     }

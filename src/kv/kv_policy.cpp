@@ -24,7 +24,7 @@ int kept_window(const KvPolicyParams& p) {
 bool operator==(const KvPolicyParams& a, const KvPolicyParams& b) {
   auto fields = [](const KvPolicyParams& p) {
     return std::tie(p.policy, p.budget, p.window, p.observe, p.compensate, p.centroids, p.gamma, p.tau1, p.tau2, p.alpha, p.beta,
-                    p.delta, p.cascade, p.evict_every, p.type_k, p.type_v);
+                    p.delta, p.cascade, p.evict_every, p.prefill_chunk, p.type_k, p.type_v);
   };
   return fields(a) == fields(b);
 }
@@ -66,6 +66,14 @@ void validate(const KvPolicyParams& p) {
   const int W = kept_window(p);
   if (p.observe < 0 || p.observe > W)
     fail("KV observing queries (--kv-observe) must be in 0..window (" + std::to_string(W) + "), got " + std::to_string(p.observe));
+  if (p.prefill_chunk < 0 || p.prefill_chunk > kMaxTokens)
+    fail("--prefill-chunk must be in 0.." + std::to_string(kMaxTokens) + " tokens, got " + std::to_string(p.prefill_chunk));
+  if (p.prefill_chunk > 0 && p.evicts()) {
+    if (p.policy == "h2o") fail("--prefill-chunk: h2o accumulates every query's attention over the whole prompt; chunks are for the window policies");
+    if (p.prefill_chunk < W)
+      fail("--prefill-chunk " + std::to_string(p.prefill_chunk) + " must be at least the window (" + std::to_string(W) +
+           " tokens): a chunk's last queries score it");
+  }
   if (p.policy != "full" && p.budget > 0 && p.budget <= p.window)
     fail("KV budget " + std::to_string(p.budget) + " must be larger than the window " + std::to_string(p.window));
   if (!(p.gamma >= 0)) fail("KV indicator weight gamma must not be negative");

@@ -157,26 +157,35 @@ void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double
   }
 }
 
+int rows_below(const KvHead& kh, int32_t pos) {
+  return static_cast<int>(std::lower_bound(kh.pos.begin(), kh.pos.begin() + kh.n, pos) - kh.pos.begin());
+}
+
 LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const KvCache& cache, int layer, const AttentionShape& s,
                         double gamma, TokenPool pool, ThreadPool& threads) {
   if (n_obs < 1 || P < 1 || P > S - n_obs) fail("internal: window_stats needs 0 < P <= S - n_obs");
   const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
-  std::vector<std::vector<double>> pooled(static_cast<size_t>(s.n_heads), std::vector<double>(static_cast<size_t>(P)));
+  std::vector<int> cand(static_cast<size_t>(s.n_kv_heads));  // per KV head: the rows below P
+  for (int g = 0; g < s.n_kv_heads; ++g) cand[static_cast<size_t>(g)] = rows_below(cache.head(layer, g), P);
+  std::vector<std::vector<double>> pooled(static_cast<size_t>(s.n_heads));
   std::vector<double> head_entropy(static_cast<size_t>(s.n_heads)), head_var(static_cast<size_t>(s.n_heads));
   threads.parallel_for(s.n_heads, 1, [&](int64_t hb, int64_t he, int) {
-    std::vector<double> sum(static_cast<size_t>(P)), sumsq(static_cast<size_t>(P)), I(static_cast<size_t>(P));
-    std::vector<double> a(static_cast<size_t>(S));
+    std::vector<double> sum, sumsq, I, a;
     for (int64_t h = hb; h < he; ++h) {
       const KvHead& kv = cache.head(layer, static_cast<int>(h) / group);
-      std::fill(sum.begin(), sum.end(), 0.0);
-      std::fill(sumsq.begin(), sumsq.end(), 0.0);
+      const int Pr = cand[static_cast<size_t>(h / group)];
+      sum.assign(static_cast<size_t>(Pr), 0.0);
+      sumsq.assign(static_cast<size_t>(Pr), 0.0);
+      I.resize(static_cast<size_t>(Pr));
+      a.resize(static_cast<size_t>(kv.n));
+      pooled[static_cast<size_t>(h)].resize(static_cast<size_t>(Pr));
       double entropy = 0;
       for (int i = 0; i < n_obs; ++i) {
         const float* q = q_window + (static_cast<size_t>(i) * s.n_heads + static_cast<size_t>(h)) * d;
-        const int qpos = S - n_obs + i, n_vis = qpos + 1;  // causal inside the window
+        const int qpos = S - n_obs + i, n_vis = rows_below(kv, qpos + 1);  // causal inside the window
         attention_logits(q, qpos, kv, d, n_vis, a.data());
         softmax_inplace(a.data(), n_vis);
-        for (int j = 0; j < P; ++j) {
+        for (int j = 0; j < Pr; ++j) {
           const double A = a[static_cast<size_t>(j)];
           sum[static_cast<size_t>(j)] += A;
           sumsq[static_cast<size_t>(j)] += A * A;
@@ -184,13 +193,13 @@ LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const Kv
         }
       }
       double var_total = 0;
-      for (int j = 0; j < P; ++j) {
+      for (int j = 0; j < Pr; ++j) {
         const double mean = sum[static_cast<size_t>(j)] / n_obs;
         const double var = n_obs > 1 ? std::max(0.0, (sumsq[static_cast<size_t>(j)] - n_obs * mean * mean) / (n_obs - 1)) : 0.0;
         I[static_cast<size_t>(j)] = mean + gamma * var;
         var_total += var;
       }
-      pool_tokens(I.data(), P, pool, pooled[static_cast<size_t>(h)].data());
+      pool_tokens(I.data(), Pr, pool, pooled[static_cast<size_t>(h)].data());
       head_entropy[static_cast<size_t>(h)] = entropy;
       head_var[static_cast<size_t>(h)] = var_total;
     }
@@ -198,9 +207,10 @@ LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const Kv
   LayerStats st;
   st.entropy = std::accumulate(head_entropy.begin(), head_entropy.end(), 0.0);
   st.variance = std::accumulate(head_var.begin(), head_var.end(), 0.0);
-  st.indicator.assign(static_cast<size_t>(s.n_kv_heads), std::vector<float>(static_cast<size_t>(P), 0.0f));
+  st.indicator.resize(static_cast<size_t>(s.n_kv_heads));
+  for (int g = 0; g < s.n_kv_heads; ++g) st.indicator[static_cast<size_t>(g)].assign(static_cast<size_t>(cand[static_cast<size_t>(g)]), 0.0f);
   for (int h = 0; h < s.n_heads; ++h)
-    for (int j = 0; j < P; ++j)
+    for (int j = 0; j < cand[static_cast<size_t>(h / group)]; ++j)
       st.indicator[static_cast<size_t>(h / group)][static_cast<size_t>(j)] +=
           static_cast<float>(pooled[static_cast<size_t>(h)][static_cast<size_t>(j)] / group);
   return st;

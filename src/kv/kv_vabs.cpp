@@ -13,13 +13,19 @@ VabsTerms vabs_terms(const float* q_window, int S, int n_obs, int P, const KvCac
   if (n_obs < 1 || P < 1 || P > S - n_obs) fail("internal: vabs_terms needs 0 < P <= S - n_obs");
   const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
   // Per KV head: which prefix tokens the uniform budget keeps, and each token's share of the value norms.
+  // (Rows as window_stats takes them: in position order, indicator[g] for the rows below P.)
   std::vector<std::vector<char>> kept(static_cast<size_t>(s.n_kv_heads));
-  std::vector<std::vector<double>> vnorm(static_cast<size_t>(s.n_kv_heads), std::vector<double>(static_cast<size_t>(S)));
+  std::vector<std::vector<double>> vnorm(static_cast<size_t>(s.n_kv_heads));
+  std::vector<int> cand(static_cast<size_t>(s.n_kv_heads));
   for (int g = 0; g < s.n_kv_heads; ++g) {
-    kept[static_cast<size_t>(g)] = top_k_flags(indicator[static_cast<size_t>(g)].data(), P, keep);
     const KvHead& kh = cache.head(layer, g);
+    cand[static_cast<size_t>(g)] = rows_below(kh, P);
+    if (indicator[static_cast<size_t>(g)].size() != static_cast<size_t>(cand[static_cast<size_t>(g)]))
+      fail("internal: vabs_terms takes window_stats' indicator");
+    kept[static_cast<size_t>(g)] = top_k_flags(indicator[static_cast<size_t>(g)].data(), cand[static_cast<size_t>(g)], keep);
+    vnorm[static_cast<size_t>(g)].resize(static_cast<size_t>(kh.n));
     std::vector<float> row(static_cast<size_t>(d));
-    for (int j = 0; j < S; ++j) {
+    for (int j = 0; j < kh.n; ++j) {
       const float* vj = kh.value(j, d, row.data());
       double n2 = 0;
       for (int e = 0; e < d; ++e) n2 += static_cast<double>(vj[e]) * vj[e];
@@ -28,16 +34,19 @@ VabsTerms vabs_terms(const float* q_window, int S, int n_obs, int P, const KvCac
   }
   std::vector<double> head_tv_va(static_cast<size_t>(s.n_heads)), head_en(static_cast<size_t>(s.n_heads));
   threads.parallel_for(s.n_heads, 1, [&](int64_t hb, int64_t he, int) {
-    std::vector<double> x(static_cast<size_t>(S)), a(static_cast<size_t>(S));
+    std::vector<double> x, a;
     for (int64_t h = hb; h < he; ++h) {
       const int g = static_cast<int>(h) / group;
       const KvHead& kv = cache.head(layer, g);
+      const int Pr = cand[static_cast<size_t>(g)];
+      x.resize(static_cast<size_t>(kv.n));
+      a.resize(static_cast<size_t>(kv.n));
       const std::vector<char>& keep_j = kept[static_cast<size_t>(g)];
       const std::vector<double>& vn = vnorm[static_cast<size_t>(g)];
       double tv_va = 0, en = 0;
       for (int i = 0; i < n_obs; ++i) {
         const float* q = q_window + (static_cast<size_t>(i) * s.n_heads + static_cast<size_t>(h)) * d;
-        const int qpos = S - n_obs + i, n_vis = qpos + 1;
+        const int qpos = S - n_obs + i, n_vis = rows_below(kv, qpos + 1);
         attention_logits(q, qpos, kv, d, n_vis, x.data());
         std::copy(x.begin(), x.begin() + n_vis, a.begin());
         softmax_inplace(a.data(), n_vis);
@@ -45,7 +54,7 @@ VabsTerms vabs_terms(const float* q_window, int S, int n_obs, int P, const KvCac
         double mu = 0, m = -std::numeric_limits<double>::infinity();
         int n_ev = 0;
         for (int j = 0; j < n_vis; ++j) {
-          if (j < P && !keep_j[static_cast<size_t>(j)]) {
+          if (j < Pr && !keep_j[static_cast<size_t>(j)]) {
             mu += x[static_cast<size_t>(j)];
             ++n_ev;
           } else {
@@ -56,10 +65,10 @@ VabsTerms vabs_terms(const float* q_window, int S, int n_obs, int P, const KvCac
         const double mstar = n_ev > 0 ? std::max(m, mu) : m, lam = n_ev > 0 ? std::exp(mu - mstar) : 0.0;
         double z = lam * n_ev;
         for (int j = 0; j < n_vis; ++j)
-          if (j >= P || keep_j[static_cast<size_t>(j)]) z += std::exp(x[static_cast<size_t>(j)] - mstar);
+          if (j >= Pr || keep_j[static_cast<size_t>(j)]) z += std::exp(x[static_cast<size_t>(j)] - mstar);
         double tv = 0, va = 0, vsum = 0, entropy = 0;
         for (int j = 0; j < n_vis; ++j) {
-          const bool exact = j >= P || keep_j[static_cast<size_t>(j)];
+          const bool exact = j >= Pr || keep_j[static_cast<size_t>(j)];
           const double w = exact ? std::exp(x[static_cast<size_t>(j)] - mstar) / z : lam * (1.0 + x[static_cast<size_t>(j)] - mu) / z;
           const double A = a[static_cast<size_t>(j)], diff = std::abs(w - A);
           tv += diff;

@@ -45,6 +45,11 @@ expect_error "cache-type-v: kivi not in" "$bin/slake-perplexity" -m /nonexistent
 expect_error "error: the cuda backend stores its KV cache as f32, f16, bf16 or q8_0; cache type q4_0 is cpu only" "$bin/slake-cli" -m /nonexistent.gguf --backend cuda -ctv q4_0
 expect_error "error: --cache-type-k q8_0 stores blocks of 32 values; this model's head dimension is 16" "$bin/slake-cli" -m "$model_ok" -ctk q8_0
 expect_error "kv-evict-every" "$bin/slake-cli" -m "$model_ok" --kv-evict-every 0
+expect_error "error: --prefill-chunk 8 must be at least the window (32 tokens)" "$bin/slake-cli" -m /nonexistent.gguf \
+  --kv-policy snapkv --kv-budget 64 --prefill-chunk 8
+expect_error "error: --prefill-chunk: h2o accumulates" "$bin/slake-cli" -m /nonexistent.gguf --kv-policy h2o --kv-budget 64 --prefill-chunk 64
+expect_error "error: --prefill-chunk runs on the cpu backend only" "$bin/slake-cli-emu" -m "$model_ok" --backend cuda \
+  --kv-policy snapkv --kv-budget 64 --prefill-chunk 64 -p hi -n 1
 
 expect_error "error: -n must be -1" "$bin/slake-cli" -m "$model_ok" -n -2
 expect_error "error: --seed must be -1" "$bin/slake-cli" -m "$model_ok" -s -7

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "slake/context.h"
+#include "slake/error.h"
 #include "slake/kv/kv_policy.h"
 #include "slake/model/model.h"
 #include "greedy.h"
@@ -160,6 +161,65 @@ TEST_P(Policies, ChunkSizeDoesNotChangeTheKeptTokens) {
   for (int l = 0; l < a->kv_cache().n_layers(); ++l)
     for (int h = 0; h < a->kv_cache().n_kv_heads(); ++h)
       ASSERT_EQ(a->kv_cache().head(l, h).pos, b->kv_cache().head(l, h).pos) << "layer " << l << " head " << h;
+}
+
+// Chunked prefill (--prefill-chunk). A chunk as long as the prompt is today's prefill, to the last
+// digit; a budget covering the prompt makes the chunks the full cache (up to the order of the
+// attention sums); a real budget keeps every head within it, the newest window exact and every
+// evicted token in the linear state, through prefill and decode.
+TEST_P(Policies, PrefillInChunks) {
+  KvPolicyParams p = policy(GetParam(), 64, 16, "taylor");
+  if (GetParam() == std::string("h2o")) {
+    p.prefill_chunk = 100;
+    EXPECT_THROW(validate(p), Error);  // h2o sums every query's attention over the whole prompt
+    return;
+  }
+  std::unique_ptr<Context> whole, same;
+  const std::vector<float> want = run(p, &whole);
+  p.prefill_chunk = kPrompt;
+  EXPECT_EQ(run(p, &same), want);
+  p.prefill_chunk = kPrompt - 10;  // a rest shorter than the window joins the chunk before it: one pass
+  EXPECT_EQ(run(p), want);
+  for (int l = 0; l < whole->kv_cache().n_layers(); ++l)
+    ASSERT_EQ(whole->kv_cache().head(l, 0).pos, same->kv_cache().head(l, 0).pos);
+
+  KvPolicyParams wide = policy(GetParam(), kPrompt + 4, 16, "taylor");  // slake-wide's window: 152
+  wide.prefill_chunk = 160;
+  const std::vector<float> full = run({}), chunked = run(wide);
+  ASSERT_EQ(chunked.size(), full.size());
+  double max_abs = 0;
+  for (float x : full) max_abs = std::max(max_abs, static_cast<double>(std::abs(x)));
+  for (size_t i = 0; i < full.size(); ++i) ASSERT_NEAR(chunked[i], full[i], 1e-5 * max_abs) << i;
+
+  p.prefill_chunk = 100;
+  const int steps = 12;
+  Context ctx(*model_, {kPrompt + steps, 2, 64, p});
+  ctx.eval(prompt_, nullptr);
+  const int W = ctx.evictor().params().window, L = ctx.kv_cache().n_layers();
+  // The chunks did evict on their own: streaming (sinks and the newest) keeps what one pass keeps,
+  // the attention-ranked policies, which saw less of the prompt at each step, do not.
+  std::unique_ptr<Context> one_pass;
+  run(policy(GetParam(), 64, 16, "taylor"), &one_pass, 0);
+  bool same_kept = true;
+  for (int l = 0; l < L; ++l)
+    for (int h = 0; h < ctx.kv_cache().n_kv_heads(); ++h)
+      same_kept = same_kept && ctx.kv_cache().head(l, h).pos == one_pass->kv_cache().head(l, h).pos;
+  EXPECT_EQ(same_kept, GetParam() == std::string("streaming"));
+  for (int t = 0; t <= steps; ++t) {
+    const int seen = kPrompt + t;
+    const std::vector<int64_t>& b = ctx.evictor().budgets();
+    ASSERT_EQ(static_cast<int>(b.size()), L);
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < ctx.kv_cache().n_kv_heads(); ++h) {
+        const KvHead& kh = ctx.kv_cache().head(l, h);
+        ASSERT_LE(kh.n, b[static_cast<size_t>(l)] + W) << "layer " << l << " step " << t;
+        ASSERT_EQ(kh.lin.n, static_cast<float>(seen - kh.n));  // every evicted token absorbed, once
+        ASSERT_TRUE(std::is_sorted(kh.pos.begin(), kh.pos.end()));
+        for (int i = 0; i < W; ++i) ASSERT_EQ(kh.pos[static_cast<size_t>(kh.n - W + i)], seen - W + i);
+      }
+    EXPECT_LE(ctx.kv_cache().tokens_held(), int64_t{64} * L * ctx.kv_cache().n_kv_heads());
+    if (t < steps) ctx.eval({prompt_[static_cast<size_t>(t)]}, nullptr);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Evicting, Policies, ::testing::Values("streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake", "slake-wide"));

@@ -19,7 +19,9 @@ namespace {
 
 // window_stats with Sobs observing queries (positions S - Sobs .. S - 1) scoring the prefix tokens
 // before P = S - Sw, against float64; Sobs < Sw is slake-wide's wide window observed by its end.
-void expect_window_stats_match_brute_force(int Sw, int Sobs) {
+// gaps: the cache holds what a chunked prefill leaves, each KV head its own subset of the earlier
+// positions (rows in position order), and the brute force works on the rows held.
+void expect_window_stats_match_brute_force(int Sw, int Sobs, bool gaps = false) {
   const int H = 4, Hkv = 2, d = 8, S = 40, P = S - Sw, G = H / Hkv;
   const double gamma = 200.0;
   std::mt19937 rng(7);
@@ -31,22 +33,37 @@ void expect_window_stats_match_brute_force(int Sw, int Sobs) {
     for (auto& x : v) x = nd(rng);
     cache.append(0, k.data(), v.data(), j);
   }
+  if (gaps)  // head 0 drops every third position below 24, head 1 every fourth below 20
+    for (int g = 0; g < Hkv; ++g) {
+      std::vector<char> keep(static_cast<size_t>(S), 1);
+      for (int j = 0; j < S; ++j) keep[static_cast<size_t>(j)] = g == 0 ? !(j < 24 && j % 3 == 1) : !(j < 20 && j % 4 == 2);
+      cache.compact_head(0, g, keep, false);
+    }
   std::vector<float> q(static_cast<size_t>(Sobs * H * d));
   for (auto& x : q) x = nd(rng);
   ThreadPool pool(2);
   const LayerStats st = window_stats(q.data(), S, Sobs, P, cache, 0, {H, Hkv, d, 0}, gamma, TokenPool::Avg5, pool);
 
   double entropy = 0, variance = 0;
-  std::vector<std::vector<double>> pooled(Hkv, std::vector<double>(P, 0.0));
+  std::vector<int> cand(Hkv, 0);  // per KV head: its rows below P
+  for (int g = 0; g < Hkv; ++g)
+    for (int r = 0; r < cache.head(0, g).n; ++r) cand[static_cast<size_t>(g)] += cache.head(0, g).pos[static_cast<size_t>(r)] < P;
+  if (gaps) EXPECT_EQ(cand, (std::vector<int>{P - 8, P - 5}));
+  std::vector<std::vector<double>> pooled(Hkv);
+  for (int g = 0; g < Hkv; ++g) pooled[static_cast<size_t>(g)].assign(static_cast<size_t>(cand[static_cast<size_t>(g)]), 0.0);
   for (int h = 0; h < H; ++h) {
     const KvHead& kv = cache.head(0, h / G);
+    const int Pr = cand[static_cast<size_t>(h / G)];
     std::vector<std::vector<double>> A(Sobs);
     for (int i = 0; i < Sobs; ++i) {
       const int qpos = S - Sobs + i;  // sees every key up to itself, scores only those before P
-      const std::vector<double> x = test::attention_probs64(&q[static_cast<size_t>((i * H + h) * d)], kv, d, qpos + 1);
+      int n_vis = 0;
+      while (n_vis < kv.n && kv.pos[static_cast<size_t>(n_vis)] <= qpos) ++n_vis;
+      const std::vector<double> x = test::attention_probs64(&q[static_cast<size_t>((i * H + h) * d)], kv, d, n_vis);
       A[static_cast<size_t>(i)] = x;
-      for (int j = 0; j < P; ++j) entropy -= x[static_cast<size_t>(j)] * std::log(x[static_cast<size_t>(j)] + 1e-10);
+      for (int j = 0; j < Pr; ++j) entropy -= x[static_cast<size_t>(j)] * std::log(x[static_cast<size_t>(j)] + 1e-10);
     }
+    const int P = Pr;  // from here on rows, not positions
     std::vector<double> I(P);
     for (int j = 0; j < P; ++j) {
       double mean = 0, var = 0;
@@ -64,10 +81,12 @@ void expect_window_stats_match_brute_force(int Sw, int Sobs) {
   }
   EXPECT_NEAR(st.entropy, entropy, 1e-5 * entropy);
   EXPECT_NEAR(st.variance, variance, 1e-4 * variance);
-  for (int h = 0; h < Hkv; ++h)
-    for (int j = 0; j < P; ++j)
+  for (int h = 0; h < Hkv; ++h) {
+    ASSERT_EQ(st.indicator[static_cast<size_t>(h)].size(), pooled[static_cast<size_t>(h)].size());
+    for (int j = 0; j < cand[static_cast<size_t>(h)]; ++j)
       ASSERT_NEAR(st.indicator[static_cast<size_t>(h)][static_cast<size_t>(j)], pooled[static_cast<size_t>(h)][static_cast<size_t>(j)],
                   1e-5 * (1 + pooled[static_cast<size_t>(h)][static_cast<size_t>(j)]));
+  }
 }
 
 TEST(WindowStats, MatchesBruteForce) { expect_window_stats_match_brute_force(6, 6); }
@@ -75,6 +94,12 @@ TEST(WindowStats, MatchesBruteForce) { expect_window_stats_match_brute_force(6, 
 TEST(WindowStats, FewerObservingQueriesThanTheWindowKeepsMatchBruteForce) {
   expect_window_stats_match_brute_force(12, 4);
   expect_window_stats_match_brute_force(12, 2);
+}
+
+// A chunked prefill's cache: each KV head holds its own subset of the earlier positions.
+TEST(WindowStats, RowsWithGapsMatchBruteForce) {
+  expect_window_stats_match_brute_force(6, 6, true);
+  expect_window_stats_match_brute_force(12, 4, true);
 }
 
 TEST(WindowStats, ObservingQueriesMustLieAfterThePrefix) {

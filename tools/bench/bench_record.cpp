@@ -35,6 +35,7 @@ nlohmann::ordered_json BenchRecord::to_json() const {
   j["kv_window"] = kv_window;
   j["kv_observe"] = kv_observe;
   j["kv_evict_every"] = kv_evict_every;
+  j["kv_prefill_chunk"] = kv_prefill_chunk;
   j["type_k"] = type_k;
   j["type_v"] = type_v;
   j["test_time"] = test_time;
@@ -131,6 +132,7 @@ void write_records(std::ostream& out, const std::vector<BenchRecord>& records, c
       const nlohmann::ordered_json j = r.to_json();
       const std::string kv = (r.kv_policy == "full" || r.kv_budget == 0 ? r.kv_policy : r.kv_policy + " " + std::to_string(r.kv_budget)) +
                              (r.kv_evict_every > 1 ? " every " + std::to_string(r.kv_evict_every) : "") +
+                             (r.kv_prefill_chunk > 0 ? " chunk " + std::to_string(r.kv_prefill_chunk) : "") +
                              (r.type_k == r.type_v ? " " + r.type_k : " " + r.type_k + "/" + r.type_v);
       std::string lat = "", gbps = "";
       if (j.contains("token_p50_ns")) {

@@ -19,6 +19,7 @@ struct BenchRecord {
   int n_threads = 0, n_prompt = 0, n_gen = 0, n_depth = 0;
   std::string kv_policy = "full";
   int kv_budget = 0, kv_window = 0, kv_observe = 0, kv_evict_every = 1;  // kv_observe 0: the window
+  int kv_prefill_chunk = 0;  // 0: prompts in one pass
   std::string type_k = "f16", type_v = "f16";  // KV cache types, as llama-bench names the columns
   // Timings of the whole test per repetition (prompt processing or generation), in ns.
   std::vector<double> samples_ns;

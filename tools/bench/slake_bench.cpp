@@ -102,6 +102,7 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
   rec.kv_window = t.kv.window;
   rec.kv_observe = t.kv.observe;
   rec.kv_evict_every = t.kv.evict_every;
+  rec.kv_prefill_chunk = t.kv.prefill_chunk;
   rec.type_k = slake::kv_type_name(t.kv.type_k);
   rec.type_v = slake::kv_type_name(t.kv.type_v);
   rec.mem_bandwidth_gbps = bandwidth_gbps;
@@ -179,7 +180,7 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
 int main(int argc, char** argv) {
   CLI::App app{"slake-bench: speed, latency and memory of the engine (llama-bench's conventions)"};
   std::vector<std::string> models, synthetic, policies{"full"}, backends{"cpu"}, types_k{"f16"}, types_v{"f16"};
-  std::vector<int> prompts{512}, gens{128}, depths{0}, threads{slake::default_thread_count()}, budgets{0}, evict_every{1};
+  std::vector<int> prompts{512}, gens{128}, depths{0}, threads{slake::default_thread_count()}, budgets{0}, evict_every{1}, chunks{0};
   int reps = 5, window = 32, observe = 0;
   uint64_t seed = 42;
   std::string format = "md", synth_type = "q4_0";
@@ -188,7 +189,8 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", models, "GGUF file or Hugging Face directory (repeatable, or comma-separated)")->delimiter(',');
   app.add_option("--synthetic", synthetic,
                  "random weights of a model's shape: llama-3.1-8b, llama-2-7b, mistral-7b-v0.3, tinyllama-1.1b, qwen2.5-0.5b, "
-                 "qwen2.5-1.5b, qwen2.5-7b, qwen3-0.6b, qwen3-8b, gemma-3-270m, gemma-3-1b, gemma-3-4b, tiny")
+                 "qwen2.5-1.5b, qwen2.5-7b, qwen3-0.6b, qwen3-8b, qwen3-30b-a3b, mixtral-8x7b, gemma-3-270m, gemma-3-1b, "
+                 "gemma-3-4b, phi-3-mini, tiny")
       ->delimiter(',');
   app.add_option("--synthetic-type", synth_type, "weight type of synthetic models: f32, f16, bf16, q8_0, q4_0")
       ->capture_default_str()
@@ -210,6 +212,10 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  app.add_option("--prefill-chunk", chunks, "evicting policies: prompts taken this many tokens at a time (0: one pass)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--cache-type-k", types_k, "KV cache types for keys (-ctk): f32, f16, bf16, q8_0, q4_0, kivi2, kivi4")
       ->delimiter(',')
       ->capture_default_str();
@@ -239,19 +245,21 @@ int main(int argc, char** argv) {
     for (const std::string& p : policies)
       for (int b : budgets)
         for (int every : evict_every)
-          for (const std::string& tk : types_k)
-            for (const std::string& tv : types_v) {
-              slake::KvPolicyParams kv;
-              kv.policy = p;
-              kv.budget = p == "full" ? 0 : b;
-              kv.window = window;
-              kv.observe = observe;
-              kv.evict_every = p == "full" ? 1 : every;
-              kv.type_k = slake::parse_kv_type(tk);
-              kv.type_v = slake::parse_kv_type(tv);
-              kv = slake::resolve_kv_policy(kv, false);
-              if (std::find(kvs.begin(), kvs.end(), kv) == kvs.end()) kvs.push_back(kv);
-            }
+          for (int chunk : chunks)
+            for (const std::string& tk : types_k)
+              for (const std::string& tv : types_v) {
+                slake::KvPolicyParams kv;
+                kv.policy = p;
+                kv.budget = p == "full" ? 0 : b;
+                kv.window = window;
+                kv.observe = observe;
+                kv.evict_every = p == "full" ? 1 : every;
+                kv.prefill_chunk = p == "full" ? 0 : chunk;
+                kv.type_k = slake::parse_kv_type(tk);
+                kv.type_v = slake::parse_kv_type(tv);
+                kv = slake::resolve_kv_policy(kv, false);
+                if (std::find(kvs.begin(), kvs.end(), kv) == kvs.end()) kvs.push_back(kv);
+              }
     // A cache type a backend lacks is refused here, before any model is loaded or test run.
     for (const std::string& b : backends)
       for (const auto& kv : kvs) slake::tools::kv_types_for_backend(kv, b);

@@ -50,6 +50,11 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
                  "chosen by one scoring (1: one token per step, the spec's)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  app.add_option("--prefill-chunk", kv.prefill_chunk,
+                 "evicting policies: take a long prompt N tokens at a time, each chunk attending to what the chunks before "
+                 "it kept and evicting before the next (0: the whole prompt at once)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   std::string types;
   for (const std::string& t : kv_type_names()) types += (types.empty() ? "" : ", ") + t;
   app.add_option("--cache-type-k", f.cache_type_k, "KV cache type for keys (-ctk): " + types + " (default: f16)")

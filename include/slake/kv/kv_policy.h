@@ -35,6 +35,11 @@ struct KvPolicyParams {
   // Decode-time eviction in batches: a head may grow to its budget + window + evict_every - 1
   // rows, then gives up evict_every rows chosen by one scoring (1: the spec's one row per step).
   int evict_every = 1;
+  // Chunked prefill: 0 takes a prompt in one pass (each layer sees it whole before it evicts); N
+  // takes a longer prompt N tokens at a time through every layer, each chunk attending to what the
+  // chunks before it kept (and the compensator) and evicting before the next, so attention costs
+  // O(S (C + N)) instead of O(S^2). Evicting policies other than h2o; N >= the window.
+  int prefill_chunk = 0;
   // How the exact cache stores keys and values (kv_type.h; -ctk/-ctv). The linear states are fp32.
   KvType type_k = KvType::F16, type_v = KvType::F16;
 

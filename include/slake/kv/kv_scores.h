@@ -53,10 +53,15 @@ struct LayerStats {
 };
 
 // q_window: the last `n_obs` queries of the prompt ([n_obs][n_heads * head_dim], after RoPE), at
-// positions S - n_obs .. S - 1; they score the prefix tokens 0 .. P - 1 (P <= S - n_obs: the
-// tokens from P on are the kept window, which may hold more tokens than it has observing queries).
-// The layer's cache holds all S prompt tokens in order.
+// positions S - n_obs .. S - 1; they score the held tokens at positions below P (P <= S - n_obs:
+// the tokens from P on are the kept window, which may hold more tokens than it has observing
+// queries). The layer's cache holds its rows in position order: all S prompt tokens, or (a prompt
+// prefilled in chunks) what earlier chunks kept and the last chunk. indicator[g][r] is row r's,
+// for the rows r < rows_below(head g, P); pooling runs over neighbouring rows.
 // indicator = pool(mean_i A + gamma var_i A) per query head, then the mean over its group.
+// The rows of a head whose positions are below `pos` (rows hold increasing positions).
+int rows_below(const KvHead& kh, int32_t pos);
+
 LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const KvCache& cache, int layer,
                         const AttentionShape& s, double gamma, TokenPool pool, ThreadPool& threads);
 
