@@ -98,6 +98,8 @@ class Sampler {
   // (the prompt's too, as llama.cpp does), so the penalty sees the whole history.
   int32_t sample(const float* logits, int n_vocab);
   void accept(int32_t token);
+  // Forgets the accepted tokens (the context starts again); the random generator goes on.
+  void forget_history() { recent_.clear(); }
 
   const SamplerParams& params() const { return params_; }
   double mirostat_mu() const { return mu_; }

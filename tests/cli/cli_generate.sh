@@ -55,4 +55,22 @@ check "a two-turn chat answers and ends at end of input" bash -c "[ $chat_rc -eq
 check "the chat keeps its context: it reads $turn1 + $turn2 prompt tokens, not the conversation again" \
   grep -q "^prompt: $((turn1 + turn2)) tokens" "$tmp/chat.err"
 
+# -r: the reply stops once its text ends with the string (written, as llama-cli does).
+cli reverse -m "$gguf" -c 512 -p "" -n 200 --temp 0 -r "Lily" -r "never appears"
+check "-r stops the reply at the first reverse prompt, which ends the text" \
+  test "$(cat "$tmp/reverse.out")" = " Once upon a time, there was a little girl named Lily"
+# The chat's commands, greedy: /regen answers the same message with the same reply (the context
+# emptied and the conversation prefilled anew); /clear starts again, so the same message gets the
+# first reply again; /exit ends the chat (the message after it is not read); a line ending in a
+# backslash continues on the next line (one message, one reply).
+chat() { "$bin/slake-cli" -m "$gguf" -c 512 -cnv --chat-template llama2 -n 24 --temp 0 >"$tmp/$1.out" 2>"$tmp/$1.err"; }
+printf 'Hello!\n/regen\nTell me a story.\n/clear\nHello!\n/exit\nTell me more.\n' | chat commands
+printf '/regen\nHello\\\nthere!\n' | chat continued
+mapfile -t replies <"$tmp/commands.out"
+check "/regen and /clear: replies 1, 2 and 4 equal, reply 3 another, nothing after /exit" \
+  bash -c "[ ${#replies[@]} -eq 4 ] && [ '${replies[0]}' = '${replies[1]}' ] && [ '${replies[0]}' = '${replies[3]}' ] \
+    && [ '${replies[2]}' != '${replies[0]}' ] && [ -n '${replies[0]}' ]"
+check "/regen before any answer says so; a backslash joins two lines into one message" \
+  bash -c "grep -q 'slake-cli: /regen: no answered message to ask again' '$tmp/continued.err' && [ \$(wc -l <'$tmp/continued.out') -eq 1 ]"
+
 check_summary

@@ -79,4 +79,19 @@ std::vector<int32_t> ChatSession::user_turn(const std::string& text) {
 
 void ChatSession::assistant_reply(const std::string& text) { messages_.push_back({"assistant", text}); }
 
+void ChatSession::clear() {
+  while (!messages_.empty() && messages_.back().role != "system") messages_.pop_back();
+  started_ = false;
+}
+
+std::string ChatSession::rewind() {
+  if (messages_.size() < 2 || messages_.back().role != "assistant" || messages_[messages_.size() - 2].role != "user")
+    fail("no answered message to ask again");
+  messages_.pop_back();
+  std::string text = messages_.back().content;
+  messages_.pop_back();
+  started_ = false;
+  return text;
+}
+
 }  // namespace slake::cli

@@ -29,6 +29,12 @@ class ChatSession {
   std::vector<int32_t> user_turn(const std::string& text);
   // Records the assistant's reply, so that the next turn renders the conversation with it.
   void assistant_reply(const std::string& text);
+  // A new conversation (the system prompt stays); the next user_turn starts the context again.
+  void clear();
+  // Takes the last user message and the reply to it off the conversation and returns the message,
+  // so that user_turn(it) on an emptied context asks it again after the rest, rendered whole.
+  // Throws slake::Error when no message was answered yet.
+  std::string rewind();
 
   // The text of the last user_turn (what was tokenized), for tests and the echo.
   const std::string& last_turn_text() const { return last_text_; }

@@ -81,7 +81,10 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
   app.add_flag("--conversation", o.conversation,
                "chat (-cnv as llama.cpp): each line of standard input is a user message, answered in turn with the "
                "chat template; the context is kept between turns; end of input ends the chat. -p/-f, when given, "
-               "is the first message. stdout gets the replies only, each ending with a newline");
+               "is the first message. stdout gets the replies only, each ending with a newline. A line ending in \\ "
+               "continues on the next; /exit ends the chat, /clear starts a new one, /regen answers the last message again");
+  app.add_option("-r,--reverse-prompt", o.reverse_prompts,
+                 "stop a reply once its text ends with this string (repeatable; the string is written, as llama.cpp does)");
   app.add_option("--chat-template", o.chat_template,
                  "a built-in chat format instead of the model's own template: " + chat_format_names() +
                      "; formats the prompt as a chat");

@@ -27,6 +27,7 @@ struct CliOptions {
   SamplerParams sampling;
   bool conversation = false;
   bool single_turn = false;         // -st: the chat answers its first message, then ends
+  std::vector<std::string> reverse_prompts;  // -r: a reply stops once its text ends with one of these
   std::string system_prompt_file;  // -sysf: the system prompt read from a file
   bool no_display_prompt = false;
   std::string batch_in;         // --batch: JSONL requests ("-": standard input); "" when not in batch mode

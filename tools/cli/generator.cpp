@@ -1,5 +1,6 @@
 #include "generator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -42,6 +43,13 @@ void Generator::feed(const std::vector<int32_t>& tokens, const std::string& what
   unevaluated_.clear();
 }
 
+void Generator::reset() {
+  ctx_.reset();
+  sampler_.forget_history();
+  logits_.clear();
+  unevaluated_.clear();
+}
+
 void Generator::write(const std::string& text) {
   if (text.empty()) return;
   std::fwrite(text.data(), 1, text.size(), out_);
@@ -81,6 +89,12 @@ Reply Generator::generate(int n_predict) {
     write(text);
     r.text += text;
     ++generated_;
+    if (!text.empty() && std::any_of(stops_.begin(), stops_.end(), [&](const std::string& s) {
+          return !s.empty() && r.text.size() >= s.size() && r.text.compare(r.text.size() - s.size(), s.size(), s) == 0;
+        })) {
+      r.stopped = true;
+      break;
+    }
     if (++n == n_predict) break;
     if (matcher && matcher->finished()) {
       r.ended = true;

@@ -22,6 +22,7 @@ struct Reply {
   std::string text;       // everything written to the output
   bool ended = false;     // stopped at an end-of-generation token
   bool ctx_full = false;  // stopped because the context is full
+  bool stopped = false;   // stopped at a reverse prompt (-r), which the text ends with
 };
 
 class Generator {
@@ -45,6 +46,10 @@ class Generator {
 
   // The grammar every later reply must match (each reply from its start); null: none.
   void set_grammar(std::shared_ptr<const Grammar> g) { grammar_ = std::move(g); }
+  // Strings that end a reply once its text ends with one (-r).
+  void set_stops(std::vector<std::string> stops) { stops_ = std::move(stops); }
+  // Empties the context, to start again from nothing (the counters go on).
+  void reset();
 
   // Counters for the final report.
   int prompt_tokens() const { return prompt_tokens_; }
@@ -62,6 +67,7 @@ class Generator {
   StreamingDetokenizer detok_;
   std::unordered_set<int32_t> eog_;
   std::shared_ptr<const Grammar> grammar_;
+  std::vector<std::string> stops_;
   std::shared_ptr<const GrammarVocab> grammar_vocab_;  // made for the first grammar
   std::vector<float> logits_;
   std::vector<int32_t> unevaluated_;  // the last sampled token, until the next feed

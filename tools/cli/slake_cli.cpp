@@ -91,19 +91,45 @@ bool chat_turn(slake::cli::ChatSession& session, slake::cli::Generator& gen, con
   return !r.ctx_full;
 }
 
-// The prompt (when given) is the first user message, then each non-empty line of standard input;
-// end of input ends the chat.
+// The prompt (when given) is the first user message, then each non-empty line of standard input (a
+// line ending in a backslash continues on the next, as in llama-cli); end of input ends the chat.
+// Commands: /exit ends it, /clear starts a new conversation, /regen answers the last message again
+// (the context is emptied and the conversation before it prefilled anew).
 void chat(slake::cli::ChatSession& session, slake::cli::Generator& gen, const CliOptions& o, const std::string& first) {
   if (!first.empty() && (!chat_turn(session, gen, o, first) || o.single_turn)) return;
   const bool tty = ::isatty(STDIN_FILENO);
-  std::string line;
+  std::string line, message;
   for (int line_no = 1;; ++line_no) {
-    if (tty) std::fputs("> ", stderr);
+    if (tty) std::fputs(message.empty() ? "> " : "... ", stderr);
     if (!std::getline(std::cin, line)) return;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
     require_utf8(line, "input line " + std::to_string(line_no));
-    if (!chat_turn(session, gen, o, line) || o.single_turn) return;
+    if (!line.empty() && line.back() == '\\') {
+      message += line.substr(0, line.size() - 1) + "\n";
+      continue;
+    }
+    message += line;
+    const std::string m = std::move(message);
+    message.clear();
+    if (m.empty()) continue;
+    if (m == "/exit") return;
+    if (m == "/clear") {
+      session.clear();
+      gen.reset();
+      std::fputs("slake-cli: a new conversation\n", stderr);
+      continue;
+    }
+    std::string ask = m;
+    if (m == "/regen") {
+      try {
+        ask = session.rewind();
+      } catch (const slake::Error& e) {
+        std::fprintf(stderr, "slake-cli: /regen: %s\n", e.what());
+        continue;
+      }
+      gen.reset();
+    }
+    if (!chat_turn(session, gen, o, ask) || o.single_turn) return;
   }
 }
 
@@ -167,6 +193,7 @@ int run(CliOptions& o) {
                  grammar->rules.size(), grammar->elements.size(), parse_ms);
     gen.set_grammar(std::move(grammar));
   }
+  gen.set_stops(o.reverse_prompts);
 
   if (o.conversation) {
     chat(*session, gen, o, prompt);
