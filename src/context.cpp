@@ -114,14 +114,8 @@ void Context::hidden_states(const std::vector<int32_t>& tokens, std::vector<floa
 
 void Context::eval_into(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
                         const std::vector<Context*>& also, std::vector<float>* hidden) {
-  const ModelConfig& c = model_.cfg;
+  check_tokens(tokens);
   const int n = static_cast<int>(tokens.size());
-  if (n == 0) fail("eval: no tokens");
-  if (n_past_ + n > n_ctx_)
-    fail("context full: " + std::to_string(n_past_) + " + " + std::to_string(n) + " tokens exceed the context size " +
-         std::to_string(n_ctx_));
-  for (int32_t t : tokens)
-    if (t < 0 || t >= c.n_vocab) fail("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.n_vocab));
 
   // A prompt evaluated into an empty cache is where prefill eviction happens; tokens added later
   // are decoded one at a time when the policy evicts, so each one is scored and evicted as such.
@@ -141,12 +135,9 @@ void Context::eval_into(const std::vector<int32_t>& tokens, std::vector<float>* 
       eval_into(tokens, logits, all_logits, {});
       return;
     }
-    // The last chunk is at least a window long (its last queries score it): a shorter rest joins
-    // the chunk before it.
-    const int chunk = params_.kv.prefill_chunk, min_last = evictor_.params().window;
     std::vector<float> part, out;
     for (int t0 = 0, len = 0; t0 < n; t0 += len) {
-      len = n - t0 - chunk < min_last ? n - t0 : chunk;
+      len = prefill_chunk_length(evictor_.params(), t0, n);
       const bool last = t0 + len == n;
       eval_rows(std::vector<int32_t>(tokens.begin() + t0, tokens.begin() + t0 + len), logits && (all_logits || last) ? &part : nullptr,
                 all_logits, {}, nullptr, true);
@@ -156,6 +147,22 @@ void Context::eval_into(const std::vector<int32_t>& tokens, std::vector<float>* 
     return;
   }
   eval_rows(tokens, logits, all_logits, also, hidden, prompt);
+}
+
+void Context::check_tokens(const std::vector<int32_t>& tokens) const {
+  const ModelConfig& c = model_.cfg;
+  const int n = static_cast<int>(tokens.size());
+  if (n == 0) fail("eval: no tokens");
+  if (n_past_ + n > n_ctx_)
+    fail("context full: " + std::to_string(n_past_) + " + " + std::to_string(n) + " tokens exceed the context size " +
+         std::to_string(n_ctx_));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= c.n_vocab) fail("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.n_vocab));
+}
+
+void Context::eval_prompt_chunk(const std::vector<int32_t>& tokens, std::vector<float>* logits) {
+  check_tokens(tokens);
+  eval_rows(tokens, logits, false, {}, nullptr, true);
 }
 
 void Context::eval_rows(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,

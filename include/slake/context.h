@@ -58,6 +58,11 @@ class Context {
   const Model& model() const { return model_; }
   const KvCache& kv_cache() const { return kv_; }
   const KvEvictor& evictor() const { return evictor_; }
+  // One chunk of a prompt prefilled in chunks (KvPolicyParams::prefill_chunk), after the chunks
+  // before it, as eval's chunked prefill takes it: observed, and each layer evicted before the
+  // next. The caller cuts the prompt with prefill_chunk_length (the server, to interleave the
+  // chunks with other slots' decode steps); the logits are the chunk's last token's.
+  void eval_prompt_chunk(const std::vector<int32_t>& tokens, std::vector<float>* logits);
   ThreadPool& pool() { return *pool_; }
   void reset();
 
@@ -72,6 +77,8 @@ class Context {
   // `hidden`, when given, gets every token's final-norm output instead of logits.
   void eval_into(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
                  const std::vector<Context*>& also, std::vector<float>* hidden = nullptr);
+  // Throws slake::Error for no tokens, tokens beyond the context, ids outside the vocabulary.
+  void check_tokens(const std::vector<int32_t>& tokens) const;
   // eval_into's forward pass of `tokens` after the n_past() held ones. prompt: a prompt (observed
   // and evicted at prefill), into an empty cache or after the chunks before it; else decode steps.
   void eval_rows(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits, const std::vector<Context*>& also,

@@ -21,6 +21,11 @@ int kept_window(const KvPolicyParams& p) {
   return p.policy == "slake-wide" ? std::max(p.window, p.budget - std::min(p.budget / 2, kWideRankedMax)) : p.window;
 }
 
+int prefill_chunk_length(const KvPolicyParams& p, int done, int n) {
+  const int rest = n - done;
+  return p.prefill_chunk <= 0 || rest - p.prefill_chunk < p.window ? rest : p.prefill_chunk;
+}
+
 bool operator==(const KvPolicyParams& a, const KvPolicyParams& b) {
   auto fields = [](const KvPolicyParams& p) {
     return std::tie(p.policy, p.budget, p.window, p.observe, p.compensate, p.centroids, p.gamma, p.tau1, p.tau2, p.alpha, p.beta,

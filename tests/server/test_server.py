@@ -294,6 +294,32 @@ class LongPromptsAndPolicies(unittest.TestCase):
         self.assertEqual(got, want)
         self.assertGreaterEqual(self.server.metric("slake_prefill_chunks_total"), 3)
 
+    def test_prefill_in_chunks_beside_running_replies(self):
+        # --prefill-chunk: an evicting policy's long prompt goes one chunk per scheduler step, each
+        # chunk evicted before the next, beside running replies; the greedy text equals slake-cli's
+        # with the same flags, given as server flags or as the request's kv fields.
+        flags = ("--kv-policy", "snapkv", "--kv-budget", "64", "--kv-window", "16", "--prefill-chunk", "128")
+        want = cli_greedy(STORIES, self.long, N, self.CTX, *flags)
+        server = Server(STORIES, "-c", str(self.CTX), "-np", "3", "-t", "2", *flags)
+        try:
+            c = client(server)
+            before = server.metric("slake_prefill_chunks_total")
+            with concurrent.futures.ThreadPoolExecutor(3) as ex:
+                others = [ex.submit(complete, c, "stories260K.gguf", p, 120, True, False) for p in PROMPTS[:2]]
+                time.sleep(0.05)
+                got = ex.submit(complete, c, "stories260K.gguf", self.long, N, False, False).result()[0]
+                [o.result() for o in others]
+            self.assertEqual(got, want)
+            # About 600 tokens in chunks of 128 (the rest under a chunk and a window joins the last),
+            # and one step for each short prompt.
+            self.assertGreaterEqual(server.metric("slake_prefill_chunks_total") - before, 4 + 2)
+        finally:
+            server.stop()
+        extra = {"kv_policy": "snapkv", "kv_budget": 64, "kv_window": 16, "kv_prefill_chunk": 128}
+        got = client(self.server).completions.create(model="stories260K.gguf", prompt=self.long, max_tokens=N, temperature=0,
+                                                     extra_body=extra).choices[0].text
+        self.assertEqual(got, want)
+
     def test_request_policy_equals_cli_flags(self):
         server = Server(STORIES, "-c", str(self.CTX), "-np", "1", "-t", "2")
         try:

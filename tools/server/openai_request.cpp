@@ -71,7 +71,7 @@ const std::set<std::string> kFields = {"model", "stream", "stream_options", "max
                                        "mirostat_eta", "dry_multiplier", "dry_base", "dry_allowed_length",
                                        "dry_penalty_last_n", "dry_sequence_breakers",
                                        "logit_bias", "grammar", "response_format", "json_schema", "return_tokens",
-                                       "kv_policy", "kv_budget", "kv_window", "kv_observe", "logprobs",
+                                       "kv_policy", "kv_budget", "kv_window", "kv_observe", "kv_prefill_chunk", "logprobs",
                                        "user", "metadata", "store", "cache_prompt", "service_tier"};
 const std::set<std::string> kChatFields = {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
                                            "reasoning_format", "chat_template_kwargs"};
@@ -407,6 +407,7 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
   kv.budget = static_cast<int>(get_int(body, "kv_budget", kv.budget, 0, std::numeric_limits<int>::max()));
   kv.window = static_cast<int>(get_int(body, "kv_window", kv.window, 1, std::numeric_limits<int>::max()));
   kv.observe = static_cast<int>(get_int(body, "kv_observe", kv.observe, 0, std::numeric_limits<int>::max()));
+  kv.prefill_chunk = static_cast<int>(get_int(body, "kv_prefill_chunk", kv.prefill_chunk, 0, std::numeric_limits<int>::max()));
   try {
     // As --kv-budget alone: a budget with no policy named means slake.
     return resolve_kv_policy(kv, !policy_given && field(body, "kv_budget"), &env.cfg);

@@ -63,8 +63,8 @@ class Slot {
   bool prefilling() const { return busy() && next_prefill_ < task_->req.prompt.size(); }
   bool decoding() const { return busy() && !prefilling() && pending_ >= 0; }
   // Evaluates the next `chunk` prompt tokens (the whole rest at once when the policy evicts at
-  // prefill: it must see the whole prompt); the last chunk samples the first token. Returns the
-  // number of tokens evaluated.
+  // prefill: it must see the whole prompt; the policy's own chunks under --prefill-chunk); the last
+  // chunk samples the first token. Returns the number of tokens evaluated.
   int prefill(int chunk);
   // Decode: the token to evaluate next, then the logits decode_sessions gave it.
   Session& session() { return *ctx_; }
@@ -104,6 +104,7 @@ class Slot {
 
   // The running request.
   size_t next_prefill_ = 0;  // prompt tokens in the cache
+  bool chunked_ = false;     // the prompt is prefilled in the policy's chunks (eval_prompt_chunk)
   std::chrono::steady_clock::time_point t_start_, t_first_;  // the first prefill, the first token
   int n_cached_ = 0;
   std::unique_ptr<Sampler> sampler_;

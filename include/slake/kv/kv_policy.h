@@ -59,6 +59,11 @@ struct KvPolicyParams {
 // The window a policy keeps: Sw, or slake-wide's C - min(C/2, 256) when that is larger.
 int kept_window(const KvPolicyParams& p);
 
+// The length of the chunk that starts after `done` tokens of an n-token prompt prefilled in chunks
+// of p.prefill_chunk (p resolved): a chunk, or the whole rest when less than a chunk plus the window
+// would be left after it (a chunk's last queries score it, so the last one is at least a window).
+int prefill_chunk_length(const KvPolicyParams& p, int done, int n);
+
 // Every field equal: two contexts with equal policies keep and evict the same tokens.
 bool operator==(const KvPolicyParams& a, const KvPolicyParams& b);
 inline bool operator!=(const KvPolicyParams& a, const KvPolicyParams& b) { return !(a == b); }
