@@ -2,8 +2,9 @@
 slake-cli's greedy text for the same conversation (rendered by the same template), streamed events
 come in the order the API specifies and add up to the same text, stop_sequences and max_tokens give
 their stop reasons, count_tokens counts the prompt, tool use round-trips (a tool_use block whose
-input validates against the tool's input_schema, then a tool_result), the key is taken from
-x-api-key, and errors come in Anthropic's shape."""
+input validates against the tool's input_schema, then a tool_result), extended thinking gives a
+thinking block with the reasoning the OpenAI route splits out (streamed as thinking_delta), the key
+is taken from x-api-key, and errors come in Anthropic's shape."""
 import json
 import os
 import unittest
@@ -15,6 +16,9 @@ from harness import SHARED, STORIES, Server, cli_greedy
 
 CHATML = os.path.join(SHARED, "chat-templates", "HuggingFaceTB-SmolLM2-135M-Instruct.jinja")
 QWEN = os.path.join(SHARED, "chat-templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
+R1 = os.path.join(SHARED, "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")
+# stories260K never closes a <think> unprompted: a grammar makes it (llama-server's extension field).
+THINK_THEN_ANSWER = 'root ::= [a-z ]{3,30} "</think>" "\\n\\n" [a-z ]{3,30}'
 MODEL = "stories260K.gguf"
 # The client has no sampling parameters of its own; the server takes them as llama-server does.
 GREEDY = {"temperature": 0}
@@ -120,6 +124,36 @@ class ToolUse(unittest.TestCase):
             r2 = client.messages.create(model=MODEL, max_tokens=8, extra_body=GREEDY, tools=[WEATHER], messages=follow)
             self.assertIn(r2.stop_reason, ("end_turn", "max_tokens", "tool_use"))
             self.assertGreater(r2.usage.input_tokens, r.usage.input_tokens)
+        finally:
+            server.stop()
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class Thinking(unittest.TestCase):
+    def test_thinking_block_holds_the_reasoning(self):
+        server = Server(STORIES, "-c", "1024", "-t", "1", "--chat-template-file", R1)
+        try:
+            import openai
+            oa = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=60)
+            client = anthropic.Anthropic(base_url=server.url, api_key="none", max_retries=0, timeout=60)
+            question = [{"role": "user", "content": "Why is the sky blue?"}]
+            for seed in range(3):
+                chat = oa.chat.completions.create(model=MODEL, messages=question, max_tokens=200, temperature=1.0, seed=seed,
+                                                  extra_body={"grammar": THINK_THEN_ANSWER}).choices[0].message
+                self.assertTrue(chat.reasoning_content and chat.content)
+                kw = dict(model=MODEL, max_tokens=200, messages=question, thinking={"type": "enabled", "budget_tokens": 100},
+                          extra_body={"grammar": THINK_THEN_ANSWER, "temperature": 1.0, "seed": seed})
+                m = client.messages.create(**kw)
+                self.assertEqual([b.type for b in m.content], ["thinking", "text"])
+                self.assertEqual((m.content[0].thinking, m.content[1].text), (chat.reasoning_content, chat.content))
+                with client.messages.stream(**kw) as stream:
+                    kinds = [e.delta.type for e in stream if e.type == "content_block_delta"]
+                    final = stream.get_final_message()
+                self.assertEqual(kinds, ["thinking_delta", "signature_delta", "text_delta"])
+                self.assertEqual((final.content[0].thinking, final.content[1].text), (chat.reasoning_content, chat.content))
+            with self.assertRaises(anthropic.BadRequestError) as cm:
+                client.messages.create(model=MODEL, max_tokens=50, messages=question, thinking={"type": "enabled", "budget_tokens": 50})
+            self.assertIn("budget_tokens", cm.exception.body["error"]["message"])
         finally:
             server.stop()
 

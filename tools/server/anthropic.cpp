@@ -45,23 +45,41 @@ std::string anthropic_to_openai(const std::string& text, bool count_only) {
   if (body.is_discarded() || !body.is_object()) throw ApiError(400, "the request body must be a JSON object");
   // Read here, or changing nothing by design (metadata, service_tier, speed, inference_geo,
   // cache_control: a slot keeps its conversation's cache anyway).
+  // grammar and seed: llama-server's extensions, passed on to the chat request.
   static const char* const kFields[] = {"model", "max_tokens", "messages", "system", "stop_sequences", "temperature",
                                         "top_p", "top_k", "stream", "tools", "tool_choice", "metadata", "thinking",
-                                        "service_tier", "speed", "inference_geo", "cache_control"};
+                                        "service_tier", "speed", "inference_geo", "cache_control", "grammar", "seed"};
   for (const auto& [k, v] : body.items()) {
     (void)v;
     if (std::find(std::begin(kFields), std::end(kFields), k) == std::end(kFields))
       bad(k, "'" + k + "' is not a field of the Messages API this server understands");
   }
-  if (body.contains("thinking") && !body["thinking"].is_null() &&
-      !(body["thinking"].is_object() && member_or<std::string>(body["thinking"], "type", "", "thinking.type") == "disabled"))
-    bad("thinking", "'thinking' is not supported: the server does not split out reasoning yet");
   ojson out = ojson::object();
   if (body.contains("model")) out["model"] = body["model"];
   if (body.contains("max_tokens")) out["max_tokens"] = body["max_tokens"];
   else if (!count_only) bad("max_tokens", "'max_tokens' is required");
-  for (const char* k : {"temperature", "top_p", "top_k", "stream"})
+  for (const char* k : {"temperature", "top_p", "top_k", "stream", "grammar", "seed"})
     if (body.contains(k)) out[k] = body[k];
+  // Extended thinking: enabled splits the reply's <think> block out as a thinking block (the
+  // chat request's reasoning_format deepseek); disabled asks the template not to think
+  // (enable_thinking false, as Qwen3's templates read it). budget_tokens must be a positive integer
+  // below max_tokens, as the API requires; the thinking then runs within max_tokens, as
+  // llama-server's (whose --reasoning-budget takes only -1 or 0) does.
+  if (body.contains("thinking") && !body["thinking"].is_null()) {
+    const ojson& t = body["thinking"];
+    const std::string type = t.is_object() ? member_or<std::string>(t, "type", "", "thinking.type") : "";
+    if (type == "enabled") {
+      if (!t.contains("budget_tokens") || !t["budget_tokens"].is_number_integer() || t["budget_tokens"].get<long long>() < 1 ||
+          (body.contains("max_tokens") && body["max_tokens"].is_number_integer() &&
+           t["budget_tokens"].get<long long>() >= body["max_tokens"].get<long long>()))
+        bad("thinking.budget_tokens", "'thinking.budget_tokens' must be a positive integer below max_tokens");
+      out["reasoning_format"] = "deepseek";
+    } else if (type == "disabled") {
+      out["chat_template_kwargs"] = {{"enable_thinking", false}};
+    } else {
+      bad("thinking", "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
+    }
+  }
   if (body.contains("stop_sequences")) out["stop"] = body["stop_sequences"];
 
   ojson messages = ojson::array();
@@ -134,6 +152,9 @@ nlohmann::json anthropic_message(const nlohmann::json& c, const std::string& sto
   const nlohmann::json& choice = c["choices"][0];
   const nlohmann::json& msg = choice["message"];
   nlohmann::json content = nlohmann::json::array();
+  // A thinking model's reasoning, split out: a thinking block first (unsigned: nothing here signs it).
+  if (msg.contains("reasoning_content") && msg["reasoning_content"].is_string() && !msg["reasoning_content"].get<std::string>().empty())
+    content.push_back({{"type", "thinking"}, {"thinking", msg["reasoning_content"]}, {"signature", ""}});
   if (msg["content"].is_string() && !msg["content"].get<std::string>().empty())
     content.push_back({{"type", "text"}, {"text", msg["content"]}});
   if (msg.contains("tool_calls"))

@@ -297,6 +297,11 @@ void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
             if (b["type"] == "text") {
               o += anthropic_event("content_block_start", {{"index", i}, {"content_block", {{"type", "text"}, {"text", ""}}}});
               o += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "text_delta"}, {"text", b["text"]}}}});
+            } else if (b["type"] == "thinking") {
+              o += anthropic_event("content_block_start",
+                                   {{"index", i}, {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
+              o += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "thinking_delta"}, {"thinking", b["thinking"]}}}});
+              o += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "signature_delta"}, {"signature", ""}}}});
             } else {
               o += anthropic_event("content_block_start", {{"index", i}, {"content_block", {{"type", "tool_use"}, {"id", b["id"]},
                                                                                                {"name", b["name"]}, {"input", json::object()}}}});
