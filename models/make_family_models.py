@@ -30,7 +30,10 @@ Models (vocab 272: the tokenizer's 256 byte tokens and its specials; hidden 64, 
                 file with experts).
   qwen3-moe     Qwen3MoeForCausalLM, 4 / 2 heads of head_dim 32 with Q/K norms, 4 experts of FFN 96, 2
                 per token, renormalised (norm_topk_prob, as Qwen3-30B-A3B and as llama.cpp always does).
-  For the two mixtures, reference.json also holds transformers' router logits and the experts it
+  qwen2-moe     Qwen2MoeForCausalLM, 4 / 2 heads with Q/K/V biases, 4 experts of FFN 96, 2 per token, not
+                renormalised (norm_topk_prob false, as Qwen1.5-MoE and as llama.cpp always does), and a
+                shared expert of FFN 160 behind a sigmoid gate.
+  For the mixtures, reference.json also holds transformers' router logits and the experts it
   chose for every token of every layer; every expert must be chosen somewhere, and permuting the
   router's rows must move the logits.
 
@@ -53,8 +56,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 N_VOCAB, N_EMBD, N_LAYER, N_FF, N_TOKENS = 272, 64, 2, 128, 64  # 256 byte tokens + room for specials
 
@@ -127,6 +130,10 @@ def build(name: str, seed: int):
         model = Qwen3MoeForCausalLM(Qwen3MoeConfig(head_dim=32, moe_intermediate_size=96, num_experts=4, num_experts_per_tok=2,
                                                    norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
                                                    attention_bias=False, **common))
+    elif name == "qwen2-moe":
+        model = Qwen2MoeForCausalLM(Qwen2MoeConfig(moe_intermediate_size=96, shared_expert_intermediate_size=160, num_experts=4,
+                                                   num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=1,
+                                                   mlp_only_layers=[], use_sliding_window=False, **common))
     elif name == "phi3-longrope":
         model = Phi3ForCausalLM(phi3_config(PHI3_LONG))
     else:
@@ -182,10 +189,18 @@ def make(name: str, seed: int, llama_cpp: Path, root: Path) -> None:
             permuted = type(model)(model.config)
             permuted.load_state_dict(model.state_dict())
             for pname, p in permuted.named_parameters():
-                if pname.endswith("gate.weight") and p.shape[0] == 4:
+                if pname.endswith("mlp.gate.weight") or pname.endswith("block_sparse_moe.gate.weight"):
                     p.copy_(p.flip(0))
             if not rel_err(logits_of(permuted.eval(), tokens), logits) > 1e-2:
                 sys.exit(f"{name}: the router does not move the logits")
+            if name == "qwen2-moe":  # and the shared expert
+                alone = type(model)(model.config)
+                alone.load_state_dict(model.state_dict())
+                for pname, p in alone.named_parameters():
+                    if "shared_expert.down_proj" in pname:
+                        p.zero_()
+                if not rel_err(logits_of(alone.eval(), tokens), logits) > 1e-2:
+                    sys.exit(f"{name}: the shared expert does not move the logits")
     # The feature under test moves the logits: without it they differ. (Gemma: the post-norms and
     # the sliding window.)
     with torch.no_grad():
@@ -218,7 +233,9 @@ def make(name: str, seed: int, llama_cpp: Path, root: Path) -> None:
                           "RoPE 1e4/1e6, GELU-tanh, post-norms, scaled tied embeddings",
             "phi3-longrope": "Phi3ForCausalLM, 4/2 heads, fused QKV and gate-up, LongRoPE (original context 32 of 128)",
             "mixtral-moe": "MixtralForCausalLM, 4/2 heads, 4 experts, 2 per token",
-            "qwen3-moe": "Qwen3MoeForCausalLM, 4/2 heads of head_dim 32, Q/K norms, 4 experts of 96, 2 per token, renormalised"}[name]
+            "qwen3-moe": "Qwen3MoeForCausalLM, 4/2 heads of head_dim 32, Q/K norms, 4 experts of 96, 2 per token, renormalised",
+            "qwen2-moe": "Qwen2MoeForCausalLM, 4/2 heads, Q/K/V biases, 4 experts of 96, 2 per token, a shared expert of 160 "
+                         "behind a sigmoid gate"}[name]
     (out / "reference.json").write_text(json.dumps({"tokens": tokens, "n_vocab": n_vocab(name), "description": desc +
                                                     "; GGUF by llama.cpp's convert_hf_to_gguf.py (f32)", **extra}) + "\n")
     print(f"{name}: {out}")
@@ -228,7 +245,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--llama-cpp", type=Path, required=True, help="llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
     ap.add_argument("--out", type=Path, default=Path("tests/fixtures"))
-    names = {"qwen2-bias": 101, "qwen3-qknorm": 102, "gemma3-swa": 103, "phi3-longrope": 104, "mixtral-moe": 105, "qwen3-moe": 106}
+    names = {"qwen2-bias": 101, "qwen3-qknorm": 102, "gemma3-swa": 103, "phi3-longrope": 104, "mixtral-moe": 105, "qwen3-moe": 106, "qwen2-moe": 111}
     ap.add_argument("--only", choices=sorted(names), help="make this fixture alone")
     a = ap.parse_args()
     torch.set_num_threads(1)

@@ -1,6 +1,7 @@
 #include "cpu/cpu_layer_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -95,6 +96,22 @@ void CpuLayerOps::moe_ffn(Act x, Act in) {
       float* a = acc.data() + r[static_cast<size_t>(i)].first * dim;
       const float wt = r[static_cast<size_t>(i)].second;
       for (int64_t j = 0; j < dim; ++j) a[j] += wt * y[static_cast<size_t>(i * dim + j)];
+    }
+  }
+  if (c_.shared_expert_ffn_dim > 0) {  // every row through the shared expert, gated by sigmoid(x . w)
+    const int64_t sff = c_.shared_expert_ffn_dim;
+    g.resize(static_cast<size_t>(n_ * sff));
+    u.resize(g.size());
+    y.resize(static_cast<size_t>(n_ * dim));
+    std::vector<float> gate(static_cast<size_t>(n_));
+    rows_times(g.data(), src, n_, w_.shexp_gate);
+    rows_times(u.data(), src, n_, w_.shexp_up);
+    slake::swiglu(g.data(), g.data(), u.data(), n_ * sff);
+    rows_times(y.data(), g.data(), n_, w_.shexp_down);
+    rows_times(gate.data(), src, n_, w_.shexp_router);
+    for (int64_t t = 0; t < n_; ++t) {
+      const float wt = 1.0f / (1.0f + std::exp(-gate[static_cast<size_t>(t)]));
+      for (int64_t j = 0; j < dim; ++j) acc[static_cast<size_t>(t * dim + j)] += wt * y[static_cast<size_t>(t * dim + j)];
     }
   }
   float* px = ptr(x);

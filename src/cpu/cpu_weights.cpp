@@ -25,7 +25,8 @@ const CpuWeights& cpu_weights(const Model& m) {
     auto cw = std::make_unique<CpuWeights>();
     for (const LayerWeights& L : m.layers) {
       LayerWeights c = L;
-      for (TensorView* t : {&c.wq, &c.wk, &c.wv, &c.wo, &c.w_gate, &c.w_up, &c.w_down, &c.router})
+      for (TensorView* t : {&c.wq, &c.wk, &c.wv, &c.wo, &c.w_gate, &c.w_up, &c.w_down, &c.router, &c.shexp_gate, &c.shexp_up,
+                            &c.shexp_down, &c.shexp_router})
         if (t->data) *t = for_cpu(m, *t, *cw);
       for (std::vector<TensorView>* e : {&c.exp_gate, &c.exp_up, &c.exp_down})
         for (TensorView& t : *e) t = for_cpu(m, t, *cw);

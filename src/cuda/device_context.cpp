@@ -1,6 +1,7 @@
 #include "cuda/device_context.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -182,10 +183,16 @@ class DeviceContext::Ops final : public LayerOps {
   void moe_ffn(Act x, Act in) override {
     const int E = c_.n_expert, K = c_.n_expert_used;
     const int64_t dim = act_width(c_, in), ff = c_.ffn_dim;
+    const int64_t sff = c_.shared_expert_ffn_dim;
     float* logits = d_.at<float>("moe_logits");
     d_.gemm_->matmul(logits, ptr(in), nb_, L_.router, act_);
-    std::vector<float> host(static_cast<size_t>(nb_) * E);
+    std::vector<float> host(static_cast<size_t>(nb_) * E), shexp_gate(sff > 0 ? static_cast<size_t>(nb_) : 0);
     copy_to_host(host.data(), logits, host.size() * sizeof(float));
+    if (sff > 0) {  // the shared expert's gate logit of every row
+      float* g = d_.at<float>("moe_shexp_gate");
+      d_.gemm_->matmul(g, ptr(in), nb_, L_.shexp_router, act_);
+      copy_to_host(shexp_gate.data(), g, shexp_gate.size() * sizeof(float));
+    }
     std::vector<std::vector<std::pair<int32_t, float>>> rows(static_cast<size_t>(E));
     std::vector<ExpertChoice> choice(static_cast<size_t>(K));
     for (int t = 0; t < nb_; ++t) {
@@ -196,6 +203,8 @@ class DeviceContext::Ops final : public LayerOps {
     std::vector<float> w;
     for (const auto& r : rows)
       for (const auto& [t, wt] : r) idx.push_back(t), w.push_back(wt);
+    for (size_t t = 0; t < shexp_gate.size(); ++t)  // then every row for the shared expert, in its gate
+      idx.push_back(static_cast<int32_t>(t)), w.push_back(1.0f / (1.0f + std::exp(-shexp_gate[t])));
     int32_t* d_idx = d_.at<int32_t>("moe_idx");
     float* d_w = d_.at<float>("moe_w");
     copy_to_device(d_idx, idx.data(), idx.size() * sizeof(int32_t));
@@ -213,6 +222,13 @@ class DeviceContext::Ops final : public LayerOps {
       d_.gemm_->matmul(out_rows, ptr(Act::Gate), m, L_.exp_down[static_cast<size_t>(e)], act_);
       scatter_add_rows(acc, out_rows, d_idx + at, d_w + at, m, dim);
       at += static_cast<size_t>(m);
+    }
+    if (sff > 0) {
+      d_.gemm_->matmul(ptr(Act::Gate), ptr(in), nb_, L_.shexp_gate, act_);
+      d_.gemm_->matmul(ptr(Act::Up), ptr(in), nb_, L_.shexp_up, act_);
+      slake::gpu::swiglu(ptr(Act::Gate), ptr(Act::Gate), ptr(Act::Up), nb_ * sff);
+      d_.gemm_->matmul(out_rows, ptr(Act::Gate), nb_, L_.shexp_down, act_);
+      scatter_add_rows(acc, out_rows, d_idx + at, d_w + at, nb_, dim);
     }
     residual_add(ptr(x), acc, nb_ * dim);
   }

@@ -105,7 +105,8 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
 
   // Activations: the residual stream of a whole prompt, one chunk's scratch, the logits of a chunk.
   const size_t dim = static_cast<size_t>(c.dim), qd = static_cast<size_t>(c.q_dim()), kvd = static_cast<size_t>(c.kv_dim());
-  const size_t ff = static_cast<size_t>(c.ffn_dim), widest = std::max({dim, qd, ff});
+  // gate and up hold a chunk's rows of the feed-forward, or of a mixture's shared expert.
+  const size_t ff = static_cast<size_t>(std::max(c.ffn_dim, c.shared_expert_ffn_dim)), widest = std::max({dim, qd, ff});
   add("activations", "x", ctx * dim * sizeof(float));
   add("activations", "xb", B * dim * sizeof(float));
   add("activations", "q", B * qd * sizeof(float));
@@ -121,8 +122,10 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
     add("activations", "moe_rows", B * dim * sizeof(float));
     add("activations", "moe_out", B * dim * sizeof(float));
     add("activations", "moe_acc", B * dim * sizeof(float));
-    add("activations", "moe_idx", B * used * sizeof(int32_t));
-    add("activations", "moe_w", B * used * sizeof(float));
+    const size_t lists = B * (used + (c.shared_expert_ffn_dim > 0 ? 1 : 0));  // the shared expert takes every row
+    add("activations", "moe_shexp_gate", c.shared_expert_ffn_dim > 0 ? B * sizeof(float) : 0);
+    add("activations", "moe_idx", lists * sizeof(int32_t));
+    add("activations", "moe_w", lists * sizeof(float));
   }
   add("activations", "logits", B * static_cast<size_t>(c.n_vocab) * sizeof(float));
   add("activations", "tokens", ctx * sizeof(int32_t));

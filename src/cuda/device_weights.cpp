@@ -58,6 +58,12 @@ void for_each_device_weight(const Model& m,
         one(p + "exp_up" + x, w.exp_up[static_cast<size_t>(e)], true);
         one(p + "exp_down" + x, w.exp_down[static_cast<size_t>(e)], true);
       }
+      if (c.shared_expert_ffn_dim > 0) {
+        one(p + "shexp_gate", w.shexp_gate, true);
+        one(p + "shexp_up", w.shexp_up, true);
+        one(p + "shexp_down", w.shexp_down, true);
+        one(p + "shexp_router", w.shexp_router, true);
+      }
     } else {
       one(p + "w_gate", w.w_gate, true);
       one(p + "w_up", w.w_up, true);
@@ -115,6 +121,12 @@ WeightsOnDevice upload_weights(const Model& m, const std::function<void*(const s
         L.exp_gate.push_back(matrix(p + "exp_gate" + x, src.exp_gate[i]));
         L.exp_up.push_back(matrix(p + "exp_up" + x, src.exp_up[i]));
         L.exp_down.push_back(matrix(p + "exp_down" + x, src.exp_down[i]));
+      }
+      if (c.shared_expert_ffn_dim > 0) {
+        L.shexp_gate = matrix(p + "shexp_gate", src.shexp_gate);
+        L.shexp_up = matrix(p + "shexp_up", src.shexp_up);
+        L.shexp_down = matrix(p + "shexp_down", src.shexp_down);
+        L.shexp_router = matrix(p + "shexp_router", src.shexp_router);
       }
     } else {
       L.w_gate = matrix(p + "w_gate", src.w_gate);

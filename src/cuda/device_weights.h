@@ -24,6 +24,7 @@ struct LayerWeightsOnDevice {
   const float *attn_post_norm = nullptr, *ffn_post_norm = nullptr;  // post_norms
   DeviceMatrix router;                                 // with experts (w_gate, w_up, w_down empty)
   std::vector<DeviceMatrix> exp_gate, exp_up, exp_down;
+  DeviceMatrix shexp_gate, shexp_up, shexp_down, shexp_router;  // a shared expert (qwen2moe)
 };
 
 struct WeightsOnDevice {

@@ -38,7 +38,8 @@ std::vector<const TensorView*> Model::weights() const {
   if (!cfg.tied_output) w.push_back(&output);
   for (const LayerWeights& l : layers)
     for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.bq, &l.bk,
-                                &l.bv, &l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_post_norm, &l.router})
+                                &l.bv, &l.q_norm, &l.k_norm, &l.attn_post_norm, &l.ffn_post_norm, &l.router, &l.shexp_gate,
+                                &l.shexp_up, &l.shexp_down, &l.shexp_router})
       if (t->data) w.push_back(t);
   for (const LayerWeights& l : layers)
     for (const std::vector<TensorView>* e : {&l.exp_gate, &l.exp_up, &l.exp_down})
@@ -83,6 +84,8 @@ void validate_config(const ModelConfig& c, const std::string& file) {
   need(c.rope_freq_factors_long.empty() || c.n_ctx_orig > 0, "long RoPE factors need the original context length");
   need(c.rope_attn_factor > 0 && std::isfinite(c.rope_attn_factor), "the RoPE attention factor must be positive");
   need(c.n_expert >= 0 && c.n_expert <= 1024, "the expert count must be between 0 and 1024");
+  need(c.shared_expert_ffn_dim >= 0 && c.shared_expert_ffn_dim <= (1 << 22) && (c.shared_expert_ffn_dim == 0 || c.n_expert > 0),
+       "a shared expert needs experts, and a sane width");
   need(c.n_expert == 0 || (c.n_expert_used >= 1 && c.n_expert_used <= c.n_expert),
        "the experts used per token (" + std::to_string(c.n_expert_used) + ") must be between 1 and the expert count (" +
            std::to_string(c.n_expert) + ")");
@@ -157,6 +160,17 @@ void bind_weights(Model& m, const std::function<const TensorView*(const std::str
       experts(names.exp_gate, dim, ff, L.exp_gate);
       experts(names.exp_up, dim, ff, L.exp_up);
       experts(names.exp_down, ff, dim, L.exp_down);
+      if (c.shared_expert_ffn_dim > 0) {
+        const int64_t sff = c.shared_expert_ffn_dim;
+        L.shexp_gate = get(names.shexp_gate, {dim, sff});
+        L.shexp_up = get(names.shexp_up, {dim, sff});
+        L.shexp_down = get(names.shexp_down, {sff, dim});
+        // One output row: llama.cpp stores it as a vector [dim], transformers as a matrix [1][dim].
+        const std::string n = name_of(names.shexp_router);
+        const TensorView* g = find(n);
+        L.shexp_router = check_tensor(g, n, g && g->ne.size() == 1 ? std::vector<int64_t>{dim} : std::vector<int64_t>{dim, 1}, file);
+        L.shexp_router.ne = {dim, 1};
+      }
     } else if (!names.w_gate_up.empty()) {
       const TensorView& f = get(names.w_gate_up, {dim, 2 * ff});
       L.w_gate = rows_of(f, 0, ff, f.name + "[gate]");

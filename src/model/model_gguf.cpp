@@ -72,10 +72,11 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   m->release_pages = [buf = g->buffer()](const uint8_t* p, size_t n) { buf->release_pages(p, n); };
   ModelConfig& c = m->cfg;
   c.arch = g->get_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && c.arch != "gemma3" && c.arch != "phi3")
-    fail(f + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen3, qwen3moe, gemma3, phi3 are)");
-  const bool qwen = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe", gemma = c.arch == "gemma3",
-             phi3 = c.arch == "phi3";
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "qwen3" && c.arch != "qwen3moe" &&
+      c.arch != "gemma3" && c.arch != "phi3")
+    fail(f + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma3, phi3 are)");
+  const bool qwen = c.arch == "qwen2" || c.arch == "qwen2moe" || c.arch == "qwen3" || c.arch == "qwen3moe",
+             gemma = c.arch == "gemma3", phi3 = c.arch == "phi3";
   const std::string a = c.arch + ".";
   c.name = g->get_string("general.name", "");
   auto geti = [&](const std::string& k) { return to_int(g->get_uint(a + k), f, a + k); };
@@ -101,15 +102,23 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   // llama.cpp's converter permutes Llama's Q/K rows to adjacent pairs; Qwen's, Gemma's and Phi-3's
   // stay rotate-half (llama.cpp's NEOX RoPE type).
   c.rope_layout = qwen || gemma || phi3 ? RopeLayout::Half : RopeLayout::Adjacent;
-  c.qkv_bias = c.arch == "qwen2";
+  c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || gemma;
   // Experts (Mixtral's llama files, qwen3moe): llama.cpp renormalises the chosen experts' weights
   // for both. qwen3moe's experts have their own width (expert_feed_forward_length).
   c.n_expert = to_int(g->get_uint(a + "expert_count", 0), f, a + "expert_count");
   c.n_expert_used = to_int(g->get_uint(a + "expert_used_count", 0), f, a + "expert_used_count");
   if (c.n_expert > 0 && g->has(a + "expert_feed_forward_length")) c.ffn_dim = geti("expert_feed_forward_length");
-  if (c.n_expert == 0 && (g->find_tensor("blk.0.ffn_gate_inp.weight") || c.arch == "qwen3moe"))
-    fail(f + ": the file has experts (blk.0.ffn_gate_inp.weight or architecture qwen3moe) but no " + a + "expert_count");
+  if (c.n_expert == 0 && g->find_tensor("blk.0.ffn_gate_inp.weight"))
+    fail(f + ": the file has expert tensors (blk.0.ffn_gate_inp.weight) but no " + a + "expert_count");
+  if (c.n_expert == 0 && (c.arch == "qwen3moe" || c.arch == "qwen2moe")) fail(f + ": architecture " + c.arch + " needs " + a + "expert_count");
+  // qwen2moe (llama.cpp's src/models/qwen2moe.cpp): the chosen experts' weights are not renormalised,
+  // and a shared expert (its width defaults to feed_forward_length) joins them through a sigmoid gate.
+  if (c.arch == "qwen2moe") {
+    c.expert_norm = false;
+    c.shared_expert_ffn_dim = g->has(a + "expert_shared_feed_forward_length") ? geti("expert_shared_feed_forward_length")
+                                                                              : geti("feed_forward_length");
+  }
   if (c.n_expert > 0 && phi3) fail(f + ": Phi-3 with experts is not supported");
   if (gemma) gemma3_hparams(*g, c);
 
@@ -174,6 +183,10 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
     names.exp_gate = "blk.{}.ffn_gate_exps.weight";
     names.exp_up = "blk.{}.ffn_up_exps.weight";
     names.exp_down = "blk.{}.ffn_down_exps.weight";
+    names.shexp_gate = "blk.{}.ffn_gate_shexp.weight";
+    names.shexp_up = "blk.{}.ffn_up_shexp.weight";
+    names.shexp_down = "blk.{}.ffn_down_shexp.weight";
+    names.shexp_router = "blk.{}.ffn_gate_inp_shexp.weight";
   }
   if (phi3) {  // fused Q/K/V (unless the file splits them) and gate/up
     names.wqkv = "blk.{}.attn_qkv.weight";

@@ -152,19 +152,20 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
   const std::string model_type = c.arch;
   if (c.arch == "gemma3_text") c.arch = "gemma3";
   if (c.arch == "qwen3_moe") c.arch = "qwen3moe";
+  if (c.arch == "qwen2_moe") c.arch = "qwen2moe";
   if (c.arch == "mixtral") c.arch = "mistral";  // Mistral's layer with experts (llama.cpp: llama)
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" &&
-      c.arch != "gemma3" && c.arch != "phi3")
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "qwen3" &&
+      c.arch != "qwen3moe" && c.arch != "gemma3" && c.arch != "phi3")
     fail(cfg_path + ": model_type '" + c.arch +
-         "' is not supported (llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, gemma3_text, phi3 are)");
+         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma3_text, phi3 are)");
   const bool phi3 = c.arch == "phi3";
-  const bool moe = model_type == "mixtral" || model_type == "qwen3_moe";
+  const bool moe = model_type == "mixtral" || model_type == "qwen3_moe" || model_type == "qwen2_moe";
   const bool gemma = c.arch == "gemma3";
   if (!gemma && j.contains("hidden_act") && j["hidden_act"] != "silu") fail(cfg_path + ": hidden_act must be silu");
   // Qwen2 always has Q/K/V biases; any other bias (attention_bias: also on o_proj) is not supported.
   if (j.value("attention_bias", false) || j.value("mlp_bias", false)) fail(cfg_path + ": attention or MLP biases are not supported");
   if (c.arch == "qwen2" && j.value("use_sliding_window", false)) fail(cfg_path + ": Qwen2's use_sliding_window is not supported");
-  c.qkv_bias = c.arch == "qwen2";
+  c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
   c.name = dir;
   c.n_vocab = r.get_int("vocab_size");
@@ -183,7 +184,8 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
     c.n_expert = r.has("num_local_experts") ? r.get_int("num_local_experts") : r.get_int("num_experts");
     c.n_expert_used = r.get_int("num_experts_per_tok");
     c.expert_norm = model_type == "mixtral" || j.value("norm_topk_prob", false);
-    if (model_type == "qwen3_moe") {
+    if (model_type == "qwen2_moe") c.shared_expert_ffn_dim = r.get_int("shared_expert_intermediate_size");
+    if (model_type == "qwen3_moe" || model_type == "qwen2_moe") {
       c.ffn_dim = r.get_int("moe_intermediate_size");
       if (r.get_int("decoder_sparse_step", 1) != 1 || (j.contains("mlp_only_layers") && !j["mlp_only_layers"].empty()))
         fail(cfg_path + ": dense layers among the expert layers (decoder_sparse_step, mlp_only_layers) are not supported");
@@ -242,6 +244,10 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
     names.exp_gate = "model.layers.{}.mlp.experts.{e}.gate_proj.weight";
     names.exp_up = "model.layers.{}.mlp.experts.{e}.up_proj.weight";
     names.exp_down = "model.layers.{}.mlp.experts.{e}.down_proj.weight";
+    names.shexp_gate = "model.layers.{}.mlp.shared_expert.gate_proj.weight";
+    names.shexp_up = "model.layers.{}.mlp.shared_expert.up_proj.weight";
+    names.shexp_down = "model.layers.{}.mlp.shared_expert.down_proj.weight";
+    names.shexp_router = "model.layers.{}.mlp.shared_expert_gate.weight";
   }
   if (phi3) {  // fused Q/K/V and gate/up; the sliding window is not applied, as in llama.cpp (model_gguf.cpp)
     names.wqkv = "model.layers.{}.self_attn.qkv_proj.weight";

@@ -21,6 +21,7 @@ struct TensorNames {
   // With experts (ModelConfig::n_expert): the router and the experts' matrices. A name with "{e}"
   // is one tensor per expert; without it, one stacked tensor [in, out, n_expert] split by rows.
   std::string router, exp_gate, exp_up, exp_down;
+  std::string shexp_gate, shexp_up, shexp_down, shexp_router;  // with a shared expert (qwen2moe)
 };
 
 void validate_config(const ModelConfig& c, const std::string& file);

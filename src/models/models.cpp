@@ -15,6 +15,7 @@ constexpr ArchEntry kArchitectures[] = {
     {"llama", llama_layer},
     {"mistral", llama_layer},
     {"qwen2", qwen2_layer},
+    {"qwen2moe", qwen2_layer},  // with experts and a shared expert: swiglu_ffn runs the mixture
     {"qwen3", qwen3_layer},
     {"qwen3moe", qwen3_layer},  // with experts: swiglu_ffn runs the mixture (models.h)
     {"gemma3", gemma3_layer},

@@ -1,5 +1,6 @@
 // Qwen2 / Qwen2.5: Llama's layer with a bias on the Q, K and V projections (rotate-half RoPE,
-// which the loader records as the model's RoPE layout).
+// which the loader records as the model's RoPE layout); Qwen2-MoE's feed-forward is a mixture of
+// experts with a shared expert (swiglu_ffn).
 #include "models/models.h"
 
 namespace slake {

@@ -3,7 +3,8 @@
 # -no-cnv, -sys, -sysf, -cnv, -st) and slake-server with llama-server's (-np, -ngl, -fa, --jinja,
 # --metrics, --cont-batching). Flags that change nothing here leave the output as it is and are
 # named once on stderr; -sysf reads the system prompt -sys gives; -st ends the chat after one
-# reply; a flag slake does not have is refused by name. Exits 77 when ../shared lacks stories260K.
+# reply; -r ends a reply at its reverse prompt; a flag slake does not have is refused by name.
+# Exits 77 when ../shared lacks stories260K.
 set -u
 bin=$1
 gguf=$2/models/stories260K.gguf
@@ -39,8 +40,10 @@ check "-sysf FILE is -sys with the file's text" cmp -s "$tmp/sys.out" "$tmp/sysf
 check "-st answers the first message only" test "$(wc -c <"$tmp/single.out")" -lt "$(wc -c <"$tmp/sysf.out")"
 check "-st's reply is the chat's first" test "$(head -c "$(wc -c <"$tmp/single.out")" "$tmp/sysf.out")" = "$(cat "$tmp/single.out")"
 
-"$bin/slake-cli" -m "$gguf" -p x -r "User:" >/dev/null 2>"$tmp/r.err"
-check "-r (a reverse prompt) is refused by name" grep -q -- "-r" "$tmp/r.err"
+"$bin/slake-cli" -m "$gguf" -c 512 -p "" -n 100 --temp 0 -r " little" -r "never there" >"$tmp/r.out" 2>"$tmp/r.err"
+check "-r (a reverse prompt, llama-cli's spelling) ends the reply with it" grep -q " little$" "$tmp/r.out"
+"$bin/slake-cli" -m "$gguf" -p x --lora adapter.gguf >/dev/null 2>"$tmp/lora.err"
+check "--lora (an adapter, which slake does not apply) is refused by name" grep -q -- "--lora" "$tmp/lora.err"
 
 # llama-server's launch line, as its README gives it, with a free port.
 "$bin/slake-server" -m "$gguf" -c 512 -np 2 -ngl 99 -fa on --jinja --metrics --cont-batching --port 0 -t 1 2>"$tmp/server.err" &

@@ -83,7 +83,10 @@ std::unique_ptr<Model> bf16_rounded(const Model& src) {
     o.wq = conv(w.wq, true), o.wk = conv(w.wk, true), o.wv = conv(w.wv, true), o.wo = conv(w.wo, true);
     o.ffn_norm = conv(w.ffn_norm, false);
     if (w.w_gate.data) o.w_gate = conv(w.w_gate, true), o.w_up = conv(w.w_up, true), o.w_down = conv(w.w_down, true);
-    if (w.router.data) o.router = conv(w.router, true);  // a mixture's router and experts are device matrices
+    // A mixture's router, experts and shared expert are device matrices.
+    for (auto [from, to] : {std::pair{&w.router, &o.router}, {&w.shexp_gate, &o.shexp_gate}, {&w.shexp_up, &o.shexp_up},
+                            {&w.shexp_down, &o.shexp_down}, {&w.shexp_router, &o.shexp_router}})
+      if (from->data) *to = conv(*from, true);
     for (auto [from, to] : {std::pair{&w.exp_gate, &o.exp_gate}, {&w.exp_up, &o.exp_up}, {&w.exp_down, &o.exp_down}})
       for (const TensorView& t : *from) to->push_back(conv(t, true));
     // The vectors of the families' layers (biases, per-head norms, post-norms) stay fp32 on the device.
@@ -214,7 +217,8 @@ TEST_P(FixtureModels, SlakeEvictingMatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(DeviceContext, FixtureModels,
                          ::testing::Values("llama2-mha", "llama-gqa-tied", "mistral-swa", "llama31-rope-scaling", "llama2-mha-q8_0",
-                                           "qwen2-bias", "qwen3-qknorm", "gemma3-swa", "phi3-longrope", "mixtral-moe", "qwen3-moe"),
+                                           "qwen2-bias", "qwen3-qknorm", "gemma3-swa", "phi3-longrope", "mixtral-moe", "qwen3-moe",
+                                           "qwen2-moe"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

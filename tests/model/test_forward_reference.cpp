@@ -107,15 +107,17 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen2-bias", "hf"}, Case{"qwen3-qknorm", "gguf"}, Case{"qwen3-qknorm", "hf"},
                       Case{"gemma3-swa", "gguf"}, Case{"gemma3-swa", "hf"}, Case{"phi3-longrope", "gguf"},
                       Case{"phi3-longrope", "hf"}, Case{"mixtral-moe", "gguf"}, Case{"mixtral-moe", "hf"},
-                      Case{"qwen3-moe", "gguf"}, Case{"qwen3-moe", "hf"}),
+                      Case{"qwen3-moe", "gguf"}, Case{"qwen3-moe", "hf"}, Case{"qwen2-moe", "gguf"}, Case{"qwen2-moe", "hf"}),
     case_name);
 
 // The router's rule (moe_route) on transformers' own router logits picks the experts transformers
-// picked, in its order, for every token of every layer of both mixtures. (That the engine's router
+// picked, in its order, for every token of every layer of the mixtures (Qwen2-MoE's weights are
+// not renormalised: their sum is below 1). (That the engine's router
 // sees the same logits is what the logits tests above hold: one token sent to another expert moves
 // its logits far beyond their tolerance.)
 TEST(ForwardReferenceFixtures, RouterPicksTransformersExperts) {
-  for (const char* name : {"mixtral-moe", "qwen3-moe"}) {
+  for (const char* name : {"mixtral-moe", "qwen3-moe", "qwen2-moe"}) {
+    const bool renormalise = std::string(name) != "qwen2-moe";
     const nlohmann::json j = nlohmann::json::parse(read_text_file(test::fixtures_dir() + "/models/" + name + "/reference.json"));
     const auto logits = j["router_logits"].get<std::vector<std::vector<std::vector<float>>>>();
     const auto want = j["experts"].get<std::vector<std::vector<std::vector<int>>>>();
@@ -124,9 +126,10 @@ TEST(ForwardReferenceFixtures, RouterPicksTransformersExperts) {
     for (size_t l = 0; l < logits.size(); ++l)
       for (size_t t = 0; t < logits[l].size(); ++t) {
         ExpertChoice got[2];
-        moe_route(logits[l][t].data(), 4, 2, true, got);
+        moe_route(logits[l][t].data(), 4, 2, renormalise, got);
         ASSERT_EQ((std::vector<int>{got[0].expert, got[1].expert}), want[l][t]) << name << " layer " << l << " token " << t;
-        EXPECT_NEAR(got[0].weight + got[1].weight, 1.0f, 1e-6f);
+        if (renormalise) EXPECT_NEAR(got[0].weight + got[1].weight, 1.0f, 1e-6f);
+        else EXPECT_LT(got[0].weight + got[1].weight, 1.0f);
         EXPECT_GE(got[0].weight, got[1].weight);
         ++checked;
       }
@@ -202,6 +205,15 @@ TEST(ForwardReferenceFixtures, CoverTheFeatures) {
     EXPECT_EQ(m->layers[1].exp_down[3].ne, (std::vector<int64_t>{c.ffn_dim, 64})) << f;
     EXPECT_EQ(m->layers[1].router.ne, (std::vector<int64_t>{64, 4})) << f;
     EXPECT_FALSE(m->layers[1].w_gate.data) << f;
+  }
+  for (const char* f : {"qwen2-moe/hf", "qwen2-moe/model.gguf"}) {  // Q/K/V biases, experts and a shared expert
+    auto m = load_model(d + f);
+    const ModelConfig& c = m->cfg;
+    EXPECT_EQ(c.arch, "qwen2moe") << f;
+    EXPECT_TRUE(c.qkv_bias && !c.expert_norm) << f;
+    EXPECT_EQ(std::vector<int>({c.n_expert, c.n_expert_used, c.ffn_dim, c.shared_expert_ffn_dim}), std::vector<int>({4, 2, 96, 160})) << f;
+    EXPECT_EQ(m->layers[1].shexp_down.ne, (std::vector<int64_t>{160, 64})) << f;
+    EXPECT_EQ(m->layers[1].shexp_router.ne, (std::vector<int64_t>{64, 1})) << f;
   }
   // Gemma 3: five sliding layers of window 8 then a global one, each kind's RoPE base, the
   // scaled and tied embeddings, and the norms as 1 + w whichever format stored them.

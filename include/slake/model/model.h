@@ -19,7 +19,7 @@ namespace slake {
 enum class RopeLayout { Adjacent, Half };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3" or "phi3" (src/models/models.cpp)
+  std::string arch;  // "llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma3" or "phi3" (src/models/models.cpp)
   std::string name;
   int n_vocab = 0;
   int dim = 0;
@@ -58,6 +58,9 @@ struct ModelConfig {
   int n_expert = 0;
   int n_expert_used = 0;
   bool expert_norm = true;  // the chosen experts' probabilities are renormalised to sum 1
+  // qwen2moe: a shared expert of this width that every token runs, its output scaled by
+  // sigmoid(x . shexp_router) and added to the mixture's (0: none).
+  int shared_expert_ffn_dim = 0;
 
   // The RoPE frequency divisors of a context of n_ctx tokens.
   const std::vector<float>& rope_factors_for(int n_ctx) const {
@@ -97,6 +100,8 @@ struct LayerWeights {
   // matrices (views of the file's stacked tensors, or the checkpoint's own tensors).
   TensorView router;
   std::vector<TensorView> exp_gate, exp_up, exp_down;
+  // With a shared expert: its matrices, and its gate [dim -> 1].
+  TensorView shexp_gate, shexp_up, shexp_down, shexp_router;
 };
 
 // Data a backend derives from the weights once and shares between its contexts (the CPU path's
