@@ -162,6 +162,10 @@ void Context::check_tokens(const std::vector<int32_t>& tokens) const {
 
 void Context::eval_prompt_chunk(const std::vector<int32_t>& tokens, std::vector<float>* logits) {
   check_tokens(tokens);
+  // A later chunk's last queries score it: it must be at least a window (prefill_chunk_length's cut).
+  if (n_past_ > 0 && (!evictor_.params().evicts() || static_cast<int>(tokens.size()) < evictor_.params().window))
+    fail("eval_prompt_chunk: a chunk after the first needs an evicting policy and at least a window (" +
+         std::to_string(evictor_.params().window) + ") of tokens, got " + std::to_string(tokens.size()));
   eval_rows(tokens, logits, false, {}, nullptr, true);
 }
 

@@ -98,8 +98,12 @@ class Sampler {
   // (the prompt's too, as llama.cpp does), so the penalty sees the whole history.
   int32_t sample(const float* logits, int n_vocab);
   void accept(int32_t token);
-  // Forgets the accepted tokens (the context starts again); the random generator goes on.
-  void forget_history() { recent_.clear(); }
+  // Forgets the accepted tokens and mirostat's surprise bound (the context starts again); the
+  // random generator goes on.
+  void forget_history() {
+    recent_.clear();
+    mu_ = 2.0 * params_.mirostat_tau;
+  }
 
   const SamplerParams& params() const { return params_; }
   double mirostat_mu() const { return mu_; }

@@ -192,6 +192,11 @@ TEST_P(Policies, PrefillInChunks) {
   for (size_t i = 0; i < full.size(); ++i) ASSERT_NEAR(chunked[i], full[i], 1e-5 * max_abs) << i;
 
   p.prefill_chunk = 100;
+  {  // eval_prompt_chunk (the server's way in): a later chunk shorter than the window is refused
+    Context c(*model_, {kPrompt, 2, 64, p});
+    c.eval_prompt_chunk(std::vector<int32_t>(prompt_.begin(), prompt_.begin() + 100), nullptr);
+    EXPECT_THROW(c.eval_prompt_chunk(std::vector<int32_t>(prompt_.begin() + 100, prompt_.begin() + 105), nullptr), Error);
+  }
   const int steps = 12;
   Context ctx(*model_, {kPrompt + steps, 2, 64, p});
   ctx.eval(prompt_, nullptr);

@@ -151,6 +151,14 @@ class Thinking(unittest.TestCase):
                     final = stream.get_final_message()
                 self.assertEqual(kinds, ["thinking_delta", "signature_delta", "text_delta"])
                 self.assertEqual((final.content[0].thinking, final.content[1].text), (chat.reasoning_content, chat.content))
+            # The reply sent back with its thinking block, as the SDK's users do: the thinking is
+            # dropped from the context, as the API drops earlier turns' thinking.
+            again = client.messages.create(**{**kw, "messages": question + [{"role": "assistant", "content": m.content},
+                                                                            {"role": "user", "content": "And the sea?"}]})
+            self.assertEqual(again.content[0].type, "thinking")
+            without = client.messages.create(**{**kw, "messages": question + [{"role": "assistant", "content": m.content[1].text},
+                                                                              {"role": "user", "content": "And the sea?"}]})
+            self.assertEqual(again.content, without.content)
             with self.assertRaises(anthropic.BadRequestError) as cm:
                 client.messages.create(model=MODEL, max_tokens=50, messages=question, thinking={"type": "enabled", "budget_tokens": 50})
             self.assertIn("budget_tokens", cm.exception.body["error"]["message"])

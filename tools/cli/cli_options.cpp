@@ -84,7 +84,8 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
                "is the first message. stdout gets the replies only, each ending with a newline. A line ending in \\ "
                "continues on the next; /exit ends the chat, /clear starts a new one, /regen answers the last message again");
   app.add_option("-r,--reverse-prompt", o.reverse_prompts,
-                 "stop a reply once its text ends with this string (repeatable; the string is written, as llama.cpp does)");
+                 "stop a reply once its text holds this string (repeatable; the text up to the end of the token that "
+                 "completes it is written, as llama.cpp does)");
   app.add_option("--chat-template", o.chat_template,
                  "a built-in chat format instead of the model's own template: " + chat_format_names() +
                      "; formats the prompt as a chat");

@@ -89,8 +89,10 @@ Reply Generator::generate(int n_predict) {
     write(text);
     r.text += text;
     ++generated_;
+    // A stop string the new text completes (anywhere in it: a token may carry more after it).
     if (!text.empty() && std::any_of(stops_.begin(), stops_.end(), [&](const std::string& s) {
-          return !s.empty() && r.text.size() >= s.size() && r.text.compare(r.text.size() - s.size(), s.size(), s) == 0;
+          const size_t from = r.text.size() >= text.size() + s.size() ? r.text.size() - text.size() - s.size() + 1 : 0;
+          return !s.empty() && r.text.find(s, from) != std::string::npos;
         })) {
       r.stopped = true;
       break;

@@ -22,7 +22,7 @@ struct Reply {
   std::string text;       // everything written to the output
   bool ended = false;     // stopped at an end-of-generation token
   bool ctx_full = false;  // stopped because the context is full
-  bool stopped = false;   // stopped at a reverse prompt (-r), which the text ends with
+  bool stopped = false;   // stopped at a reverse prompt (-r), which the last token's text completed
 };
 
 class Generator {

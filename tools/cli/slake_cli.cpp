@@ -101,7 +101,10 @@ void chat(slake::cli::ChatSession& session, slake::cli::Generator& gen, const Cl
   std::string line, message;
   for (int line_no = 1;; ++line_no) {
     if (tty) std::fputs(message.empty() ? "> " : "... ", stderr);
-    if (!std::getline(std::cin, line)) return;
+    if (!std::getline(std::cin, line)) {  // end of input; a message still being continued is answered
+      if (!message.empty()) chat_turn(session, gen, o, message);
+      return;
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     require_utf8(line, "input line " + std::to_string(line_no));
     if (!line.empty() && line.back() == '\\') {

@@ -32,7 +32,7 @@ std::string text_of(const ojson& content, const std::string& where, F&& block) {
       if (!b.contains("text") || !b["text"].is_string()) bad(at, "'" + at + ".text' must be a string");
       text += b["text"].get<std::string>();
     } else if (!block(b, at)) {
-      bad(at, "'" + at + "': content blocks of type '" + type + "' are not supported here (text, tool_use, tool_result)");
+      bad(at, "'" + at + "': content blocks of type '" + type + "' are not supported here (text, thinking, tool_use, tool_result)");
     }
   }
   return text;
@@ -104,6 +104,9 @@ std::string anthropic_to_openai(const std::string& text, bool count_only) {
         calls.push_back({{"id", call_id(b["id"].get<std::string>())}, {"type", "function"}, {"function", {{"name", b["name"]}, {"arguments", b["input"].dump()}}}});
         return true;
       }
+      // A thinking block sent back with an earlier reply: dropped, as the API drops earlier turns'
+      // thinking from the context.
+      if ((type == "thinking" || type == "redacted_thinking") && role == "assistant") return true;
       if (type == "tool_result" && role == "user") {
         if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string()) bad(at, "'" + at + ".tool_use_id' must be a string");
         const std::string result = b.contains("content") ? text_of(b["content"], at + ".content", [](const ojson&, const std::string&) { return false; }) : "";

@@ -222,6 +222,9 @@ void Slot::finish(const std::string& reason) {
 
 void Slot::release() {
   if (task_ && !done_) task_->finish("", static_cast<int>(task_->req.prompt.size()), n_cached_, n_gen_, "cancelled");
+  // A chunked prefill cut off between chunks leaves a cache that only eval_prompt_chunk may extend;
+  // a later request reusing it would decode the rest of its prompt a token at a time.
+  if (task_ && chunked_ && prefilling()) drop_cache();
   task_.reset();
   sampler_.reset();
   detok_.reset();
