@@ -181,7 +181,7 @@ void Context::eval_rows(const std::vector<int32_t>& tokens, std::vector<float>* 
   std::vector<Context*> all{this};  // every context this prompt goes into
   all.insert(all.end(), also.begin(), also.end());
   if (prompt)  // the positions so far: a chunk of a chunked prefill comes after the ones before it
-    for (Context* o : all) o->evictor_.begin_prompt(o->n_past_ + n);
+    for (Context* o : all) o->evictor_.begin_prompt(o->n_past_ + n, o->n_past_ > 0);
   for (int l = 0; l < c.n_layers; ++l) {
     run_layer(l, x.data(), n, pos.data(), prompt, also);
     for (Context* o : all) {

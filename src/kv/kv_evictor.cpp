@@ -35,6 +35,7 @@ KvEvictor::KvEvictor(const KvPolicyParams& p, std::vector<int> layers, const Att
 void KvEvictor::reset() {
   S_ = 0;
   prompt_evicts_ = false;
+  continues_ = false;
   scores_.clear();
   budgets_.clear();
   decode_x_layer_ = -1;
@@ -46,9 +47,10 @@ bool KvEvictor::uses_window() const {
   return parts_.selector == KvSelector::Indicator || parts_.selector == KvSelector::WindowMax7;
 }
 
-void KvEvictor::begin_prompt(int S) {
+void KvEvictor::begin_prompt(int S, bool continues) {
   reset();
   S_ = S;
+  continues_ = continues;
   prompt_evicts_ = p_.evicts() && S > static_cast<int64_t>(p_.budget) + p_.window;
   if (prompt_evicts_ && uses_window()) q_window_.assign(static_cast<size_t>(p_.observed()) * s_.n_heads * s_.head_dim, 0.0f);
 }
@@ -110,7 +112,14 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
   }
   token_scores_.push_back(std::move(tok));
   scores_.push_back(layer_preference(p_, parts_.allocator, terms));
-  budgets_ = cascade_budgets(p_, parts_.allocator, n_layers_, S_, scores_, budgets_);
+  std::vector<int64_t> held;  // a later chunk: each seen layer's candidates (its rows below P)
+  if (continues_)
+    for (size_t i = 0; i < scores_.size(); ++i) {
+      int most = 0;
+      for (int h = 0; h < s_.n_kv_heads; ++h) most = std::max(most, rows_below(cache.head(layers_[i], h), P));
+      held.push_back(most);
+    }
+  budgets_ = cascade_budgets(p_, parts_.allocator, n_layers_, S_, scores_, budgets_, continues_ ? &held : nullptr);
   if (p_.cascade) evict_to(budgets_, cache);
 }
 

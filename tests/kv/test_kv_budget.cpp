@@ -54,5 +54,24 @@ TEST(KvBudget, RejectsImpossibleRequests) {
   EXPECT_THROW(allocate_budgets({1, NAN}, 2, 5), Error);
 }
 
+// A later chunk of a chunked prefill: a layer holding fewer candidates than its share is capped at
+// them and the rest goes to the other layers, so the total stays (C - Sw) * L; without `held` the
+// split is the plain one. Caps per layer in allocate_budgets keep its invariants.
+TEST(KvBudget, HeldRowsCapALayerAndTheRestGoesToTheOthers) {
+  KvPolicyParams p;
+  p.policy = "cake";
+  p.budget = 26;
+  p.window = 16;  // 10 prefix tokens per layer on average
+  const std::vector<double> scores{1.0, 1.0, 2.0};
+  const std::vector<int64_t> plain = cascade_budgets(p, KvAllocator::Cake, 3, 400, scores, {});
+  EXPECT_EQ(plain, (std::vector<int64_t>{8, 7, 15}));  // 7.5, 7.5, 15 truncated; the shortfall to the lowest index
+  const std::vector<int64_t> held{3, 100, 100};
+  const std::vector<int64_t> capped = cascade_budgets(p, KvAllocator::Cake, 3, 400, scores, {}, &held);
+  // 7, 7, 15; layer 0 clamped to 3, its 4 spread over the others (+2 each), the last 1 to layer 1.
+  EXPECT_EQ(capped, (std::vector<int64_t>{3, 10, 17}));
+  EXPECT_EQ(allocate_budgets({1, 1, 1}, 12, std::vector<int64_t>{2, 100, 5}), (std::vector<int64_t>{2, 5, 5}));
+  EXPECT_THROW(allocate_budgets({1, 1}, 12, std::vector<int64_t>{2, 5}), Error);
+}
+
 }  // namespace
 }  // namespace slake

@@ -14,6 +14,8 @@ namespace slake {
 // `total`, adding to layers below `cap` or taking from layers above 1, evenly with the remainder
 // at the lowest indices. Requires 0 <= total <= cap * scores.size().
 std::vector<int64_t> allocate_budgets(const std::vector<double>& scores, int64_t total, int64_t cap);
+// The same with a cap per layer (caps.size() == scores.size(); total <= the caps' sum).
+std::vector<int64_t> allocate_budgets(const std::vector<double>& scores, int64_t total, const std::vector<int64_t>& caps);
 
 // The budgets that are known before any layer is seen, `per` tokens per layer on average and at
 // most `cap` each: uniform, or PyramidKV's (linear from the most at the first layer down to
@@ -41,7 +43,11 @@ double layer_preference(const KvPolicyParams& p, KvAllocator a, const LayerWindo
 // allocators split (C - Sw) * n_layers over the seen layers by score (each keeps its prefix while
 // they all fit); with `p.cascade`, budgets only shrink from `prev` (an evicted token cannot come
 // back). The others take their fixed budgets. The CPU evictor and the device context both call it.
+// `held`, when given (a chunk of a chunked prefill after the first, whose layers hold what earlier
+// chunks kept): each seen layer's candidate rows, which cap its budget so that what it cannot use
+// goes to the other layers.
 std::vector<int64_t> cascade_budgets(const KvPolicyParams& p, KvAllocator a, int n_layers, int S,
-                                     const std::vector<double>& scores, const std::vector<int64_t>& prev);
+                                     const std::vector<double>& scores, const std::vector<int64_t>& prev,
+                                     const std::vector<int64_t>* held = nullptr);
 
 }  // namespace slake

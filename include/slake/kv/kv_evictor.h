@@ -24,8 +24,9 @@ class KvEvictor {
   const KvPolicyParams& params() const { return p_; }
   void reset();
 
-  // Prefill of a prompt of S tokens into an empty cache, layer by layer:
-  void begin_prompt(int S);
+  // Prefill of a prompt of S tokens into an empty cache, layer by layer (`continues`: S positions
+  // in all, the cache holding what the earlier chunks of a chunked prefill kept):
+  void begin_prompt(int S, bool continues = false);
   // the queries (after RoPE) of n prompt tokens of `layer` at positions pos, once their keys are in the cache;
   void observe(int layer, const float* q, const int32_t* pos, int n, const KvCache& cache, ThreadPool& pool);
   // the layer has seen the whole prompt;
@@ -76,6 +77,7 @@ class KvEvictor {
   AttentionShape s_;
   int S_ = 0;
   bool prompt_evicts_ = false;
+  bool continues_ = false;  // a chunk after the first: budgets capped by the rows a layer holds
   std::vector<float> q_window_;  // the prompt's last Sobs queries of the current layer
   std::vector<double> scores_;
   std::vector<int64_t> budgets_;
