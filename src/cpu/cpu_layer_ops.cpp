@@ -1,7 +1,6 @@
 #include "cpu/cpu_layer_ops.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -66,53 +65,52 @@ void CpuLayerOps::rows_times(float* out, const float* in, int64_t n, const Tenso
 
 void CpuLayerOps::moe_ffn(Act x, Act in) {
   const int E = c_.n_expert, K = c_.n_expert_used;
-  const int64_t dim = act_width(c_, in), ff = c_.ffn_dim;
+  const int64_t dim = act_width(c_, in);
   if (w_.exp_gate.size() != static_cast<size_t>(E) || !w_.router.data) fail("internal: the layer has no experts");
   const float* src = ptr(in);
   std::vector<float> logits(static_cast<size_t>(n_ * E));
   rows_times(logits.data(), src, n_, w_.router);
   // Each expert's rows and their weights, in row order.
-  std::vector<std::vector<std::pair<int64_t, float>>> rows(static_cast<size_t>(E));
+  using Rows = std::vector<std::pair<int64_t, float>>;
+  std::vector<Rows> rows(static_cast<size_t>(E));
   std::vector<ExpertChoice> choice(static_cast<size_t>(K));
   for (int64_t t = 0; t < n_; ++t) {
     moe_route(logits.data() + t * E, E, K, c_.expert_norm, choice.data());
     for (const ExpertChoice& ch : choice) rows[static_cast<size_t>(ch.expert)].push_back({t, ch.weight});
   }
   std::vector<float> acc(static_cast<size_t>(n_ * dim), 0.0f), xin, g, u, y;
-  for (int e = 0; e < E; ++e) {
-    const auto& r = rows[static_cast<size_t>(e)];
-    const int64_t m = static_cast<int64_t>(r.size());
-    if (m == 0) continue;
-    xin.resize(static_cast<size_t>(m * dim));
-    for (int64_t i = 0; i < m; ++i) std::copy_n(src + r[static_cast<size_t>(i)].first * dim, dim, xin.data() + i * dim);
-    g.resize(static_cast<size_t>(m * ff));
+  // y = down(silu(gate(xr)) * up(xr)) for m rows xr, through a hidden layer `width` wide; then
+  // acc[row] += weight * y[i] for the i-th (row, weight) of r.
+  auto ffn_into_acc = [&](const float* xr, int64_t m, int64_t width, const TensorView& wg, const TensorView& wu,
+                          const TensorView& wd, const Rows& r) {
+    g.resize(static_cast<size_t>(m * width));
     u.resize(g.size());
-    y.resize(xin.size());
-    rows_times(g.data(), xin.data(), m, w_.exp_gate[static_cast<size_t>(e)]);
-    rows_times(u.data(), xin.data(), m, w_.exp_up[static_cast<size_t>(e)]);
-    slake::swiglu(g.data(), g.data(), u.data(), m * ff);
-    rows_times(y.data(), g.data(), m, w_.exp_down[static_cast<size_t>(e)]);
+    y.resize(static_cast<size_t>(m * dim));
+    rows_times(g.data(), xr, m, wg);
+    rows_times(u.data(), xr, m, wu);
+    slake::swiglu(g.data(), g.data(), u.data(), m * width);
+    rows_times(y.data(), g.data(), m, wd);
     for (int64_t i = 0; i < m; ++i) {
       float* a = acc.data() + r[static_cast<size_t>(i)].first * dim;
       const float wt = r[static_cast<size_t>(i)].second;
       for (int64_t j = 0; j < dim; ++j) a[j] += wt * y[static_cast<size_t>(i * dim + j)];
     }
+  };
+  for (int e = 0; e < E; ++e) {
+    const Rows& r = rows[static_cast<size_t>(e)];
+    const int64_t m = static_cast<int64_t>(r.size());
+    if (m == 0) continue;
+    xin.resize(static_cast<size_t>(m * dim));
+    for (int64_t i = 0; i < m; ++i) std::copy_n(src + r[static_cast<size_t>(i)].first * dim, dim, xin.data() + i * dim);
+    const size_t ei = static_cast<size_t>(e);
+    ffn_into_acc(xin.data(), m, c_.ffn_dim, w_.exp_gate[ei], w_.exp_up[ei], w_.exp_down[ei], r);
   }
-  if (c_.shared_expert_ffn_dim > 0) {  // every row through the shared expert, gated by sigmoid(x . w)
-    const int64_t sff = c_.shared_expert_ffn_dim;
-    g.resize(static_cast<size_t>(n_ * sff));
-    u.resize(g.size());
-    y.resize(static_cast<size_t>(n_ * dim));
+  if (c_.shared_expert_ffn_dim > 0) {  // every row through the shared expert, in its gate's weight
     std::vector<float> gate(static_cast<size_t>(n_));
-    rows_times(g.data(), src, n_, w_.shexp_gate);
-    rows_times(u.data(), src, n_, w_.shexp_up);
-    slake::swiglu(g.data(), g.data(), u.data(), n_ * sff);
-    rows_times(y.data(), g.data(), n_, w_.shexp_down);
     rows_times(gate.data(), src, n_, w_.shexp_router);
-    for (int64_t t = 0; t < n_; ++t) {
-      const float wt = 1.0f / (1.0f + std::exp(-gate[static_cast<size_t>(t)]));
-      for (int64_t j = 0; j < dim; ++j) acc[static_cast<size_t>(t * dim + j)] += wt * y[static_cast<size_t>(t * dim + j)];
-    }
+    Rows all(static_cast<size_t>(n_));
+    for (int64_t t = 0; t < n_; ++t) all[static_cast<size_t>(t)] = {t, shared_expert_weight(gate[static_cast<size_t>(t)])};
+    ffn_into_acc(src, n_, c_.shared_expert_ffn_dim, w_.shexp_gate, w_.shexp_up, w_.shexp_down, all);
   }
   float* px = ptr(x);
   for (size_t i = 0; i < acc.size(); ++i) px[i] += acc[i];

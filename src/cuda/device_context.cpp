@@ -1,7 +1,6 @@
 #include "cuda/device_context.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -204,32 +203,33 @@ class DeviceContext::Ops final : public LayerOps {
     for (const auto& r : rows)
       for (const auto& [t, wt] : r) idx.push_back(t), w.push_back(wt);
     for (size_t t = 0; t < shexp_gate.size(); ++t)  // then every row for the shared expert, in its gate
-      idx.push_back(static_cast<int32_t>(t)), w.push_back(1.0f / (1.0f + std::exp(-shexp_gate[t])));
+      idx.push_back(static_cast<int32_t>(t)), w.push_back(shared_expert_weight(shexp_gate[t]));
     int32_t* d_idx = d_.at<int32_t>("moe_idx");
     float* d_w = d_.at<float>("moe_w");
     copy_to_device(d_idx, idx.data(), idx.size() * sizeof(int32_t));
     copy_to_device(d_w, w.data(), w.size() * sizeof(float));
     float *in_rows = d_.at<float>("moe_rows"), *out_rows = d_.at<float>("moe_out"), *acc = d_.at<float>("moe_acc");
     device_memset(acc, 0, static_cast<size_t>(nb_) * dim * sizeof(float));
-    size_t at = 0;
+    size_t at = 0;  // the next list's start in d_idx / d_w
+    // down(silu(gate(xr)) * up(xr)) for m rows xr, through a hidden layer `width` wide, added to
+    // acc at the rows of the next list in their weights.
+    auto ffn_into_acc = [&](const float* xr, int m, int64_t width, const DeviceMatrix& wg, const DeviceMatrix& wu,
+                            const DeviceMatrix& wd) {
+      d_.gemm_->matmul(ptr(Act::Gate), xr, m, wg, act_);
+      d_.gemm_->matmul(ptr(Act::Up), xr, m, wu, act_);
+      slake::gpu::swiglu(ptr(Act::Gate), ptr(Act::Gate), ptr(Act::Up), m * width);
+      d_.gemm_->matmul(out_rows, ptr(Act::Gate), m, wd, act_);
+      scatter_add_rows(acc, out_rows, d_idx + at, d_w + at, m, dim);
+      at += static_cast<size_t>(m);
+    };
     for (int e = 0; e < E; ++e) {
       const int m = static_cast<int>(rows[static_cast<size_t>(e)].size());
       if (m == 0) continue;
       gather_rows(in_rows, ptr(in), d_idx + at, m, dim);
-      d_.gemm_->matmul(ptr(Act::Gate), in_rows, m, L_.exp_gate[static_cast<size_t>(e)], act_);
-      d_.gemm_->matmul(ptr(Act::Up), in_rows, m, L_.exp_up[static_cast<size_t>(e)], act_);
-      slake::gpu::swiglu(ptr(Act::Gate), ptr(Act::Gate), ptr(Act::Up), m * ff);
-      d_.gemm_->matmul(out_rows, ptr(Act::Gate), m, L_.exp_down[static_cast<size_t>(e)], act_);
-      scatter_add_rows(acc, out_rows, d_idx + at, d_w + at, m, dim);
-      at += static_cast<size_t>(m);
+      const size_t ei = static_cast<size_t>(e);
+      ffn_into_acc(in_rows, m, ff, L_.exp_gate[ei], L_.exp_up[ei], L_.exp_down[ei]);
     }
-    if (sff > 0) {
-      d_.gemm_->matmul(ptr(Act::Gate), ptr(in), nb_, L_.shexp_gate, act_);
-      d_.gemm_->matmul(ptr(Act::Up), ptr(in), nb_, L_.shexp_up, act_);
-      slake::gpu::swiglu(ptr(Act::Gate), ptr(Act::Gate), ptr(Act::Up), nb_ * sff);
-      d_.gemm_->matmul(out_rows, ptr(Act::Gate), nb_, L_.shexp_down, act_);
-      scatter_add_rows(acc, out_rows, d_idx + at, d_w + at, nb_, dim);
-    }
+    if (sff > 0) ffn_into_acc(ptr(in), nb_, sff, L_.shexp_gate, L_.shexp_up, L_.shexp_down);  // every row, in order
     residual_add(ptr(x), acc, nb_ * dim);
   }
 

@@ -19,6 +19,10 @@ BACKEND_ARGS = ("--backend", BACKEND) if BACKEND == "cuda" else ()
 SHARED = os.environ.get("SLAKE_SHARED_DIR", "")
 MODELS = os.environ.get("SLAKE_MODELS_DIR", "")
 STORIES = os.path.join(SHARED, "models", "stories260K.gguf")
+# A DeepSeek-R1 distill's template (its generation prompt opens <think>), and a grammar that makes
+# stories260K close the block, which it never would unprompted: the thinking tests' model.
+R1 = os.path.join(SHARED, "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")
+THINK_THEN_ANSWER = 'root ::= [a-z ]{3,30} "</think>" "\\n\\n" [a-z ]{3,30}'
 # stories260K has no chat template: the chat tests give it SmolLM2's (ChatML).
 CHATML = os.path.join(SHARED, "chat-templates", "HuggingFaceTB-SmolLM2-135M-Instruct.jinja")
 SMOLLM2 = os.path.join(MODELS, "SmolLM2-135M-Instruct.Q4_1.gguf")

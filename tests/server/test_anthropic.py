@@ -12,13 +12,10 @@ import unittest
 import anthropic
 import jsonschema
 
-from harness import SHARED, STORIES, Server, cli_greedy
+from harness import R1, SHARED, STORIES, THINK_THEN_ANSWER, Server, cli_greedy
 
 CHATML = os.path.join(SHARED, "chat-templates", "HuggingFaceTB-SmolLM2-135M-Instruct.jinja")
 QWEN = os.path.join(SHARED, "chat-templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
-R1 = os.path.join(SHARED, "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")
-# stories260K never closes a <think> unprompted: a grammar makes it (llama-server's extension field).
-THINK_THEN_ANSWER = 'root ::= [a-z ]{3,30} "</think>" "\\n\\n" [a-z ]{3,30}'
 MODEL = "stories260K.gguf"
 # The client has no sampling parameters of its own; the server takes them as llama-server does.
 GREEDY = {"temperature": 0}

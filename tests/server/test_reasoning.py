@@ -12,11 +12,9 @@ import urllib.request
 
 import openai
 
-from harness import SHARED, STORIES, Server
+from harness import R1, SHARED, STORIES, THINK_THEN_ANSWER, Server
 
-R1 = os.path.join(SHARED, "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")
 CHATML = os.path.join(SHARED, "chat-templates", "HuggingFaceTB-SmolLM2-135M-Instruct.jinja")
-THINK_THEN_ANSWER = 'root ::= [a-z ]{3,30} "</think>" "\\n\\n" [a-z ]{3,30}'
 TAGGED = 'root ::= "<think>" [a-z ]{3,30} "</think>" [a-z ]{3,30}'
 QUESTION = [{"role": "user", "content": "Why is the sky blue?"}]
 

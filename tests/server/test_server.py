@@ -283,15 +283,19 @@ class LongPromptsAndPolicies(unittest.TestCase):
     def tearDownClass(cls):
         cls.server.stop()
 
-    def test_long_prompt_beside_running_replies(self):
-        want = cli_greedy(STORIES, self.long, N, self.CTX)
-        c = client(self.server)
+    def beside_running_replies(self, server):
+        """The long prompt's greedy reply, sent while two streamed replies run."""
+        c = client(server)
         with concurrent.futures.ThreadPoolExecutor(3) as ex:
             others = [ex.submit(complete, c, "stories260K.gguf", p, 120, True, False) for p in PROMPTS[:2]]
             time.sleep(0.05)
             got = ex.submit(complete, c, "stories260K.gguf", self.long, N, False, False).result()[0]
             [o.result() for o in others]
-        self.assertEqual(got, want)
+        return got
+
+    def test_long_prompt_beside_running_replies(self):
+        want = cli_greedy(STORIES, self.long, N, self.CTX)
+        self.assertEqual(self.beside_running_replies(self.server), want)
         self.assertGreaterEqual(self.server.metric("slake_prefill_chunks_total"), 3)
 
     def test_prefill_in_chunks_beside_running_replies(self):
@@ -302,14 +306,8 @@ class LongPromptsAndPolicies(unittest.TestCase):
         want = cli_greedy(STORIES, self.long, N, self.CTX, *flags)
         server = Server(STORIES, "-c", str(self.CTX), "-np", "3", "-t", "2", *flags)
         try:
-            c = client(server)
             before = server.metric("slake_prefill_chunks_total")
-            with concurrent.futures.ThreadPoolExecutor(3) as ex:
-                others = [ex.submit(complete, c, "stories260K.gguf", p, 120, True, False) for p in PROMPTS[:2]]
-                time.sleep(0.05)
-                got = ex.submit(complete, c, "stories260K.gguf", self.long, N, False, False).result()[0]
-                [o.result() for o in others]
-            self.assertEqual(got, want)
+            self.assertEqual(self.beside_running_replies(server), want)
             # About 600 tokens in chunks of 128 (the rest under a chunk and a window joins the last),
             # and one step for each short prompt.
             self.assertGreaterEqual(server.metric("slake_prefill_chunks_total") - before, 4 + 2)

@@ -4,6 +4,7 @@
 // (llama.cpp's build_moe_ffn with softmax gating; transformers' MixtralSparseMoeBlock and
 // Qwen3MoeSparseMoeBlock).
 #pragma once
+#include <cmath>
 
 namespace slake {
 
@@ -14,5 +15,8 @@ struct ExpertChoice {
 
 // out[0..n_used): the chosen experts by descending probability (the lower index first on ties).
 void moe_route(const float* logits, int n_expert, int n_used, bool renormalise, ExpertChoice* out);
+
+// The weight of a shared expert's output (Qwen2-MoE): the sigmoid of its gate's logit.
+inline float shared_expert_weight(float gate_logit) { return 1.0f / (1.0f + std::exp(-gate_logit)); }
 
 }  // namespace slake
