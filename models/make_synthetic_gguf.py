@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Writes a synthetic TinyLlama-1.1B-shaped GGUF model (random weights) for speed comparisons.
+"""Writes a synthetic Llama-shaped GGUF model (random weights) for speed comparisons.
 
-Shape: dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab 32000 (TinyLlama-1.1B), in the
+Shapes (--shape): tinyllama-1.1b (dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab
+32000) and llama-3.2-1b (dim 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256, the
+output tied to the embedding table, RoPE base 500000 without Llama 3's frequency factors), in the
 layout llama.cpp's convert_hf_to_gguf.py writes for Llama, so llama.cpp and slake load the same
 file. Every 2-D tensor (token_embd and output included) has the chosen type; norms are F32.
 Weights are N(0, 0.02^2), norms 1, so activations stay O(1); the numbers mean nothing, only
@@ -9,6 +11,7 @@ latency and memory do. The vocabulary is synthetic too: <unk>, <s>, </s>, the 25
 then filler pieces.
 
   python models/make_synthetic_gguf.py --type q4_0 --ctx 32768 --out tinyllama-q4_0.gguf
+  python models/make_synthetic_gguf.py --shape llama-3.2-1b --type f16 --out llama-3.2-1b-f16.gguf
 
 Needs numpy and gguf (models/requirements-reference.txt).
 """
@@ -19,8 +22,11 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-N_VOCAB, N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, N_FF = 32000, 2048, 22, 32, 4, 5632
-HEAD_DIM = N_EMBD // N_HEAD
+# vocab, dim, layers, heads, KV heads, FFN, RoPE base, tied output
+SHAPES = {
+    "tinyllama-1.1b": (32000, 2048, 22, 32, 4, 5632, 10000.0, False),
+    "llama-3.2-1b": (128256, 2048, 16, 32, 8, 8192, 500000.0, True),
+}
 
 TYPES = {
     "f16": (gguf.GGMLQuantizationType.F16, gguf.LlamaFileType.MOSTLY_F16),
@@ -29,14 +35,14 @@ TYPES = {
 }
 
 
-def vocab() -> tuple[list[str], list[float], list[int]]:
+def vocab(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
     TT = gguf.TokenType
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types = [TT.UNKNOWN, TT.CONTROL, TT.CONTROL] + [TT.BYTE] * 256
-    while len(tokens) < N_VOCAB:
+    while len(tokens) < n_vocab:
         tokens.append(f"\u2581t{len(tokens)}")
         types.append(TT.NORMAL)
-    scores = [0.0] * 259 + [-float(i) for i in range(N_VOCAB - 259)]
+    scores = [0.0] * 259 + [-float(i) for i in range(n_vocab - 259)]
     return tokens, scores, [int(t) for t in types]
 
 
@@ -44,14 +50,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--type", required=True, choices=sorted(TYPES))
+    ap.add_argument("--shape", default="tinyllama-1.1b", choices=sorted(SHAPES))
     ap.add_argument("--ctx", type=int, default=2048, help="llama.context_length (default 2048, TinyLlama's)")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     qtype, ftype = TYPES[args.type]
+    N_VOCAB, N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, N_FF, rope_base, tied = SHAPES[args.shape]
+    HEAD_DIM = N_EMBD // N_HEAD
     rng = np.random.default_rng(args.seed)
 
     w = gguf.GGUFWriter(str(args.out), "llama")
-    w.add_name(f"synthetic tinyllama-1.1b {args.type}")
+    w.add_name(f"synthetic {args.shape} {args.type}")
     w.add_context_length(args.ctx)
     w.add_embedding_length(N_EMBD)
     w.add_block_count(N_LAYER)
@@ -59,11 +68,11 @@ def main() -> None:
     w.add_head_count(N_HEAD)
     w.add_head_count_kv(N_HEAD_KV)
     w.add_rope_dimension_count(HEAD_DIM)
-    w.add_rope_freq_base(10000.0)
+    w.add_rope_freq_base(rope_base)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(N_VOCAB)
     w.add_file_type(ftype)
-    tokens, scores, types = vocab()
+    tokens, scores, types = vocab(N_VOCAB)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores(scores)
@@ -96,7 +105,8 @@ def main() -> None:
         matrix(p + "ffn_down.weight", N_EMBD, N_FF)
         print(f"\rlayer {i + 1}/{N_LAYER}", end="", flush=True)
     norm("output_norm.weight")
-    matrix("output.weight", N_VOCAB, N_EMBD)
+    if not tied:
+        matrix("output.weight", N_VOCAB, N_EMBD)
     print()
 
     w.write_header_to_file()

@@ -98,6 +98,7 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
   const size_t ab = act_row_bytes(fmt, K);
   const bool x4 = W.layout == WeightLayout::X4;  // groups of kGroupRows rows (weight_pack.h)
   const bool x8 = W.layout == WeightLayout::X8;  // groups of kGroupRowsX8 rows
+  const bool x16 = W.layout == WeightLayout::X16;  // groups of kGroupRowsX16 rows
   const bool amx = use_amx(W.type, n_tokens, N);
   // Float weights at prompt sizes: outer products over k-major panels (matmul_panel.cpp).
   const bool panel = fmt == ActFormat::F32 && n_tokens >= kPanelMinTokens && panel_available();
@@ -127,7 +128,7 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
   // Chunks: a multiple of the tile height (16 rows on AMX), small enough for every thread to get
   // several.
   const float* scales = act_scales.data();  // thread_local: the workers must not name it
-  const int64_t unit = amx ? 16 : x8 ? kGroupRowsX8 : kTileRows;
+  const int64_t unit = amx ? 16 : x16 ? kGroupRowsX16 : x8 ? kGroupRowsX8 : kTileRows;
   int64_t chunk = std::max<int64_t>(unit, std::min<int64_t>(64, N / (4 * pool.size())));
   chunk -= chunk % unit;
   // Decode reads every weight once: one contiguous run of rows per thread keeps each core's
@@ -177,6 +178,12 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
       }
       for (int64_t t = 0; t < n_tokens; t += kTileTokens) {
         const int rn = static_cast<int>(std::min<int64_t>(kTileTokens, n_tokens - t));
+        if (x16) {  // as for x4
+          for (int64_t r = r0; r < r1; r += kGroupRowsX16)
+            dot_tile_x16(W.type, K, W.data + static_cast<size_t>(r) * wb, act + static_cast<size_t>(t) * ab, ab, rn,
+                         out + t * N + r, N);
+          continue;
+        }
         if (x8) {  // as for x4
           for (int64_t r = r0; r < r1; r += kGroupRowsX8)
             dot_tile_x8(K, W.data + static_cast<size_t>(r) * wb, act + static_cast<size_t>(t) * ab, ab, rn, out + t * N + r, N);

@@ -369,6 +369,11 @@ void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act
   dot_tile_gathered(DType::Q4_0, WeightLayout::X8, kGroupRowsX8, K, group, act, act_stride, rn, out, out_stride);
 }
 
+void dot_tile_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                  int64_t out_stride) {
+  dot_tile_gathered(t, WeightLayout::X16, kGroupRowsX16, K, group, act, act_stride, rn, out, out_stride);
+}
+
 }  // namespace portable
 
 }  // namespace slake

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "slake/error.h"
+#include "slake/quant/quant_blocks.h"
 #include "slake/quant/quant_dot.h"
 
 namespace slake {
@@ -45,7 +46,102 @@ size_t x8_quants_at(int64_t b, int i, int k) {
   return static_cast<size_t>(b) * kX8BlockBytes + 16 + static_cast<size_t>(32 * k + 4 * i);
 }
 
+// X16 (quant_dot.h). The quant regions move 4-byte words only: word v of row i's block (at
+// file_offset + 4v) is at region + 64v + 4i of the group's block. The scalars are transposed, and
+// Q4_K/Q5_K's 12 bytes of 6-bit scales and mins re-encoded.
+struct X16Region {
+  size_t packed, file;
+  int words;
+};
+struct X16Regions {
+  X16Region r[2];
+  int n;
+};
+X16Regions x16_regions(DType t) {
+  switch (t) {
+    case DType::Q4_K: return {{{256, quant::kQ4K_QS, 32}, {}}, 1};
+    case DType::Q5_K: return {{{256, quant::kQ5K_QS, 32}, {256 + 2048, quant::kQ5K_QH, 8}}, 2};
+    default: return {{{288, quant::kQ6K_QL, 32}, {288 + 2048, quant::kQ6K_QH, 16}}, 2};
+  }
+}
+
+bool x16_shape_fits(const TensorView& w) {
+  return w.layout == WeightLayout::Rows && x16_type(w.type) && w.ne.size() == 2 && w.n_rows() % kGroupRowsX16 == 0 &&
+         w.row_len() % quant::kQK == 0;
+}
+
+// Row i's block `file` to or from the group's block `gb`: kPack copies file -> gb, else gb -> file.
+template <bool kPack>
+void transfer_x16(DType t, uint8_t* gb, int i, uint8_t* file) {
+  const auto move = [](uint8_t* packed, uint8_t* f, size_t n) {
+    if (kPack) std::memcpy(packed, f, n);
+    else std::memcpy(f, packed, n);
+  };
+  const X16Regions regions = x16_regions(t);
+  for (int k = 0; k < regions.n; ++k) {
+    const X16Region& r = regions.r[k];
+    for (int v = 0; v < r.words; ++v) move(gb + r.packed + 64 * static_cast<size_t>(v) + 4 * i, file + r.file + 4 * v, 4);
+  }
+  if (t == DType::Q6_K) {
+    move(gb + 2 * i, file + quant::kQ6K_D, 2);
+    for (int s = 0; s < 16; ++s) move(gb + 32 + 16 * s + i, file + quant::kQ6K_SCALES + s, 1);
+    return;
+  }
+  move(gb + 2 * i, file + quant::kQ4K_D, 2);
+  move(gb + 32 + 2 * i, file + quant::kQ4K_DMIN, 2);
+  uint8_t* s = file + quant::kQ4K_SCALES;
+  uint8_t sc[8], m[8];
+  if (kPack) {
+    for (int j = 0; j < 8; ++j) quant::q4k_scale_min(j, s, &sc[j], &m[j]);
+    for (int r = 0; r < 8; ++r) gb[64 + 16 * r + i] = static_cast<uint8_t>(sc[r] | (m[r] >> 4) << 6);
+    for (int p = 0; p < 4; ++p) gb[192 + 16 * p + i] = static_cast<uint8_t>((m[2 * p] & 15) | (m[2 * p + 1] & 15) << 4);
+    return;
+  }
+  for (int r = 0; r < 8; ++r) {
+    const uint8_t b = gb[64 + 16 * r + i], n = gb[192 + 16 * (r / 2) + i];
+    sc[r] = b & 63;
+    m[r] = static_cast<uint8_t>((b >> 6) << 4 | ((n >> (4 * (r % 2))) & 15));
+  }
+  for (int j = 0; j < 4; ++j) {  // the inverse of q4k_scale_min
+    s[j] = static_cast<uint8_t>(sc[j] | (sc[j + 4] >> 4) << 6);
+    s[j + 4] = static_cast<uint8_t>(m[j] | (m[j + 4] >> 4) << 6);
+    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+  }
+}
+
 }  // namespace
+
+bool repack_x16_applies(const TensorView& w) {
+  return x16_kernel_available() && repack_enabled() && x16_shape_fits(w);
+}
+
+TensorView pack_x16(const TensorView& w, uint8_t* dst) {
+  if (!x16_shape_fits(w)) fail(w.name + ": cannot be repacked into groups of 16 rows");
+  const int64_t nb = w.row_len() / quant::kQK;
+  const size_t bb = static_cast<size_t>(dtype_info(w.type).block_bytes), rb = row_bytes(w.type, w.row_len());
+  std::vector<uint8_t> block(bb);
+  for (int64_t g = 0; g < w.n_rows() / kGroupRowsX16; ++g) {
+    const size_t group = static_cast<size_t>(g) * kGroupRowsX16 * rb;
+    for (int i = 0; i < kGroupRowsX16; ++i)
+      for (int64_t b = 0; b < nb; ++b) {
+        std::memcpy(block.data(), w.data + group + static_cast<size_t>(i) * rb + static_cast<size_t>(b) * bb, bb);
+        transfer_x16<true>(w.type, dst + group + static_cast<size_t>(b) * kGroupRowsX16 * bb, i, block.data());
+      }
+  }
+  TensorView v = w;
+  v.data = dst;
+  v.layout = WeightLayout::X16;
+  return v;
+}
+
+void unpack_x16_row(const TensorView& packed, int64_t row, uint8_t* dst) {
+  const int64_t nb = packed.row_len() / quant::kQK;
+  const size_t bb = static_cast<size_t>(dtype_info(packed.type).block_bytes), rb = row_bytes(packed.type, packed.row_len());
+  uint8_t* group = const_cast<uint8_t*>(packed.data) + static_cast<size_t>(row / kGroupRowsX16) * kGroupRowsX16 * rb;
+  for (int64_t b = 0; b < nb; ++b)
+    transfer_x16<false>(packed.type, group + static_cast<size_t>(b) * kGroupRowsX16 * bb, static_cast<int>(row % kGroupRowsX16),
+                        dst + static_cast<size_t>(b) * bb);
+}
 
 bool repack_x4_applies(const TensorView& w) { return x4_kernel_available() && repack_enabled() && shape_fits(w); }
 
@@ -129,13 +225,15 @@ const uint8_t* row_in_file_layout(const TensorView& t, int64_t r, std::vector<ui
   if (t.layout == WeightLayout::Rows) return t.row(r);
   scratch.resize(row_bytes(t.type, t.row_len()));
   if (t.layout == WeightLayout::X8) unpack_x8_row(t, r, scratch.data());
+  else if (t.layout == WeightLayout::X16) unpack_x16_row(t, r, scratch.data());
   else unpack_x4_row(t, r, scratch.data());
   return scratch.data();
 }
 
-// X4 before X8.
-bool repack_applies(const TensorView& w) { return repack_x4_applies(w) || repack_x8_applies(w); }
+// X4 before X8 (the types of X16 are apart).
+bool repack_applies(const TensorView& w) { return repack_x4_applies(w) || repack_x8_applies(w) || repack_x16_applies(w); }
 TensorView pack_for_cpu(const TensorView& w, uint8_t* dst) {
+  if (repack_x16_applies(w)) return pack_x16(w, dst);
   return repack_x4_applies(w) ? pack_x4(w, dst) : pack_x8(w, dst);
 }
 

@@ -523,5 +523,87 @@ TEST(RepackX8, MatmulOverGroupsMatchesFloat64) {
   expect_matmul_matches_float64(P, w, {1, 2, 5, 17, 33}, rng);
 }
 
+// The X16 layout (Q4_K/Q5_K/Q6_K in transposed groups of 16 rows): every row unpacks to the file's
+// bytes (a re-encoding of every field, so any lost bit shows), through row_in_file_layout too.
+TEST(RepackX16, EveryRowUnpacksToTheFileBytes) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (int64_t K : {256, 768}) {
+      const int64_t N = 32;
+      std::mt19937 rng(static_cast<unsigned>(K) + 31 * static_cast<unsigned>(t));
+      const auto w = random_rows(t, N, K, rng);
+      std::vector<uint8_t> packed(w.size());
+      const TensorView P = pack_x16(view_of(t, K, N, w), packed.data());
+      ASSERT_EQ(P.layout, WeightLayout::X16);
+      EXPECT_NE(packed, w);
+      const size_t rb = row_bytes(t, K);
+      std::vector<uint8_t> row(rb), scratch;
+      for (int64_t r = 0; r < N; ++r) {
+        unpack_x16_row(P, r, row.data());
+        ASSERT_EQ(0, std::memcmp(row.data(), w.data() + static_cast<size_t>(r) * rb, rb)) << dtype_name(t) << " K " << K << " row " << r;
+        ASSERT_EQ(0, std::memcmp(row_in_file_layout(P, r, scratch), row.data(), rb));
+      }
+    }
+}
+
+TEST(RepackX16, RefusesShapesOutsideTheLayout) {
+  std::vector<uint8_t> bytes(row_bytes(DType::Q4_K, 256) * 24);
+  TensorView W = view_of(DType::Q4_K, 256, 24, bytes);  // 24 rows: not whole groups of 16
+  EXPECT_FALSE(repack_x16_applies(W));
+  EXPECT_THROW(pack_x16(W, bytes.data()), Error);
+  W.ne = {256, 16};
+  EXPECT_EQ(repack_x16_applies(W), x16_kernel_available());  // only where its kernel is built
+  EXPECT_EQ(repack_applies(W), x16_kernel_available());
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::IQ4_XS, DType::Q4_0}) {
+    W.type = t;
+    EXPECT_FALSE(repack_x16_applies(W)) << dtype_name(t);
+    EXPECT_THROW(pack_x16(W, bytes.data()), Error) << dtype_name(t);
+  }
+}
+
+// The group kernel (SIMD where built, and the portable gather) against float64, every token count.
+// Random bytes give every scale, min and quant its extremes (Q6_K's scales -128..127).
+TEST(RepackX16, GroupKernelMatchesFloat64) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (int64_t K : {256, 2048}) {
+      std::mt19937 rng(static_cast<unsigned>(K) * 11 + static_cast<unsigned>(t));
+      const auto w = random_rows(t, kGroupRowsX16, K, rng);
+      std::vector<uint8_t> packed(w.size());
+      pack_x16(view_of(t, K, kGroupRowsX16, w), packed.data());
+      const auto x = random_floats(kTileTokens * K, rng);
+      const Prepared a = prepare(t, x, kTileTokens, K);
+      std::vector<double> want, mag;
+      reference(t, w, kGroupRowsX16, K, a, kTileTokens, &want, &mag);
+      for (int rn = 1; rn <= kTileTokens; ++rn) {
+        std::vector<float> simd(kGroupRowsX16 * kTileTokens, NAN), port(simd);
+        dot_tile_x16(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, simd.data(), kGroupRowsX16);
+        portable::dot_tile_x16(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, port.data(), kGroupRowsX16);
+        const std::string what = std::string(dtype_name(t)) + " K " + std::to_string(K);
+        expect_tile(simd, want, mag, kGroupRowsX16, kGroupRowsX16, rn, "simd " + what);
+        expect_tile(port, want, mag, kGroupRowsX16, kGroupRowsX16, rn, "portable " + what);
+      }
+    }
+}
+
+// matmul over X16 groups: ragged token counts, several chunks, 1 and 2 threads; a token's result
+// does not depend on the other tokens of its tile (decode rounds as a batch does).
+TEST(RepackX16, MatmulOverGroupsMatchesFloat64) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const int64_t K = 512, N = 96;
+    std::mt19937 rng(static_cast<unsigned>(t) + 400);
+    const auto w = random_rows(t, N, K, rng);
+    std::vector<uint8_t> packed(w.size());
+    const TensorView P = pack_x16(view_of(t, K, N, w), packed.data());
+    expect_matmul_matches_float64(P, w, {1, 2, 5, 17, 33}, rng);
+    const auto x = random_floats(5 * K, rng);
+    std::vector<float> batch(static_cast<size_t>(5 * N)), one(static_cast<size_t>(N));
+    ThreadPool pool(1);
+    matmul(batch.data(), x.data(), 5, P, pool);
+    for (int64_t j = 0; j < 5; ++j) {
+      matmul(one.data(), x.data() + j * K, 1, P, pool);
+      for (int64_t r = 0; r < N; ++r) ASSERT_EQ(one[static_cast<size_t>(r)], batch[static_cast<size_t>(j * N + r)]) << dtype_name(t);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace slake

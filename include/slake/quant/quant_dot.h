@@ -104,6 +104,29 @@ void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act
 // Whether dot_tile_x8 has a kernel of its own here (AVX2 without VNNI).
 bool x8_kernel_available();
 
+// Q4_K, Q5_K and Q6_K matrices repacked for AVX-512 VNNI come in groups of kGroupRowsX16 rows,
+// transposed so that each 32-bit lane of a 512-bit register is one row: a block's dot product
+// with a token is then 64 dpbusd over all 16 rows, with no unpacking per row and no horizontal
+// sum. Per 256-element block b, the group holds its 16 rows' blocks in as many bytes (group g
+// starts where row 16g would): the quants as they are in the file, word by word (4-byte word w
+// of row i's qs, qh or ql at region + 64w + 4i), and the scalars transposed:
+//   Q4_K (16 x 144 bytes): d[16], dmin[16] (fp16, row i at 2i); per sub-block r < 8, 16 bytes
+//     sc(r) | (m(r) >> 4) << 6; per pair p < 4, 16 bytes (m(2p) & 15) | (m(2p+1) & 15) << 4; at 256,
+//     the 32 words of qs.
+//   Q5_K (16 x 176 bytes): Q4_K's, then at 2304 the 8 words of qh.
+//   Q6_K (16 x 210 bytes): d[16] (fp16); per group s < 16 of 16 elements, 16 int8 scales; at 288,
+//     the 32 words of ql; at 2336, the 16 words of qh.
+constexpr int kGroupRowsX16 = 16;
+constexpr bool x16_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+
+// out[j * out_stride + i] = (row i of the X16 group at `group`) . (activation row j), for the
+// group's 16 rows and j < rn <= kTileTokens.
+void dot_tile_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                  int64_t out_stride);
+
+// Whether dot_tile_x16 has a kernel of its own here (AVX-512 VNNI).
+bool x16_kernel_available();
+
 namespace portable {
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
               int rn, float* out, int64_t out_stride);
@@ -112,6 +135,8 @@ void dot_tile_x4(DType t, int64_t K, const uint8_t* group, const uint8_t* act, s
                  int64_t out_stride);
 void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
                  int64_t out_stride);
+void dot_tile_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                  int64_t out_stride);
 }
 
 }  // namespace slake

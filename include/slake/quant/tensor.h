@@ -9,8 +9,9 @@
 namespace slake {
 
 // How a matrix's rows lie in memory: as the file stores them, or repacked by the CPU path into
-// interleaved groups of 4 rows (X4) or 8 rows (X8) (weight_pack.h; row() does not apply).
-enum class WeightLayout : uint8_t { Rows, X4, X8 };
+// interleaved groups of 4 rows (X4), 8 rows (X8) or 16 rows (X16, the K-quants) (weight_pack.h;
+// row() does not apply).
+enum class WeightLayout : uint8_t { Rows, X4, X8, X16 };
 
 struct TensorView {
   std::string name;

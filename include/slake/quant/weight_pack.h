@@ -1,9 +1,10 @@
 // The layouts of the CPU path's copy of a model's matrices (cpu/cpu_weights.h): Q8_0/Q4_0 matrices repacked into interleaved groups
-// of 4 rows (X4, AVX-512 VNNI builds) or Q4_0 into groups of 8 (X8, AVX2 builds without VNNI);
-// quant_dot.h describes both layouts. The decode kernel then streams one contiguous run of bytes
+// of 4 rows (X4, AVX-512 VNNI builds) or Q4_0 into groups of 8 (X8, AVX2 builds without VNNI),
+// and Q4_K/Q5_K/Q6_K into transposed groups of 16 (X16, AVX-512 VNNI builds); quant_dot.h
+// describes the layouts. The decode kernel then streams one contiguous run of bytes
 // per register tile and loads the rows' scales with one instruction, instead of gathering 18- or
-// 34-byte blocks from 4 or 8 rows. The blocks themselves are unchanged, so the arithmetic is the
-// same as on the file's rows. Every other tensor is the model's own view.
+// 34-byte blocks from 4 or 8 rows. The quantised values and scales are unchanged, so the arithmetic
+// is the same as on the file's rows. Every other tensor is the model's own view.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -31,13 +32,21 @@ bool repack_x8_applies(const TensorView& w);
 TensorView pack_x8(const TensorView& w, uint8_t* dst);
 void unpack_x8_row(const TensorView& packed, int64_t r, uint8_t* dst);
 
+// Whether the CPU path repacks this matrix into groups of 16 rows (X16, quant_dot.h): Q4_K, Q5_K or
+// Q6_K, rows a multiple of 16, and the group kernel built here (x16_kernel_available).
+// SLAKE_NO_REPACK=1 turns it off too.
+bool repack_x16_applies(const TensorView& w);
+// As pack_x4 and unpack_x4_row, for the X16 layout.
+TensorView pack_x16(const TensorView& w, uint8_t* dst);
+void unpack_x16_row(const TensorView& packed, int64_t r, uint8_t* dst);
+
 // Row r of any view in the file's block layout: the row itself, or its copy in `scratch`.
 const uint8_t* row_in_file_layout(const TensorView& t, int64_t r, std::vector<uint8_t>& scratch);
-// Repacks w's own bytes (writable memory) into the layout the CPU path uses here (X4 or X8), if
+// Repacks w's own bytes (writable memory) into the layout the CPU path uses here, if
 // any applies; returns whether it did.
 bool repack_in_place(TensorView& w);
 
-// Whether the CPU path repacks w on this build (X4 or X8), and the copy in that layout written to
+// Whether the CPU path repacks w on this build (X4, X8 or X16), and the copy in that layout written to
 // dst (w.nbytes bytes).
 bool repack_applies(const TensorView& w);
 TensorView pack_for_cpu(const TensorView& w, uint8_t* dst);

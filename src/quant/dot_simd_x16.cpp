@@ -1,0 +1,203 @@
+// The K-quants' group kernel (AVX-512 VNNI): Q4_K, Q5_K and Q6_K matrices in the X16 layout
+// (quant_dot.h), 16 rows x up to 4 tokens per call, one row per 32-bit lane. Each dpbusd meets 4
+// quants of all 16 rows with the same 4 activation bytes, broadcast from memory, so a block costs a
+// token 64 dpbusd and no unpacking per row, shuffle or horizontal sum; the quants are unpacked once
+// per group and block for every token of the tile. The integer sums of a sub-block (32 elements,
+// Q4_K/Q5_K) or group (16, Q6_K) are scaled by its 6- or 8-bit scale in int32, and the mins (or
+// Q6_K's -32) meet the activations' group sums (bsums) through dpwssd, two groups per instruction.
+// Each token's block sum is exact in int32 and scaled once per block in fp32, so a token's result
+// does not depend on the other tokens of the tile: decode and batches round alike.
+#include <cstring>
+
+#include "simd_util.h"
+#include "slake/quant/quant_dot.h"
+
+#if defined(SLAKE_SIMD_DOT) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define SLAKE_X16_KERNEL 1
+#endif
+
+namespace slake {
+
+#ifdef SLAKE_X16_KERNEL
+namespace {
+
+inline __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
+inline __m512i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+// 16 int32 lanes from 16 bytes, unsigned or signed.
+inline __m512i u8_lanes(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m512i i8_lanes(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m512 f16_lanes(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Every cache line of the block kAhead blocks on: a group is one stream of 2.3-3.4 KB blocks that
+// the hardware prefetchers alone leave waiting on memory (Q6_K decode ran at a third of the rows
+// kernel's speed with one line per block).
+constexpr int kAhead = 2;
+template <size_t kBlock>
+inline void prefetch_block(const uint8_t* g) {
+  for (size_t off = 0; off < kBlock; off += 64) _mm_prefetch(reinterpret_cast<const char*>(g + kAhead * kBlock + off), _MM_HINT_T0);
+}
+
+inline const ActBlockQ8_K& act_block(const uint8_t* act, size_t as, int j, int64_t b) {
+  return reinterpret_cast<const ActBlockQ8_K*>(act + static_cast<size_t>(j) * as)[b];
+}
+
+// Q4_K and Q5_K: per block, sum_r sc(r) sum_e q a (sub-blocks r of 32) times d, less
+// sum_r m(r) (bsum(2r) + bsum(2r+1)) times dmin. |sum| < 8 * 63 * 32 * 31 * 128 < 2^31.
+template <bool kFifthBit, int RN>
+void tile_x16_q4_q5_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
+  constexpr size_t kBlock = 16 * (kFifthBit ? 176 : 144), kQs = 256, kQh = 256 + 2048;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m63 = _mm512_set1_epi32(63), fifth = _mm512_set1_epi8(0x10);
+  __m512 acc[RN];
+  for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
+    prefetch_block<kBlock>(g);
+    __m512i isum[RN], msum[RN];
+    for (int j = 0; j < RN; ++j) isum[j] = msum[j] = _mm512_setzero_si512();
+    // The mins: m(r) in both int16 halves of a lane meets bsums 2r and 2r+1 in one dpwssd.
+    for (int p = 0; p < 4; ++p) {
+      const __m512i n = u8_lanes(g + 192 + 16 * p);
+      for (int h = 0; h < 2; ++h) {
+        const int r = 2 * p + h;
+        const __m512i high = _mm512_slli_epi32(_mm512_srli_epi32(u8_lanes(g + 64 + 16 * r), 6), 4);
+        const __m512i m = _mm512_or_si512(h ? _mm512_srli_epi32(n, 4) : _mm512_and_si512(n, _mm512_set1_epi32(15)), high);
+        const __m512i mm = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+        for (int j = 0; j < RN; ++j) msum[j] = _mm512_dpwssd_epi32(msum[j], mm, bcast32(act_block(act, as, j, b).bsums + 2 * r));
+      }
+    }
+    for (int c = 0; c < 4; ++c) {  // chunks of 64: sub-blocks 2c (low nibbles) and 2c+1 (high)
+      __m512i lo_sum[RN], hi_sum[RN];
+      for (int j = 0; j < RN; ++j) lo_sum[j] = hi_sum[j] = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) {
+        const __m512i v = load512(g + kQs + 64 * (8 * c + k));
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if (kFifthBit) {  // bit r of each byte is sub-block r's fifth bit, moved to bit 4
+          const __m512i h = load512(g + kQh + 64 * k);
+          const int rl = 2 * c, rh = 2 * c + 1;
+          const __m512i bl = rl <= 4 ? _mm512_slli_epi16(h, 4 - rl) : _mm512_srli_epi16(h, rl - 4);
+          const __m512i bh = rh <= 4 ? _mm512_slli_epi16(h, 4 - rh) : _mm512_srli_epi16(h, rh - 4);
+          lo = _mm512_ternarylogic_epi32(lo, bl, fifth, 0xF8);  // lo | (bl & fifth)
+          hi = _mm512_ternarylogic_epi32(hi, bh, fifth, 0xF8);
+        }
+        for (int j = 0; j < RN; ++j) {
+          const int8_t* qs = act_block(act, as, j, b).qs + 64 * c + 4 * k;
+          lo_sum[j] = _mm512_dpbusd_epi32(lo_sum[j], lo, bcast32(qs));
+          hi_sum[j] = _mm512_dpbusd_epi32(hi_sum[j], hi, bcast32(qs + 32));
+        }
+      }
+      const __m512i sl = _mm512_and_si512(u8_lanes(g + 64 + 16 * (2 * c)), m63);
+      const __m512i sh = _mm512_and_si512(u8_lanes(g + 64 + 16 * (2 * c + 1)), m63);
+      for (int j = 0; j < RN; ++j)
+        isum[j] = _mm512_add_epi32(isum[j], _mm512_add_epi32(_mm512_mullo_epi32(lo_sum[j], sl), _mm512_mullo_epi32(hi_sum[j], sh)));
+    }
+    const __m512 d = f16_lanes(g), dmin = f16_lanes(g + 32);
+    for (int j = 0; j < RN; ++j) {
+      const __m512 ad = _mm512_set1_ps(act_block(act, as, j, b).d);
+      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(isum[j]), acc[j]);
+      acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, ad), _mm512_cvtepi32_ps(msum[j]), acc[j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
+}
+
+// Q6_K: per block, d times sum_s sc(s) (sum_e u a - 32 bsum(s)) over groups s of 16, u = q + 32 in
+// 0..63. |sum| < 16 * 128 * 16 * (63 + 32) * 128 < 2^31.
+template <int RN>
+void tile_x16_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
+  constexpr size_t kBlock = 16 * 210, kQl = 288, kQh = 288 + 2048;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), low16 = _mm512_set1_epi32(0xFFFF);
+  __m512 acc[RN];
+  for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
+  // The high bits of sub-block m < 4 of a half at bits 4, 5.
+  const auto high_bits = [&](__m512i h, int m) {
+    switch (m) {
+      case 0: return _mm512_and_si512(_mm512_slli_epi16(h, 4), m30);
+      case 1: return _mm512_and_si512(_mm512_slli_epi16(h, 2), m30);
+      case 2: return _mm512_and_si512(h, m30);
+      default: return _mm512_and_si512(_mm512_srli_epi16(h, 2), m30);
+    }
+  };
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
+    prefetch_block<kBlock>(g);
+    __m512i isum[RN], osum[RN];
+    for (int j = 0; j < RN; ++j) isum[j] = osum[j] = _mm512_setzero_si512();
+    // The offset: scales of groups 2p and 2p+1 as an int16 pair meet bsums 2p and 2p+1.
+    for (int p = 0; p < 8; ++p) {
+      const __m512i pair = _mm512_or_si512(_mm512_and_si512(i8_lanes(g + 32 + 16 * (2 * p)), low16),
+                                           _mm512_slli_epi32(i8_lanes(g + 32 + 16 * (2 * p + 1)), 16));
+      for (int j = 0; j < RN; ++j) osum[j] = _mm512_dpwssd_epi32(osum[j], pair, bcast32(act_block(act, as, j, b).bsums + 2 * p));
+    }
+    // Per half h of 128 elements, word k < 16 of ql holds elements 128h+4k.. (low nibbles: groups
+    // 8h + k/4) and 128h+64+4k.. (high nibbles: groups 8h+4 + k/4); word k % 8 of the half's qh
+    // holds their high bits, for sub-block k / 8 and 2 + k / 8 of the half.
+    for (int h = 0; h < 2; ++h)
+      for (int q = 0; q < 4; ++q) {  // the 4 words of groups 8h+q and 8h+4+q
+        __m512i lo_sum[RN], hi_sum[RN];
+        for (int j = 0; j < RN; ++j) lo_sum[j] = hi_sum[j] = _mm512_setzero_si512();
+        for (int k = 4 * q; k < 4 * q + 4; ++k) {
+          const __m512i v = load512(g + kQl + 64 * (16 * h + k));
+          const __m512i hb = load512(g + kQh + 64 * (8 * h + k % 8));
+          const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), high_bits(hb, k / 8));
+          const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), high_bits(hb, 2 + k / 8));
+          for (int j = 0; j < RN; ++j) {
+            const int8_t* qs = act_block(act, as, j, b).qs + 128 * h + 4 * k;
+            lo_sum[j] = _mm512_dpbusd_epi32(lo_sum[j], lo, bcast32(qs));
+            hi_sum[j] = _mm512_dpbusd_epi32(hi_sum[j], hi, bcast32(qs + 64));
+          }
+        }
+        const __m512i sl = i8_lanes(g + 32 + 16 * (8 * h + q)), sh = i8_lanes(g + 32 + 16 * (8 * h + 4 + q));
+        for (int j = 0; j < RN; ++j)
+          isum[j] = _mm512_add_epi32(isum[j], _mm512_add_epi32(_mm512_mullo_epi32(lo_sum[j], sl), _mm512_mullo_epi32(hi_sum[j], sh)));
+      }
+    const __m512 d = f16_lanes(g);
+    for (int j = 0; j < RN; ++j) {
+      const __m512i total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(osum[j], 5));
+      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_block(act, as, j, b).d)), _mm512_cvtepi32_ps(total), acc[j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
+}
+
+template <int RN>
+void tile_x16(DType t, int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
+  switch (t) {
+    case DType::Q4_K: return tile_x16_q4_q5_k<false, RN>(nb, group, act, as, out, os);
+    case DType::Q5_K: return tile_x16_q4_q5_k<true, RN>(nb, group, act, as, out, os);
+    default: return tile_x16_q6_k<RN>(nb, group, act, as, out, os);
+  }
+}
+
+}  // namespace
+#endif
+
+void dot_tile_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
+                  int64_t out_stride) {
+#ifdef SLAKE_X16_KERNEL
+  const int64_t nb = K / 256;
+  switch (rn) {
+    case 1: return tile_x16<1>(t, nb, group, act, act_stride, out, out_stride);
+    case 2: return tile_x16<2>(t, nb, group, act, act_stride, out, out_stride);
+    case 3: return tile_x16<3>(t, nb, group, act, act_stride, out, out_stride);
+    default: return tile_x16<4>(t, nb, group, act, act_stride, out, out_stride);
+  }
+#else
+  portable::dot_tile_x16(t, K, group, act, act_stride, rn, out, out_stride);
+#endif
+}
+
+bool x16_kernel_available() {
+#ifdef SLAKE_X16_KERNEL
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace slake
