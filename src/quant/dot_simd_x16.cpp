@@ -1,10 +1,11 @@
-// The K-quants' group kernel (AVX-512 VNNI): Q4_K, Q5_K and Q6_K matrices in the X16 layout
+// The K-quants' group kernel (AVX-512 VNNI): Q2_K..Q6_K and IQ4_XS matrices in the X16 layout
 // (quant_dot.h), 16 rows x up to 4 tokens per call, one row per 32-bit lane. Each dpbusd meets 4
 // quants of all 16 rows with the same 4 activation bytes, broadcast from memory, so a block costs a
 // token 64 dpbusd and no unpacking per row, shuffle or horizontal sum; the quants are unpacked once
-// per group and block for every token of the tile. The integer sums of a sub-block (32 elements,
-// Q4_K/Q5_K) or group (16, Q6_K) are scaled by its 6- or 8-bit scale in int32, and the mins (or
-// Q6_K's -32) meet the activations' group sums (bsums) through dpwssd, two groups per instruction.
+// per group and block for every token of the tile. The integer sums of a sub-block (32 elements)
+// or group (16) are scaled by its scale in int32, and the mins and offsets (Q3_K's -4, Q6_K's
+// -32, IQ4_XS's -128 of its shifted values) meet the activations' group sums (bsums) through
+// dpwssd, two groups per instruction.
 // Each token's block sum is exact in int32 and scaled once per block in fp32, so a token's result
 // does not depend on the other tokens of the tile: decode and batches round alike.
 #include <cstring>
@@ -165,12 +166,165 @@ void tile_x16_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t 
   for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
 }
 
+// The 2 bits of sub-block m < 4 of a half (Q2_K, Q3_K's low bits): qs word bits 2m, 2m+1.
+inline __m512i two_bits(__m512i v, int m) { return _mm512_and_si512(_mm512_srli_epi16(v, 2 * m), _mm512_set1_epi8(3)); }
+
+// Q2_K: per block, d sum_s sc(s) sum_e q a - dmin sum_s m(s) bsum(s) over groups s of 16, the
+// scale the low and the min the high nibble of a byte. Element 128h+32m+4k+j is at bits 2m of
+// byte j of qs word 8h+k (group 8h+2m+k/4).
+template <int RN>
+void tile_x16_q2_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
+  constexpr size_t kBlock = 16 * 84, kSc = 64, kQs = 320;
+  const __m512i m15 = _mm512_set1_epi32(15);
+  __m512 acc[RN];
+  for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
+    prefetch_block<kBlock>(g);
+    __m512i isum[RN], msum[RN];
+    for (int j = 0; j < RN; ++j) isum[j] = msum[j] = _mm512_setzero_si512();
+    for (int p = 0; p < 8; ++p) {
+      const __m512i pair = _mm512_or_si512(_mm512_srli_epi32(u8_lanes(g + kSc + 16 * (2 * p)), 4),
+                                           _mm512_slli_epi32(_mm512_srli_epi32(u8_lanes(g + kSc + 16 * (2 * p + 1)), 4), 16));
+      for (int j = 0; j < RN; ++j) msum[j] = _mm512_dpwssd_epi32(msum[j], pair, bcast32(act_block(act, as, j, b).bsums + 2 * p));
+    }
+    for (int h = 0; h < 2; ++h)
+      for (int m = 0; m < 4; ++m)
+        for (int q = 0; q < 2; ++q) {
+          __m512i sum[RN];
+          for (int j = 0; j < RN; ++j) sum[j] = _mm512_setzero_si512();
+          for (int k = 4 * q; k < 4 * q + 4; ++k) {
+            const __m512i u = two_bits(load512(g + kQs + 64 * (8 * h + k)), m);
+            for (int j = 0; j < RN; ++j)
+              sum[j] = _mm512_dpbusd_epi32(sum[j], u, bcast32(act_block(act, as, j, b).qs + 128 * h + 32 * m + 4 * k));
+          }
+          const __m512i sc = _mm512_and_si512(u8_lanes(g + kSc + 16 * (8 * h + 2 * m + q)), m15);
+          for (int j = 0; j < RN; ++j) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sum[j], sc));
+        }
+    const __m512 d = f16_lanes(g), dmin = f16_lanes(g + 32);
+    for (int j = 0; j < RN; ++j) {
+      const __m512 ad = _mm512_set1_ps(act_block(act, as, j, b).d);
+      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(isum[j]), acc[j]);
+      acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, ad), _mm512_cvtepi32_ps(msum[j]), acc[j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
+}
+
+// Q3_K: per block, d sum_s sc(s) (sum_e u a - 4 bsum(s)), u = the 2 low bits (as Q2_K's) | the
+// hmask bit << 2 (0..7), sc(s) = the stored 6 bits - 32. Element 32r+4k+j's hmask bit is bit r
+// of byte j of hmask word k.
+template <int RN>
+void tile_x16_q3_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
+  constexpr size_t kBlock = 16 * 110, kLow = 32, kHigh = 160, kHm = 224, kQs = 736;
+  const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3), b2 = _mm512_set1_epi8(4);
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF), bias = _mm512_set1_epi32(32);
+  __m512 acc[RN];
+  for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
+    prefetch_block<kBlock>(g);
+    __m512i sc[16];
+    for (int p = 0; p < 8; ++p) {
+      const __m512i low = u8_lanes(g + kLow + 16 * p), high = u8_lanes(g + kHigh + 16 * (p / 2));
+      for (int c = 0; c < 2; ++c) {
+        const int s = 2 * p + c;
+        const __m512i l4 = c ? _mm512_srli_epi32(low, 4) : _mm512_and_si512(low, m15);
+        const __m512i h2 = _mm512_and_si512(_mm512_srli_epi32(high, 2 * (s % 4)), m3);
+        sc[s] = _mm512_sub_epi32(_mm512_or_si512(l4, _mm512_slli_epi32(h2, 4)), bias);
+      }
+    }
+    __m512i isum[RN], osum[RN];
+    for (int j = 0; j < RN; ++j) isum[j] = osum[j] = _mm512_setzero_si512();
+    for (int p = 0; p < 8; ++p) {
+      const __m512i pair = _mm512_or_si512(_mm512_and_si512(sc[2 * p], low16), _mm512_slli_epi32(sc[2 * p + 1], 16));
+      for (int j = 0; j < RN; ++j) osum[j] = _mm512_dpwssd_epi32(osum[j], pair, bcast32(act_block(act, as, j, b).bsums + 2 * p));
+    }
+    for (int h = 0; h < 2; ++h)
+      for (int m = 0; m < 4; ++m) {
+        const int r = 4 * h + m;  // the hmask bit
+        for (int q = 0; q < 2; ++q) {
+          __m512i sum[RN];
+          for (int j = 0; j < RN; ++j) sum[j] = _mm512_setzero_si512();
+          for (int k = 4 * q; k < 4 * q + 4; ++k) {
+            const __m512i hm = load512(g + kHm + 64 * k);
+            const __m512i hb = r >= 2 ? _mm512_srli_epi16(hm, r - 2) : _mm512_slli_epi16(hm, 2 - r);
+            const __m512i u = _mm512_ternarylogic_epi32(two_bits(load512(g + kQs + 64 * (8 * h + k)), m), hb, b2, 0xF8);
+            for (int j = 0; j < RN; ++j)
+              sum[j] = _mm512_dpbusd_epi32(sum[j], u, bcast32(act_block(act, as, j, b).qs + 128 * h + 32 * m + 4 * k));
+          }
+          for (int j = 0; j < RN; ++j) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sum[j], sc[8 * h + 2 * m + q]));
+        }
+      }
+    const __m512 d = f16_lanes(g);
+    for (int j = 0; j < RN; ++j) {
+      const __m512i total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(osum[j], 2));
+      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_block(act, as, j, b).d)), _mm512_cvtepi32_ps(total), acc[j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
+}
+
+// IQ4_XS: per block, d sum_r sc(r) sum_e v a over sub-blocks r of 32, v = kIQ4Values[nibble], taken
+// as v + 128 (unsigned, for dpbusd) less 128 times the activation sums. Sub-block r's 16 bytes are
+// qs words 4r..4r+3: low nibbles elements 32r+4w'+j, high nibbles 32r+16+4w'+j (w' = w % 4).
+template <int RN>
+void tile_x16_iq4_xs(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
+  constexpr size_t kBlock = 16 * 136, kSh = 32, kSl = 64, kQs = 128;
+  alignas(16) uint8_t shifted[16];
+  for (int i = 0; i < 16; ++i) shifted[i] = static_cast<uint8_t>(quant::kIQ4Values[i] + 128);
+  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(shifted)));
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
+  const __m512i bias = _mm512_set1_epi32(32);
+  __m512 acc[RN];
+  for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
+    prefetch_block<kBlock>(g);
+    const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kSh)));
+    const __m512i sl = load512(g + kSl);
+    __m512i isum[RN], osum[RN];
+    for (int j = 0; j < RN; ++j) isum[j] = osum[j] = _mm512_setzero_si512();
+    for (int r = 0; r < 8; ++r) {
+      const __m512i l4 = _mm512_and_si512(_mm512_srli_epi32(sl, 4 * r), m15);
+      const __m512i h2 = _mm512_and_si512(_mm512_srli_epi32(sh, 2 * r), m3);
+      const __m512i sc = _mm512_sub_epi32(_mm512_or_si512(l4, _mm512_slli_epi32(h2, 4)), bias);
+      const __m512i pair = _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc, 16));
+      __m512i sum[RN];
+      for (int j = 0; j < RN; ++j) {
+        sum[j] = _mm512_setzero_si512();
+        osum[j] = _mm512_dpwssd_epi32(osum[j], pair, bcast32(act_block(act, as, j, b).bsums + 2 * r));
+      }
+      for (int w = 0; w < 4; ++w) {
+        const __m512i v = load512(g + kQs + 64 * (4 * r + w));
+        const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
+        const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+        for (int j = 0; j < RN; ++j) {
+          const int8_t* qs = act_block(act, as, j, b).qs + 32 * r + 4 * w;
+          sum[j] = _mm512_dpbusd_epi32(sum[j], lo, bcast32(qs));
+          sum[j] = _mm512_dpbusd_epi32(sum[j], hi, bcast32(qs + 16));
+        }
+      }
+      for (int j = 0; j < RN; ++j) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sum[j], sc));
+    }
+    const __m512 d = f16_lanes(g);
+    for (int j = 0; j < RN; ++j) {
+      const __m512i total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(osum[j], 7));
+      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_block(act, as, j, b).d)), _mm512_cvtepi32_ps(total), acc[j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
+}
+
 template <int RN>
 void tile_x16(DType t, int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
   switch (t) {
+    case DType::Q2_K: return tile_x16_q2_k<RN>(nb, group, act, as, out, os);
+    case DType::Q3_K: return tile_x16_q3_k<RN>(nb, group, act, as, out, os);
     case DType::Q4_K: return tile_x16_q4_q5_k<false, RN>(nb, group, act, as, out, os);
     case DType::Q5_K: return tile_x16_q4_q5_k<true, RN>(nb, group, act, as, out, os);
-    default: return tile_x16_q6_k<RN>(nb, group, act, as, out, os);
+    case DType::Q6_K: return tile_x16_q6_k<RN>(nb, group, act, as, out, os);
+    default: return tile_x16_iq4_xs<RN>(nb, group, act, as, out, os);
   }
 }
 

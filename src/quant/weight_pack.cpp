@@ -46,49 +46,58 @@ size_t x8_quants_at(int64_t b, int i, int k) {
   return static_cast<size_t>(b) * kX8BlockBytes + 16 + static_cast<size_t>(32 * k + 4 * i);
 }
 
-// X16 (quant_dot.h). The quant regions move 4-byte words only: word v of row i's block (at
-// file_offset + 4v) is at region + 64v + 4i of the group's block. The scalars are transposed, and
-// Q4_K/Q5_K's 12 bytes of 6-bit scales and mins re-encoded.
-struct X16Region {
+// X16 (quant_dot.h). A field of `count` entries of `bytes` each moves entry v of row i's block (at
+// file + bytes v) to packed + 16 bytes v + bytes i of the group's block: the quant words (4 bytes),
+// the per-group scale bytes (1), the fp16 scalars (2, one entry). The 6-bit scales of Q3_K, Q4_K
+// and Q5_K are re-encoded (x16_scales).
+struct X16Field {
   size_t packed, file;
-  int words;
+  int count, bytes;
 };
-struct X16Regions {
-  X16Region r[2];
+struct X16Fields {
+  X16Field f[4];
   int n;
 };
-X16Regions x16_regions(DType t) {
+X16Fields x16_fields(DType t) {
+  namespace q = quant;
   switch (t) {
-    case DType::Q4_K: return {{{256, quant::kQ4K_QS, 32}, {}}, 1};
-    case DType::Q5_K: return {{{256, quant::kQ5K_QS, 32}, {256 + 2048, quant::kQ5K_QH, 8}}, 2};
-    default: return {{{288, quant::kQ6K_QL, 32}, {288 + 2048, quant::kQ6K_QH, 16}}, 2};
+    case DType::Q2_K: return {{{0, q::kQ2K_D, 1, 2}, {32, q::kQ2K_DMIN, 1, 2}, {64, q::kQ2K_SCALES, 16, 1}, {320, q::kQ2K_QS, 16, 4}}, 4};
+    case DType::Q3_K: return {{{0, q::kQ3K_D, 1, 2}, {224, q::kQ3K_HMASK, 8, 4}, {736, q::kQ3K_QS, 16, 4}, {}}, 3};
+    case DType::Q4_K: return {{{0, q::kQ4K_D, 1, 2}, {32, q::kQ4K_DMIN, 1, 2}, {256, q::kQ4K_QS, 32, 4}, {}}, 3};
+    case DType::Q5_K: return {{{0, q::kQ5K_D, 1, 2}, {32, q::kQ5K_DMIN, 1, 2}, {256, q::kQ5K_QS, 32, 4}, {2304, q::kQ5K_QH, 8, 4}}, 4};
+    case DType::Q6_K: return {{{0, q::kQ6K_D, 1, 2}, {32, q::kQ6K_SCALES, 16, 1}, {288, q::kQ6K_QL, 32, 4}, {2336, q::kQ6K_QH, 16, 4}}, 4};
+    default: return {{{0, q::kIQ4XS_D, 1, 2}, {32, q::kIQ4XS_SCALES_H, 1, 2}, {64, q::kIQ4XS_SCALES_L, 1, 4}, {128, q::kIQ4XS_QS, 32, 4}}, 4};
   }
 }
 
-bool x16_shape_fits(const TensorView& w) {
-  return w.layout == WeightLayout::Rows && x16_type(w.type) && w.ne.size() == 2 && w.n_rows() % kGroupRowsX16 == 0 &&
-         w.row_len() % quant::kQK == 0;
-}
-
-// Row i's block `file` to or from the group's block `gb`: kPack copies file -> gb, else gb -> file.
+// The 6-bit scales (and mins) of row i's block `file` to (kPack) or from the group's block `gb`.
+// Q4_K/Q5_K: per sub-block r < 8, the byte sc(r) | (m(r) >> 4) << 6 at 64; per pair p < 4, the
+// byte (m(2p) & 15) | (m(2p+1) & 15) << 4 at 192. Q3_K: scale + 32 (0..63) of group g < 16, its
+// low 4 bits per pair p < 8 at 32 (g = 2p low nibble), its high 2 bits per quad p < 4 at 160
+// (g = 4p + c at bits 2c).
 template <bool kPack>
-void transfer_x16(DType t, uint8_t* gb, int i, uint8_t* file) {
-  const auto move = [](uint8_t* packed, uint8_t* f, size_t n) {
-    if (kPack) std::memcpy(packed, f, n);
-    else std::memcpy(f, packed, n);
-  };
-  const X16Regions regions = x16_regions(t);
-  for (int k = 0; k < regions.n; ++k) {
-    const X16Region& r = regions.r[k];
-    for (int v = 0; v < r.words; ++v) move(gb + r.packed + 64 * static_cast<size_t>(v) + 4 * i, file + r.file + 4 * v, 4);
-  }
-  if (t == DType::Q6_K) {
-    move(gb + 2 * i, file + quant::kQ6K_D, 2);
-    for (int s = 0; s < 16; ++s) move(gb + 32 + 16 * s + i, file + quant::kQ6K_SCALES + s, 1);
+void x16_scales(DType t, uint8_t* gb, int i, uint8_t* file) {
+  if (t == DType::Q3_K) {
+    uint8_t* s = file + quant::kQ3K_SCALES;
+    if (kPack) {
+      for (int p = 0; p < 8; ++p) gb[32 + 16 * p + i] = 0;
+      for (int p = 0; p < 4; ++p) gb[160 + 16 * p + i] = 0;
+      for (int g = 0; g < 16; ++g) {
+        const int u = quant::q3k_scale(file, g) + 32;
+        gb[32 + 16 * (g / 2) + i] = static_cast<uint8_t>(gb[32 + 16 * (g / 2) + i] | (u & 15) << (4 * (g % 2)));
+        gb[160 + 16 * (g / 4) + i] = static_cast<uint8_t>(gb[160 + 16 * (g / 4) + i] | (u >> 4) << (2 * (g % 4)));
+      }
+      return;
+    }
+    std::memset(s, 0, 12);
+    for (int g = 0; g < 16; ++g) {  // the inverse of q3k_scale
+      const int low = (gb[32 + 16 * (g / 2) + i] >> (4 * (g % 2))) & 15, high = (gb[160 + 16 * (g / 4) + i] >> (2 * (g % 4))) & 3;
+      s[g % 8] = static_cast<uint8_t>(s[g % 8] | low << (4 * (g / 8)));
+      s[8 + g % 4] = static_cast<uint8_t>(s[8 + g % 4] | high << (2 * (g / 4)));
+    }
     return;
   }
-  move(gb + 2 * i, file + quant::kQ4K_D, 2);
-  move(gb + 32 + 2 * i, file + quant::kQ4K_DMIN, 2);
+  if (t != DType::Q4_K && t != DType::Q5_K) return;
   uint8_t* s = file + quant::kQ4K_SCALES;
   uint8_t sc[8], m[8];
   if (kPack) {
@@ -107,6 +116,28 @@ void transfer_x16(DType t, uint8_t* gb, int i, uint8_t* file) {
     s[j + 4] = static_cast<uint8_t>(m[j] | (m[j + 4] >> 4) << 6);
     s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
   }
+}
+
+bool x16_shape_fits(const TensorView& w) {
+  return w.layout == WeightLayout::Rows && x16_type(w.type) && w.ne.size() == 2 && w.n_rows() % kGroupRowsX16 == 0 &&
+         w.row_len() % quant::kQK == 0;
+}
+
+// Row i's block `file` to or from the group's block `gb`: kPack copies file -> gb, else gb -> file.
+template <bool kPack>
+void transfer_x16(DType t, uint8_t* gb, int i, uint8_t* file) {
+  const X16Fields fields = x16_fields(t);
+  for (int k = 0; k < fields.n; ++k) {
+    const X16Field& f = fields.f[k];
+    const size_t n = static_cast<size_t>(f.bytes);
+    for (int v = 0; v < f.count; ++v) {
+      uint8_t* packed = gb + f.packed + 16 * n * static_cast<size_t>(v) + n * static_cast<size_t>(i);
+      uint8_t* in_file = file + f.file + n * static_cast<size_t>(v);
+      if (kPack) std::memcpy(packed, in_file, n);
+      else std::memcpy(in_file, packed, n);
+    }
+  }
+  x16_scales<kPack>(t, gb, i, file);
 }
 
 }  // namespace

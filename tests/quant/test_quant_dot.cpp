@@ -523,10 +523,12 @@ TEST(RepackX8, MatmulOverGroupsMatchesFloat64) {
   expect_matmul_matches_float64(P, w, {1, 2, 5, 17, 33}, rng);
 }
 
-// The X16 layout (Q4_K/Q5_K/Q6_K in transposed groups of 16 rows): every row unpacks to the file's
+// The X16 layout (the K-quants and IQ4_XS in transposed groups of 16 rows): every row unpacks to the file's
 // bytes (a re-encoding of every field, so any lost bit shows), through row_in_file_layout too.
+constexpr DType kX16Types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+
 TEST(RepackX16, EveryRowUnpacksToTheFileBytes) {
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (DType t : kX16Types)
     for (int64_t K : {256, 768}) {
       const int64_t N = 32;
       std::mt19937 rng(static_cast<unsigned>(K) + 31 * static_cast<unsigned>(t));
@@ -553,7 +555,7 @@ TEST(RepackX16, RefusesShapesOutsideTheLayout) {
   W.ne = {256, 16};
   EXPECT_EQ(repack_x16_applies(W), x16_kernel_available());  // only where its kernel is built
   EXPECT_EQ(repack_applies(W), x16_kernel_available());
-  for (DType t : {DType::Q2_K, DType::Q3_K, DType::IQ4_XS, DType::Q4_0}) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::IQ4_NL, DType::F16}) {  // not 256-element K-quants
     W.type = t;
     EXPECT_FALSE(repack_x16_applies(W)) << dtype_name(t);
     EXPECT_THROW(pack_x16(W, bytes.data()), Error) << dtype_name(t);
@@ -563,7 +565,7 @@ TEST(RepackX16, RefusesShapesOutsideTheLayout) {
 // The group kernel (SIMD where built, and the portable gather) against float64, every token count.
 // Random bytes give every scale, min and quant its extremes (Q6_K's scales -128..127).
 TEST(RepackX16, GroupKernelMatchesFloat64) {
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (DType t : kX16Types)
     for (int64_t K : {256, 2048}) {
       std::mt19937 rng(static_cast<unsigned>(K) * 11 + static_cast<unsigned>(t));
       const auto w = random_rows(t, kGroupRowsX16, K, rng);
@@ -587,7 +589,7 @@ TEST(RepackX16, GroupKernelMatchesFloat64) {
 // matmul over X16 groups: ragged token counts, several chunks, 1 and 2 threads; a token's result
 // does not depend on the other tokens of its tile (decode rounds as a batch does).
 TEST(RepackX16, MatmulOverGroupsMatchesFloat64) {
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : kX16Types) {
     const int64_t K = 512, N = 96;
     std::mt19937 rng(static_cast<unsigned>(t) + 400);
     const auto w = random_rows(t, N, K, rng);

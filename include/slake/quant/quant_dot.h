@@ -104,20 +104,26 @@ void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act
 // Whether dot_tile_x8 has a kernel of its own here (AVX2 without VNNI).
 bool x8_kernel_available();
 
-// Q4_K, Q5_K and Q6_K matrices repacked for AVX-512 VNNI come in groups of kGroupRowsX16 rows,
+// The K-quants and IQ4_XS, repacked for AVX-512 VNNI, come in groups of kGroupRowsX16 rows,
 // transposed so that each 32-bit lane of a 512-bit register is one row: a block's dot product
 // with a token is then 64 dpbusd over all 16 rows, with no unpacking per row and no horizontal
 // sum. Per 256-element block b, the group holds its 16 rows' blocks in as many bytes (group g
 // starts where row 16g would): the quants as they are in the file, word by word (4-byte word w
-// of row i's qs, qh or ql at region + 64w + 4i), and the scalars transposed:
-//   Q4_K (16 x 144 bytes): d[16], dmin[16] (fp16, row i at 2i); per sub-block r < 8, 16 bytes
-//     sc(r) | (m(r) >> 4) << 6; per pair p < 4, 16 bytes (m(2p) & 15) | (m(2p+1) & 15) << 4; at 256,
-//     the 32 words of qs.
-//   Q5_K (16 x 176 bytes): Q4_K's, then at 2304 the 8 words of qh.
-//   Q6_K (16 x 210 bytes): d[16] (fp16); per group s < 16 of 16 elements, 16 int8 scales; at 288,
-//     the 32 words of ql; at 2336, the 16 words of qh.
+// of row i's qs, qh, ql or hmask at region + 64w + 4i), and the scalars transposed (fp16 d of
+// row i at 2i; a per-group byte of row i at region + 16g + i):
+//   Q2_K (16 x 84): d, dmin; at 64 the 16 scale|min bytes; at 320 the 16 words of qs.
+//   Q3_K (16 x 110): d; at 32 per pair p < 8 of groups the low 4 bits of scale + 32 (group 2p low
+//     nibble), at 160 per quad p < 4 their high 2 bits (group 4p + c at bit 2c); at 224 the 8
+//     words of hmask; at 736 the 16 words of qs.
+//   Q4_K (16 x 144): d, dmin at 32; per sub-block r < 8 at 64, the byte sc(r) | (m(r) >> 4) << 6;
+//     per pair p < 4 at 192, the byte (m(2p) & 15) | (m(2p+1) & 15) << 4; at 256 the 32 words of qs.
+//   Q5_K (16 x 176): Q4_K's, then at 2304 the 8 words of qh.
+//   Q6_K (16 x 210): d; at 32 the 16 int8 scales; at 288 the 32 words of ql; at 2336 the 16 of qh.
+//   IQ4_XS (16 x 136): d, scales_h (u16) at 32; at 64 the word of scales_l; at 128 the 32 words of qs.
 constexpr int kGroupRowsX16 = 16;
-constexpr bool x16_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+constexpr bool x16_type(DType t) {
+  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_XS;
+}
 
 // out[j * out_stride + i] = (row i of the X16 group at `group`) . (activation row j), for the
 // group's 16 rows and j < rn <= kTileTokens.
