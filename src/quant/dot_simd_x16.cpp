@@ -10,7 +10,10 @@
 // does not depend on the other tokens of the tile: decode and batches round alike.
 #include <cstring>
 
+#include <string>
+
 #include "simd_util.h"
+#include "slake/error.h"
 #include "slake/quant/quant_dot.h"
 
 #if defined(SLAKE_SIMD_DOT) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -324,7 +327,8 @@ void tile_x16(DType t, int64_t nb, const uint8_t* group, const uint8_t* act, siz
     case DType::Q4_K: return tile_x16_q4_q5_k<false, RN>(nb, group, act, as, out, os);
     case DType::Q5_K: return tile_x16_q4_q5_k<true, RN>(nb, group, act, as, out, os);
     case DType::Q6_K: return tile_x16_q6_k<RN>(nb, group, act, as, out, os);
-    default: return tile_x16_iq4_xs<RN>(nb, group, act, as, out, os);
+    case DType::IQ4_XS: return tile_x16_iq4_xs<RN>(nb, group, act, as, out, os);
+    default: fail(std::string("no X16 kernel for ") + dtype_name(t));
   }
 }
 

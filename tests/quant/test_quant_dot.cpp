@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "slake/quant/dtype.h"
 #include "slake/error.h"
 #include "slake/cpu/ops.h"
+#include "slake/quant/quant_blocks.h"
 #include "slake/quant/quant_dot.h"
 #include "slake/quant/weight_pack.h"
 
@@ -565,6 +567,7 @@ TEST(RepackX16, RefusesShapesOutsideTheLayout) {
 // The group kernel (SIMD where built, and the portable gather) against float64, every token count.
 // Random bytes give every scale, min and quant its extremes (Q6_K's scales -128..127).
 TEST(RepackX16, GroupKernelMatchesFloat64) {
+  if (!x16_kernel_available()) std::cout << "no X16 kernel in this build: dot_tile_x16 is the portable gather\n";
   for (DType t : kX16Types)
     for (int64_t K : {256, 2048}) {
       std::mt19937 rng(static_cast<unsigned>(K) * 11 + static_cast<unsigned>(t));
@@ -586,21 +589,68 @@ TEST(RepackX16, GroupKernelMatchesFloat64) {
     }
 }
 
+// The int32 sums at their largest: every quant, scale and min at its extreme magnitude (Q6_K's
+// scales -128, Q3_K's and IQ4_XS's -32, IQ4_XS's values 113, shifted 241), against activations of
+// all 127, all -127 and alternating signs. The kernel must give the float64 sums (no wrap).
+TEST(RepackX16, LargestSumsDoNotWrap) {
+  if (!x16_kernel_available()) GTEST_SKIP() << "no X16 kernel in this build (AVX-512 VNNI)";
+  const int64_t K = 512;
+  for (DType t : kX16Types) {
+    const size_t bb = static_cast<size_t>(dtype_info(t).block_bytes);
+    std::vector<uint8_t> w(row_bytes(t, K) * kGroupRowsX16, 0xFF);
+    for (size_t b = 0; b < w.size(); b += bb) {
+      for (int off : fp16_fields(t)) {
+        const uint16_t one = fp32_to_fp16(1.0f);
+        std::memcpy(&w[b + static_cast<size_t>(off)], &one, 2);
+      }
+      if (t == DType::Q6_K) std::memset(&w[b + quant::kQ6K_SCALES], 0x80, 16);
+      if (t == DType::Q3_K) std::memset(&w[b + quant::kQ3K_SCALES], 0x00, 12);
+      if (t == DType::IQ4_XS) std::memset(&w[b + quant::kIQ4XS_SCALES_H], 0x00, 6);
+    }
+    std::vector<uint8_t> packed(w.size());
+    pack_x16(view_of(t, K, kGroupRowsX16, w), packed.data());
+    Prepared a;
+    a.row_bytes = act_row_bytes(ActFormat::Q8_K, K);
+    a.bytes.assign(a.row_bytes * kTileTokens, 0);
+    a.values.resize(static_cast<size_t>(kTileTokens * K));
+    for (int j = 0; j < kTileTokens; ++j)
+      for (int64_t b = 0; b < K / 256; ++b) {
+        auto& blk = reinterpret_cast<ActBlockQ8_K*>(a.bytes.data() + j * a.row_bytes)[b];
+        blk.d = 1.0f;
+        for (int e = 0; e < 256; ++e) {
+          const int v = j % 4 == 0 ? 127 : j % 4 == 1 ? -127 : j % 4 == 2 ? (e % 2 ? 127 : -127) : (e % (j + 1) ? -127 : 127);
+          blk.qs[e] = static_cast<int8_t>(v);
+          a.values[static_cast<size_t>(j * K + 256 * b + e)] = static_cast<float>(v);
+        }
+        for (int g = 0; g < 16; ++g) {
+          int sum = 0;
+          for (int e = 0; e < 16; ++e) sum += blk.qs[16 * g + e];
+          blk.bsums[g] = static_cast<int16_t>(sum);
+        }
+      }
+    std::vector<double> want, mag;
+    reference(t, w, kGroupRowsX16, K, a, kTileTokens, &want, &mag);
+    std::vector<float> got(kGroupRowsX16 * kTileTokens, NAN);
+    dot_tile_x16(t, K, packed.data(), a.bytes.data(), a.row_bytes, kTileTokens, got.data(), kGroupRowsX16);
+    expect_tile(got, want, mag, kGroupRowsX16, kGroupRowsX16, kTileTokens, std::string("extremes ") + dtype_name(t));
+  }
+}
+
 // matmul over X16 groups: ragged token counts, several chunks, 1 and 2 threads; a token's result
 // does not depend on the other tokens of its tile (decode rounds as a batch does).
 TEST(RepackX16, MatmulOverGroupsMatchesFloat64) {
   for (DType t : kX16Types) {
-    const int64_t K = 512, N = 96;
+    const int64_t K = 512, N = 80;  // 2 threads' decode halves round up to 48 + 32 rows
     std::mt19937 rng(static_cast<unsigned>(t) + 400);
     const auto w = random_rows(t, N, K, rng);
     std::vector<uint8_t> packed(w.size());
     const TensorView P = pack_x16(view_of(t, K, N, w), packed.data());
-    expect_matmul_matches_float64(P, w, {1, 2, 5, 17, 33}, rng);
-    const auto x = random_floats(5 * K, rng);
-    std::vector<float> batch(static_cast<size_t>(5 * N)), one(static_cast<size_t>(N));
-    ThreadPool pool(1);
-    matmul(batch.data(), x.data(), 5, P, pool);
-    for (int64_t j = 0; j < 5; ++j) {
+    expect_matmul_matches_float64(P, w, {1, 2, 5, 11, 17, 33}, rng);
+    const auto x = random_floats(11 * K, rng);
+    std::vector<float> batch(static_cast<size_t>(11 * N)), one(static_cast<size_t>(N));
+    ThreadPool pool(2);
+    matmul(batch.data(), x.data(), 11, P, pool);
+    for (int64_t j = 0; j < 11; ++j) {
       matmul(one.data(), x.data() + j * K, 1, P, pool);
       for (int64_t r = 0; r < N; ++r) ASSERT_EQ(one[static_cast<size_t>(r)], batch[static_cast<size_t>(j * N + r)]) << dtype_name(t);
     }

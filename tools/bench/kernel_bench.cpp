@@ -1,7 +1,7 @@
 // Micro-benchmarks of the CPU kernels (Google Benchmark): matmul for every weight type at the
 // decode shape (one token: bound by reading the weights) and at a prefill shape (64 tokens: bound
 // by arithmetic), on TinyLlama-1.1B's FFN matrix (5632 x 2048), in the layout the CPU path gives
-// a model's matrix (Q8_0/Q4_0 repacked where this build does: "repacked" in the label). Counters: weight GB/s and GFLOP/s
+// a model's matrix (Q8_0/Q4_0 and the K-quants repacked where this build does: "repacked" in the label). Counters: weight GB/s and GFLOP/s
 // (2 K N tokens per product). slake-kernel-bench --bandwidth first prints the machine's read
 // bandwidth (the decode ceiling) from the same probe as slake-bench; BM_fma_peak measures one
 // core's fp32 FMA peak (the ceiling of the float-weight prefill figures). BM_attention compares the
@@ -71,7 +71,7 @@ void BM_matmul(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(2));
   // Copies of the matrix, used in turn, so that the weights come from memory, not from the
   // last-level cache (260 MiB here), as they do in a forward pass. Each copy is in the layout a
-  // model's matrix has on the CPU path: Q8_0/Q4_0 repacked where this build does (weight_pack.h).
+  // model's matrix has on the CPU path: repacked where this build does (weight_pack.h).
   const auto w = random_weights(t);
   const size_t copies = std::max<size_t>(1, (size_t{768} << 20) / w.size());
   std::vector<uint8_t> all(w.size() * copies);
