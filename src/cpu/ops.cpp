@@ -176,6 +176,14 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
         amx_rows_q8(W.type == DType::Q4_0, K, w, wb, rows, act, ab, scales, n_tokens, out + r0, N);
         r0 += rows;
       }
+      if (x16 && n_tokens > kTileTokens && x16_unpack_for_prompts(W.type)) {  // unpacked once for kX16Span tokens
+        constexpr int64_t kX16Span = 64;  // their activations (K = 2048: 150 KiB) stay in L2
+        for (int64_t t = 0; t < n_tokens; t += kX16Span)
+          for (int64_t r = r0; r < r1; r += kGroupRowsX16)
+            dot_group_x16(W.type, K, W.data + static_cast<size_t>(r) * wb, act + static_cast<size_t>(t) * ab, ab,
+                          std::min(kX16Span, n_tokens - t), out + t * N + r, N);
+        continue;
+      }
       for (int64_t t = 0; t < n_tokens; t += kTileTokens) {
         const int rn = static_cast<int>(std::min<int64_t>(kTileTokens, n_tokens - t));
         if (x16) {  // as for x4

@@ -8,6 +8,7 @@
 // dpwssd, two groups per instruction.
 // Each token's block sum is exact in int32 and scaled once per block in fp32, so a token's result
 // does not depend on the other tokens of the tile: decode and batches round alike.
+#include <algorithm>
 #include <cstring>
 
 #include <string>
@@ -319,6 +320,218 @@ void tile_x16_iq4_xs(int64_t nb, const uint8_t* group, const uint8_t* act, size_
   for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
 }
 
+// --- Prompts: each block unpacked once for every token -------------------------------------------
+// One block of a group as plain unsigned 8-bit quants: vector w holds elements 4w..4w+3 of the 16
+// rows; per group s of 16 elements, each row's int32 scale; per pair p of groups, the int16
+// weights (low: group 2p, high: 2p+1) of the activations' group sums; and the fp32 factors. A
+// token's block sum is d ad sum_s sc(s) sum_e u a - dm ad sum_s mo(s) bsum(s), the two terms
+// taken apart in int32 where dm is d (`joint`: Q3_K's 4 sc, Q6_K's 32 sc, IQ4_XS's 128 sc) and in
+// fp32 otherwise (dmin), exactly as the tile kernels above take them: the integer sums are the
+// same integers, and the fp32 steps the same, so the results are equal bit for bit.
+struct Unpacked {
+  __m512i u[64];
+  __m512i sc[16];
+  __m512i mo[8];
+  __m512 d, dm;
+  bool joint;
+};
+
+inline __m512i int16_pair(__m512i low, __m512i high) {
+  return _mm512_or_si512(_mm512_and_si512(low, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(high, 16));
+}
+
+template <bool kFifthBit>
+void unpack_q4_q5_k(const uint8_t* g, Unpacked& U) {
+  constexpr size_t kQs = 256, kQh = 256 + 2048;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10), m63 = _mm512_set1_epi32(63);
+  for (int c = 0; c < 4; ++c)
+    for (int k = 0; k < 8; ++k) {
+      const __m512i v = load512(g + kQs + 64 * (8 * c + k));
+      __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      if (kFifthBit) {
+        const __m512i h = load512(g + kQh + 64 * k);
+        const int rl = 2 * c, rh = 2 * c + 1;
+        lo = _mm512_ternarylogic_epi32(lo, rl <= 4 ? _mm512_slli_epi16(h, 4 - rl) : _mm512_srli_epi16(h, rl - 4), fifth, 0xF8);
+        hi = _mm512_ternarylogic_epi32(hi, rh <= 4 ? _mm512_slli_epi16(h, 4 - rh) : _mm512_srli_epi16(h, rh - 4), fifth, 0xF8);
+      }
+      U.u[16 * c + k] = lo;
+      U.u[16 * c + 8 + k] = hi;
+    }
+  for (int p = 0; p < 4; ++p) {
+    const __m512i n = u8_lanes(g + 192 + 16 * p);
+    for (int h = 0; h < 2; ++h) {
+      const int r = 2 * p + h;
+      const __m512i sb = u8_lanes(g + 64 + 16 * r);
+      U.sc[2 * r] = U.sc[2 * r + 1] = _mm512_and_si512(sb, m63);
+      const __m512i m = _mm512_or_si512(h ? _mm512_srli_epi32(n, 4) : _mm512_and_si512(n, _mm512_set1_epi32(15)),
+                                        _mm512_slli_epi32(_mm512_srli_epi32(sb, 6), 4));
+      U.mo[r] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+    }
+  }
+  U.d = f16_lanes(g);
+  U.dm = f16_lanes(g + 32);
+  U.joint = false;
+}
+
+void unpack_q6_k(const uint8_t* g, Unpacked& U) {
+  constexpr size_t kQl = 288, kQh = 288 + 2048;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const auto high_bits = [&](__m512i h, int m) {
+    switch (m) {
+      case 0: return _mm512_and_si512(_mm512_slli_epi16(h, 4), m30);
+      case 1: return _mm512_and_si512(_mm512_slli_epi16(h, 2), m30);
+      case 2: return _mm512_and_si512(h, m30);
+      default: return _mm512_and_si512(_mm512_srli_epi16(h, 2), m30);
+    }
+  };
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) {
+      const __m512i v = load512(g + kQl + 64 * (16 * h + k)), hb = load512(g + kQh + 64 * (8 * h + k % 8));
+      U.u[32 * h + k] = _mm512_or_si512(_mm512_and_si512(v, m4), high_bits(hb, k / 8));
+      U.u[32 * h + 16 + k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), high_bits(hb, 2 + k / 8));
+    }
+  for (int s = 0; s < 16; ++s) U.sc[s] = i8_lanes(g + 32 + 16 * s);
+  for (int p = 0; p < 8; ++p) U.mo[p] = int16_pair(_mm512_slli_epi32(U.sc[2 * p], 5), _mm512_slli_epi32(U.sc[2 * p + 1], 5));
+  U.d = U.dm = f16_lanes(g);
+  U.joint = true;
+}
+
+void unpack_q2_k(const uint8_t* g, Unpacked& U) {
+  constexpr size_t kSc = 64, kQs = 320;
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 8; ++k) {
+      const __m512i v = load512(g + kQs + 64 * (8 * h + k));
+      for (int m = 0; m < 4; ++m) U.u[32 * h + 8 * m + k] = two_bits(v, m);
+    }
+  for (int s = 0; s < 16; ++s) U.sc[s] = _mm512_and_si512(u8_lanes(g + kSc + 16 * s), _mm512_set1_epi32(15));
+  for (int p = 0; p < 8; ++p)
+    U.mo[p] = int16_pair(_mm512_srli_epi32(u8_lanes(g + kSc + 16 * (2 * p)), 4), _mm512_srli_epi32(u8_lanes(g + kSc + 16 * (2 * p + 1)), 4));
+  U.d = f16_lanes(g);
+  U.dm = f16_lanes(g + 32);
+  U.joint = false;
+}
+
+void unpack_q3_k(const uint8_t* g, Unpacked& U) {
+  constexpr size_t kLow = 32, kHigh = 160, kHm = 224, kQs = 736;
+  const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3), b2 = _mm512_set1_epi8(4), bias = _mm512_set1_epi32(32);
+  for (int p = 0; p < 8; ++p) {
+    const __m512i low = u8_lanes(g + kLow + 16 * p), high = u8_lanes(g + kHigh + 16 * (p / 2));
+    for (int c = 0; c < 2; ++c) {
+      const int s = 2 * p + c;
+      const __m512i l4 = c ? _mm512_srli_epi32(low, 4) : _mm512_and_si512(low, m15);
+      const __m512i h2 = _mm512_and_si512(_mm512_srli_epi32(high, 2 * (s % 4)), m3);
+      U.sc[s] = _mm512_sub_epi32(_mm512_or_si512(l4, _mm512_slli_epi32(h2, 4)), bias);
+    }
+  }
+  for (int p = 0; p < 8; ++p) U.mo[p] = int16_pair(_mm512_slli_epi32(U.sc[2 * p], 2), _mm512_slli_epi32(U.sc[2 * p + 1], 2));
+  for (int h = 0; h < 2; ++h)
+    for (int m = 0; m < 4; ++m) {
+      const int r = 4 * h + m;
+      for (int k = 0; k < 8; ++k) {
+        const __m512i hm = load512(g + kHm + 64 * k);
+        const __m512i hb = r >= 2 ? _mm512_srli_epi16(hm, r - 2) : _mm512_slli_epi16(hm, 2 - r);
+        U.u[32 * h + 8 * m + k] = _mm512_ternarylogic_epi32(two_bits(load512(g + kQs + 64 * (8 * h + k)), m), hb, b2, 0xF8);
+      }
+    }
+  U.d = U.dm = f16_lanes(g);
+  U.joint = true;
+}
+
+void unpack_iq4_xs(const uint8_t* g, Unpacked& U) {
+  constexpr size_t kSh = 32, kSl = 64, kQs = 128;
+  alignas(16) uint8_t shifted[16];
+  for (int i = 0; i < 16; ++i) shifted[i] = static_cast<uint8_t>(quant::kIQ4Values[i] + 128);
+  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(shifted)));
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32);
+  const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kSh)));
+  const __m512i sl = load512(g + kSl);
+  for (int r = 0; r < 8; ++r) {
+    const __m512i sc = _mm512_sub_epi32(
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(sl, 4 * r), m15), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * r), m3), 4)),
+        bias);
+    U.sc[2 * r] = U.sc[2 * r + 1] = sc;
+    const __m512i mo = _mm512_slli_epi32(sc, 7);
+    U.mo[r] = int16_pair(mo, mo);
+    for (int w = 0; w < 4; ++w) {
+      const __m512i v = load512(g + kQs + 64 * (4 * r + w));
+      U.u[8 * r + w] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
+      U.u[8 * r + 4 + w] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+    }
+  }
+  U.d = U.dm = f16_lanes(g);
+  U.joint = true;
+}
+
+// Block b's contribution for RN tokens, added to out[j * os]; kScaleElems 32 where the scales
+// come per 32 elements (Q4_K, Q5_K, IQ4_XS: sc(2r) = sc(2r+1)), one product per sub-block.
+template <int kScaleElems, int RN>
+void dot_unpacked(const Unpacked& U, int64_t b, const uint8_t* act, size_t as, float* out, int64_t os) {
+  __m512i isum[RN], msum[RN];
+  for (int j = 0; j < RN; ++j) isum[j] = msum[j] = _mm512_setzero_si512();
+  for (int p = 0; p < 8; ++p)
+    for (int j = 0; j < RN; ++j) msum[j] = _mm512_dpwssd_epi32(msum[j], U.mo[p], bcast32(act_block(act, as, j, b).bsums + 2 * p));
+  const int8_t* qs[RN];
+  for (int j = 0; j < RN; ++j) qs[j] = act_block(act, as, j, b).qs;
+  constexpr int kWords = kScaleElems / 4;  // the vectors one scale covers
+#pragma GCC unroll 16
+  for (int s = 0; s < 256 / kScaleElems; ++s) {
+    __m512i sum[RN];
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; ++j) sum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int q = 0; q < kWords; ++q) {
+      const __m512i u = U.u[kWords * s + q];
+#pragma GCC unroll 4
+      for (int j = 0; j < RN; ++j) sum[j] = _mm512_dpbusd_epi32(sum[j], u, bcast32(qs[j] + kScaleElems * s + 4 * q));
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; ++j) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sum[j], U.sc[kScaleElems / 16 * s]));
+  }
+  for (int j = 0; j < RN; ++j) {
+    const __m512 ad = _mm512_set1_ps(act_block(act, as, j, b).d);
+    __m512 acc = _mm512_loadu_ps(out + j * os);
+    if (U.joint) {
+      acc = _mm512_fmadd_ps(_mm512_mul_ps(U.d, ad), _mm512_cvtepi32_ps(_mm512_sub_epi32(isum[j], msum[j])), acc);
+    } else {
+      acc = _mm512_fmadd_ps(_mm512_mul_ps(U.d, ad), _mm512_cvtepi32_ps(isum[j]), acc);
+      acc = _mm512_fnmadd_ps(_mm512_mul_ps(U.dm, ad), _mm512_cvtepi32_ps(msum[j]), acc);
+    }
+    _mm512_storeu_ps(out + j * os, acc);
+  }
+}
+
+template <int kScaleElems>
+void tokens_over(const Unpacked& U, int64_t b, const uint8_t* act, size_t as, int64_t n, float* out, int64_t os) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) dot_unpacked<kScaleElems, 4>(U, b, act + static_cast<size_t>(j) * as, as, out + j * os, os);
+  switch (n - j) {
+    case 3: return dot_unpacked<kScaleElems, 3>(U, b, act + static_cast<size_t>(j) * as, as, out + j * os, os);
+    case 2: return dot_unpacked<kScaleElems, 2>(U, b, act + static_cast<size_t>(j) * as, as, out + j * os, os);
+    case 1: return dot_unpacked<kScaleElems, 1>(U, b, act + static_cast<size_t>(j) * as, as, out + j * os, os);
+    default: return;
+  }
+}
+
+void group_x16(DType t, int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, int64_t n, float* out, int64_t os) {
+  const size_t block = kGroupRowsX16 * static_cast<size_t>(dtype_info(t).block_bytes);
+  for (int64_t j = 0; j < n; ++j) _mm512_storeu_ps(out + j * os, _mm512_setzero_ps());
+  Unpacked U;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + static_cast<size_t>(b) * block;
+    switch (t) {
+      case DType::Q2_K: unpack_q2_k(g, U); break;
+      case DType::Q3_K: unpack_q3_k(g, U); break;
+      case DType::Q4_K: unpack_q4_q5_k<false>(g, U); break;
+      case DType::Q5_K: unpack_q4_q5_k<true>(g, U); break;
+      case DType::Q6_K: unpack_q6_k(g, U); break;
+      case DType::IQ4_XS: unpack_iq4_xs(g, U); break;
+      default: fail(std::string("no X16 kernel for ") + dtype_name(t));
+    }
+    if (t == DType::Q4_K || t == DType::Q5_K || t == DType::IQ4_XS) tokens_over<32>(U, b, act, as, n, out, os);
+    else tokens_over<16>(U, b, act, as, n, out, os);
+  }
+}
+
 template <int RN>
 void tile_x16(DType t, int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
   switch (t) {
@@ -347,6 +560,17 @@ void dot_tile_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act, 
   }
 #else
   portable::dot_tile_x16(t, K, group, act, act_stride, rn, out, out_stride);
+#endif
+}
+
+void dot_group_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int64_t n, float* out,
+                   int64_t out_stride) {
+#ifdef SLAKE_X16_KERNEL
+  group_x16(t, K / 256, group, act, act_stride, n, out, out_stride);
+#else
+  for (int64_t j = 0; j < n; j += kTileTokens)
+    dot_tile_x16(t, K, group, act + static_cast<size_t>(j) * act_stride, act_stride,
+                 static_cast<int>(std::min<int64_t>(kTileTokens, n - j)), out + j * out_stride, out_stride);
 #endif
 }
 

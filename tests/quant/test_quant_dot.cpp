@@ -3,6 +3,7 @@
 // against the fp32 values it stands for.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -633,6 +634,28 @@ TEST(RepackX16, LargestSumsDoNotWrap) {
     std::vector<float> got(kGroupRowsX16 * kTileTokens, NAN);
     dot_tile_x16(t, K, packed.data(), a.bytes.data(), a.row_bytes, kTileTokens, got.data(), kGroupRowsX16);
     expect_tile(got, want, mag, kGroupRowsX16, kGroupRowsX16, kTileTokens, std::string("extremes ") + dtype_name(t));
+  }
+}
+
+// The prompt kernel (each block unpacked once for all tokens) gives the tile kernel's results bit
+// for bit, for token counts across and between tiles of 4.
+TEST(RepackX16, PromptKernelEqualsTileKernel) {
+  for (DType t : kX16Types) {
+    const int64_t K = 768, n = 11;
+    std::mt19937 rng(static_cast<unsigned>(t) + 500);
+    const auto w = random_rows(t, kGroupRowsX16, K, rng);
+    std::vector<uint8_t> packed(w.size());
+    pack_x16(view_of(t, K, kGroupRowsX16, w), packed.data());
+    const Prepared a = prepare(t, random_floats(n * K, rng), n, K);
+    for (int64_t tokens : {1, 4, 5, 11}) {
+      std::vector<float> group(static_cast<size_t>(tokens * kGroupRowsX16), NAN), tiles(group);
+      dot_group_x16(t, K, packed.data(), a.bytes.data(), a.row_bytes, tokens, group.data(), kGroupRowsX16);
+      for (int64_t j = 0; j < tokens; j += kTileTokens)
+        dot_tile_x16(t, K, packed.data(), a.bytes.data() + static_cast<size_t>(j) * a.row_bytes, a.row_bytes,
+                     static_cast<int>(std::min<int64_t>(kTileTokens, tokens - j)), tiles.data() + j * kGroupRowsX16, kGroupRowsX16);
+      for (size_t o = 0; o < group.size(); ++o)
+        ASSERT_EQ(group[o], tiles[o]) << dtype_name(t) << " tokens " << tokens << " at " << o;
+    }
   }
 }
 
