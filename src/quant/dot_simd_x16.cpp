@@ -52,12 +52,120 @@ inline const ActBlockQ8_K& act_block(const uint8_t* act, size_t as, int j, int64
   return reinterpret_cast<const ActBlockQ8_K*>(act + static_cast<size_t>(j) * as)[b];
 }
 
-// Q4_K and Q5_K: per block, sum_r sc(r) sum_e q a (sub-blocks r of 32) times d, less
-// sum_r m(r) (bsum(2r) + bsum(2r+1)) times dmin. |sum| < 8 * 63 * 32 * 31 * 128 < 2^31.
-template <bool kFifthBit, int RN>
-void tile_x16_q4_q5_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
-  constexpr size_t kBlock = 16 * (kFifthBit ? 176 : 144), kQs = 256, kQh = 256 + 2048;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m63 = _mm512_set1_epi32(63), fifth = _mm512_set1_epi8(0x10);
+// --- The fields of a group's block, as vectors of the 16 rows (quant_dot.h gives the layout) ---
+// Shared by the tile kernels (decode and small batches) and the prompt path's unpacking.
+
+inline __m512i int16_pair(__m512i low, __m512i high) {
+  return _mm512_or_si512(_mm512_and_si512(low, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(high, 16));
+}
+
+// Q4_K/Q5_K: the quants of qs word 8c+k, low nibbles (sub-block 2c, elements 64c+4k..) and high
+// (sub-block 2c+1, elements 64c+32+4k..); Q5_K adds bit r of qh word k (sub-block r's fifth bit) at
+// bit 4. Scale and min of sub-block r (6 bits each), the min in both int16 halves of a lane.
+template <bool kFifthBit>
+inline void q45_word(const uint8_t* g, int c, int k, __m512i& lo, __m512i& hi) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
+  const __m512i v = load512(g + 256 + 64 * (8 * c + k));
+  lo = _mm512_and_si512(v, m4);
+  hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  if (kFifthBit) {  // 16-bit shifts: the 0x10 mask drops what crosses a byte
+    const __m512i h = load512(g + 256 + 2048 + 64 * k);
+    const int rl = 2 * c, rh = 2 * c + 1;
+    lo = _mm512_ternarylogic_epi32(lo, rl <= 4 ? _mm512_slli_epi16(h, 4 - rl) : _mm512_srli_epi16(h, rl - 4), fifth, 0xF8);
+    hi = _mm512_ternarylogic_epi32(hi, rh <= 4 ? _mm512_slli_epi16(h, 4 - rh) : _mm512_srli_epi16(h, rh - 4), fifth, 0xF8);
+  }
+}
+inline __m512i q45_scale(const uint8_t* g, int r) { return _mm512_and_si512(u8_lanes(g + 64 + 16 * r), _mm512_set1_epi32(63)); }
+inline __m512i q45_min_pair(const uint8_t* g, int r) {
+  const __m512i n = u8_lanes(g + 192 + 16 * (r / 2));
+  const __m512i low = r % 2 ? _mm512_srli_epi32(n, 4) : _mm512_and_si512(n, _mm512_set1_epi32(15));
+  const __m512i m = _mm512_or_si512(low, _mm512_slli_epi32(_mm512_srli_epi32(u8_lanes(g + 64 + 16 * r), 6), 4));
+  return int16_pair(m, m);
+}
+
+// Q6_K: ql word k < 16 of half h: low nibbles elements 128h+4k.. (groups 8h + k/4), high nibbles
+// 128h+64+4k.. (groups 8h+4 + k/4); their high bits are in qh word 8h + k % 8, for sub-blocks k / 8
+// and 2 + k / 8 of the half. The int8 scale of group s.
+inline __m512i q6_high_bits(__m512i h, int m) {
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  switch (m) {
+    case 0: return _mm512_and_si512(_mm512_slli_epi16(h, 4), m30);
+    case 1: return _mm512_and_si512(_mm512_slli_epi16(h, 2), m30);
+    case 2: return _mm512_and_si512(h, m30);
+    default: return _mm512_and_si512(_mm512_srli_epi16(h, 2), m30);
+  }
+}
+inline void q6_word(const uint8_t* g, int h, int k, __m512i& lo, __m512i& hi) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i v = load512(g + 288 + 64 * (16 * h + k)), hb = load512(g + 288 + 2048 + 64 * (8 * h + k % 8));
+  lo = _mm512_or_si512(_mm512_and_si512(v, m4), q6_high_bits(hb, k / 8));
+  hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), q6_high_bits(hb, 2 + k / 8));
+}
+inline __m512i q6_scale(const uint8_t* g, int s) { return i8_lanes(g + 32 + 16 * s); }
+
+// Q2_K/Q3_K: element 128h+32m+4k+j is at bits 2m of byte j of qs word 8h+k (group 8h+2m+k/4);
+// Q3_K's third bit is bit 4h+m of hmask word k. Q2_K's group byte: scale low, min high nibble.
+inline __m512i two_bits(__m512i v, int m) { return _mm512_and_si512(_mm512_srli_epi16(v, 2 * m), _mm512_set1_epi8(3)); }
+inline __m512i q2_quants(const uint8_t* g, int h, int m, int k) { return two_bits(load512(g + 320 + 64 * (8 * h + k)), m); }
+inline __m512i q2_scale(const uint8_t* g, int s) { return _mm512_and_si512(u8_lanes(g + 64 + 16 * s), _mm512_set1_epi32(15)); }
+inline __m512i q2_min(const uint8_t* g, int s) { return _mm512_srli_epi32(u8_lanes(g + 64 + 16 * s), 4); }
+inline __m512i q3_quants(const uint8_t* g, int h, int m, int k) {
+  const int r = 4 * h + m;
+  const __m512i hm = load512(g + 224 + 64 * k);
+  const __m512i hb = r >= 2 ? _mm512_srli_epi16(hm, r - 2) : _mm512_slli_epi16(hm, 2 - r);
+  return _mm512_ternarylogic_epi32(two_bits(load512(g + 736 + 64 * (8 * h + k)), m), hb, _mm512_set1_epi8(4), 0xF8);
+}
+// The 16 signed scales (-32..31): low 4 bits per pair at 32, high 2 bits per quad at 160.
+inline void q3_scales(const uint8_t* g, __m512i (&sc)[16]) {
+  const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32);
+  for (int p = 0; p < 8; ++p) {
+    const __m512i low = u8_lanes(g + 32 + 16 * p), high = u8_lanes(g + 160 + 16 * (p / 2));
+    for (int c = 0; c < 2; ++c) {
+      const int s = 2 * p + c;
+      const __m512i l4 = c ? _mm512_srli_epi32(low, 4) : _mm512_and_si512(low, m15);
+      const __m512i h2 = _mm512_and_si512(_mm512_srli_epi32(high, 2 * (s % 4)), m3);
+      sc[s] = _mm512_sub_epi32(_mm512_or_si512(l4, _mm512_slli_epi32(h2, 4)), bias);
+    }
+  }
+}
+
+// IQ4_XS: the table's values + 128 (unsigned for dpbusd); sub-block r's signed scale (-32..31)
+// from scales_l (word at 64) and scales_h (u16 at 32); qs word 4r+w: low nibbles elements 32r+4w..,
+// high nibbles 32r+16+4w...
+inline __m512i iq4_table() {
+  alignas(16) uint8_t shifted[16];
+  for (int i = 0; i < 16; ++i) shifted[i] = static_cast<uint8_t>(quant::kIQ4Values[i] + 128);
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(shifted)));
+}
+inline __m512i iq4_scale(const uint8_t* g, int r) {
+  const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
+  const __m512i l4 = _mm512_and_si512(_mm512_srli_epi32(load512(g + 64), 4 * r), _mm512_set1_epi32(15));
+  const __m512i h2 = _mm512_and_si512(_mm512_srli_epi32(sh, 2 * r), _mm512_set1_epi32(3));
+  return _mm512_sub_epi32(_mm512_or_si512(l4, _mm512_slli_epi32(h2, 4)), _mm512_set1_epi32(32));
+}
+inline void iq4_word(const uint8_t* g, __m512i table, int r, int w, __m512i& lo, __m512i& hi) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i v = load512(g + 128 + 64 * (4 * r + w));
+  lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
+  hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+}
+
+// A block's sums into a token's accumulator: d ad isum - dm ad msum, the two apart in int32 where
+// dm is d (kJoint) and in fp32 otherwise.
+template <bool kJoint>
+inline __m512 add_block(__m512 acc, __m512 d, __m512 dm, __m512i isum, __m512i msum, float act_d) {
+  const __m512 ad = _mm512_set1_ps(act_d);
+  if (kJoint) return _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(_mm512_sub_epi32(isum, msum)), acc);
+  acc = _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(isum), acc);
+  return _mm512_fnmadd_ps(_mm512_mul_ps(dm, ad), _mm512_cvtepi32_ps(msum), acc);
+}
+
+// --- Tile kernels: a block unpacked into registers for up to 4 tokens --------------------------
+
+// The loop every tile kernel shares: per block, body(g, b, isum, msum) gives each token's integer
+// sums, and add_block scales them (dm: dmin at 32 unless kJoint).
+template <size_t kBlock, bool kJoint, int RN, class Body>
+inline void tile_blocks(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os, Body body) {
   __m512 acc[RN];
   for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -65,131 +173,86 @@ void tile_x16_q4_q5_k(int64_t nb, const uint8_t* group, const uint8_t* act, size
     prefetch_block<kBlock>(g);
     __m512i isum[RN], msum[RN];
     for (int j = 0; j < RN; ++j) isum[j] = msum[j] = _mm512_setzero_si512();
-    // The mins: m(r) in both int16 halves of a lane meets bsums 2r and 2r+1 in one dpwssd.
-    for (int p = 0; p < 4; ++p) {
-      const __m512i n = u8_lanes(g + 192 + 16 * p);
-      for (int h = 0; h < 2; ++h) {
-        const int r = 2 * p + h;
-        const __m512i high = _mm512_slli_epi32(_mm512_srli_epi32(u8_lanes(g + 64 + 16 * r), 6), 4);
-        const __m512i m = _mm512_or_si512(h ? _mm512_srli_epi32(n, 4) : _mm512_and_si512(n, _mm512_set1_epi32(15)), high);
-        const __m512i mm = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
-        for (int j = 0; j < RN; ++j) msum[j] = _mm512_dpwssd_epi32(msum[j], mm, bcast32(act_block(act, as, j, b).bsums + 2 * r));
-      }
+    body(g, b, isum, msum);
+    const __m512 d = f16_lanes(g), dm = kJoint ? d : f16_lanes(g + 32);
+    for (int j = 0; j < RN; ++j) acc[j] = add_block<kJoint>(acc[j], d, dm, isum[j], msum[j], act_block(act, as, j, b).d);
+  }
+  for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
+}
+
+// Q4_K and Q5_K: per block, sum_r sc(r) sum_e q a (sub-blocks r of 32) times d, less
+// sum_r m(r) (bsum(2r) + bsum(2r+1)) times dmin. |sum| < 8 * 63 * 32 * 31 * 128 < 2^31.
+template <bool kFifthBit, int RN>
+void tile_x16_q4_q5_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
+  constexpr size_t kBlock = 16 * (kFifthBit ? 176 : 144);
+  tile_blocks<kBlock, false, RN>(nb, group, act, as, out, os, [&](const uint8_t* g, int64_t b, __m512i (&isum)[RN], __m512i (&msum)[RN]) {
+    for (int r = 0; r < 8; ++r) {
+      const __m512i mm = q45_min_pair(g, r);
+      for (int j = 0; j < RN; ++j) msum[j] = _mm512_dpwssd_epi32(msum[j], mm, bcast32(act_block(act, as, j, b).bsums + 2 * r));
     }
     for (int c = 0; c < 4; ++c) {  // chunks of 64: sub-blocks 2c (low nibbles) and 2c+1 (high)
       __m512i lo_sum[RN], hi_sum[RN];
       for (int j = 0; j < RN; ++j) lo_sum[j] = hi_sum[j] = _mm512_setzero_si512();
       for (int k = 0; k < 8; ++k) {
-        const __m512i v = load512(g + kQs + 64 * (8 * c + k));
-        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if (kFifthBit) {  // bit r of each byte is sub-block r's fifth bit, moved to bit 4
-          const __m512i h = load512(g + kQh + 64 * k);
-          const int rl = 2 * c, rh = 2 * c + 1;
-          const __m512i bl = rl <= 4 ? _mm512_slli_epi16(h, 4 - rl) : _mm512_srli_epi16(h, rl - 4);
-          const __m512i bh = rh <= 4 ? _mm512_slli_epi16(h, 4 - rh) : _mm512_srli_epi16(h, rh - 4);
-          lo = _mm512_ternarylogic_epi32(lo, bl, fifth, 0xF8);  // lo | (bl & fifth)
-          hi = _mm512_ternarylogic_epi32(hi, bh, fifth, 0xF8);
-        }
+        __m512i lo, hi;
+        q45_word<kFifthBit>(g, c, k, lo, hi);
         for (int j = 0; j < RN; ++j) {
           const int8_t* qs = act_block(act, as, j, b).qs + 64 * c + 4 * k;
           lo_sum[j] = _mm512_dpbusd_epi32(lo_sum[j], lo, bcast32(qs));
           hi_sum[j] = _mm512_dpbusd_epi32(hi_sum[j], hi, bcast32(qs + 32));
         }
       }
-      const __m512i sl = _mm512_and_si512(u8_lanes(g + 64 + 16 * (2 * c)), m63);
-      const __m512i sh = _mm512_and_si512(u8_lanes(g + 64 + 16 * (2 * c + 1)), m63);
+      const __m512i sl = q45_scale(g, 2 * c), sh = q45_scale(g, 2 * c + 1);
       for (int j = 0; j < RN; ++j)
         isum[j] = _mm512_add_epi32(isum[j], _mm512_add_epi32(_mm512_mullo_epi32(lo_sum[j], sl), _mm512_mullo_epi32(hi_sum[j], sh)));
     }
-    const __m512 d = f16_lanes(g), dmin = f16_lanes(g + 32);
-    for (int j = 0; j < RN; ++j) {
-      const __m512 ad = _mm512_set1_ps(act_block(act, as, j, b).d);
-      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(isum[j]), acc[j]);
-      acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, ad), _mm512_cvtepi32_ps(msum[j]), acc[j]);
-    }
-  }
-  for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
+  });
 }
 
 // Q6_K: per block, d times sum_s sc(s) (sum_e u a - 32 bsum(s)) over groups s of 16, u = q + 32 in
 // 0..63. |sum| < 16 * 128 * 16 * (63 + 32) * 128 < 2^31.
 template <int RN>
 void tile_x16_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
-  constexpr size_t kBlock = 16 * 210, kQl = 288, kQh = 288 + 2048;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), low16 = _mm512_set1_epi32(0xFFFF);
-  __m512 acc[RN];
-  for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
-  // The high bits of sub-block m < 4 of a half at bits 4, 5.
-  const auto high_bits = [&](__m512i h, int m) {
-    switch (m) {
-      case 0: return _mm512_and_si512(_mm512_slli_epi16(h, 4), m30);
-      case 1: return _mm512_and_si512(_mm512_slli_epi16(h, 2), m30);
-      case 2: return _mm512_and_si512(h, m30);
-      default: return _mm512_and_si512(_mm512_srli_epi16(h, 2), m30);
+  constexpr size_t kBlock = 16 * 210;
+  tile_blocks<kBlock, true, RN>(nb, group, act, as, out, os, [&](const uint8_t* g, int64_t b, __m512i (&isum)[RN], __m512i (&msum)[RN]) {
+    for (int p = 0; p < 8; ++p) {  // 32 sc(2p), 32 sc(2p+1) as an int16 pair meet bsums 2p, 2p+1
+      const __m512i pair = int16_pair(_mm512_slli_epi32(q6_scale(g, 2 * p), 5), _mm512_slli_epi32(q6_scale(g, 2 * p + 1), 5));
+      for (int j = 0; j < RN; ++j) msum[j] = _mm512_dpwssd_epi32(msum[j], pair, bcast32(act_block(act, as, j, b).bsums + 2 * p));
     }
-  };
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
-    prefetch_block<kBlock>(g);
-    __m512i isum[RN], osum[RN];
-    for (int j = 0; j < RN; ++j) isum[j] = osum[j] = _mm512_setzero_si512();
-    // The offset: scales of groups 2p and 2p+1 as an int16 pair meet bsums 2p and 2p+1.
-    for (int p = 0; p < 8; ++p) {
-      const __m512i pair = _mm512_or_si512(_mm512_and_si512(i8_lanes(g + 32 + 16 * (2 * p)), low16),
-                                           _mm512_slli_epi32(i8_lanes(g + 32 + 16 * (2 * p + 1)), 16));
-      for (int j = 0; j < RN; ++j) osum[j] = _mm512_dpwssd_epi32(osum[j], pair, bcast32(act_block(act, as, j, b).bsums + 2 * p));
-    }
-    // Per half h of 128 elements, word k < 16 of ql holds elements 128h+4k.. (low nibbles: groups
-    // 8h + k/4) and 128h+64+4k.. (high nibbles: groups 8h+4 + k/4); word k % 8 of the half's qh
-    // holds their high bits, for sub-block k / 8 and 2 + k / 8 of the half.
     for (int h = 0; h < 2; ++h)
       for (int q = 0; q < 4; ++q) {  // the 4 words of groups 8h+q and 8h+4+q
         __m512i lo_sum[RN], hi_sum[RN];
         for (int j = 0; j < RN; ++j) lo_sum[j] = hi_sum[j] = _mm512_setzero_si512();
         for (int k = 4 * q; k < 4 * q + 4; ++k) {
-          const __m512i v = load512(g + kQl + 64 * (16 * h + k));
-          const __m512i hb = load512(g + kQh + 64 * (8 * h + k % 8));
-          const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), high_bits(hb, k / 8));
-          const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), high_bits(hb, 2 + k / 8));
+          __m512i lo, hi;
+          q6_word(g, h, k, lo, hi);
           for (int j = 0; j < RN; ++j) {
             const int8_t* qs = act_block(act, as, j, b).qs + 128 * h + 4 * k;
             lo_sum[j] = _mm512_dpbusd_epi32(lo_sum[j], lo, bcast32(qs));
             hi_sum[j] = _mm512_dpbusd_epi32(hi_sum[j], hi, bcast32(qs + 64));
           }
         }
-        const __m512i sl = i8_lanes(g + 32 + 16 * (8 * h + q)), sh = i8_lanes(g + 32 + 16 * (8 * h + 4 + q));
+        const __m512i sl = q6_scale(g, 8 * h + q), sh = q6_scale(g, 8 * h + 4 + q);
         for (int j = 0; j < RN; ++j)
           isum[j] = _mm512_add_epi32(isum[j], _mm512_add_epi32(_mm512_mullo_epi32(lo_sum[j], sl), _mm512_mullo_epi32(hi_sum[j], sh)));
       }
-    const __m512 d = f16_lanes(g);
-    for (int j = 0; j < RN; ++j) {
-      const __m512i total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(osum[j], 5));
-      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_block(act, as, j, b).d)), _mm512_cvtepi32_ps(total), acc[j]);
-    }
-  }
-  for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
+  });
 }
 
-// The 2 bits of sub-block m < 4 of a half (Q2_K, Q3_K's low bits): qs word bits 2m, 2m+1.
-inline __m512i two_bits(__m512i v, int m) { return _mm512_and_si512(_mm512_srli_epi16(v, 2 * m), _mm512_set1_epi8(3)); }
-
-// Q2_K: per block, d sum_s sc(s) sum_e q a - dmin sum_s m(s) bsum(s) over groups s of 16, the
-// scale the low and the min the high nibble of a byte. Element 128h+32m+4k+j is at bits 2m of
-// byte j of qs word 8h+k (group 8h+2m+k/4).
-template <int RN>
-void tile_x16_q2_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
-  constexpr size_t kBlock = 16 * 84, kSc = 64, kQs = 320;
-  const __m512i m15 = _mm512_set1_epi32(15);
-  __m512 acc[RN];
-  for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
-    prefetch_block<kBlock>(g);
-    __m512i isum[RN], msum[RN];
-    for (int j = 0; j < RN; ++j) isum[j] = msum[j] = _mm512_setzero_si512();
+// Q2_K (kThird false): per block, d sum_s sc(s) sum_e q a - dmin sum_s m(s) bsum(s) over groups s
+// of 16. Q3_K (kThird): d sum_s sc(s) (sum_e u a - 4 bsum(s)), u = the 2 low bits | the hmask bit
+// << 2 (0..7), sc(s) signed.
+template <bool kThird, int RN>
+void tile_x16_q2_q3_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
+  constexpr size_t kBlock = 16 * (kThird ? 110 : 84);
+  tile_blocks<kBlock, kThird, RN>(nb, group, act, as, out, os, [&](const uint8_t* g, int64_t b, __m512i (&isum)[RN], __m512i (&msum)[RN]) {
+    __m512i sc[16];
+    if (kThird) q3_scales(g, sc);
+    else
+      for (int s = 0; s < 16; ++s) sc[s] = q2_scale(g, s);
     for (int p = 0; p < 8; ++p) {
-      const __m512i pair = _mm512_or_si512(_mm512_srli_epi32(u8_lanes(g + kSc + 16 * (2 * p)), 4),
-                                           _mm512_slli_epi32(_mm512_srli_epi32(u8_lanes(g + kSc + 16 * (2 * p + 1)), 4), 16));
+      const __m512i pair = kThird ? int16_pair(_mm512_slli_epi32(sc[2 * p], 2), _mm512_slli_epi32(sc[2 * p + 1], 2))
+                                  : int16_pair(q2_min(g, 2 * p), q2_min(g, 2 * p + 1));
       for (int j = 0; j < RN; ++j) msum[j] = _mm512_dpwssd_epi32(msum[j], pair, bcast32(act_block(act, as, j, b).bsums + 2 * p));
     }
     for (int h = 0; h < 2; ++h)
@@ -198,111 +261,32 @@ void tile_x16_q2_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t 
           __m512i sum[RN];
           for (int j = 0; j < RN; ++j) sum[j] = _mm512_setzero_si512();
           for (int k = 4 * q; k < 4 * q + 4; ++k) {
-            const __m512i u = two_bits(load512(g + kQs + 64 * (8 * h + k)), m);
-            for (int j = 0; j < RN; ++j)
-              sum[j] = _mm512_dpbusd_epi32(sum[j], u, bcast32(act_block(act, as, j, b).qs + 128 * h + 32 * m + 4 * k));
-          }
-          const __m512i sc = _mm512_and_si512(u8_lanes(g + kSc + 16 * (8 * h + 2 * m + q)), m15);
-          for (int j = 0; j < RN; ++j) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sum[j], sc));
-        }
-    const __m512 d = f16_lanes(g), dmin = f16_lanes(g + 32);
-    for (int j = 0; j < RN; ++j) {
-      const __m512 ad = _mm512_set1_ps(act_block(act, as, j, b).d);
-      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, ad), _mm512_cvtepi32_ps(isum[j]), acc[j]);
-      acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, ad), _mm512_cvtepi32_ps(msum[j]), acc[j]);
-    }
-  }
-  for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
-}
-
-// Q3_K: per block, d sum_s sc(s) (sum_e u a - 4 bsum(s)), u = the 2 low bits (as Q2_K's) | the
-// hmask bit << 2 (0..7), sc(s) = the stored 6 bits - 32. Element 32r+4k+j's hmask bit is bit r
-// of byte j of hmask word k.
-template <int RN>
-void tile_x16_q3_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
-  constexpr size_t kBlock = 16 * 110, kLow = 32, kHigh = 160, kHm = 224, kQs = 736;
-  const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3), b2 = _mm512_set1_epi8(4);
-  const __m512i low16 = _mm512_set1_epi32(0xFFFF), bias = _mm512_set1_epi32(32);
-  __m512 acc[RN];
-  for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
-    prefetch_block<kBlock>(g);
-    __m512i sc[16];
-    for (int p = 0; p < 8; ++p) {
-      const __m512i low = u8_lanes(g + kLow + 16 * p), high = u8_lanes(g + kHigh + 16 * (p / 2));
-      for (int c = 0; c < 2; ++c) {
-        const int s = 2 * p + c;
-        const __m512i l4 = c ? _mm512_srli_epi32(low, 4) : _mm512_and_si512(low, m15);
-        const __m512i h2 = _mm512_and_si512(_mm512_srli_epi32(high, 2 * (s % 4)), m3);
-        sc[s] = _mm512_sub_epi32(_mm512_or_si512(l4, _mm512_slli_epi32(h2, 4)), bias);
-      }
-    }
-    __m512i isum[RN], osum[RN];
-    for (int j = 0; j < RN; ++j) isum[j] = osum[j] = _mm512_setzero_si512();
-    for (int p = 0; p < 8; ++p) {
-      const __m512i pair = _mm512_or_si512(_mm512_and_si512(sc[2 * p], low16), _mm512_slli_epi32(sc[2 * p + 1], 16));
-      for (int j = 0; j < RN; ++j) osum[j] = _mm512_dpwssd_epi32(osum[j], pair, bcast32(act_block(act, as, j, b).bsums + 2 * p));
-    }
-    for (int h = 0; h < 2; ++h)
-      for (int m = 0; m < 4; ++m) {
-        const int r = 4 * h + m;  // the hmask bit
-        for (int q = 0; q < 2; ++q) {
-          __m512i sum[RN];
-          for (int j = 0; j < RN; ++j) sum[j] = _mm512_setzero_si512();
-          for (int k = 4 * q; k < 4 * q + 4; ++k) {
-            const __m512i hm = load512(g + kHm + 64 * k);
-            const __m512i hb = r >= 2 ? _mm512_srli_epi16(hm, r - 2) : _mm512_slli_epi16(hm, 2 - r);
-            const __m512i u = _mm512_ternarylogic_epi32(two_bits(load512(g + kQs + 64 * (8 * h + k)), m), hb, b2, 0xF8);
+            const __m512i u = kThird ? q3_quants(g, h, m, k) : q2_quants(g, h, m, k);
             for (int j = 0; j < RN; ++j)
               sum[j] = _mm512_dpbusd_epi32(sum[j], u, bcast32(act_block(act, as, j, b).qs + 128 * h + 32 * m + 4 * k));
           }
           for (int j = 0; j < RN; ++j) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sum[j], sc[8 * h + 2 * m + q]));
         }
-      }
-    const __m512 d = f16_lanes(g);
-    for (int j = 0; j < RN; ++j) {
-      const __m512i total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(osum[j], 2));
-      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_block(act, as, j, b).d)), _mm512_cvtepi32_ps(total), acc[j]);
-    }
-  }
-  for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
+  });
 }
 
 // IQ4_XS: per block, d sum_r sc(r) sum_e v a over sub-blocks r of 32, v = kIQ4Values[nibble], taken
-// as v + 128 (unsigned, for dpbusd) less 128 times the activation sums. Sub-block r's 16 bytes are
-// qs words 4r..4r+3: low nibbles elements 32r+4w'+j, high nibbles 32r+16+4w'+j (w' = w % 4).
+// as v + 128 (unsigned, for dpbusd) less 128 times the activation sums.
 template <int RN>
 void tile_x16_iq4_xs(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
-  constexpr size_t kBlock = 16 * 136, kSh = 32, kSl = 64, kQs = 128;
-  alignas(16) uint8_t shifted[16];
-  for (int i = 0; i < 16; ++i) shifted[i] = static_cast<uint8_t>(quant::kIQ4Values[i] + 128);
-  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(shifted)));
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
-  const __m512i bias = _mm512_set1_epi32(32);
-  __m512 acc[RN];
-  for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
-    prefetch_block<kBlock>(g);
-    const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kSh)));
-    const __m512i sl = load512(g + kSl);
-    __m512i isum[RN], osum[RN];
-    for (int j = 0; j < RN; ++j) isum[j] = osum[j] = _mm512_setzero_si512();
+  constexpr size_t kBlock = 16 * 136;
+  const __m512i table = iq4_table();
+  tile_blocks<kBlock, true, RN>(nb, group, act, as, out, os, [&](const uint8_t* g, int64_t b, __m512i (&isum)[RN], __m512i (&msum)[RN]) {
     for (int r = 0; r < 8; ++r) {
-      const __m512i l4 = _mm512_and_si512(_mm512_srli_epi32(sl, 4 * r), m15);
-      const __m512i h2 = _mm512_and_si512(_mm512_srli_epi32(sh, 2 * r), m3);
-      const __m512i sc = _mm512_sub_epi32(_mm512_or_si512(l4, _mm512_slli_epi32(h2, 4)), bias);
-      const __m512i pair = _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(sc, 16));
+      const __m512i sc = iq4_scale(g, r), mo = _mm512_slli_epi32(sc, 7), pair = int16_pair(mo, mo);
       __m512i sum[RN];
       for (int j = 0; j < RN; ++j) {
         sum[j] = _mm512_setzero_si512();
-        osum[j] = _mm512_dpwssd_epi32(osum[j], pair, bcast32(act_block(act, as, j, b).bsums + 2 * r));
+        msum[j] = _mm512_dpwssd_epi32(msum[j], pair, bcast32(act_block(act, as, j, b).bsums + 2 * r));
       }
       for (int w = 0; w < 4; ++w) {
-        const __m512i v = load512(g + kQs + 64 * (4 * r + w));
-        const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
-        const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+        __m512i lo, hi;
+        iq4_word(g, table, r, w, lo, hi);
         for (int j = 0; j < RN; ++j) {
           const int8_t* qs = act_block(act, as, j, b).qs + 32 * r + 4 * w;
           sum[j] = _mm512_dpbusd_epi32(sum[j], lo, bcast32(qs));
@@ -311,23 +295,15 @@ void tile_x16_iq4_xs(int64_t nb, const uint8_t* group, const uint8_t* act, size_
       }
       for (int j = 0; j < RN; ++j) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sum[j], sc));
     }
-    const __m512 d = f16_lanes(g);
-    for (int j = 0; j < RN; ++j) {
-      const __m512i total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(osum[j], 7));
-      acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_block(act, as, j, b).d)), _mm512_cvtepi32_ps(total), acc[j]);
-    }
-  }
-  for (int j = 0; j < RN; ++j) _mm512_storeu_ps(out + j * os, acc[j]);
+  });
 }
 
 // --- Prompts: each block unpacked once for every token -------------------------------------------
 // One block of a group as plain unsigned 8-bit quants: vector w holds elements 4w..4w+3 of the 16
 // rows; per group s of 16 elements, each row's int32 scale; per pair p of groups, the int16
-// weights (low: group 2p, high: 2p+1) of the activations' group sums; and the fp32 factors. A
-// token's block sum is d ad sum_s sc(s) sum_e u a - dm ad sum_s mo(s) bsum(s), the two terms
-// taken apart in int32 where dm is d (`joint`: Q3_K's 4 sc, Q6_K's 32 sc, IQ4_XS's 128 sc) and in
-// fp32 otherwise (dmin), exactly as the tile kernels above take them: the integer sums are the
-// same integers, and the fp32 steps the same, so the results are equal bit for bit.
+// weights (low: group 2p, high: 2p+1) of the activations' group sums; and the fp32 factors. The
+// integer sums are the tile kernels' and add_block the same fp32 steps, so the results are equal
+// bit for bit.
 struct Unpacked {
   __m512i u[64];
   __m512i sc[16];
@@ -336,37 +312,13 @@ struct Unpacked {
   bool joint;
 };
 
-inline __m512i int16_pair(__m512i low, __m512i high) {
-  return _mm512_or_si512(_mm512_and_si512(low, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(high, 16));
-}
-
 template <bool kFifthBit>
 void unpack_q4_q5_k(const uint8_t* g, Unpacked& U) {
-  constexpr size_t kQs = 256, kQh = 256 + 2048;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10), m63 = _mm512_set1_epi32(63);
   for (int c = 0; c < 4; ++c)
-    for (int k = 0; k < 8; ++k) {
-      const __m512i v = load512(g + kQs + 64 * (8 * c + k));
-      __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-      if (kFifthBit) {
-        const __m512i h = load512(g + kQh + 64 * k);
-        const int rl = 2 * c, rh = 2 * c + 1;
-        lo = _mm512_ternarylogic_epi32(lo, rl <= 4 ? _mm512_slli_epi16(h, 4 - rl) : _mm512_srli_epi16(h, rl - 4), fifth, 0xF8);
-        hi = _mm512_ternarylogic_epi32(hi, rh <= 4 ? _mm512_slli_epi16(h, 4 - rh) : _mm512_srli_epi16(h, rh - 4), fifth, 0xF8);
-      }
-      U.u[16 * c + k] = lo;
-      U.u[16 * c + 8 + k] = hi;
-    }
-  for (int p = 0; p < 4; ++p) {
-    const __m512i n = u8_lanes(g + 192 + 16 * p);
-    for (int h = 0; h < 2; ++h) {
-      const int r = 2 * p + h;
-      const __m512i sb = u8_lanes(g + 64 + 16 * r);
-      U.sc[2 * r] = U.sc[2 * r + 1] = _mm512_and_si512(sb, m63);
-      const __m512i m = _mm512_or_si512(h ? _mm512_srli_epi32(n, 4) : _mm512_and_si512(n, _mm512_set1_epi32(15)),
-                                        _mm512_slli_epi32(_mm512_srli_epi32(sb, 6), 4));
-      U.mo[r] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
-    }
+    for (int k = 0; k < 8; ++k) q45_word<kFifthBit>(g, c, k, U.u[16 * c + k], U.u[16 * c + 8 + k]);
+  for (int r = 0; r < 8; ++r) {
+    U.sc[2 * r] = U.sc[2 * r + 1] = q45_scale(g, r);
+    U.mo[r] = q45_min_pair(g, r);
   }
   U.d = f16_lanes(g);
   U.dm = f16_lanes(g + 32);
@@ -374,89 +326,37 @@ void unpack_q4_q5_k(const uint8_t* g, Unpacked& U) {
 }
 
 void unpack_q6_k(const uint8_t* g, Unpacked& U) {
-  constexpr size_t kQl = 288, kQh = 288 + 2048;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  const auto high_bits = [&](__m512i h, int m) {
-    switch (m) {
-      case 0: return _mm512_and_si512(_mm512_slli_epi16(h, 4), m30);
-      case 1: return _mm512_and_si512(_mm512_slli_epi16(h, 2), m30);
-      case 2: return _mm512_and_si512(h, m30);
-      default: return _mm512_and_si512(_mm512_srli_epi16(h, 2), m30);
-    }
-  };
   for (int h = 0; h < 2; ++h)
-    for (int k = 0; k < 16; ++k) {
-      const __m512i v = load512(g + kQl + 64 * (16 * h + k)), hb = load512(g + kQh + 64 * (8 * h + k % 8));
-      U.u[32 * h + k] = _mm512_or_si512(_mm512_and_si512(v, m4), high_bits(hb, k / 8));
-      U.u[32 * h + 16 + k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), high_bits(hb, 2 + k / 8));
-    }
-  for (int s = 0; s < 16; ++s) U.sc[s] = i8_lanes(g + 32 + 16 * s);
+    for (int k = 0; k < 16; ++k) q6_word(g, h, k, U.u[32 * h + k], U.u[32 * h + 16 + k]);
+  for (int s = 0; s < 16; ++s) U.sc[s] = q6_scale(g, s);
   for (int p = 0; p < 8; ++p) U.mo[p] = int16_pair(_mm512_slli_epi32(U.sc[2 * p], 5), _mm512_slli_epi32(U.sc[2 * p + 1], 5));
   U.d = U.dm = f16_lanes(g);
   U.joint = true;
 }
 
-void unpack_q2_k(const uint8_t* g, Unpacked& U) {
-  constexpr size_t kSc = 64, kQs = 320;
+template <bool kThird>
+void unpack_q2_q3_k(const uint8_t* g, Unpacked& U) {
   for (int h = 0; h < 2; ++h)
-    for (int k = 0; k < 8; ++k) {
-      const __m512i v = load512(g + kQs + 64 * (8 * h + k));
-      for (int m = 0; m < 4; ++m) U.u[32 * h + 8 * m + k] = two_bits(v, m);
-    }
-  for (int s = 0; s < 16; ++s) U.sc[s] = _mm512_and_si512(u8_lanes(g + kSc + 16 * s), _mm512_set1_epi32(15));
+    for (int m = 0; m < 4; ++m)
+      for (int k = 0; k < 8; ++k) U.u[32 * h + 8 * m + k] = kThird ? q3_quants(g, h, m, k) : q2_quants(g, h, m, k);
+  if (kThird) q3_scales(g, U.sc);
+  else
+    for (int s = 0; s < 16; ++s) U.sc[s] = q2_scale(g, s);
   for (int p = 0; p < 8; ++p)
-    U.mo[p] = int16_pair(_mm512_srli_epi32(u8_lanes(g + kSc + 16 * (2 * p)), 4), _mm512_srli_epi32(u8_lanes(g + kSc + 16 * (2 * p + 1)), 4));
+    U.mo[p] = kThird ? int16_pair(_mm512_slli_epi32(U.sc[2 * p], 2), _mm512_slli_epi32(U.sc[2 * p + 1], 2))
+                     : int16_pair(q2_min(g, 2 * p), q2_min(g, 2 * p + 1));
   U.d = f16_lanes(g);
-  U.dm = f16_lanes(g + 32);
-  U.joint = false;
-}
-
-void unpack_q3_k(const uint8_t* g, Unpacked& U) {
-  constexpr size_t kLow = 32, kHigh = 160, kHm = 224, kQs = 736;
-  const __m512i m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3), b2 = _mm512_set1_epi8(4), bias = _mm512_set1_epi32(32);
-  for (int p = 0; p < 8; ++p) {
-    const __m512i low = u8_lanes(g + kLow + 16 * p), high = u8_lanes(g + kHigh + 16 * (p / 2));
-    for (int c = 0; c < 2; ++c) {
-      const int s = 2 * p + c;
-      const __m512i l4 = c ? _mm512_srli_epi32(low, 4) : _mm512_and_si512(low, m15);
-      const __m512i h2 = _mm512_and_si512(_mm512_srli_epi32(high, 2 * (s % 4)), m3);
-      U.sc[s] = _mm512_sub_epi32(_mm512_or_si512(l4, _mm512_slli_epi32(h2, 4)), bias);
-    }
-  }
-  for (int p = 0; p < 8; ++p) U.mo[p] = int16_pair(_mm512_slli_epi32(U.sc[2 * p], 2), _mm512_slli_epi32(U.sc[2 * p + 1], 2));
-  for (int h = 0; h < 2; ++h)
-    for (int m = 0; m < 4; ++m) {
-      const int r = 4 * h + m;
-      for (int k = 0; k < 8; ++k) {
-        const __m512i hm = load512(g + kHm + 64 * k);
-        const __m512i hb = r >= 2 ? _mm512_srli_epi16(hm, r - 2) : _mm512_slli_epi16(hm, 2 - r);
-        U.u[32 * h + 8 * m + k] = _mm512_ternarylogic_epi32(two_bits(load512(g + kQs + 64 * (8 * h + k)), m), hb, b2, 0xF8);
-      }
-    }
-  U.d = U.dm = f16_lanes(g);
-  U.joint = true;
+  U.dm = kThird ? U.d : f16_lanes(g + 32);
+  U.joint = kThird;
 }
 
 void unpack_iq4_xs(const uint8_t* g, Unpacked& U) {
-  constexpr size_t kSh = 32, kSl = 64, kQs = 128;
-  alignas(16) uint8_t shifted[16];
-  for (int i = 0; i < 16; ++i) shifted[i] = static_cast<uint8_t>(quant::kIQ4Values[i] + 128);
-  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(shifted)));
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32);
-  const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + kSh)));
-  const __m512i sl = load512(g + kSl);
+  const __m512i table = iq4_table();
   for (int r = 0; r < 8; ++r) {
-    const __m512i sc = _mm512_sub_epi32(
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(sl, 4 * r), m15), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * r), m3), 4)),
-        bias);
-    U.sc[2 * r] = U.sc[2 * r + 1] = sc;
-    const __m512i mo = _mm512_slli_epi32(sc, 7);
+    U.sc[2 * r] = U.sc[2 * r + 1] = iq4_scale(g, r);
+    const __m512i mo = _mm512_slli_epi32(U.sc[2 * r], 7);
     U.mo[r] = int16_pair(mo, mo);
-    for (int w = 0; w < 4; ++w) {
-      const __m512i v = load512(g + kQs + 64 * (4 * r + w));
-      U.u[8 * r + w] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
-      U.u[8 * r + 4 + w] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-    }
+    for (int w = 0; w < 4; ++w) iq4_word(g, table, r, w, U.u[8 * r + w], U.u[8 * r + 4 + w]);
   }
   U.d = U.dm = f16_lanes(g);
   U.joint = true;
@@ -488,15 +388,10 @@ void dot_unpacked(const Unpacked& U, int64_t b, const uint8_t* act, size_t as, f
     for (int j = 0; j < RN; ++j) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sum[j], U.sc[kScaleElems / 16 * s]));
   }
   for (int j = 0; j < RN; ++j) {
-    const __m512 ad = _mm512_set1_ps(act_block(act, as, j, b).d);
-    __m512 acc = _mm512_loadu_ps(out + j * os);
-    if (U.joint) {
-      acc = _mm512_fmadd_ps(_mm512_mul_ps(U.d, ad), _mm512_cvtepi32_ps(_mm512_sub_epi32(isum[j], msum[j])), acc);
-    } else {
-      acc = _mm512_fmadd_ps(_mm512_mul_ps(U.d, ad), _mm512_cvtepi32_ps(isum[j]), acc);
-      acc = _mm512_fnmadd_ps(_mm512_mul_ps(U.dm, ad), _mm512_cvtepi32_ps(msum[j]), acc);
-    }
-    _mm512_storeu_ps(out + j * os, acc);
+    const __m512 acc = _mm512_loadu_ps(out + j * os);
+    const float ad = act_block(act, as, j, b).d;
+    _mm512_storeu_ps(out + j * os, U.joint ? add_block<true>(acc, U.d, U.dm, isum[j], msum[j], ad)
+                                           : add_block<false>(acc, U.d, U.dm, isum[j], msum[j], ad));
   }
 }
 
@@ -519,8 +414,8 @@ void group_x16(DType t, int64_t nb, const uint8_t* group, const uint8_t* act, si
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* g = group + static_cast<size_t>(b) * block;
     switch (t) {
-      case DType::Q2_K: unpack_q2_k(g, U); break;
-      case DType::Q3_K: unpack_q3_k(g, U); break;
+      case DType::Q2_K: unpack_q2_q3_k<false>(g, U); break;
+      case DType::Q3_K: unpack_q2_q3_k<true>(g, U); break;
       case DType::Q4_K: unpack_q4_q5_k<false>(g, U); break;
       case DType::Q5_K: unpack_q4_q5_k<true>(g, U); break;
       case DType::Q6_K: unpack_q6_k(g, U); break;
@@ -535,8 +430,8 @@ void group_x16(DType t, int64_t nb, const uint8_t* group, const uint8_t* act, si
 template <int RN>
 void tile_x16(DType t, int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
   switch (t) {
-    case DType::Q2_K: return tile_x16_q2_k<RN>(nb, group, act, as, out, os);
-    case DType::Q3_K: return tile_x16_q3_k<RN>(nb, group, act, as, out, os);
+    case DType::Q2_K: return tile_x16_q2_q3_k<false, RN>(nb, group, act, as, out, os);
+    case DType::Q3_K: return tile_x16_q2_q3_k<true, RN>(nb, group, act, as, out, os);
     case DType::Q4_K: return tile_x16_q4_q5_k<false, RN>(nb, group, act, as, out, os);
     case DType::Q5_K: return tile_x16_q4_q5_k<true, RN>(nb, group, act, as, out, os);
     case DType::Q6_K: return tile_x16_q6_k<RN>(nb, group, act, as, out, os);
