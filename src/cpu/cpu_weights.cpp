@@ -32,8 +32,11 @@ const CpuWeights& cpu_weights(const Model& m) {
         for (TensorView& t : *e) t = for_cpu(m, t, *cw);
       cw->layers.push_back(std::move(c));
     }
-    // A tied output is the embedding table, whose rows the embedding lookup reads: never repacked.
-    cw->output = m.cfg.tied_output || m.output.data == m.tok_embd.data ? m.output : for_cpu(m, m.output, *cw);
+    // A tied output is the embedding table, whose rows the embedding lookup reads from the model's
+    // view: repacked only where the file's pages can be handed back (a mapped file), so that the
+    // lookup brings back just the rows it reads and the table stays resident about once.
+    const bool tied = m.cfg.tied_output || m.output.data == m.tok_embd.data;
+    cw->output = tied && !m.release_pages ? m.output : for_cpu(m, m.output, *cw);
     slot.data = std::shared_ptr<const CpuWeights>(std::move(cw));
   });
   return *static_cast<const CpuWeights*>(slot.data.get());

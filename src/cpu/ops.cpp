@@ -2,7 +2,9 @@
 
 #include "matmul_amx.h"
 #include "matmul_panel.h"
+#include "slake/cpu/cpu_weights.h"
 #include "slake/cpu/lanes.h"
+#include "slake/error.h"
 #include "slake/quant/quant_dot.h"
 #include "slake/quant/weight_pack.h"
 
@@ -11,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace slake {
@@ -238,9 +241,16 @@ void geglu(float* out, const float* gate, const float* up, int64_t n) {
 
 void embed_tokens(float* x, const Model& m, const int32_t* tokens, int64_t n) {
   const int64_t dim = m.cfg.dim;
+  // A tied output that the CPU path repacked (cpu_weights.h) is the table itself: its rows come
+  // from that copy, so the file's pages of the table, handed back, are not read again.
+  const TensorView& out = cpu_weights(m).output;
+  const bool tied = m.cfg.tied_output || m.output.data == m.tok_embd.data;
+  const TensorView& table = tied && out.layout != WeightLayout::Rows ? out : m.tok_embd;
+  std::vector<uint8_t> scratch;
   for (int64_t t = 0; t < n; ++t) {
     float* row = x + t * dim;
-    embedding_row(row, m.tok_embd, tokens[t]);
+    if (tokens[t] < 0 || tokens[t] >= table.n_rows()) fail("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
+    dequantize_row(table.type, row_in_file_layout(table, tokens[t], scratch), row, table.row_len());
     if (m.cfg.embed_scale != 1.0f)
       for (int64_t i = 0; i < dim; ++i) row[i] *= m.cfg.embed_scale;
   }

@@ -13,6 +13,9 @@
 
 #include "slake/batch_decode.h"
 #include "slake/context.h"
+#include "slake/cpu/cpu_weights.h"
+#include "slake/cpu/ops.h"
+#include "slake/error.h"
 #include "slake/format/mapped_file.h"
 #include "slake/model/model.h"
 #include "slake/tokenizer/tokenizer.h"
@@ -210,6 +213,27 @@ TEST(Gemma3_270M, PerplexityWithinOnePercentOfLlamaCpp) {
   EXPECT_NEAR(ppl, want, 0.01 * want) << "scored " << scored << " tokens";
   std::printf("Gemma-3-270M wikitext2 -c 512, 4 chunks: slake %.4f, llama-perplexity %.4f (%+.2f%%)\n", ppl, want,
               100 * (ppl / want - 1));
+}
+
+// The tied embedding table (Q8_0, 262K rows) is repacked for the CPU's output product, and the
+// embedding lookup then reads its rows from that copy: the same values as the file's rows.
+TEST(Gemma3_270M, EmbeddingLookupReadsTheRepackedTiedTable) {
+  SLAKE_REAL_MODEL_OR_SKIP(path, kModel);
+  auto m = load_model(path);
+  ASSERT_TRUE(m->cfg.tied_output);
+  const TensorView& out = cpu_weights(*m).output;
+  if (out.layout == WeightLayout::Rows) GTEST_SKIP() << "no repacked layout for Q8_0 in this build";
+  const std::vector<int32_t> ids = {0, 2, 106, 4521, 131071, 262143};
+  std::vector<float> got(ids.size() * static_cast<size_t>(m->cfg.dim)), want(m->cfg.dim);
+  embed_tokens(got.data(), *m, ids.data(), static_cast<int64_t>(ids.size()));
+  for (size_t t = 0; t < ids.size(); ++t) {
+    embedding_row(want.data(), m->tok_embd, ids[t]);  // the file's row, read again
+    for (int64_t i = 0; i < m->cfg.dim; ++i)
+      ASSERT_EQ(got[t * static_cast<size_t>(m->cfg.dim) + static_cast<size_t>(i)], want[static_cast<size_t>(i)] * m->cfg.embed_scale)
+          << "token " << ids[t] << " element " << i;
+  }
+  const int32_t bad = 262144;
+  EXPECT_THROW(embed_tokens(got.data(), *m, &bad, 1), Error);
 }
 
 }  // namespace
