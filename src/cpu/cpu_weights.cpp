@@ -32,9 +32,9 @@ const CpuWeights& cpu_weights(const Model& m) {
         for (TensorView& t : *e) t = for_cpu(m, t, *cw);
       cw->layers.push_back(std::move(c));
     }
-    // A tied output is the embedding table, whose rows the embedding lookup reads from the model's
-    // view: repacked only where the file's pages can be handed back (a mapped file), so that the
-    // lookup brings back just the rows it reads and the table stays resident about once.
+    // A tied output is the embedding table: repacked where the file's pages can be handed back (a
+    // mapped file), and the embedding lookup then reads its rows from the copy (embed_tokens), so
+    // it is resident once. Elsewhere (synthetic or Hugging Face weights) a copy would double it.
     const bool tied = m.cfg.tied_output || m.output.data == m.tok_embd.data;
     cw->output = tied && !m.release_pages ? m.output : for_cpu(m, m.output, *cw);
     slot.data = std::shared_ptr<const CpuWeights>(std::move(cw));
