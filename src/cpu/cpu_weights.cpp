@@ -37,6 +37,7 @@ const CpuWeights& cpu_weights(const Model& m) {
     // it is resident once. Elsewhere (synthetic or Hugging Face weights) a copy would double it.
     const bool tied = m.cfg.tied_output || m.output.data == m.tok_embd.data;
     cw->output = tied && !m.release_pages ? m.output : for_cpu(m, m.output, *cw);
+    cw->embedding = tied && cw->output.layout != WeightLayout::Rows ? cw->output : m.tok_embd;
     slot.data = std::shared_ptr<const CpuWeights>(std::move(cw));
   });
   return *static_cast<const CpuWeights*>(slot.data.get());

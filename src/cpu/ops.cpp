@@ -241,23 +241,19 @@ void geglu(float* out, const float* gate, const float* up, int64_t n) {
 
 void embed_tokens(float* x, const Model& m, const int32_t* tokens, int64_t n) {
   const int64_t dim = m.cfg.dim;
-  // A tied output that the CPU path repacked (cpu_weights.h) is the table itself: its rows come
-  // from that copy, so the file's pages of the table, handed back, are not read again.
-  const TensorView& out = cpu_weights(m).output;
-  const bool tied = m.cfg.tied_output || m.output.data == m.tok_embd.data;
-  const TensorView& table = tied && out.layout != WeightLayout::Rows ? out : m.tok_embd;
-  std::vector<uint8_t> scratch;
+  const TensorView& table = cpu_weights(m).embedding;
   for (int64_t t = 0; t < n; ++t) {
     float* row = x + t * dim;
-    if (tokens[t] < 0 || tokens[t] >= table.n_rows()) fail("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
-    dequantize_row(table.type, row_in_file_layout(table, tokens[t], scratch), row, table.row_len());
+    embedding_row(row, table, tokens[t]);
     if (m.cfg.embed_scale != 1.0f)
       for (int64_t i = 0; i < dim; ++i) row[i] *= m.cfg.embed_scale;
   }
 }
 
 void embedding_row(float* out, const TensorView& emb, int64_t token) {
-  dequantize_row(emb.type, emb.row(token), out, emb.row_len());
+  if (token < 0 || token >= emb.n_rows()) fail("token id " + std::to_string(token) + " is outside the vocabulary");
+  thread_local std::vector<uint8_t> scratch;
+  dequantize_row(emb.type, row_in_file_layout(emb, token, scratch), out, emb.row_len());
 }
 
 }  // namespace slake

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "slake/error.h"
 #include "slake/quant/quant_blocks.h"
@@ -75,11 +76,16 @@ X16Fields x16_fields(DType t) {
 // byte (m(2p) & 15) | (m(2p+1) & 15) << 4 at 192. Q3_K: scale + 32 (0..63) of group g < 16, its
 // low 4 bits per pair p < 8 at 32 (g = 2p low nibble), its high 2 bits per quad p < 4 at 160
 // (g = 4p + c at bits 2c).
+// Packing reads the file's block and writes the group's; unpacking the other way round.
 template <bool kPack>
-void x16_scales(DType t, uint8_t* gb, int i, uint8_t* file) {
+using FileBlock = std::conditional_t<kPack, const uint8_t*, uint8_t*>;
+template <bool kPack>
+using GroupBlock = std::conditional_t<kPack, uint8_t*, const uint8_t*>;
+
+template <bool kPack>
+void x16_scales(DType t, GroupBlock<kPack> gb, int i, FileBlock<kPack> file) {
   if (t == DType::Q3_K) {
-    uint8_t* s = file + quant::kQ3K_SCALES;
-    if (kPack) {
+    if constexpr (kPack) {
       for (int p = 0; p < 8; ++p) gb[32 + 16 * p + i] = 0;
       for (int p = 0; p < 4; ++p) gb[160 + 16 * p + i] = 0;
       for (int g = 0; g < 16; ++g) {
@@ -87,34 +93,35 @@ void x16_scales(DType t, uint8_t* gb, int i, uint8_t* file) {
         gb[32 + 16 * (g / 2) + i] = static_cast<uint8_t>(gb[32 + 16 * (g / 2) + i] | (u & 15) << (4 * (g % 2)));
         gb[160 + 16 * (g / 4) + i] = static_cast<uint8_t>(gb[160 + 16 * (g / 4) + i] | (u >> 4) << (2 * (g % 4)));
       }
-      return;
-    }
-    std::memset(s, 0, 12);
-    for (int g = 0; g < 16; ++g) {  // the inverse of q3k_scale
-      const int low = (gb[32 + 16 * (g / 2) + i] >> (4 * (g % 2))) & 15, high = (gb[160 + 16 * (g / 4) + i] >> (2 * (g % 4))) & 3;
-      s[g % 8] = static_cast<uint8_t>(s[g % 8] | low << (4 * (g / 8)));
-      s[8 + g % 4] = static_cast<uint8_t>(s[8 + g % 4] | high << (2 * (g / 4)));
+    } else {
+      uint8_t* s = file + quant::kQ3K_SCALES;
+      std::memset(s, 0, 12);
+      for (int g = 0; g < 16; ++g) {  // the inverse of q3k_scale
+        const int low = (gb[32 + 16 * (g / 2) + i] >> (4 * (g % 2))) & 15, high = (gb[160 + 16 * (g / 4) + i] >> (2 * (g % 4))) & 3;
+        s[g % 8] = static_cast<uint8_t>(s[g % 8] | low << (4 * (g / 8)));
+        s[8 + g % 4] = static_cast<uint8_t>(s[8 + g % 4] | high << (2 * (g / 4)));
+      }
     }
     return;
   }
   if (t != DType::Q4_K && t != DType::Q5_K) return;
-  uint8_t* s = file + quant::kQ4K_SCALES;
   uint8_t sc[8], m[8];
-  if (kPack) {
-    for (int j = 0; j < 8; ++j) quant::q4k_scale_min(j, s, &sc[j], &m[j]);
+  if constexpr (kPack) {
+    for (int j = 0; j < 8; ++j) quant::q4k_scale_min(j, file + quant::kQ4K_SCALES, &sc[j], &m[j]);
     for (int r = 0; r < 8; ++r) gb[64 + 16 * r + i] = static_cast<uint8_t>(sc[r] | (m[r] >> 4) << 6);
     for (int p = 0; p < 4; ++p) gb[192 + 16 * p + i] = static_cast<uint8_t>((m[2 * p] & 15) | (m[2 * p + 1] & 15) << 4);
-    return;
-  }
-  for (int r = 0; r < 8; ++r) {
-    const uint8_t b = gb[64 + 16 * r + i], n = gb[192 + 16 * (r / 2) + i];
-    sc[r] = b & 63;
-    m[r] = static_cast<uint8_t>((b >> 6) << 4 | ((n >> (4 * (r % 2))) & 15));
-  }
-  for (int j = 0; j < 4; ++j) {  // the inverse of q4k_scale_min
-    s[j] = static_cast<uint8_t>(sc[j] | (sc[j + 4] >> 4) << 6);
-    s[j + 4] = static_cast<uint8_t>(m[j] | (m[j + 4] >> 4) << 6);
-    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+  } else {
+    for (int r = 0; r < 8; ++r) {
+      const uint8_t b = gb[64 + 16 * r + i], n = gb[192 + 16 * (r / 2) + i];
+      sc[r] = b & 63;
+      m[r] = static_cast<uint8_t>((b >> 6) << 4 | ((n >> (4 * (r % 2))) & 15));
+    }
+    uint8_t* s = file + quant::kQ4K_SCALES;
+    for (int j = 0; j < 4; ++j) {  // the inverse of q4k_scale_min
+      s[j] = static_cast<uint8_t>(sc[j] | (sc[j + 4] >> 4) << 6);
+      s[j + 4] = static_cast<uint8_t>(m[j] | (m[j + 4] >> 4) << 6);
+      s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+    }
   }
 }
 
@@ -125,15 +132,15 @@ bool x16_shape_fits(const TensorView& w) {
 
 // Row i's block `file` to or from the group's block `gb`: kPack copies file -> gb, else gb -> file.
 template <bool kPack>
-void transfer_x16(DType t, uint8_t* gb, int i, uint8_t* file) {
+void transfer_x16(DType t, GroupBlock<kPack> gb, int i, FileBlock<kPack> file) {
   const X16Fields fields = x16_fields(t);
   for (int k = 0; k < fields.n; ++k) {
     const X16Field& f = fields.f[k];
     const size_t n = static_cast<size_t>(f.bytes);
     for (int v = 0; v < f.count; ++v) {
-      uint8_t* packed = gb + f.packed + 16 * n * static_cast<size_t>(v) + n * static_cast<size_t>(i);
-      uint8_t* in_file = file + f.file + n * static_cast<size_t>(v);
-      if (kPack) std::memcpy(packed, in_file, n);
+      const auto packed = gb + f.packed + 16 * n * static_cast<size_t>(v) + n * static_cast<size_t>(i);
+      const auto in_file = file + f.file + n * static_cast<size_t>(v);
+      if constexpr (kPack) std::memcpy(packed, in_file, n);
       else std::memcpy(in_file, packed, n);
     }
   }
@@ -150,14 +157,12 @@ TensorView pack_x16(const TensorView& w, uint8_t* dst) {
   if (!x16_shape_fits(w)) fail(w.name + ": cannot be repacked into groups of 16 rows");
   const int64_t nb = w.row_len() / quant::kQK;
   const size_t bb = static_cast<size_t>(dtype_info(w.type).block_bytes), rb = row_bytes(w.type, w.row_len());
-  std::vector<uint8_t> block(bb);
   for (int64_t g = 0; g < w.n_rows() / kGroupRowsX16; ++g) {
     const size_t group = static_cast<size_t>(g) * kGroupRowsX16 * rb;
     for (int i = 0; i < kGroupRowsX16; ++i)
-      for (int64_t b = 0; b < nb; ++b) {
-        std::memcpy(block.data(), w.data + group + static_cast<size_t>(i) * rb + static_cast<size_t>(b) * bb, bb);
-        transfer_x16<true>(w.type, dst + group + static_cast<size_t>(b) * kGroupRowsX16 * bb, i, block.data());
-      }
+      for (int64_t b = 0; b < nb; ++b)
+        transfer_x16<true>(w.type, dst + group + static_cast<size_t>(b) * kGroupRowsX16 * bb, i,
+                           w.data + group + static_cast<size_t>(i) * rb + static_cast<size_t>(b) * bb);
   }
   TensorView v = w;
   v.data = dst;
@@ -168,7 +173,7 @@ TensorView pack_x16(const TensorView& w, uint8_t* dst) {
 void unpack_x16_row(const TensorView& packed, int64_t row, uint8_t* dst) {
   const int64_t nb = packed.row_len() / quant::kQK;
   const size_t bb = static_cast<size_t>(dtype_info(packed.type).block_bytes), rb = row_bytes(packed.type, packed.row_len());
-  uint8_t* group = const_cast<uint8_t*>(packed.data) + static_cast<size_t>(row / kGroupRowsX16) * kGroupRowsX16 * rb;
+  const uint8_t* group = packed.data + static_cast<size_t>(row / kGroupRowsX16) * kGroupRowsX16 * rb;
   for (int64_t b = 0; b < nb; ++b)
     transfer_x16<false>(packed.type, group + static_cast<size_t>(b) * kGroupRowsX16 * bb, static_cast<int>(row % kGroupRowsX16),
                         dst + static_cast<size_t>(b) * bb);

@@ -12,6 +12,8 @@ namespace slake {
 struct CpuWeights {
   std::vector<LayerWeights> layers;
   TensorView output;
+  // The table the embedding lookup reads: a tied output's repacked copy, else the model's own.
+  TensorView embedding;
   std::vector<std::unique_ptr<uint8_t[]>> buffers;
 };
 

@@ -30,9 +30,11 @@ void geglu(float* out, const float* gate, const float* up, int64_t n);
 // x[r] += b for each of `rows` rows of n floats (b: a 1-D weight of n elements, any type).
 void add_bias_rows(float* x, const TensorView& b, int64_t rows, int64_t n);
 
-// Row `token` of an embedding table, dequantised.
+// Row `token` of an embedding table in any layout (weight_pack.h), dequantised; a token outside
+// the table is refused.
 void embedding_row(float* out, const TensorView& emb, int64_t token);
-// The n tokens' embedding rows (dim floats each) into x, times the model's embed_scale.
+// The n tokens' embedding rows (dim floats each) into x, times the model's embed_scale, from the
+// table the CPU weights name (cpu_weights.h: a tied output's repacked copy, else the model's).
 void embed_tokens(float* x, const Model& m, const int32_t* tokens, int64_t n);
 
 }  // namespace slake
