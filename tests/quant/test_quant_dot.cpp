@@ -160,6 +160,42 @@ void expect_tile(const std::vector<float>& got, const std::vector<double>& want,
     }
 }
 
+// Every row of the repacked view P, unpacked by unpack(P, r, dst) and through row_in_file_layout,
+// is the file's row (rows: the file's bytes).
+template <class Unpack>
+void expect_rows_unpack_to_file_bytes(const TensorView& P, const std::vector<uint8_t>& rows, Unpack unpack) {
+  const size_t rb = row_bytes(P.type, P.row_len());
+  std::vector<uint8_t> row(rb), scratch;
+  for (int64_t r = 0; r < P.n_rows(); ++r) {
+    unpack(P, r, row.data());
+    ASSERT_EQ(0, std::memcmp(row.data(), rows.data() + static_cast<size_t>(r) * rb, rb))
+        << dtype_name(P.type) << " K " << P.row_len() << " row " << r;
+    ASSERT_EQ(0, std::memcmp(row_in_file_layout(P, r, scratch), row.data(), rb));
+  }
+}
+
+// A group layout's kernel (SIMD where built) and its portable gather against float64, every token
+// count: `pack` writes `rows` random rows of type t in the layout, `simd` and `port` run a tile
+// (group, prepared activations, rn, out with row stride `rows`).
+template <class Pack, class Tile, class Gather>
+void expect_group_kernel_matches_float64(DType t, int64_t K, int rows, std::mt19937& rng, Pack pack, Tile simd, Gather port) {
+  const auto w = random_rows(t, rows, K, rng);
+  std::vector<uint8_t> packed(w.size());
+  pack(view_of(t, K, rows, w), packed.data());
+  const auto x = random_floats(kTileTokens * K, rng);
+  const Prepared a = prepare(t, x, kTileTokens, K);
+  std::vector<double> want, mag;
+  reference(t, w, rows, K, a, kTileTokens, &want, &mag);
+  const std::string what = std::string(dtype_name(t)) + " K " + std::to_string(K);
+  for (int rn = 1; rn <= kTileTokens; ++rn) {
+    std::vector<float> got(static_cast<size_t>(rows) * kTileTokens, NAN), gathered(got);
+    simd(packed.data(), a, rn, got.data());
+    port(packed.data(), a, rn, gathered.data());
+    expect_tile(got, want, mag, rows, rows, rn, "simd " + what);
+    expect_tile(gathered, want, mag, rows, rows, rn, "portable " + what);
+  }
+}
+
 struct Case {
   DType type;
   int64_t K;
@@ -394,12 +430,7 @@ TEST(RepackX4, EveryRowUnpacksToTheFileBytes) {
       const TensorView P = pack_x4(view_of(t, K, N, w), packed.data());
       ASSERT_EQ(P.layout, WeightLayout::X4);
       EXPECT_NE(packed, w);  // it is a different layout
-      const size_t rb = row_bytes(t, K);
-      std::vector<uint8_t> row(rb);
-      for (int64_t r = 0; r < N; ++r) {
-        unpack_x4_row(P, r, row.data());
-        ASSERT_EQ(0, std::memcmp(row.data(), w.data() + static_cast<size_t>(r) * rb, rb)) << dtype_name(t) << " K " << K << " row " << r;
-      }
+      expect_rows_unpack_to_file_bytes(P, w, unpack_x4_row);
     }
 }
 
@@ -433,21 +464,12 @@ TEST(RepackX4, GroupKernelMatchesFloat64) {
   for (DType t : {DType::Q8_0, DType::Q4_0})
     for (int64_t K : {128, 384, 2048}) {  // whole runs: 1, 3 and 16 of Q4_0's 4 blocks
       std::mt19937 rng(static_cast<unsigned>(K) * 7 + static_cast<unsigned>(t));
-      const auto w = random_rows(t, kGroupRows, K, rng);
-      std::vector<uint8_t> packed(w.size());
-      pack_x4(view_of(t, K, kGroupRows, w), packed.data());
-      const auto x = random_floats(kTileTokens * K, rng);
-      const Prepared a = prepare(t, x, kTileTokens, K);
-      std::vector<double> want, mag;
-      reference(t, w, kGroupRows, K, a, kTileTokens, &want, &mag);
-      for (int rn = 1; rn <= kTileTokens; ++rn) {
-        std::vector<float> simd(kGroupRows * kTileTokens, NAN), port(kGroupRows * kTileTokens, NAN);
-        dot_tile_x4(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, simd.data(), kGroupRows);
-        portable::dot_tile_x4(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, port.data(), kGroupRows);
-        const std::string what = std::string(dtype_name(t)) + " K " + std::to_string(K);
-        expect_tile(simd, want, mag, kGroupRows, kGroupRows, rn, "simd " + what);
-        expect_tile(port, want, mag, kGroupRows, kGroupRows, rn, "portable " + what);
-      }
+      expect_group_kernel_matches_float64(
+          t, K, kGroupRows, rng, [](const TensorView& v, uint8_t* dst) { pack_x4(v, dst); },
+          [&](const uint8_t* g, const Prepared& a, int rn, float* out) { dot_tile_x4(t, K, g, a.bytes.data(), a.row_bytes, rn, out, kGroupRows); },
+          [&](const uint8_t* g, const Prepared& a, int rn, float* out) {
+            portable::dot_tile_x4(t, K, g, a.bytes.data(), a.row_bytes, rn, out, kGroupRows);
+          });
     }
 }
 
@@ -474,13 +496,7 @@ TEST(RepackX8, EveryRowUnpacksToTheFileBytes) {
     const TensorView P = pack_x8(view_of(DType::Q4_0, K, N, w), packed.data());
     ASSERT_EQ(P.layout, WeightLayout::X8);
     EXPECT_NE(packed, w);
-    const size_t rb = row_bytes(DType::Q4_0, K);
-    std::vector<uint8_t> row(rb), scratch;
-    for (int64_t r = 0; r < N; ++r) {
-      unpack_x8_row(P, r, row.data());
-      ASSERT_EQ(0, std::memcmp(row.data(), w.data() + static_cast<size_t>(r) * rb, rb)) << "K " << K << " row " << r;
-      ASSERT_EQ(0, std::memcmp(row_in_file_layout(P, r, scratch), row.data(), rb));
-    }
+    expect_rows_unpack_to_file_bytes(P, w, unpack_x8_row);
   }
 }
 
@@ -500,20 +516,12 @@ TEST(RepackX8, RefusesShapesOutsideTheLayout) {
 TEST(RepackX8, GroupKernelMatchesFloat64) {
   for (int64_t K : {32, 96, 2048}) {
     std::mt19937 rng(static_cast<unsigned>(K) * 13 + 5);
-    const auto w = random_rows(DType::Q4_0, kGroupRowsX8, K, rng);
-    std::vector<uint8_t> packed(w.size());
-    pack_x8(view_of(DType::Q4_0, K, kGroupRowsX8, w), packed.data());
-    const auto x = random_floats(kTileTokens * K, rng);
-    const Prepared a = prepare(DType::Q4_0, x, kTileTokens, K);
-    std::vector<double> want, mag;
-    reference(DType::Q4_0, w, kGroupRowsX8, K, a, kTileTokens, &want, &mag);
-    for (int rn = 1; rn <= kTileTokens; ++rn) {
-      std::vector<float> simd(kGroupRowsX8 * kTileTokens, NAN), port(simd);
-      dot_tile_x8(K, packed.data(), a.bytes.data(), a.row_bytes, rn, simd.data(), kGroupRowsX8);
-      portable::dot_tile_x8(K, packed.data(), a.bytes.data(), a.row_bytes, rn, port.data(), kGroupRowsX8);
-      expect_tile(simd, want, mag, kGroupRowsX8, kGroupRowsX8, rn, "simd K " + std::to_string(K));
-      expect_tile(port, want, mag, kGroupRowsX8, kGroupRowsX8, rn, "portable K " + std::to_string(K));
-    }
+    expect_group_kernel_matches_float64(
+        DType::Q4_0, K, kGroupRowsX8, rng, [](const TensorView& v, uint8_t* dst) { pack_x8(v, dst); },
+        [&](const uint8_t* g, const Prepared& a, int rn, float* out) { dot_tile_x8(K, g, a.bytes.data(), a.row_bytes, rn, out, kGroupRowsX8); },
+        [&](const uint8_t* g, const Prepared& a, int rn, float* out) {
+          portable::dot_tile_x8(K, g, a.bytes.data(), a.row_bytes, rn, out, kGroupRowsX8);
+        });
   }
 }
 
@@ -540,13 +548,7 @@ TEST(RepackX16, EveryRowUnpacksToTheFileBytes) {
       const TensorView P = pack_x16(view_of(t, K, N, w), packed.data());
       ASSERT_EQ(P.layout, WeightLayout::X16);
       EXPECT_NE(packed, w);
-      const size_t rb = row_bytes(t, K);
-      std::vector<uint8_t> row(rb), scratch;
-      for (int64_t r = 0; r < N; ++r) {
-        unpack_x16_row(P, r, row.data());
-        ASSERT_EQ(0, std::memcmp(row.data(), w.data() + static_cast<size_t>(r) * rb, rb)) << dtype_name(t) << " K " << K << " row " << r;
-        ASSERT_EQ(0, std::memcmp(row_in_file_layout(P, r, scratch), row.data(), rb));
-      }
+      expect_rows_unpack_to_file_bytes(P, w, unpack_x16_row);
     }
 }
 
@@ -572,21 +574,14 @@ TEST(RepackX16, GroupKernelMatchesFloat64) {
   for (DType t : kX16Types)
     for (int64_t K : {256, 2048}) {
       std::mt19937 rng(static_cast<unsigned>(K) * 11 + static_cast<unsigned>(t));
-      const auto w = random_rows(t, kGroupRowsX16, K, rng);
-      std::vector<uint8_t> packed(w.size());
-      pack_x16(view_of(t, K, kGroupRowsX16, w), packed.data());
-      const auto x = random_floats(kTileTokens * K, rng);
-      const Prepared a = prepare(t, x, kTileTokens, K);
-      std::vector<double> want, mag;
-      reference(t, w, kGroupRowsX16, K, a, kTileTokens, &want, &mag);
-      for (int rn = 1; rn <= kTileTokens; ++rn) {
-        std::vector<float> simd(kGroupRowsX16 * kTileTokens, NAN), port(simd);
-        dot_tile_x16(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, simd.data(), kGroupRowsX16);
-        portable::dot_tile_x16(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, port.data(), kGroupRowsX16);
-        const std::string what = std::string(dtype_name(t)) + " K " + std::to_string(K);
-        expect_tile(simd, want, mag, kGroupRowsX16, kGroupRowsX16, rn, "simd " + what);
-        expect_tile(port, want, mag, kGroupRowsX16, kGroupRowsX16, rn, "portable " + what);
-      }
+      expect_group_kernel_matches_float64(
+          t, K, kGroupRowsX16, rng, [](const TensorView& v, uint8_t* dst) { pack_x16(v, dst); },
+          [&](const uint8_t* g, const Prepared& a, int rn, float* out) {
+            dot_tile_x16(t, K, g, a.bytes.data(), a.row_bytes, rn, out, kGroupRowsX16);
+          },
+          [&](const uint8_t* g, const Prepared& a, int rn, float* out) {
+            portable::dot_tile_x16(t, K, g, a.bytes.data(), a.row_bytes, rn, out, kGroupRowsX16);
+          });
     }
 }
 
