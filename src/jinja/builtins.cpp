@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <string_view>
+#include <unordered_map>
 
 #include "interpreter.h"
 #include "text.h"
@@ -126,201 +128,287 @@ std::string do_indent(std::string s, const Args& a) {
   return first ? ind + rv : rv;
 }
 
+// The filters, one function each, found by name in filters() below. A filter gets the value before
+// the | and the call's arguments; it charges what it builds (charge_string, step) as the operators do.
+using Filter = Value (*)(Interpreter& in, const Value& v, Args& a);
+
+Value filter_safe(Interpreter&, const Value& v, Args&) {
+  return v.is_string() ? Value::markup(v.str()) : v.is_markup() ? v : Value::markup(v.to_str());
+}
+
+Value filter_trim(Interpreter&, const Value& v, Args& a) {
+  const Value* chars = arg(a, "chars", 0);
+  return Value(py_strip(v.to_str(), chars && chars->is_string() ? &chars->str() : nullptr, true, true));
+}
+
+Value filter_length(Interpreter&, const Value& v, Args&) { return Value(length(v)); }
+Value filter_string(Interpreter&, const Value& v, Args&) { return v.is_string() ? v : Value(v.to_str()); }
+Value filter_upper(Interpreter&, const Value& v, Args&) { return Value(py_upper(v.to_str())); }
+Value filter_lower(Interpreter&, const Value& v, Args&) { return Value(py_lower(v.to_str())); }
+Value filter_title(Interpreter&, const Value& v, Args&) { return Value(py_title(v.to_str())); }
+Value filter_capitalize(Interpreter&, const Value& v, Args&) { return Value(py_capitalize(v.to_str())); }
+
+Value filter_replace(Interpreter& in, const Value& v, Args& a) {
+  const Value *o = arg(a, "old", 0), *n = arg(a, "new", 1), *c = arg(a, "count", 2);
+  if (!o || !n) raise("replace needs the old and the new string");
+  std::string r = py_replace(v.to_str(), o->to_str(), n->to_str(), c && !c->is_none() ? static_cast<long>(c->as_int()) : -1);
+  in.charge_string(r.size());
+  return Value(std::move(r));
+}
+
+Value filter_default(Interpreter&, const Value& v, Args& a) {
+  const Value* d = arg(a, "default_value", 0);
+  const bool boolean = flag(a, "boolean", 1, false);
+  if (v.is_undefined() || (boolean && !v.truthy())) return d ? *d : Value("");
+  return v;
+}
+
+Value filter_tojson(Interpreter& in, const Value& v, Args& a) {
+  const Value* ind = arg(a, "indent", 0);
+  const Value* seps = arg(a, "separators", 3);
+  int indent = -1;
+  if (ind && !ind->is_none()) {
+    if (!ind->is_number() || ind->is_float()) raise("tojson: indent must be an integer");
+    indent = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ind->as_int(), 64)));
+  }
+  std::string item_sep = indent >= 0 ? "," : ", ", key_sep = ": ";
+  if (seps && !seps->is_none()) {
+    if (!seps->is_list() || seps->items().size() != 2 || !seps->items()[0].is_string() || !seps->items()[1].is_string())
+      raise("tojson: separators must be a pair of strings");
+    item_sep = seps->items()[0].str();
+    key_sep = seps->items()[1].str();
+  }
+  std::string out = to_json(v, indent, item_sep, key_sep, flag(a, "sort_keys", 4, false), flag(a, "ensure_ascii", 1, false));
+  in.charge_string(out.size());
+  return Value(std::move(out));
+}
+
+Value filter_join(Interpreter& in, const Value& v, Args& a) {
+  const Value* sep = arg(a, "d", 0);
+  const Value* attr = arg(a, "attribute", 1);
+  std::string out;
+  bool first = true;
+  for (const Value& x : iterate(v)) {
+    if (!first) out += sep ? sep->to_str() : "";
+    out += (attr && !attr->is_none() ? attribute_of(x, attr->to_str()) : x).to_str();
+    first = false;
+    in.charge_string(out.size());
+  }
+  return Value(out);
+}
+
+// first and last: on an empty sequence both give the same undefined.
+Value end_item(const Value& v, bool first) {
+  const List items = iterate(v);
+  if (items.empty()) return Value::undefined("No first item, sequence was empty.");
+  return first ? items.front() : items.back();
+}
+Value filter_first(Interpreter&, const Value& v, Args&) { return end_item(v, true); }
+Value filter_last(Interpreter&, const Value& v, Args&) { return end_item(v, false); }
+
+Value filter_list(Interpreter&, const Value& v, Args&) { return Value::list(iterate(v)); }
+
+Value filter_items(Interpreter&, const Value& v, Args&) {
+  if (v.is_undefined()) return Value::list();
+  if (!v.is_dict()) raise("items: can only get item pairs from a mapping");
+  List out;
+  for (const auto& [k, x] : v.dict_ref().entries) out.push_back(Value::tuple({k, x}));
+  return Value::list(std::move(out));
+}
+
+// map(attribute=..., default=...) or map('filter', args...), which applies that filter by name.
+Value filter_map(Interpreter& in, const Value& v, Args& a) {
+  List out;
+  const Value* attr = nullptr;
+  for (const auto& [k, x] : a.keyword)
+    if (k == "attribute") attr = &x;
+  for (const Value& item : v.truthy() ? iterate(v) : List{}) {
+    in.step();
+    if (attr) {
+      Value r = attribute_of(item, attr->to_str());
+      if (r.is_undefined()) {
+        for (const auto& [k, x] : a.keyword)
+          if (k == "default") r = x;
+      }
+      out.push_back(r);
+    } else {
+      if (a.positional.empty() || !a.positional[0].is_string()) raise("map needs a filter name or attribute=");
+      Args rest = rest_args(a, 1);
+      out.push_back(apply_filter(in, a.positional[0].str(), item, rest));
+    }
+  }
+  return Value::generator(std::move(out));
+}
+
+Value filter_select(Interpreter& in, const Value& v, Args& a) { return select(in, v, a, false, true); }
+Value filter_reject(Interpreter& in, const Value& v, Args& a) { return select(in, v, a, false, false); }
+Value filter_selectattr(Interpreter& in, const Value& v, Args& a) { return select(in, v, a, true, true); }
+Value filter_rejectattr(Interpreter& in, const Value& v, Args& a) { return select(in, v, a, true, false); }
+
+Value filter_unique(Interpreter& in, const Value& v, Args& a) {
+  const bool case_sensitive = flag(a, "case_sensitive", 0, false);
+  List out, seen;
+  for (const Value& x : iterate(v)) {
+    in.step();
+    Value key = x.is_string() && !case_sensitive ? Value(py_lower(x.str())) : x;
+    bool dup = false;
+    for (const Value& s : seen) dup = dup || equal(s, key);
+    if (!dup) seen.push_back(key), out.push_back(x);
+  }
+  return Value::list(std::move(out));
+}
+
+Value filter_int(Interpreter&, const Value& v, Args& a) {
+  const Value* d = arg(a, "default", 0);
+  return to_int(v, d ? *d : Value(0));
+}
+
+Value filter_float(Interpreter&, const Value& v, Args& a) {
+  const Value* d = arg(a, "default", 0);
+  return to_float(v, d ? *d : Value(0.0));
+}
+
+Value filter_abs(Interpreter&, const Value& v, Args&) {
+  if (!v.is_number()) raise(std::string("bad operand type for abs(): '") + v.type_name() + "'");
+  if (v.is_float()) return Value(std::fabs(v.as_number()));
+  if (v.as_int() == INT64_MIN) raise("integer overflow");
+  return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+}
+
+Value filter_round(Interpreter&, const Value& v, Args& a) {
+  const Value* p = arg(a, "precision", 0);
+  const Value* m = arg(a, "method", 1);
+  const int64_t prec = p ? p->as_int() : 0;
+  const std::string method = m ? m->to_str() : "common";
+  if (!v.is_number()) raise("round: the value must be a number");
+  if (!v.is_float() && method == "common") return Value(v.as_int());
+  const double scale = std::pow(10.0, static_cast<double>(prec));
+  const double x = v.as_number() * scale;
+  double r = method == "floor" ? std::floor(x) : method == "ceil" ? std::ceil(x) : std::nearbyint(x);
+  return Value(r / scale);
+}
+
+Value filter_indent(Interpreter& in, const Value& v, Args& a) {
+  std::string r = do_indent(v.to_str(), a);
+  in.charge_string(r.size());
+  return Value(std::move(r));
+}
+
+Value filter_sum(Interpreter& in, const Value& v, Args& a) {
+  Value total = Value(static_cast<int64_t>(0));
+  if (const Value* s = arg(a, "start", 1)) total = *s;
+  const Value* attr = arg(a, "attribute", 0);
+  for (const Value& x : iterate(v)) total = binary_op(in, "+", total, attr && !attr->is_none() ? attribute_of(x, attr->to_str()) : x);
+  return total;
+}
+
+// min and max: the first of the smallest (largest), strings compared lower-cased unless case_sensitive.
+Value extreme(const Value& v, const Args& a, bool min) {
+  const List items = iterate(v);
+  if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
+  const bool cs = flag(a, "case_sensitive", 0, false);
+  Value best = items[0];
+  for (const Value& x : items) {
+    Value l = x.is_string() && !cs ? Value(py_lower(x.str())) : x, r = best.is_string() && !cs ? Value(py_lower(best.str())) : best;
+    if (min ? compare(l, r) < 0 : compare(l, r) > 0) best = x;
+  }
+  return best;
+}
+Value filter_min(Interpreter&, const Value& v, Args& a) { return extreme(v, a, true); }
+Value filter_max(Interpreter&, const Value& v, Args& a) { return extreme(v, a, false); }
+
+Value filter_reverse(Interpreter&, const Value& v, Args&) {
+  if (v.is_string()) {
+    auto cps = code_points(v.str());
+    std::string out;
+    for (size_t i = cps.size(); i-- > 0;) out += cps[i];
+    return Value(out);
+  }
+  List items = iterate(v);
+  std::reverse(items.begin(), items.end());
+  return Value::list(std::move(items));
+}
+
+Value filter_sort(Interpreter&, const Value& v, Args& a) {
+  List items = iterate(v);
+  const bool rev = flag(a, "reverse", 0, false), cs = flag(a, "case_sensitive", 1, false);
+  const Value* attr = arg(a, "attribute", 2);
+  auto key = [&](const Value& x) {
+    Value k = attr && !attr->is_none() ? attribute_of(x, attr->to_str()) : x;
+    return k.is_string() && !cs ? Value(py_lower(k.str())) : k;
+  };
+  std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+    return rev ? compare(key(y), key(x)) < 0 : compare(key(x), key(y)) < 0;
+  });
+  return Value::list(std::move(items));
+}
+
+Value filter_dictsort(Interpreter&, const Value& v, Args& a) {
+  if (!v.is_dict()) raise("dictsort: a mapping is required");
+  List items;
+  for (const auto& [k, x] : v.dict_ref().entries) items.push_back(Value::tuple({k, x}));
+  const bool by_value = arg(a, "by", 1) && arg(a, "by", 1)->to_str() == "value";
+  std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+    const Value& kx = x.items()[by_value], &ky = y.items()[by_value];
+    return compare(kx.is_string() ? Value(py_lower(kx.str())) : kx, ky.is_string() ? Value(py_lower(ky.str())) : ky) < 0;
+  });
+  return Value::list(std::move(items));
+}
+
+Value filter_wordcount(Interpreter&, const Value& v, Args&) {
+  return Value(static_cast<int64_t>(py_split(v.to_str(), nullptr, -1).size()));
+}
+
+// Every filter by name, built on first use. jinja2's e, escape and forceescape are not here: they
+// fail as unknown filters.
+const std::unordered_map<std::string_view, Filter>& filters() {
+  static const std::unordered_map<std::string_view, Filter> table{
+      {"safe", filter_safe},
+      {"trim", filter_trim},
+      {"length", filter_length},
+      {"count", filter_length},
+      {"string", filter_string},
+      {"upper", filter_upper},
+      {"lower", filter_lower},
+      {"title", filter_title},
+      {"capitalize", filter_capitalize},
+      {"replace", filter_replace},
+      {"default", filter_default},
+      {"d", filter_default},
+      {"tojson", filter_tojson},
+      {"join", filter_join},
+      {"first", filter_first},
+      {"last", filter_last},
+      {"list", filter_list},
+      {"items", filter_items},
+      {"map", filter_map},
+      {"select", filter_select},
+      {"reject", filter_reject},
+      {"selectattr", filter_selectattr},
+      {"rejectattr", filter_rejectattr},
+      {"unique", filter_unique},
+      {"int", filter_int},
+      {"float", filter_float},
+      {"abs", filter_abs},
+      {"round", filter_round},
+      {"indent", filter_indent},
+      {"sum", filter_sum},
+      {"min", filter_min},
+      {"max", filter_max},
+      {"reverse", filter_reverse},
+      {"sort", filter_sort},
+      {"dictsort", filter_dictsort},
+      {"wordcount", filter_wordcount},
+  };
+  return table;
+}
+
 }  // namespace
 
 Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Args& a) {
-  if (name == "safe" || name == "e" || name == "escape" || name == "forceescape") {
-    if (name == "safe") return v.is_string() ? Value::markup(v.str()) : v.is_markup() ? v : Value::markup(v.to_str());
-  }
-  if (name == "trim") return Value(py_strip(v.to_str(), arg(a, "chars", 0) && arg(a, "chars", 0)->is_string() ? &arg(a, "chars", 0)->str() : nullptr, true, true));
-  if (name == "length" || name == "count") return Value(length(v));
-  if (name == "string") return v.is_string() ? v : Value(v.to_str());
-  if (name == "upper") return Value(py_upper(v.to_str()));
-  if (name == "lower") return Value(py_lower(v.to_str()));
-  if (name == "title") return Value(py_title(v.to_str()));
-  if (name == "capitalize") return Value(py_capitalize(v.to_str()));
-  if (name == "replace") {
-    const Value *o = arg(a, "old", 0), *n = arg(a, "new", 1), *c = arg(a, "count", 2);
-    if (!o || !n) raise("replace needs the old and the new string");
-    std::string r = py_replace(v.to_str(), o->to_str(), n->to_str(), c && !c->is_none() ? static_cast<long>(c->as_int()) : -1);
-    in.charge_string(r.size());
-    return Value(std::move(r));
-  }
-  if (name == "default" || name == "d") {
-    const Value* d = arg(a, "default_value", 0);
-    const bool boolean = flag(a, "boolean", 1, false);
-    if (v.is_undefined() || (boolean && !v.truthy())) return d ? *d : Value("");
-    return v;
-  }
-  if (name == "tojson") {
-    const Value* ind = arg(a, "indent", 0);
-    const Value* seps = arg(a, "separators", 3);
-    int indent = -1;
-    if (ind && !ind->is_none()) {
-      if (!ind->is_number() || ind->is_float()) raise("tojson: indent must be an integer");
-      indent = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(ind->as_int(), 64)));
-    }
-    std::string item_sep = indent >= 0 ? "," : ", ", key_sep = ": ";
-    if (seps && !seps->is_none()) {
-      if (!seps->is_list() || seps->items().size() != 2 || !seps->items()[0].is_string() || !seps->items()[1].is_string())
-        raise("tojson: separators must be a pair of strings");
-      item_sep = seps->items()[0].str();
-      key_sep = seps->items()[1].str();
-    }
-    std::string out = to_json(v, indent, item_sep, key_sep, flag(a, "sort_keys", 4, false), flag(a, "ensure_ascii", 1, false));
-    in.charge_string(out.size());
-    return Value(std::move(out));
-  }
-  if (name == "join") {
-    const Value* sep = arg(a, "d", 0);
-    const Value* attr = arg(a, "attribute", 1);
-    std::string out;
-    bool first = true;
-    for (const Value& x : iterate(v)) {
-      if (!first) out += sep ? sep->to_str() : "";
-      out += (attr && !attr->is_none() ? attribute_of(x, attr->to_str()) : x).to_str();
-      first = false;
-      in.charge_string(out.size());
-    }
-    return Value(out);
-  }
-  if (name == "first" || name == "last") {
-    const List items = iterate(v);
-    if (items.empty()) return Value::undefined("No first item, sequence was empty.");
-    return name == "first" ? items.front() : items.back();
-  }
-  if (name == "list") return Value::list(iterate(v));
-  if (name == "items") {
-    if (v.is_undefined()) return Value::list();
-    if (!v.is_dict()) raise("items: can only get item pairs from a mapping");
-    List out;
-    for (const auto& [k, x] : v.dict_ref().entries) out.push_back(Value::tuple({k, x}));
-    return Value::list(std::move(out));
-  }
-  if (name == "map") {
-    List out;
-    const Value* attr = nullptr;
-    for (const auto& [k, x] : a.keyword)
-      if (k == "attribute") attr = &x;
-    for (const Value& item : v.truthy() ? iterate(v) : List{}) {
-      in.step();
-      if (attr) {
-        Value r = attribute_of(item, attr->to_str());
-        if (r.is_undefined()) {
-          for (const auto& [k, x] : a.keyword)
-            if (k == "default") r = x;
-        }
-        out.push_back(r);
-      } else {
-        if (a.positional.empty() || !a.positional[0].is_string()) raise("map needs a filter name or attribute=");
-        Args rest = rest_args(a, 1);
-        out.push_back(apply_filter(in, a.positional[0].str(), item, rest));
-      }
-    }
-    return Value::generator(std::move(out));
-  }
-  if (name == "select") return select(in, v, a, false, true);
-  if (name == "reject") return select(in, v, a, false, false);
-  if (name == "selectattr") return select(in, v, a, true, true);
-  if (name == "rejectattr") return select(in, v, a, true, false);
-  if (name == "unique") {
-    const bool case_sensitive = flag(a, "case_sensitive", 0, false);
-    List out, seen;
-    for (const Value& x : iterate(v)) {
-      in.step();
-      Value key = x.is_string() && !case_sensitive ? Value(py_lower(x.str())) : x;
-      bool dup = false;
-      for (const Value& s : seen) dup = dup || equal(s, key);
-      if (!dup) seen.push_back(key), out.push_back(x);
-    }
-    return Value::list(std::move(out));
-  }
-  if (name == "int") {
-    const Value* d = arg(a, "default", 0);
-    return to_int(v, d ? *d : Value(0));
-  }
-  if (name == "float") {
-    const Value* d = arg(a, "default", 0);
-    return to_float(v, d ? *d : Value(0.0));
-  }
-  if (name == "abs") {
-    if (!v.is_number()) raise(std::string("bad operand type for abs(): '") + v.type_name() + "'");
-    if (v.is_float()) return Value(std::fabs(v.as_number()));
-    if (v.as_int() == INT64_MIN) raise("integer overflow");
-    return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
-  }
-  if (name == "round") {
-    const Value* p = arg(a, "precision", 0);
-    const Value* m = arg(a, "method", 1);
-    const int64_t prec = p ? p->as_int() : 0;
-    const std::string method = m ? m->to_str() : "common";
-    if (!v.is_number()) raise("round: the value must be a number");
-    if (!v.is_float() && method == "common") return Value(v.as_int());
-    const double scale = std::pow(10.0, static_cast<double>(prec));
-    const double x = v.as_number() * scale;
-    double r = method == "floor" ? std::floor(x) : method == "ceil" ? std::ceil(x) : std::nearbyint(x);
-    return Value(r / scale);
-  }
-  if (name == "indent") {
-    std::string r = do_indent(v.to_str(), a);
-    in.charge_string(r.size());
-    return Value(std::move(r));
-  }
-  if (name == "sum") {
-    Value total = Value(static_cast<int64_t>(0));
-    if (const Value* s = arg(a, "start", 1)) total = *s;
-    const Value* attr = arg(a, "attribute", 0);
-    for (const Value& x : iterate(v)) total = binary_op(in, "+", total, attr && !attr->is_none() ? attribute_of(x, attr->to_str()) : x);
-    return total;
-  }
-  if (name == "min" || name == "max") {
-    const List items = iterate(v);
-    if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-    Value best = items[0];
-    for (const Value& x : items) {
-      const bool cs = flag(a, "case_sensitive", 0, false);
-      Value l = x.is_string() && !cs ? Value(py_lower(x.str())) : x, r = best.is_string() && !cs ? Value(py_lower(best.str())) : best;
-      if (name == "min" ? compare(l, r) < 0 : compare(l, r) > 0) best = x;
-    }
-    return best;
-  }
-  if (name == "reverse") {
-    if (v.is_string()) {
-      auto cps = code_points(v.str());
-      std::string out;
-      for (size_t i = cps.size(); i-- > 0;) out += cps[i];
-      return Value(out);
-    }
-    List items = iterate(v);
-    std::reverse(items.begin(), items.end());
-    return Value::list(std::move(items));
-  }
-  if (name == "sort") {
-    List items = iterate(v);
-    const bool rev = flag(a, "reverse", 0, false), cs = flag(a, "case_sensitive", 1, false);
-    const Value* attr = arg(a, "attribute", 2);
-    auto key = [&](const Value& x) {
-      Value k = attr && !attr->is_none() ? attribute_of(x, attr->to_str()) : x;
-      return k.is_string() && !cs ? Value(py_lower(k.str())) : k;
-    };
-    std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
-      return rev ? compare(key(y), key(x)) < 0 : compare(key(x), key(y)) < 0;
-    });
-    return Value::list(std::move(items));
-  }
-  if (name == "dictsort") {
-    if (!v.is_dict()) raise("dictsort: a mapping is required");
-    List items;
-    for (const auto& [k, x] : v.dict_ref().entries) items.push_back(Value::tuple({k, x}));
-    const bool by_value = arg(a, "by", 1) && arg(a, "by", 1)->to_str() == "value";
-    std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
-      const Value& kx = x.items()[by_value], &ky = y.items()[by_value];
-      return compare(kx.is_string() ? Value(py_lower(kx.str())) : kx, ky.is_string() ? Value(py_lower(ky.str())) : ky) < 0;
-    });
-    return Value::list(std::move(items));
-  }
-  if (name == "wordcount") return Value(static_cast<int64_t>(py_split(v.to_str(), nullptr, -1).size()));
-  raise("no filter named '" + name + "'");
+  const auto it = filters().find(name);
+  if (it == filters().end()) raise("no filter named '" + name + "'");
+  return it->second(in, v, a);
 }
 
 bool apply_test(Interpreter& in, const std::string& name, const Value& v, Args& a) {

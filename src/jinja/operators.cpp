@@ -4,6 +4,8 @@
 // ImmutableSandboxedEnvironment refuses them.
 #include <climits>
 #include <cmath>
+#include <string_view>
+#include <unordered_map>
 
 #include "interpreter.h"
 #include "text.h"
@@ -79,7 +81,7 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
-// A bound method of a str, list or dict; unknown names give nullptr-like undefined.
+// A bound method of a str, list or dict; an unknown name gives an undefined Value().
 Value method(const Value& obj, const std::string& name);
 
 }  // namespace
@@ -324,140 +326,207 @@ bool affix(const Value& obj, const Args& a, bool prefix) {
   return false;
 }
 
-Value bound(const Value& obj, const std::string& name, std::function<Value(Interpreter&, Args&)> fn) {
-  (void)obj;
-  return Value::callable(name, std::move(fn));
+// The methods of str, list and dict, one function each, found by name in the tables below. A
+// method gets the object and the name it was looked up by, and gives the bound callable; `self`
+// is a copy of the object, sharing a list's or dict's contents as Python's bound methods do.
+using Method = Value (*)(const Value& self, const std::string& name);
+
+// What jinja2's ImmutableSandboxedEnvironment gives for a method that would change a list or dict:
+// a callable that raises when called.
+Value unsafe(const Value& self, const std::string& name) {
+  const std::string msg = "access to attribute '" + name + "' of '" + self.type_name() + "' object is unsafe.";
+  return Value::callable(name, [msg](Interpreter&, Args&) -> Value { raise(msg); });
+}
+
+// strip, lstrip and rstrip.
+Value str_strip(const Value& self, const std::string& name) {
+  return Value::callable(name, [self, name](Interpreter&, Args& a) {
+    return Value(py_strip(self.str(), opt_string(a, "chars", 0), name != "rstrip", name != "lstrip"));
+  });
+}
+
+Value str_split(const Value& self, const std::string& name) {
+  return Value::callable(name, [self](Interpreter&, Args& a) {
+    const std::string* sep = opt_string(a, "sep", 0);
+    if (sep && sep->empty()) raise("empty separator");
+    return string_list(py_split(self.str(), sep, opt_long(a, "maxsplit", 1, -1)));
+  });
+}
+
+Value str_splitlines(const Value& self, const std::string& name) {
+  return Value::callable(name, [self](Interpreter&, Args&) { return string_list(py_splitlines(self.str())); });
+}
+
+// startswith and endswith.
+Value str_affix(const Value& self, const std::string& name) {
+  return Value::callable(name, [self, name](Interpreter&, Args& a) { return Value(affix(self, a, name == "startswith")); });
+}
+
+Value str_replace(const Value& self, const std::string& name) {
+  return Value::callable(name, [self](Interpreter& in, Args& a) {
+    std::string r = py_replace(self.str(), req_string(a, "old", 0), req_string(a, "new", 1), opt_long(a, "count", 2, -1));
+    in.charge_string(r.size());
+    return Value(std::move(r));
+  });
+}
+
+Value str_upper(const Value& self, const std::string& name) {
+  return Value::callable(name, [self](Interpreter&, Args&) { return Value(py_upper(self.str())); });
+}
+Value str_lower(const Value& self, const std::string& name) {
+  return Value::callable(name, [self](Interpreter&, Args&) { return Value(py_lower(self.str())); });
+}
+Value str_title(const Value& self, const std::string& name) {
+  return Value::callable(name, [self](Interpreter&, Args&) { return Value(py_title(self.str())); });
+}
+Value str_capitalize(const Value& self, const std::string& name) {
+  return Value::callable(name, [self](Interpreter&, Args&) { return Value(py_capitalize(self.str())); });
+}
+
+// find, rfind and index: the position in code points; -1 when missing (index raises).
+Value str_find(const Value& self, const std::string& name) {
+  return Value::callable(name, [self, name](Interpreter&, Args& a) -> Value {
+    const std::string& sub = req_string(a, "sub", 0);
+    const std::string& s = self.str();
+    const size_t at = name == "rfind" ? s.rfind(sub) : s.find(sub);
+    if (at == std::string::npos) {
+      if (name == "index") raise("substring not found");
+      return Value(-1);
+    }
+    return Value(static_cast<int64_t>(code_point_count(s.substr(0, at))));
+  });
+}
+
+// Non-overlapping occurrences; Python counts the empty string once per code point, plus one.
+Value str_count(const Value& self, const std::string& name) {
+  return Value::callable(name, [self](Interpreter&, Args& a) -> Value {
+    const std::string& sub = req_string(a, "sub", 0);
+    const std::string& s = self.str();
+    if (sub.empty()) return Value(static_cast<int64_t>(code_point_count(s) + 1));
+    int64_t n = 0;
+    for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size())) ++n;
+    return Value(n);
+  });
+}
+
+Value str_join(const Value& self, const std::string& name) {
+  return Value::callable(name, [self](Interpreter& in, Args& a) {
+    const Value* v = a.get("iterable", 0);
+    if (!v) raise("join() takes exactly one argument");
+    std::string out;
+    bool first = true;
+    for (const Value& x : iterate(*v)) {
+      if (!x.is_string()) raise(std::string("sequence item: expected str instance, ") + x.type_name() + " found");
+      if (!first) out += self.str();
+      out += x.str();
+      first = false;
+      in.charge_string(out.size());
+    }
+    return Value(out);
+  });
+}
+
+// isdigit, isalpha, isspace, isalnum, isupper and islower, on ASCII (bytes) classes.
+Value str_is(const Value& self, const std::string& name) {
+  return Value::callable(name, [self, name](Interpreter&, Args&) {
+    const std::string& s = self.str();
+    bool any_cased = false, ok = !s.empty();
+    for (unsigned char c : s) {
+      if (name == "isdigit") ok = ok && std::isdigit(c);
+      else if (name == "isalpha") ok = ok && std::isalpha(c);
+      else if (name == "isalnum") ok = ok && std::isalnum(c);
+      else if (name == "isspace") ok = ok && std::isspace(c);
+      else if (name == "isupper") ok = ok && !std::islower(c), any_cased = any_cased || std::isupper(c);
+      else ok = ok && !std::isupper(c), any_cased = any_cased || std::islower(c);
+    }
+    if (name == "isupper" || name == "islower") ok = ok && any_cased;
+    return Value(ok);
+  });
+}
+
+// list.index and list.count.
+Value list_index(const Value& self, const std::string& name) {
+  return Value::callable(name, [self, name](Interpreter&, Args& a) -> Value {
+    const Value* x = a.get("value", 0);
+    if (!x) raise(name + "() takes exactly one argument");
+    int64_t n = 0;
+    for (size_t i = 0; i < self.items().size(); ++i)
+      if (equal(self.items()[i], *x)) {
+        if (name == "index") return Value(static_cast<int64_t>(i));
+        ++n;
+      }
+    if (name == "index") raise(x->repr() + " is not in list");
+    return Value(n);
+  });
+}
+
+// items, keys and values: lists, copied when called.
+Value dict_view(const Value& self, const std::string& name) {
+  return Value::callable(name, [self, name](Interpreter&, Args&) {
+    List out;
+    for (const auto& [k, v] : self.dict_ref().entries) {
+      if (name == "items") out.push_back(Value::tuple({k, v}));
+      else out.push_back(name == "keys" ? k : v);
+    }
+    return Value::list(std::move(out));
+  });
+}
+
+Value dict_get(const Value& self, const std::string& name) {
+  return Value::callable(name, [self](Interpreter&, Args& a) -> Value {
+    const Value* k = a.get("key", 0);
+    if (!k) raise("get expected at least 1 argument, got 0");
+    if (const Value* v = self.dict_ref().find(*k)) return *v;
+    const Value* d = a.get("default", 1);
+    return d ? *d : Value::none();
+  });
+}
+
+Value dict_copy(const Value& self, const std::string& name) {
+  return Value::callable(name, [self](Interpreter&, Args&) {
+    Value d = Value::dict();
+    for (const auto& [k, v] : self.dict_ref().entries) d.dict_ref().set(k, v);
+    return d;
+  });
+}
+
+using MethodTable = std::unordered_map<std::string_view, Method>;
+
+const MethodTable& string_methods() {
+  static const MethodTable table{
+      {"strip", str_strip}, {"lstrip", str_strip}, {"rstrip", str_strip},
+      {"split", str_split}, {"splitlines", str_splitlines},
+      {"startswith", str_affix}, {"endswith", str_affix},
+      {"replace", str_replace}, {"join", str_join},
+      {"upper", str_upper}, {"lower", str_lower}, {"title", str_title}, {"capitalize", str_capitalize},
+      {"find", str_find}, {"rfind", str_find}, {"index", str_find}, {"count", str_count},
+      {"isdigit", str_is}, {"isalpha", str_is}, {"isspace", str_is}, {"isalnum", str_is}, {"isupper", str_is}, {"islower", str_is},
+  };
+  return table;
+}
+
+const MethodTable& list_methods() {
+  static const MethodTable table{
+      {"index", list_index}, {"count", list_index},
+      {"append", unsafe}, {"extend", unsafe}, {"insert", unsafe}, {"pop", unsafe},
+      {"remove", unsafe}, {"reverse", unsafe}, {"sort", unsafe}, {"clear", unsafe},
+  };
+  return table;
+}
+
+const MethodTable& dict_methods() {
+  static const MethodTable table{
+      {"items", dict_view}, {"keys", dict_view}, {"values", dict_view}, {"get", dict_get}, {"copy", dict_copy},
+      {"pop", unsafe}, {"popitem", unsafe}, {"setdefault", unsafe}, {"update", unsafe}, {"clear", unsafe},
+  };
+  return table;
 }
 
 Value method(const Value& obj, const std::string& name) {
-  if (obj.is_string()) {
-    const Value self = obj;
-    if (name == "strip" || name == "lstrip" || name == "rstrip")
-      return bound(obj, name, [self, name](Interpreter&, Args& a) {
-        return Value(py_strip(self.str(), opt_string(a, "chars", 0), name != "rstrip", name != "lstrip"));
-      });
-    if (name == "split")
-      return bound(obj, name, [self](Interpreter&, Args& a) {
-        const std::string* sep = opt_string(a, "sep", 0);
-        if (sep && sep->empty()) raise("empty separator");
-        return string_list(py_split(self.str(), sep, opt_long(a, "maxsplit", 1, -1)));
-      });
-    if (name == "splitlines")
-      return bound(obj, name, [self](Interpreter&, Args&) { return string_list(py_splitlines(self.str())); });
-    if (name == "startswith" || name == "endswith")
-      return bound(obj, name, [self, name](Interpreter&, Args& a) { return Value(affix(self, a, name == "startswith")); });
-    if (name == "replace")
-      return bound(obj, name, [self](Interpreter& in, Args& a) {
-        std::string r = py_replace(self.str(), req_string(a, "old", 0), req_string(a, "new", 1), opt_long(a, "count", 2, -1));
-        in.charge_string(r.size());
-        return Value(std::move(r));
-      });
-    if (name == "upper") return bound(obj, name, [self](Interpreter&, Args&) { return Value(py_upper(self.str())); });
-    if (name == "lower") return bound(obj, name, [self](Interpreter&, Args&) { return Value(py_lower(self.str())); });
-    if (name == "title") return bound(obj, name, [self](Interpreter&, Args&) { return Value(py_title(self.str())); });
-    if (name == "capitalize")
-      return bound(obj, name, [self](Interpreter&, Args&) { return Value(py_capitalize(self.str())); });
-    if (name == "find" || name == "index" || name == "rfind" || name == "count")
-      return bound(obj, name, [self, name](Interpreter&, Args& a) -> Value {
-        const std::string& sub = req_string(a, "sub", 0);
-        const std::string& s = self.str();
-        if (name == "count") {
-          if (sub.empty()) return Value(static_cast<int64_t>(code_point_count(s) + 1));
-          int64_t n = 0;
-          for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size())) ++n;
-          return Value(n);
-        }
-        const size_t at = name == "rfind" ? s.rfind(sub) : s.find(sub);
-        if (at == std::string::npos) {
-          if (name == "index") raise("substring not found");
-          return Value(-1);
-        }
-        return Value(static_cast<int64_t>(code_point_count(s.substr(0, at))));
-      });
-    if (name == "join")
-      return bound(obj, name, [self](Interpreter& in, Args& a) {
-        const Value* v = a.get("iterable", 0);
-        if (!v) raise("join() takes exactly one argument");
-        std::string out;
-        bool first = true;
-        for (const Value& x : iterate(*v)) {
-          if (!x.is_string()) raise(std::string("sequence item: expected str instance, ") + x.type_name() + " found");
-          if (!first) out += self.str();
-          out += x.str();
-          first = false;
-          in.charge_string(out.size());
-        }
-        return Value(out);
-      });
-    if (name == "isdigit" || name == "isalpha" || name == "isspace" || name == "isalnum" || name == "isupper" || name == "islower")
-      return bound(obj, name, [self, name](Interpreter&, Args&) {
-        const std::string& s = self.str();
-        bool any_cased = false, ok = !s.empty();
-        for (unsigned char c : s) {
-          if (name == "isdigit") ok = ok && std::isdigit(c);
-          else if (name == "isalpha") ok = ok && std::isalpha(c);
-          else if (name == "isalnum") ok = ok && std::isalnum(c);
-          else if (name == "isspace") ok = ok && std::isspace(c);
-          else if (name == "isupper") ok = ok && !std::islower(c), any_cased = any_cased || std::isupper(c);
-          else ok = ok && !std::isupper(c), any_cased = any_cased || std::islower(c);
-        }
-        if (name == "isupper" || name == "islower") ok = ok && any_cased;
-        return Value(ok);
-      });
-    return Value();
-  }
-  const bool list_mutator = obj.is_list() && (name == "append" || name == "extend" || name == "insert" || name == "pop" ||
-                                              name == "remove" || name == "reverse" || name == "sort" || name == "clear");
-  const bool dict_mutator = obj.is_dict() && (name == "pop" || name == "popitem" || name == "setdefault" ||
-                                              name == "update" || name == "clear");
-  if (list_mutator || dict_mutator) {
-    const std::string msg = "access to attribute '" + name + "' of '" + obj.type_name() + "' object is unsafe.";
-    return Value::callable(name, [msg](Interpreter&, Args&) -> Value { raise(msg); });
-  }
-  if (obj.is_list()) {
-    const Value self = obj;
-    if (name == "index" || name == "count")
-      return bound(obj, name, [self, name](Interpreter&, Args& a) -> Value {
-        const Value* x = a.get("value", 0);
-        if (!x) raise(name + "() takes exactly one argument");
-        int64_t n = 0;
-        for (size_t i = 0; i < self.items().size(); ++i)
-          if (equal(self.items()[i], *x)) {
-            if (name == "index") return Value(static_cast<int64_t>(i));
-            ++n;
-          }
-        if (name == "index") raise(x->repr() + " is not in list");
-        return Value(n);
-      });
-    return Value();
-  }
-  if (obj.is_dict()) {
-    const Value self = obj;
-    if (name == "items" || name == "keys" || name == "values")
-      return bound(obj, name, [self, name](Interpreter&, Args&) {
-        List out;
-        for (const auto& [k, v] : self.dict_ref().entries) {
-          if (name == "items") out.push_back(Value::tuple({k, v}));
-          else out.push_back(name == "keys" ? k : v);
-        }
-        return Value::list(std::move(out));
-      });
-    if (name == "get")
-      return bound(obj, name, [self](Interpreter&, Args& a) -> Value {
-        const Value* k = a.get("key", 0);
-        if (!k) raise("get expected at least 1 argument, got 0");
-        if (const Value* v = self.dict_ref().find(*k)) return *v;
-        const Value* d = a.get("default", 1);
-        return d ? *d : Value::none();
-      });
-    if (name == "copy")
-      return bound(obj, name, [self](Interpreter&, Args&) {
-        Value d = Value::dict();
-        for (const auto& [k, v] : self.dict_ref().entries) d.dict_ref().set(k, v);
-        return d;
-      });
-  }
-  return Value();
+  const MethodTable* table = obj.is_string() ? &string_methods() : obj.is_list() ? &list_methods() : obj.is_dict() ? &dict_methods() : nullptr;
+  if (!table) return Value();
+  const auto it = table->find(name);
+  return it == table->end() ? Value() : it->second(obj, name);
 }
 
 }  // namespace

@@ -175,138 +175,188 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
   return rec;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"slake-bench: speed, latency and memory of the engine (llama-bench's conventions)"};
+// The command line. Every list flag takes comma-separated values; the tests are their combinations.
+struct Options {
   std::vector<std::string> models, synthetic, policies{"full"}, backends{"cpu"}, types_k{"f16"}, types_v{"f16"};
   std::vector<int> prompts{512}, gens{128}, depths{0}, threads{slake::default_thread_count()}, budgets{0}, evict_every{1}, chunks{0};
   int reps = 5, window = 32, observe = 0;
   uint64_t seed = 42;
   std::string format = "md", synth_type = "q4_0";
-  bool no_warmup = false;
-  double bandwidth = 0;
-  app.add_option("-m,--model", models, "GGUF file or Hugging Face directory (repeatable, or comma-separated)")->delimiter(',');
-  app.add_option("--synthetic", synthetic,
+  bool no_warmup = false, beyond_train = false;
+  double bandwidth = 0;  // GB/s; <= 0: measured at start
+};
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("-m,--model", o.models, "GGUF file or Hugging Face directory (repeatable, or comma-separated)")->delimiter(',');
+  app.add_option("--synthetic", o.synthetic,
                  "random weights of a model's shape: llama-3.1-8b, llama-2-7b, mistral-7b-v0.3, tinyllama-1.1b, qwen2.5-0.5b, "
                  "qwen2.5-1.5b, qwen2.5-7b, qwen3-0.6b, qwen3-8b, qwen3-30b-a3b, mixtral-8x7b, gemma-3-270m, gemma-3-1b, "
                  "gemma-3-4b, phi-3-mini, tiny")
       ->delimiter(',');
-  app.add_option("--synthetic-type", synth_type, "weight type of synthetic models: f32, f16, bf16, q8_0, q4_0")
+  app.add_option("--synthetic-type", o.synth_type, "weight type of synthetic models: f32, f16, bf16, q8_0, q4_0")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
-  app.add_option("--seed", seed, "seed of the synthetic weights")->capture_default_str();
-  app.add_option("-p,--n-prompt", prompts, "prompt sizes (prompt-processing tests; 0 skips)")->delimiter(',')->capture_default_str();
-  app.add_option("-n,--n-gen", gens, "generated tokens (generation tests; 0 skips)")->delimiter(',')->capture_default_str();
-  app.add_option("-d,--n-depth", depths, "tokens already in the context before the timed part")->delimiter(',')->capture_default_str();
-  app.add_option("-t,--threads", threads, "threads")->delimiter(',')->capture_default_str();
-  app.add_option("-r,--repetitions", reps, "repetitions of each test")->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("-o,--output", format, "output format: md, csv, json, jsonl")->capture_default_str()->check(CLI::IsMember({"md", "csv", "json", "jsonl"}));
-  app.add_option("--kv-policy", policies, "KV-cache policies")->delimiter(',')->capture_default_str();
-  app.add_option("--kv-budget", budgets, "KV budgets C (0: no eviction)")->delimiter(',')->capture_default_str();
-  app.add_option("--kv-window", window, "observation window Sw")->capture_default_str();
-  app.add_option("--kv-observe", observe, "Sobs: the prompt's last queries that score it (0: the window)")
+  app.add_option("--seed", o.seed, "seed of the synthetic weights")->capture_default_str();
+  app.add_option("-p,--n-prompt", o.prompts, "prompt sizes (prompt-processing tests; 0 skips)")->delimiter(',')->capture_default_str();
+  app.add_option("-n,--n-gen", o.gens, "generated tokens (generation tests; 0 skips)")->delimiter(',')->capture_default_str();
+  app.add_option("-d,--n-depth", o.depths, "tokens already in the context before the timed part")->delimiter(',')->capture_default_str();
+  app.add_option("-t,--threads", o.threads, "threads")->delimiter(',')->capture_default_str();
+  app.add_option("-r,--repetitions", o.reps, "repetitions of each test")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("-o,--output", o.format, "output format: md, csv, json, jsonl")->capture_default_str()->check(CLI::IsMember({"md", "csv", "json", "jsonl"}));
+  app.add_option("--kv-policy", o.policies, "KV-cache policies")->delimiter(',')->capture_default_str();
+  app.add_option("--kv-budget", o.budgets, "KV budgets C (0: no eviction)")->delimiter(',')->capture_default_str();
+  app.add_option("--kv-window", o.window, "observation window Sw")->capture_default_str();
+  app.add_option("--kv-observe", o.observe, "Sobs: the prompt's last queries that score it (0: the window)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--kv-evict-every", evict_every, "decode-time eviction in batches of k (1: the spec's one token a step)")
+  app.add_option("--kv-evict-every", o.evict_every, "decode-time eviction in batches of k (1: one token a step, docs/algorithm.md §5.3)")
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  app.add_option("--prefill-chunk", chunks, "evicting policies: prompts taken this many tokens at a time (0: one pass)")
+  app.add_option("--prefill-chunk", o.chunks, "evicting policies: prompts taken this many tokens at a time (0: one pass)")
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--cache-type-k", types_k, "KV cache types for keys (-ctk): f32, f16, bf16, q8_0, q4_0, kivi2, kivi4")
+  app.add_option("--cache-type-k", o.types_k, "KV cache types for keys (-ctk): f32, f16, bf16, q8_0, q4_0, kivi2, kivi4")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--cache-type-v", types_v, "KV cache types for values (-ctv): f32, f16, bf16, q8_0, q4_0, kivi2, kivi4")
+  app.add_option("--cache-type-v", o.types_v, "KV cache types for values (-ctv): f32, f16, bf16, q8_0, q4_0, kivi2, kivi4")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--backend", backends, "backends: cpu, cuda")->delimiter(',')->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_flag("--no-warmup", no_warmup, "do not run an uncounted warm-up before each test");
-  bool beyond_train = false;
-  app.add_flag("--ctx-beyond-train", beyond_train,
+  app.add_option("--backend", o.backends, "backends: cpu, cuda")->delimiter(',')->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_flag("--no-warmup", o.no_warmup, "do not run an uncounted warm-up before each test");
+  app.add_flag("--ctx-beyond-train", o.beyond_train,
                "allow contexts past the model's training context (as llama-bench does; e.g. stories260K's 128)");
-  app.add_option("--mem-bandwidth", bandwidth, "the machine's memory bandwidth in GB/s (default: measured at start)");
+  app.add_option("--mem-bandwidth", o.bandwidth, "the machine's memory bandwidth in GB/s (default: measured at start)");
+}
+
+// The checks CLI11 cannot make on the lists' values.
+void check_options(const Options& o) {
+  if (o.models.empty() && o.synthetic.empty()) slake::fail("give a model with -m FILE or --synthetic NAME");
+  for (int v : o.prompts) if (v < 0) slake::fail("-p: sizes must not be negative");
+  for (int v : o.gens) if (v < 0) slake::fail("-n: counts must not be negative");
+  for (int v : o.depths) if (v < 0) slake::fail("-d: depths must not be negative");
+  for (int v : o.threads) if (v < 1) slake::fail("-t: thread counts must be positive");
+  for (int v : o.budgets) if (v < 0) slake::fail("--kv-budget: budgets must not be negative");
+}
+
+// The distinct KV settings of the flags' combinations, each resolved and validated. The full
+// cache has no budget, eviction batch or prefill chunk: combinations that differ only there are one.
+std::vector<slake::KvPolicyParams> kv_settings(const Options& o) {
+  std::vector<slake::KvPolicyParams> kvs;
+  for (const std::string& p : o.policies)
+    for (int b : o.budgets)
+      for (int every : o.evict_every)
+        for (int chunk : o.chunks)
+          for (const std::string& tk : o.types_k)
+            for (const std::string& tv : o.types_v) {
+              slake::KvPolicyParams kv;
+              kv.policy = p;
+              kv.budget = p == "full" ? 0 : b;
+              kv.window = o.window;
+              kv.observe = o.observe;
+              kv.evict_every = p == "full" ? 1 : every;
+              kv.prefill_chunk = p == "full" ? 0 : chunk;
+              kv.type_k = slake::parse_kv_type(tk);
+              kv.type_v = slake::parse_kv_type(tv);
+              kv = slake::resolve_kv_policy(kv, false);
+              if (std::find(kvs.begin(), kvs.end(), kv) == kvs.end()) kvs.push_back(kv);
+            }
+  return kvs;
+}
+
+slake::DType synthetic_dtype(const std::string& name) {
+  return name == "f32" ? slake::DType::F32 : name == "f16" ? slake::DType::F16 : name == "bf16" ? slake::DType::BF16
+       : name == "q8_0" ? slake::DType::Q8_0 : slake::DType::Q4_0;
+}
+
+// --mem-bandwidth, or the probe's measure with the most threads of -t.
+double memory_bandwidth(const Options& o) {
+  if (o.bandwidth > 0) return o.bandwidth;
+  slake::ThreadPool pool(*std::max_element(o.threads.begin(), o.threads.end()));
+  const double bandwidth = slake::bench::measure_read_bandwidth(pool) / 1e9;
+  std::fprintf(stderr, "slake-bench: memory read bandwidth %.1f GB/s (probe, %d threads)\n", bandwidth, pool.size());
+  return bandwidth;
+}
+
+// The -m files, then the --synthetic models.
+std::vector<LoadedModel> load_models(const Options& o) {
+  const slake::DType stype = synthetic_dtype(o.synth_type);
+  std::vector<LoadedModel> loaded;
+  for (const std::string& path : o.models) loaded.push_back(describe(slake::load_model(path), path, false));
+  for (const std::string& name : o.synthetic) {
+    std::fprintf(stderr, "slake-bench: generating synthetic weights for %s (%s)\n", name.c_str(), o.synth_type.c_str());
+    loaded.push_back(describe(slake::make_synthetic_model(name, stype, o.seed), "synthetic:" + name, true));
+  }
+  return loaded;
+}
+
+// One test per model, thread count, KV setting, depth, backend and size; a test past a model's
+// training context is refused unless --ctx-beyond-train, before any test runs.
+std::vector<TestSpec> plan_tests(const Options& o, const std::vector<LoadedModel>& loaded, const std::vector<slake::KvPolicyParams>& kvs) {
+  std::vector<TestSpec> tests;
+  for (const LoadedModel& m : loaded)
+    for (int t : o.threads)
+      for (const auto& kv : kvs)
+        for (int d : o.depths) {
+          for (const std::string& b : o.backends) {
+            for (int p : o.prompts) if (p > 0) tests.push_back({&m, t, p, 0, d, kv, b});
+            for (int n : o.gens) if (n > 0) tests.push_back({&m, t, 0, n, d, kv, b});
+          }
+        }
+  for (const TestSpec& t : tests) {
+    const int need = t.depth + t.n_prompt + t.n_gen, ctx = t.model->model->cfg.n_ctx_train;
+    if (ctx > 0 && need > ctx && !o.beyond_train)
+      slake::fail(t.model->filename + ": depth " + std::to_string(t.depth) + " + " + std::to_string(t.n_prompt + t.n_gen) +
+                  " tokens exceed the model's context of " + std::to_string(ctx) + " (--ctx-beyond-train to run anyway)");
+  }
+  return tests;
+}
+
+// Runs the tests one after another and writes their records: jsonl as each test ends, the other
+// formats at the end.
+void run_tests(const Options& o, const std::vector<TestSpec>& tests, double bandwidth) {
+  std::vector<slake::bench::BenchRecord> records;
+  for (size_t i = 0; i < tests.size(); ++i) {
+    const TestSpec& t = tests[i];
+    std::fprintf(stderr, "slake-bench: [%zu/%zu] %s, %d threads, kv %s %d, %s%s\n", i + 1, tests.size(), t.model->type.c_str(),
+                 t.threads, t.kv.policy.c_str(), t.kv.budget, t.n_gen ? ("tg" + std::to_string(t.n_gen)).c_str() : ("pp" + std::to_string(t.n_prompt)).c_str(),
+                 t.depth ? (" @ d" + std::to_string(t.depth)).c_str() : "");
+    records.push_back(run_test(t, o.reps, !o.no_warmup, bandwidth));
+    if (o.format == "jsonl") {  // streamed, one record per finished test
+      slake::bench::write_records(std::cout, {records.back()}, o.format);
+      std::cout.flush();
+    }
+  }
+  if (o.format != "jsonl") slake::bench::write_records(std::cout, records, o.format);
+}
+
+// Everything after parsing; throws slake::Error. Bad flags fail before any model is loaded.
+void run(const Options& o) {
+  check_options(o);
+  const std::vector<slake::KvPolicyParams> kvs = kv_settings(o);
+  // A cache type a backend lacks is refused here, before any model is loaded or test run.
+  for (const std::string& b : o.backends)
+    for (const auto& kv : kvs) slake::tools::kv_types_for_backend(kv, b);
+  for (const std::string& b : o.backends) slake::tools::check_backend(b);
+  const double bandwidth = memory_bandwidth(o);
+  const std::vector<LoadedModel> loaded = load_models(o);
+  run_tests(o, plan_tests(o, loaded, kvs), bandwidth);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"slake-bench: speed, latency and memory of the engine (llama-bench's conventions)"};
+  Options o;
+  add_options(app, o);
   try {
     app.parse(slake::tools::llama_cpp_args(argc, argv));
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-
   try {
-    if (models.empty() && synthetic.empty()) slake::fail("give a model with -m FILE or --synthetic NAME");
-    for (int v : prompts) if (v < 0) slake::fail("-p: sizes must not be negative");
-    for (int v : gens) if (v < 0) slake::fail("-n: counts must not be negative");
-    for (int v : depths) if (v < 0) slake::fail("-d: depths must not be negative");
-    for (int v : threads) if (v < 1) slake::fail("-t: thread counts must be positive");
-    for (int v : budgets) if (v < 0) slake::fail("--kv-budget: budgets must not be negative");
-    std::vector<slake::KvPolicyParams> kvs;
-    for (const std::string& p : policies)
-      for (int b : budgets)
-        for (int every : evict_every)
-          for (int chunk : chunks)
-            for (const std::string& tk : types_k)
-              for (const std::string& tv : types_v) {
-                slake::KvPolicyParams kv;
-                kv.policy = p;
-                kv.budget = p == "full" ? 0 : b;
-                kv.window = window;
-                kv.observe = observe;
-                kv.evict_every = p == "full" ? 1 : every;
-                kv.prefill_chunk = p == "full" ? 0 : chunk;
-                kv.type_k = slake::parse_kv_type(tk);
-                kv.type_v = slake::parse_kv_type(tv);
-                kv = slake::resolve_kv_policy(kv, false);
-                if (std::find(kvs.begin(), kvs.end(), kv) == kvs.end()) kvs.push_back(kv);
-              }
-    // A cache type a backend lacks is refused here, before any model is loaded or test run.
-    for (const std::string& b : backends)
-      for (const auto& kv : kvs) slake::tools::kv_types_for_backend(kv, b);
-    for (const std::string& b : backends) slake::tools::check_backend(b);
-    const slake::DType stype = synth_type == "f32" ? slake::DType::F32 : synth_type == "f16" ? slake::DType::F16
-                             : synth_type == "bf16" ? slake::DType::BF16 : synth_type == "q8_0" ? slake::DType::Q8_0 : slake::DType::Q4_0;
-
-    if (bandwidth <= 0) {
-      slake::ThreadPool pool(*std::max_element(threads.begin(), threads.end()));
-      bandwidth = slake::bench::measure_read_bandwidth(pool) / 1e9;
-      std::fprintf(stderr, "slake-bench: memory read bandwidth %.1f GB/s (probe, %d threads)\n", bandwidth, pool.size());
-    }
-    std::vector<LoadedModel> loaded;
-    for (const std::string& path : models) loaded.push_back(describe(slake::load_model(path), path, false));
-    for (const std::string& name : synthetic) {
-      std::fprintf(stderr, "slake-bench: generating synthetic weights for %s (%s)\n", name.c_str(), synth_type.c_str());
-      loaded.push_back(describe(slake::make_synthetic_model(name, stype, seed), "synthetic:" + name, true));
-    }
-    std::vector<TestSpec> tests;
-    for (const LoadedModel& m : loaded)
-      for (int t : threads)
-        for (const auto& kv : kvs)
-          for (int d : depths) {
-            for (const std::string& b : backends) {
-              for (int p : prompts) if (p > 0) tests.push_back({&m, t, p, 0, d, kv, b});
-              for (int n : gens) if (n > 0) tests.push_back({&m, t, 0, n, d, kv, b});
-            }
-          }
-    for (const TestSpec& t : tests) {
-      const int need = t.depth + t.n_prompt + t.n_gen, ctx = t.model->model->cfg.n_ctx_train;
-      if (ctx > 0 && need > ctx && !beyond_train)
-        slake::fail(t.model->filename + ": depth " + std::to_string(t.depth) + " + " + std::to_string(t.n_prompt + t.n_gen) +
-                    " tokens exceed the model's context of " + std::to_string(ctx) + " (--ctx-beyond-train to run anyway)");
-    }
-    std::vector<slake::bench::BenchRecord> records;
-    for (size_t i = 0; i < tests.size(); ++i) {
-      const TestSpec& t = tests[i];
-      std::fprintf(stderr, "slake-bench: [%zu/%zu] %s, %d threads, kv %s %d, %s%s\n", i + 1, tests.size(), t.model->type.c_str(),
-                   t.threads, t.kv.policy.c_str(), t.kv.budget, t.n_gen ? ("tg" + std::to_string(t.n_gen)).c_str() : ("pp" + std::to_string(t.n_prompt)).c_str(),
-                   t.depth ? (" @ d" + std::to_string(t.depth)).c_str() : "");
-      records.push_back(run_test(t, reps, !no_warmup, bandwidth));
-      if (format == "jsonl") {  // streamed, one record per finished test
-        slake::bench::write_records(std::cout, {records.back()}, format);
-        std::cout.flush();
-      }
-    }
-    if (format != "jsonl") slake::bench::write_records(std::cout, records, format);
+    run(o);
   } catch (const slake::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

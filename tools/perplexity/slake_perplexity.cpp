@@ -71,154 +71,205 @@ struct Run {
   std::vector<int64_t> layer_budgets;  // the first chunk's, after its prefill
 };
 
+// The command line.
+struct Options {
+  std::string model_path, file, format = "text", sweep;
+  int n_ctx = 512, n_chunks = -1, n_threads = 0;
+  int prefill = -1;  // < 0: half the chunk, set after parsing
+  bool kl = false;
+  slake::tools::KvFlags kvf;
+  std::string backend = "cpu";
+};
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("-m,--model", o.model_path, "GGUF file or Hugging Face model directory")->required();
+  app.add_option("-f,--file", o.file, "the text file")->required();
+  app.add_option("-c,--ctx-size", o.n_ctx, "tokens per chunk")->capture_default_str()->check(CLI::Range(2, 1 << 24));
+  app.add_option("--chunks", o.n_chunks, "chunks to evaluate (-1: all)")->capture_default_str()->check(CLI::Range(-1, 1 << 30));
+  app.add_option("--prefill", o.prefill, "tokens of each chunk evaluated as one prompt (default: half the chunk)");
+  app.add_option("-t,--threads", o.n_threads, "threads (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--kl-divergence", o.kl, "also run the full cache and report KL(full || policy) and top-1 agreement");
+  app.add_option("-o,--output-format", o.format, "text or json (on stdout)")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
+  slake::tools::add_kv_flags(app, o.kvf);
+  app.add_option("--kv-sweep", o.sweep,
+                 "several KV settings in one run, POLICY/COMPENSATOR/BUDGET separated by commas (e.g. "
+                 "cake/none/128,cake/taylor/128), each with the other KV flags; they share each prompt's forward pass "
+                 "and decode together; json output is then a list of records");
+  slake::tools::add_backend_flag(app, o.backend);
+}
+
+// The settings to evaluate, checked against the backend: --kv-sweep's, else the one the KV flags give.
+std::vector<slake::KvPolicyParams> kv_settings(const Options& o) {
+  slake::tools::kv_types_for_backend(o.kvf.params, o.backend);
+  return o.sweep.empty() ? std::vector<slake::KvPolicyParams>{o.kvf.params} : slake::tools::parse_kv_sweep(o.sweep, o.kvf.params);
+}
+
+// How many whole chunks of `n_tokens` to evaluate: all of them, or --chunks if fewer.
+int chunk_count(const Options& o, size_t n_tokens) {
+  const int available = static_cast<int>(n_tokens) / o.n_ctx;
+  if (available == 0)
+    slake::fail(o.file + ": " + std::to_string(n_tokens) + " tokens, fewer than one chunk of " + std::to_string(o.n_ctx));
+  return o.n_chunks < 0 ? available : std::min(o.n_chunks, available);
+}
+
+// The reference of --kl-divergence: every token, in an f32 cache, on the sweep's thread pool if it has one.
+std::unique_ptr<slake::tools::Session> make_reference(const Options& o, const slake::Model& model, slake::ContextParams cp,
+                                                      slake::ThreadPool* pool) {
+  cp.pool = pool;
+  cp.kv = slake::KvPolicyParams{};
+  cp.kv.type_k = cp.kv.type_v = slake::KvType::F32;
+  return slake::tools::make_session(o.backend, model, cp);
+}
+
+// Runs every setting over the chunks of `tokens`, scoring each decoded token (and, with `full`,
+// comparing with the reference's prediction of it).
+void evaluate(const Options& o, const slake::Model& model, const std::vector<int32_t>& tokens, int chunks,
+              slake::tools::SweepSessions& sweep_sessions, std::vector<Run>& runs, slake::tools::Session* full) {
+  const int n_ctx = o.n_ctx, prefill = o.prefill, n_vocab = model.cfg.n_vocab;
+  const bool batched = sweep_sessions.together();
+  std::vector<float> full_logits;
+  const std::vector<slake::Context*>& batch = sweep_sessions.contexts();
+  std::vector<std::vector<float>> step_logits(runs.size());
+  for (int c = 0; c < chunks; ++c) {
+    std::vector<int32_t> chunk(tokens.begin() + static_cast<int64_t>(c) * n_ctx, tokens.begin() + static_cast<int64_t>(c + 1) * n_ctx);
+    if (model.vocab.bos >= 0) chunk[0] = model.vocab.bos;
+    const std::vector<int32_t> prompt(chunk.begin(), chunk.begin() + prefill);
+    if (full) {  // the reference's logits of the scored positions only (prefill - 1 .. n_ctx - 2)
+      full->reset();
+      std::vector<float> rest;
+      full->eval(prompt, &full_logits);
+      if (prefill + 1 < n_ctx) full->eval(std::vector<int32_t>(chunk.begin() + prefill, chunk.end() - 1), &rest, true);
+      full_logits.insert(full_logits.end(), rest.begin(), rest.end());
+    }
+    for (Run& r : runs) r.session->reset();
+    if (batched) {  // one forward pass; each setting evicts from it as its own prefill would
+      slake::prefill_shared(batch, prompt, &runs[0].logits);
+      for (Run& r : runs) r.logits = runs[0].logits;
+    }
+    for (Run& r : runs) {
+      if (!batched) r.session->eval(prompt, &r.logits);
+      r.kv_bytes_prefill = std::max(r.kv_bytes_prefill, r.session->kv_bytes_used());
+      if (c == 0) r.layer_budgets = r.session->layer_budgets();
+    }
+    for (int t = prefill; t < n_ctx; ++t) {
+      const int32_t next = chunk[static_cast<size_t>(t)];
+      const float* f = full ? full_logits.data() + static_cast<size_t>(t - prefill) * n_vocab : nullptr;
+      for (Run& r : runs) r.tot.score(r.logits.data(), f, n_vocab, next);
+      if (t + 1 == n_ctx) break;
+      if (batched) {
+        slake::decode_batch(batch, std::vector<int32_t>(runs.size(), next), &step_logits);
+        for (size_t i = 0; i < runs.size(); ++i) runs[i].logits.swap(step_logits[i]);
+      } else {
+        for (Run& r : runs) r.session->eval({next}, &r.logits);
+      }
+    }
+    for (Run& r : runs) {
+      r.kv_bytes_end = std::max(r.kv_bytes_end, r.session->kv_bytes_used());
+      r.kv_peak = std::max(r.kv_peak, r.session->kv_peak_bytes());
+    }
+    std::fprintf(stderr, "[%d]%.4f%s", c + 1, runs[0].tot.ppl(), c + 1 == chunks ? "\n" : ",");
+  }
+}
+
+// One setting's JSON record; with `kl`, its comparison with the full cache too.
+nlohmann::json record(const Options& o, int chunks, const Run& r, bool kl, double secs, size_t n_runs) {
+  const slake::KvPolicyParams& kv = r.kv;
+  const Totals& tot = r.tot;
+  const int n_ctx = o.n_ctx, prefill = o.prefill;
+  nlohmann::json j{{"model", o.model_path}, {"file", o.file}, {"n_ctx", n_ctx}, {"n_prefill", prefill}, {"n_decode", n_ctx - prefill},
+                   {"chunks", chunks}, {"kv_policy", kv.policy}, {"kv_budget", kv.budget}, {"kv_window", kv.window}, {"kv_observe", kv.observed()},
+                   {"kv_compensate", kv.compensator()}, {"cache_type_k", slake::kv_type_name(kv.type_k)},
+                   {"cache_type_v", slake::kv_type_name(kv.type_v)}, {"kv_evict_every", kv.evict_every}, {"scored_tokens", tot.n}, {"ppl", tot.ppl()},
+                   {"ppl_stderr", tot.ppl_err()}, {"kv_bytes_after_prefill", r.kv_bytes_prefill},
+                   {"kv_bytes_end", r.kv_bytes_end}, {"kv_peak_bytes", r.kv_peak}, {"kv_layer_budgets", r.layer_budgets},
+                   {"seconds", secs}, {"settings_run_together", n_runs}};
+  if (kl) {
+    double mean = 0;
+    for (double k : tot.kl) mean += k;
+    mean /= static_cast<double>(tot.kl.size());
+    j["full_ppl"] = std::exp(tot.full_nll / static_cast<double>(tot.n));
+    j["kl_mean"] = mean;
+    j["kl_p99"] = slake::percentile(tot.kl, 99.0);
+    j["kl_max"] = slake::percentile(tot.kl, 100.0);
+    j["top1_agreement"] = static_cast<double>(tot.top1_same) / static_cast<double>(tot.n);
+  }
+  return j;
+}
+
+// The text output of one setting, from its record `j`.
+void print_text(const Options& o, int chunks, const Run& r, const nlohmann::json& j, bool kl, double secs) {
+  const slake::KvPolicyParams& kv = r.kv;
+  const Totals& tot = r.tot;
+  const int n_ctx = o.n_ctx, prefill = o.prefill;
+  std::printf("policy %s, budget %d, window %d, compensator %s, cache %s/%s; %d chunks x (%d prefilled + %d decoded) tokens\n",
+              kv.policy.c_str(), kv.budget, kv.window, kv.compensator().c_str(), slake::kv_type_name(kv.type_k),
+              slake::kv_type_name(kv.type_v), chunks, prefill, n_ctx - prefill);
+  std::printf("Final estimate: PPL = %.4f +/- %.4f over %lld scored tokens\n", tot.ppl(), tot.ppl_err(), static_cast<long long>(tot.n));
+  if (kl)
+    std::printf("vs full cache (PPL %.4f): mean KL %.6f, p99 KL %.6f, max KL %.6f, top-1 agreement %.2f%%\n",
+                j["full_ppl"].get<double>(), j["kl_mean"].get<double>(), j["kl_p99"].get<double>(), j["kl_max"].get<double>(),
+                100.0 * j["top1_agreement"].get<double>());
+  std::printf("KV cache: %.3f MiB after prefill, %.3f MiB at the end, %.3f MiB peak (%.1f s)\n", r.kv_bytes_prefill / 1048576.0,
+              r.kv_bytes_end / 1048576.0, r.kv_peak / 1048576.0, secs);
+}
+
+// Every setting's result: as text, one setting after another, or as JSON at the end (one record,
+// or with --kv-sweep a list of them).
+void report(const Options& o, int chunks, const std::vector<Run>& runs, bool kl, double secs) {
+  nlohmann::json records = nlohmann::json::array();
+  for (const Run& r : runs) {
+    records.push_back(record(o, chunks, r, kl, secs, runs.size()));
+    if (o.format != "json") print_text(o, chunks, r, records.back(), kl, secs);
+  }
+  if (o.format == "json") std::printf("%s\n", (o.sweep.empty() ? records[0] : records).dump(2).c_str());
+}
+
+// Everything after parsing; throws slake::Error. Bad settings fail before the model is loaded.
+void run(const Options& o) {
+  const std::vector<slake::KvPolicyParams> settings = kv_settings(o);
+  if (o.prefill < 1 || o.prefill >= o.n_ctx)
+    slake::fail("--prefill must be between 1 and the chunk size - 1 (" + std::to_string(o.n_ctx - 1) + "), got " + std::to_string(o.prefill));
+  const std::string text = slake::read_text_file(o.file);
+  auto model = slake::load_model(o.model_path);
+  const slake::Tokenizer tok(model->vocab);
+  const std::vector<int32_t> tokens = tok.tokenize(text, true, false);
+  const int chunks = chunk_count(o, tokens.size());
+  std::fprintf(stderr, "%s: %zu tokens; %d chunks of %d tokens: %d prefilled, %d decoded and scored per chunk\n", o.file.c_str(),
+               tokens.size(), chunks, o.n_ctx, o.prefill, o.n_ctx - o.prefill);
+
+  slake::ContextParams cp;
+  cp.n_ctx = o.n_ctx;
+  cp.n_threads = o.n_threads;
+  slake::tools::SweepSessions sweep_sessions(o.backend, *model, cp, settings);
+  std::vector<Run> runs(settings.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    runs[i].kv = sweep_sessions.kv(i);
+    runs[i].session = &sweep_sessions.session(i);
+  }
+  const std::unique_ptr<slake::tools::Session> full = o.kl ? make_reference(o, *model, cp, sweep_sessions.pool()) : nullptr;
+  std::fprintf(stderr, "slake-perplexity: %s, %zu KV setting%s\n", runs[0].session->describe().c_str(), runs.size(),
+               sweep_sessions.together() ? "s decoded together" : runs.size() > 1 ? "s, one after another" : "");
+  const auto t0 = std::chrono::steady_clock::now();
+  evaluate(o, *model, tokens, chunks, sweep_sessions, runs, full.get());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  report(o, chunks, runs, full != nullptr, secs);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"slake-perplexity: perplexity of a text, and KL divergence of a KV policy against the full cache"};
-  std::string model_path, file, format = "text", sweep;
-  int n_ctx = 512, n_chunks = -1, n_threads = 0, prefill = -1;
-  bool kl = false;
-  app.add_option("-m,--model", model_path, "GGUF file or Hugging Face model directory")->required();
-  app.add_option("-f,--file", file, "the text file")->required();
-  app.add_option("-c,--ctx-size", n_ctx, "tokens per chunk")->capture_default_str()->check(CLI::Range(2, 1 << 24));
-  app.add_option("--chunks", n_chunks, "chunks to evaluate (-1: all)")->capture_default_str()->check(CLI::Range(-1, 1 << 30));
-  app.add_option("--prefill", prefill, "tokens of each chunk evaluated as one prompt (default: half the chunk)");
-  app.add_option("-t,--threads", n_threads, "threads (0: all)")->check(CLI::NonNegativeNumber);
-  app.add_flag("--kl-divergence", kl, "also run the full cache and report KL(full || policy) and top-1 agreement");
-  app.add_option("-o,--output-format", format, "text or json (on stdout)")->capture_default_str()->check(CLI::IsMember({"text", "json"}));
-  slake::tools::KvFlags kvf;
-  slake::tools::add_kv_flags(app, kvf);
-  app.add_option("--kv-sweep", sweep,
-                 "several KV settings in one run, POLICY/COMPENSATOR/BUDGET separated by commas (e.g. "
-                 "cake/none/128,cake/taylor/128), each with the other KV flags; they share each prompt's forward pass "
-                 "and decode together; json output is then a list of records");
-  std::string backend = "cpu";
-  slake::tools::add_backend_flag(app, backend);
+  Options o;
+  add_options(app, o);
   try {
     app.parse(slake::tools::llama_cpp_args(argc, argv));
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (prefill < 0) prefill = n_ctx / 2;
-
+  if (o.prefill < 0) o.prefill = o.n_ctx / 2;
   try {
-    slake::tools::finish_kv_flags(app, kvf);
-    slake::tools::kv_types_for_backend(kvf.params, backend);
-    const std::vector<slake::KvPolicyParams> settings =
-        sweep.empty() ? std::vector<slake::KvPolicyParams>{kvf.params} : slake::tools::parse_kv_sweep(sweep, kvf.params);
-    if (prefill < 1 || prefill >= n_ctx)
-      slake::fail("--prefill must be between 1 and the chunk size - 1 (" + std::to_string(n_ctx - 1) + "), got " + std::to_string(prefill));
-    const std::string text = slake::read_text_file(file);
-    auto model = slake::load_model(model_path);
-    const slake::Tokenizer tok(model->vocab);
-    std::vector<int32_t> tokens = tok.tokenize(text, true, false);
-    const int available = static_cast<int>(tokens.size()) / n_ctx;
-    if (available == 0)
-      slake::fail(file + ": " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of " + std::to_string(n_ctx));
-    const int chunks = n_chunks < 0 ? available : std::min(n_chunks, available);
-    const int n_vocab = model->cfg.n_vocab;
-    std::fprintf(stderr, "%s: %zu tokens; %d chunks of %d tokens: %d prefilled, %d decoded and scored per chunk\n", file.c_str(),
-                 tokens.size(), chunks, n_ctx, prefill, n_ctx - prefill);
-
-    slake::ContextParams cp;
-    cp.n_ctx = n_ctx;
-    cp.n_threads = n_threads;
-    slake::tools::SweepSessions sweep_sessions(backend, *model, cp, settings);
-    const bool batched = sweep_sessions.together();
-    std::vector<Run> runs(settings.size());
-    for (size_t i = 0; i < runs.size(); ++i) {
-      runs[i].kv = sweep_sessions.kv(i);
-      runs[i].session = &sweep_sessions.session(i);
-    }
-    std::unique_ptr<slake::tools::Session> full;
-    if (kl) {  // the reference: every token, in an f32 cache
-      cp.pool = sweep_sessions.pool();
-      cp.kv = slake::KvPolicyParams{};
-      cp.kv.type_k = cp.kv.type_v = slake::KvType::F32;
-      full = slake::tools::make_session(backend, *model, cp);
-    }
-    std::fprintf(stderr, "slake-perplexity: %s, %zu KV setting%s\n", runs[0].session->describe().c_str(), runs.size(),
-                 batched ? "s decoded together" : runs.size() > 1 ? "s, one after another" : "");
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<float> full_logits;
-    const std::vector<slake::Context*>& batch = sweep_sessions.contexts();
-    std::vector<std::vector<float>> step_logits(runs.size());
-    for (int c = 0; c < chunks; ++c) {
-      std::vector<int32_t> chunk(tokens.begin() + static_cast<int64_t>(c) * n_ctx, tokens.begin() + static_cast<int64_t>(c + 1) * n_ctx);
-      if (model->vocab.bos >= 0) chunk[0] = model->vocab.bos;
-      const std::vector<int32_t> prompt(chunk.begin(), chunk.begin() + prefill);
-      if (full) {  // the reference's logits of the scored positions only (prefill - 1 .. n_ctx - 2)
-        full->reset();
-        std::vector<float> rest;
-        full->eval(prompt, &full_logits);
-        if (prefill + 1 < n_ctx) full->eval(std::vector<int32_t>(chunk.begin() + prefill, chunk.end() - 1), &rest, true);
-        full_logits.insert(full_logits.end(), rest.begin(), rest.end());
-      }
-      for (Run& r : runs) r.session->reset();
-      if (batched) {  // one forward pass; each setting evicts from it as its own prefill would
-        slake::prefill_shared(batch, prompt, &runs[0].logits);
-        for (Run& r : runs) r.logits = runs[0].logits;
-      }
-      for (Run& r : runs) {
-        if (!batched) r.session->eval(prompt, &r.logits);
-        r.kv_bytes_prefill = std::max(r.kv_bytes_prefill, r.session->kv_bytes_used());
-        if (c == 0) r.layer_budgets = r.session->layer_budgets();
-      }
-      for (int t = prefill; t < n_ctx; ++t) {
-        const int32_t next = chunk[static_cast<size_t>(t)];
-        const float* f = full ? full_logits.data() + static_cast<size_t>(t - prefill) * n_vocab : nullptr;
-        for (Run& r : runs) r.tot.score(r.logits.data(), f, n_vocab, next);
-        if (t + 1 == n_ctx) break;
-        if (batched) {
-          slake::decode_batch(batch, std::vector<int32_t>(runs.size(), next), &step_logits);
-          for (size_t i = 0; i < runs.size(); ++i) runs[i].logits.swap(step_logits[i]);
-        } else {
-          for (Run& r : runs) r.session->eval({next}, &r.logits);
-        }
-      }
-      for (Run& r : runs) {
-        r.kv_bytes_end = std::max(r.kv_bytes_end, r.session->kv_bytes_used());
-        r.kv_peak = std::max(r.kv_peak, r.session->kv_peak_bytes());
-      }
-      std::fprintf(stderr, "[%d]%.4f%s", c + 1, runs[0].tot.ppl(), c + 1 == chunks ? "\n" : ",");
-    }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-    nlohmann::json records = nlohmann::json::array();
-    for (const Run& r : runs) {
-      const slake::KvPolicyParams& kv = r.kv;
-      const Totals& tot = r.tot;
-      nlohmann::json j{{"model", model_path}, {"file", file}, {"n_ctx", n_ctx}, {"n_prefill", prefill}, {"n_decode", n_ctx - prefill},
-                       {"chunks", chunks}, {"kv_policy", kv.policy}, {"kv_budget", kv.budget}, {"kv_window", kv.window}, {"kv_observe", kv.observed()},
-                       {"kv_compensate", kv.compensator()}, {"cache_type_k", slake::kv_type_name(kv.type_k)},
-                       {"cache_type_v", slake::kv_type_name(kv.type_v)}, {"kv_evict_every", kv.evict_every}, {"scored_tokens", tot.n}, {"ppl", tot.ppl()},
-                       {"ppl_stderr", tot.ppl_err()}, {"kv_bytes_after_prefill", r.kv_bytes_prefill},
-                       {"kv_bytes_end", r.kv_bytes_end}, {"kv_peak_bytes", r.kv_peak}, {"kv_layer_budgets", r.layer_budgets},
-                       {"seconds", secs}, {"settings_run_together", runs.size()}};
-      if (full) {
-        double mean = 0;
-        for (double k : tot.kl) mean += k;
-        mean /= static_cast<double>(tot.kl.size());
-        j["full_ppl"] = std::exp(tot.full_nll / static_cast<double>(tot.n));
-        j["kl_mean"] = mean;
-        j["kl_p99"] = slake::percentile(tot.kl, 99.0);
-        j["kl_max"] = slake::percentile(tot.kl, 100.0);
-        j["top1_agreement"] = static_cast<double>(tot.top1_same) / static_cast<double>(tot.n);
-      }
-      records.push_back(j);
-      if (format == "json") continue;
-      std::printf("policy %s, budget %d, window %d, compensator %s, cache %s/%s; %d chunks x (%d prefilled + %d decoded) tokens\n",
-                  kv.policy.c_str(), kv.budget, kv.window, kv.compensator().c_str(), slake::kv_type_name(kv.type_k),
-                  slake::kv_type_name(kv.type_v), chunks, prefill, n_ctx - prefill);
-      std::printf("Final estimate: PPL = %.4f +/- %.4f over %lld scored tokens\n", tot.ppl(), tot.ppl_err(), static_cast<long long>(tot.n));
-      if (full)
-        std::printf("vs full cache (PPL %.4f): mean KL %.6f, p99 KL %.6f, max KL %.6f, top-1 agreement %.2f%%\n",
-                    j["full_ppl"].get<double>(), j["kl_mean"].get<double>(), j["kl_p99"].get<double>(), j["kl_max"].get<double>(),
-                    100.0 * j["top1_agreement"].get<double>());
-      std::printf("KV cache: %.3f MiB after prefill, %.3f MiB at the end, %.3f MiB peak (%.1f s)\n", r.kv_bytes_prefill / 1048576.0,
-                  r.kv_bytes_end / 1048576.0, r.kv_peak / 1048576.0, secs);
-    }
-    if (format == "json") std::printf("%s\n", (sweep.empty() ? records[0] : records).dump(2).c_str());
+    slake::tools::finish_kv_flags(app, o.kvf);
+    run(o);
   } catch (const slake::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
