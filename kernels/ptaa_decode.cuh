@@ -1,4 +1,4 @@
-// PTAA decode (docs/attention.md, src/kv/ptaa.cpp), flash-decoding style: the retained tokens of a
+// PTAA decode (docs/algorithm.md §4, src/kv/ptaa.cpp), flash-decoding style: the retained tokens of a
 // KV head are split into chunks of split_len, one block per (chunk, query head) computing an
 // online-softmax partial; a merge block per query head combines the partials with the Taylor term
 // of the linear state:

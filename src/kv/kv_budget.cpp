@@ -97,7 +97,8 @@ std::vector<int64_t> cascade_budgets(const KvPolicyParams& p, KvAllocator a, int
   const int64_t per = p.budget - p.window, cap = S - p.window;
   std::vector<int64_t> b;
   if (by_preference(a)) {
-    // Over the layers seen so far the same total (spec 2.6); while they all fit, each keeps its prefix.
+    // Over the layers seen so far the same total (algorithm.md §2.6); while they all fit, each
+    // keeps its prefix.
     const int64_t total = per * n_layers;
     std::vector<int64_t> caps(seen, cap);
     if (held)

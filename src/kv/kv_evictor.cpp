@@ -159,7 +159,7 @@ KvCompaction KvEvictor::remove_rows(int layer, int kvh, const std::vector<char>&
 }
 
 int64_t KvEvictor::decode_budget(int layer) const {
-  // Layers that saw no prefill eviction keep C - Sw prefix tokens (spec 2.5).
+  // Layers that saw no prefill eviction keep C - Sw prefix tokens (algorithm.md §2.1).
   const int m = slot(layer);
   return m >= 0 && m < static_cast<int>(budgets_.size()) ? budgets_[static_cast<size_t>(m)] : p_.budget - p_.window;
 }
@@ -196,7 +196,7 @@ void KvEvictor::decode_candidate_scores(int layer, int kvh, int32_t qpos, const 
         score[static_cast<size_t>(r)] = acc_[static_cast<size_t>(slot(layer))][static_cast<size_t>(kvh)][static_cast<size_t>(r)];
       break;
     default: {
-      // Spec section 5: the current query's softmax over the whole exact cache (causal only),
+      // algorithm.md §5.3: the current query's softmax over the whole exact cache (causal only),
       // pooled over the candidates in position order, averaged over the group.
       const TokenPool pool = parts_.selector == KvSelector::WindowMax7 ? TokenPool::Max7 : TokenPool::Avg5;
       decode_scores(decode_x_[static_cast<size_t>(kvh)], n_cand, pool, score);

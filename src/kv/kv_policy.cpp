@@ -90,9 +90,9 @@ void validate(const KvPolicyParams& p) {
 }
 
 KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c) {
-  // The spec's tables are per model; models are told apart by shape, so any conversion of them
-  // (GGUF or HF, any quantisation) gets the same defaults. Budgets between the tabulated ones take
-  // the nearer (geometrically) of the two.
+  // The default tables (algorithm.md §2.4) are per model; models are told apart by shape, so any
+  // conversion of them (GGUF or HF, any quantisation) gets the same defaults. Budgets between the
+  // tabulated ones take the nearer (geometrically) of the two.
   enum { Other, Llama31_8B, Llama2_7B, Mistral7B_v03 } model = Other;
   if (c.n_layers == 32 && c.dim == 4096) {
     if (c.n_vocab == 128256 && c.n_kv_heads == 8) model = Llama31_8B;

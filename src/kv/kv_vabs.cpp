@@ -1,5 +1,5 @@
-// VABS, the layer preference of the slake policy (spec 2.4, SLAKE eq. 15-18): how far PTAA with a
-// uniform budget would move each window query's attention row, weighted by the value norms.
+// VABS, the layer preference of the slake policy (algorithm.md §2.4, SLAKE eq. 15-18): how far PTAA
+// with a uniform budget would move each window query's attention row, weighted by the value norms.
 #include <cmath>
 #include <limits>
 

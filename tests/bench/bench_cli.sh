@@ -41,8 +41,8 @@ for r in recs:
         # 32), plus one fp32 linear state per head.
         assert r["type_k"] == "f16" and r["type_v"] == "f16", r
         assert r["kv_bytes_start"] == 16 * (48 * 132 + (32 * 34 + 1) * 4), r["kv_bytes_start"]
-        # The layers' prefix budgets share L x (C - Sw) = 4 x (48 - 32) tokens (spec 2.5): what
-        # the heads hold beyond the window, counted in kv_bytes_start above.
+        # The layers' prefix budgets share L x (C - Sw) = 4 x (48 - 32) tokens (algorithm.md §2.5):
+        # what the heads hold beyond the window, counted in kv_bytes_start above.
         b = r["kv_layer_budgets"]
         assert len(b) == 4 and sum(b) == 64 and min(b) >= 0, b
     else:

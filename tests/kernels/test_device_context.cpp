@@ -234,7 +234,7 @@ TEST(DeviceContext, OtherPoliciesMatchCpu) {
   cp.kv.compensate = "taylor";  // cake with the linear cache
   compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 4), 3, "llama-gqa-tied cake+taylor");
   // The centroid compensator: 3 centroids take the 24 prompt tokens evicted per head and one more
-  // each decode step; the spec's slake with 40, most of them never seeded.
+  // each decode step; slake with 40, most of them never seeded.
   cp.kv.compensate = "centroids";
   cp.kv.centroids = 3;
   compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 5), 3, "llama-gqa-tied cake+centroids");

@@ -149,7 +149,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttendRows,
                                   std::to_string(c.n_keys) + "_win" + std::to_string(c.window);
                          });
 
-// Decode scores once, then attends with them (spec section 5): the scores against float64 (and
+// Decode scores once, then attends with them (algorithm.md §5.2): the scores against float64 (and
 // -inf for keys after a row and in lanes without a row), and attending with them equal to
 // attending from the keys, for the lane kernel and the few-rows one.
 TEST(AttendRows, ScoresAndScoredAttentionMatchFloat64) {

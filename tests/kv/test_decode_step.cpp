@@ -1,8 +1,9 @@
-// A decode step of an attention-scored policy (spec section 5) against float64 brute force: the
+// A decode step of an attention-scored policy (algorithm.md §5) against float64 brute force: the
 // query's scores are computed once (DecodeRowScores) and serve both the eviction score and the
-// attention (attention_decode). The victim of each KV head must be the argmin of the spec's
-// score, evicted in rounds while a head is over its budget, and the step's output must be PTAA
-// over what is left, with every evicted token (the step's victims included) in the Taylor term.
+// attention (attention_decode). The victim of each KV head must be the argmin of the score of
+// algorithm.md §5.3, evicted in rounds while a head is over its budget, and the step's output must
+// be PTAA over what is left, with every evicted token (the step's victims included) in the Taylor
+// term.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -57,8 +58,9 @@ int32_t fill_layer(Layer& L, int n_kv, int d, int held, int absorbed, std::mt199
   return total - 1;
 }
 
-// Spec 5.3 in float64: each group head's softmax over all rows, average-pooled (kernel 5, zero
-// padding, divided by 5) along the n_cand candidates, mean over the group. rows[j] = {key, value}.
+// algorithm.md §5.3 in float64: each group head's softmax over all rows, average-pooled (kernel 5,
+// zero padding, divided by 5) along the n_cand candidates, mean over the group.
+// rows[j] = {key, value}.
 std::vector<double> scores64(const float* q, int group, const std::vector<Rows>& rows, int d, int n_cand) {
   const int n = static_cast<int>(rows.size());
   std::vector<double> score(static_cast<size_t>(n_cand), 0.0);
@@ -77,7 +79,7 @@ std::vector<double> scores64(const float* q, int group, const std::vector<Rows>&
   return score;
 }
 
-// The spec's victim: the candidate of lowest score.
+// The victim of algorithm.md §5.3: the candidate of lowest score.
 int victim64(const float* q, int group, const std::vector<Rows>& rows, int d, int n_cand) {
   const std::vector<double> score = scores64(q, group, rows, d, n_cand);
   return static_cast<int>(std::min_element(score.begin(), score.end()) - score.begin());

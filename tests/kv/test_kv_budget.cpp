@@ -1,4 +1,4 @@
-// Budget integerisation (spec section 2.5); expected values worked out by hand from the spec's rules.
+// Budget integerisation (algorithm.md §2.5); expected values worked out by hand from its rules.
 #include <numeric>
 #include <random>
 

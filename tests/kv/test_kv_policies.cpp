@@ -1,4 +1,4 @@
-// Every evicting policy end to end on stories260K (spec sections 2, 5 and 7), with the model's own
+// Every evicting policy end to end on stories260K (algorithm.md §2, §5 and §7), with the model's own
 // greedy story as the prompt: a budget covering prompt and generation changes nothing, every head
 // holds exactly its budget plus the window after prefill and after each decode step, nothing is
 // lost from the linear state, cascading equals one-shot eviction (CAKE's Theorem 1), and the
@@ -86,7 +86,7 @@ std::vector<int32_t> Policies::prompt_;
 TEST_P(Policies, BudgetCoveringPromptAndGenerationChangesNothing) {
   const std::vector<float> full = run({});
   for (const char* comp : {"taylor", "none"}) {
-    EXPECT_EQ(run(policy(GetParam(), kPrompt + 4, 32, comp)), full) << comp;  // C = S + generated (spec 7)
+    EXPECT_EQ(run(policy(GetParam(), kPrompt + 4, 32, comp)), full) << comp;  // C = S + generated (algorithm.md §7)
     EXPECT_EQ(run(policy(GetParam(), 1000, 32, comp)), full) << comp;
   }
   EXPECT_NE(run(policy(GetParam(), 64, 32)), full);  // and a real budget does change something
@@ -139,8 +139,8 @@ TEST_P(Policies, CascadingEqualsOneShot) {  // CAKE's Theorem 1, for every alloc
 }
 
 TEST_P(Policies, PrefillPeakFollowsTheCascadingBound) {
-  // Spec 2.6: while layer m is prefilled, layers 0..m-1 hold at most total + Sw*m tokens per KV
-  // head (their budgets over the layers seen so far sum to total) and layer m holds S.
+  // algorithm.md §2.6: while layer m is prefilled, layers 0..m-1 hold at most total + Sw*m tokens
+  // per KV head (their budgets over the layers seen so far sum to total) and layer m holds S.
   const int C = 64, Sw = 16;
   std::unique_ptr<Context> ctx;
   run(policy(GetParam(), C, Sw, "taylor"), &ctx, 0);
@@ -247,8 +247,9 @@ TEST_F(Policies, SlakeWideKeepsTheNewestHalfOfTheBudgetAfterPrefillAndDecode) {
 }
 
 TEST_F(Policies, SlakeWidePrefersLayersByVabsTimesTheVarianceToDelta) {
-  // slake-wide's layer score is the spec's VABS preference (slake's, same window) times CAKE's
-  // attention variance Vr^delta; cake with 1/tau1 ~ 0 and tau2 = 1 scores a layer by Vr alone.
+  // slake-wide's layer score is slake's VABS preference (algorithm.md §2.4; same window) times
+  // CAKE's attention variance Vr^delta; cake with 1/tau1 ~ 0 and tau2 = 1 scores a layer by Vr
+  // alone.
   const int C = 64, W = 32;  // slake-wide widens the window 16 to C / 2
   std::unique_ptr<Context> vabs, var;
   run(policy("slake", C, W, "none"), &vabs, 0);
@@ -270,7 +271,7 @@ TEST_F(Policies, SlakeWidePrefersLayersByVabsTimesTheVarianceToDelta) {
       ASSERT_GT(vr, 0.0);
       EXPECT_NEAR(got[l], want, 1e-9 * want) << "layer " << l;
     }
-    if (delta == 0.0) EXPECT_EQ(wide->evictor().budgets(), vabs->evictor().budgets());  // VABS alone: the spec's budgets
+    if (delta == 0.0) EXPECT_EQ(wide->evictor().budgets(), vabs->evictor().budgets());  // VABS alone: slake's budgets
     else EXPECT_NE(wide->evictor().budgets(), vabs->evictor().budgets());
   }
 }

@@ -1,5 +1,5 @@
-// Policy parameters and window statistics (spec sections 2.3, 2.4, 6): the indicator and CAKE's
-// layer statistics against float64 brute force, the spec's per-model defaults, bad values.
+// Policy parameters and window statistics (algorithm.md §2.3, §2.4, §6): the indicator and CAKE's
+// layer statistics against float64 brute force, the per-model defaults (§2.4), bad values.
 #include <gmock/gmock.h>
 
 #include <cmath>
@@ -48,7 +48,9 @@ void expect_window_stats_match_brute_force(int Sw, int Sobs, bool gaps = false) 
   std::vector<int> cand(Hkv, 0);  // per KV head: its rows below P
   for (int g = 0; g < Hkv; ++g)
     for (int r = 0; r < cache.head(0, g).n; ++r) cand[static_cast<size_t>(g)] += cache.head(0, g).pos[static_cast<size_t>(r)] < P;
-  if (gaps) EXPECT_EQ(cand, (std::vector<int>{P - 8, P - 5}));
+  if (gaps) {
+    EXPECT_EQ(cand, (std::vector<int>{P - 8, P - 5}));
+  }
   std::vector<std::vector<double>> pooled(Hkv);
   for (int g = 0; g < Hkv; ++g) pooled[static_cast<size_t>(g)].assign(static_cast<size_t>(cand[static_cast<size_t>(g)]), 0.0);
   for (int h = 0; h < H; ++h) {
@@ -264,7 +266,7 @@ TEST(KvPolicyParams, SlakeWideRanksAtMostHalfTheBudgetAnd256Tokens) {
   EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 768);
   p.window = 900;
   EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 900);
-  p.policy = "slake";  // the spec's policy keeps the window it is given
+  p.policy = "slake";  // slake keeps the window it is given
   p.window = 32;
   EXPECT_EQ(resolve_kv_defaults(p, cfg).window, 32);
   p.policy = "slake-wide";

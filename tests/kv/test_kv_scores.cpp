@@ -1,5 +1,6 @@
-// The scoring pieces of the policies against float64 brute force written from the spec's
-// formulas: pooling, the decode score, H2O's accumulated attention, VABS (SLAKE eq. 15-18) and top-k selection.
+// The scoring pieces of the policies against float64 brute force written from the formulas of
+// algorithm.md: pooling, the decode score, H2O's accumulated attention, VABS (SLAKE eq. 15-18) and
+// top-k selection.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -61,8 +62,8 @@ TEST(PoolTokens, AverageOfFiveAndMaximumOfSeven) {
   }
 }
 
-// Spec section 5's decode score: each group head's softmax over all rows (float64 here), pooled
-// along the candidates with zero padding (Avg5) or over the candidates (Max7), mean over the
+// The decode score of algorithm.md §5.3: each group head's softmax over all rows (float64 here),
+// pooled along the candidates with zero padding (Avg5) or over the candidates (Max7), mean over the
 // group. Groups of 1, 8 and 20 (more than one lane block) and key scales that make peaked rows.
 TEST(DecodeScores, MatchTheSpecFormulaInFloat64) {
   for (int G : {1, 8, 20})
@@ -155,7 +156,7 @@ TEST(AccumulateAttention, DecodeStepsOverRowsWithGapsAndF16Keys) {
   }
 }
 
-// VABS by the letter of the spec, without the max shift: W_j = exp(x_j) / Z for kept tokens and
+// VABS as algorithm.md §2.4 has it, without the max shift: W_j = exp(x_j) / Z for kept tokens and
 // exp(mu) (1 + x_j - mu) / Z for evicted ones, Z = sum_kept exp(x_j) + |E| exp(mu).
 // VABS's terms with Sobs observing queries (positions S - Sobs .. S - 1) and prefix P = S - Sw.
 VabsTerms vabs_brute_force(const RandomLayer& r, int S, int Sw, int Sobs, const std::vector<std::vector<float>>& ind, int keep) {

@@ -1,4 +1,4 @@
-// PTAA and the linear cache against float64 brute force (spec sections 3, 4 and 7).
+// PTAA and the linear cache against float64 brute force (algorithm.md §3, §4 and §7).
 #include <random>
 
 #include "reference_math.h"

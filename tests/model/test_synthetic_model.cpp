@@ -97,7 +97,7 @@ TEST(SyntheticModel, PresetsHaveThePublishedShapes) {
     EXPECT_EQ(std::vector<float>({c.rope_theta, c.rope_theta_swa, c.rms_eps, c.embed_scale}),
               std::vector<float>({f.rope_theta, f.rope_theta_swa, f.rms_eps, f.embed_scale}));
   }
-  // Their KV policy defaults are the spec's rows for those models.
+  // Their KV policy defaults are algorithm.md §2.4's rows for those models.
   KvPolicyParams p;
   p.budget = 128;
   EXPECT_EQ(*resolve_kv_defaults(p, preset("llama-3.1-8b")).tau2, 0.6);

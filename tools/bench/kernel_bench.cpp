@@ -180,11 +180,11 @@ void attention_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_attention)->Apply(attention_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
-// Spec section 5's decode score of one KV head (decode_scores: the group's softmax over the rows,
-// pooled along the candidates, averaged over the group), the part of an attention-scored policy's
-// decode step that the full cache does not have. Arguments: rows held, group size (3: SmolLM2,
-// 8: TinyLlama), pool (0: Avg5, SLAKE's; 1: Max7). The scores come from DecodeRowScores::compute
-// once, outside the timing. Counter: rows per second.
+// The decode score of algorithm.md §5.3 for one KV head (decode_scores: the group's softmax over
+// the rows, pooled along the candidates, averaged over the group), the part of an attention-scored
+// policy's decode step that the full cache does not have. Arguments: rows held, group size (3:
+// SmolLM2, 8: TinyLlama), pool (0: Avg5, SLAKE's; 1: Max7). The scores come from
+// DecodeRowScores::compute once, outside the timing. Counter: rows per second.
 void BM_decode_scores(benchmark::State& state) {
   const int rows = static_cast<int>(state.range(0)), group = static_cast<int>(state.range(1)), d = 64;
   const slake::TokenPool pool = state.range(2) == 0 ? slake::TokenPool::Avg5 : slake::TokenPool::Max7;

@@ -47,7 +47,7 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-evict-every", kv.evict_every,
                  "decode-time eviction in batches: a head grows to its budget + window + k - 1 tokens, then gives up k "
-                 "chosen by one scoring (1: one token per step, the spec's)")
+                 "chosen by one scoring (1: one token per step, as in docs/algorithm.md §5.3)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   app.add_option("--prefill-chunk", kv.prefill_chunk,

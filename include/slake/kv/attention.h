@@ -34,7 +34,7 @@ struct DecodeRowScores;  // kv_scores.h
 
 // attention_prefill for one decode token at qpos whose scores against every row of each KV head of
 // `layer` are computed already (scores[kvh], rows as the cache holds them now): the keys are not
-// read again (spec section 5: scores computed once, for eviction and attention).
+// read again (algorithm.md §5.2: scores computed once, for eviction and attention).
 void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& cache, int layer, const AttentionShape& s,
                       const std::vector<DecodeRowScores>& scores, ThreadPool& pool);
 

@@ -38,7 +38,7 @@ class RowBlock {
   // Takes keys [j_begin, j_end) of `kv` (within key_range) into the online softmax.
   void attend(const KvHead& kv, int window, int j_begin, int j_end);
   // attend with the scores given: x[j] as scores() writes it, for every row j of `kv` (decode
-  // scores its query once for eviction and attention alike, spec section 5). Keys are not read.
+  // scores its query once for eviction and attention alike, algorithm.md §5.2). Keys are not read.
   void attend_scored(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end);
   void finish(float* acc, float* m, float* l) const;
   // Instead of attending: x[j] = q_r . k_j / sqrt(d) in lane r for keys j < n_keys, -inf where

@@ -1,4 +1,4 @@
-// Per-layer cache budgets from layer preference scores (spec section 2.5, CAKE eq. 7 with the
+// Per-layer cache budgets from layer preference scores (algorithm.md §2.5, CAKE eq. 7 with the
 // reference code's integerisation).
 #pragma once
 #include <cstdint>
@@ -33,7 +33,7 @@ struct LayerWindowTerms {
   double entropy = 0.0, variance = 0.0;          // CAKE's Hn and Vr
   double vabs_tv_va = 0.0, vabs_entropy = 0.0;  // SLAKE's VABS terms (VABS allocators only)
 };
-// The layer preference score of policy `p` (allocator `a`) from its window terms (spec 2.5-2.6):
+// The layer preference score of policy `p` (allocator `a`) from its window terms (algorithm.md §2.4):
 // CAKE's Hn^(1/tau1) Vr^(1/tau2), VABS's TV-VA^alpha En^beta (times Vr^delta for slake-wide), 1
 // for allocators that do not prefer; 0 when not finite.
 double layer_preference(const KvPolicyParams& p, KvAllocator a, const LayerWindowTerms& t);

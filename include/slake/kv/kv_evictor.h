@@ -1,7 +1,7 @@
 // Runs a KV policy against the cache: at prefill, the statistics of each layer are gathered while
 // it is computed, its budget is allocated and the layers seen so far are evicted down to their
-// budgets (cascading, spec section 2); at decode, one token per KV head is evicted whenever a head
-// holds more than its budget plus the window (spec section 5). Evicted tokens go into the linear
+// budgets (cascading, algorithm.md §2); at decode, one token per KV head is evicted whenever a head
+// holds more than its budget plus the window (algorithm.md §5). Evicted tokens go into the linear
 // state when the policy compensates.
 #pragma once
 #include <cstdint>
@@ -57,7 +57,7 @@ class KvEvictor {
     return layer >= 0 && layer < static_cast<int>(slot_.size()) ? slot_[static_cast<size_t>(layer)] : -1;
   }
   int64_t decode_budget(int layer) const;
-  bool scores_in_decode() const;  // the decode victim is chosen by the query's attention (spec 5)
+  bool scores_in_decode() const;  // the decode victim is chosen by attention (algorithm.md §5.3)
   // The decode score of the first n_cand rows of (layer, kvh): the lowest is evicted first.
   void decode_candidate_scores(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand, double* score) const;
   int decode_victim(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand) const;

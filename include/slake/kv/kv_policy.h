@@ -1,4 +1,4 @@
-// KV-cache policies (spec section 6): a token selector, a layer budget allocator and an optional
+// KV-cache policies (algorithm.md §6): a token selector, a layer budget allocator and an optional
 // compensator (the Taylor linear cache), named together by a policy.
 #pragma once
 #include <optional>
@@ -11,29 +11,31 @@
 namespace slake {
 
 struct KvPolicyParams {
-  // full, streaming, h2o, snapkv, pyramidkv, cake, slake (spec section 6), and slake-wide: slake with
-  // a window of C - min(C/2, 256) tokens, at least half the budget (resolve_kv_defaults), and VABS's
-  // layer preference times CAKE's attention variance to the power delta (docs/kv-quality.md).
+  // full, streaming, h2o, snapkv, pyramidkv, cake, slake and slake-wide (algorithm.md §6.1):
+  // slake-wide is slake with a window of C - min(C/2, 256) tokens, at least half the budget
+  // (resolve_kv_defaults), and VABS's layer preference times CAKE's attention variance to the power
+  // delta (docs/kv-quality.md).
   std::string policy = "full";
   int budget = 0;               // C: average tokens kept per layer, window included; 0 = no eviction
   int window = 32;              // Sw
-  // Sobs: how many of the prompt's last queries score its tokens at prefill (0: the window's, the
-  // spec's; at most the window). Fewer than the window keeps scores by the prompt's end alone.
+  // Sobs: how many of the prompt's last queries score its tokens at prefill (0: the window's,
+  // algorithm.md §2.2; at most the window). Fewer than the window keeps scores by the prompt's end
+  // alone.
   int observe = 0;
   // What happens to evicted tokens: "auto" (the policy's own: taylor for slake, none otherwise:
   // slake-wide measured better without it at equal bytes, docs/kv-quality.md),
   // "taylor" (absorbed into the linear state, attended by PTAA), "centroids" (merged into
-  // `centroids` mean tokens per head, docs/attention.md) or "none" (dropped).
+  // `centroids` mean tokens per head, algorithm.md §3.2) or "none" (dropped).
   std::string compensate = "auto";
   int centroids = 32;           // K of the centroid compensator
   double gamma = 200.0;         // indicator variance weight
-  // Layer-preference exponents; unset: the per-model defaults of the spec (resolve_kv_defaults).
+  // Layer-preference exponents; unset: the per-model defaults (algorithm.md §2.4, resolve_kv_defaults).
   std::optional<double> tau1, tau2;   // CAKE
   std::optional<double> alpha, beta;  // VABS
   double delta = 1.0;           // slake-wide: exponent of the attention variance in its layer preference
   bool cascade = true;          // evict after every layer; false: once, after the last (Theorem 1 tests)
-  // Decode-time eviction in batches: a head may grow to its budget + window + evict_every - 1
-  // rows, then gives up evict_every rows chosen by one scoring (1: the spec's one row per step).
+  // Decode-time eviction in batches (algorithm.md §5.5): a head may grow to its budget + window +
+  // evict_every - 1 rows, then gives up evict_every rows chosen by one scoring (1: one row per step).
   int evict_every = 1;
   // Chunked prefill: 0 takes a prompt in one pass (each layer sees it whole before it evicts); N
   // takes a longer prompt N tokens at a time through every layer, each chunk attending to what the
@@ -43,7 +45,7 @@ struct KvPolicyParams {
   // How the exact cache stores keys and values (kv_type.h; -ctk/-ctv). The linear states are fp32.
   KvType type_k = KvType::F16, type_v = KvType::F16;
 
-  // Evicted tokens go to the spec's Taylor state.
+  // Evicted tokens go to the Taylor state (algorithm.md §3.1).
   bool taylor() const { return compensate == "taylor" || (compensate == "auto" && policy == "slake"); }
   // The linear states' centroid count: K with the centroid compensator, else 0.
   int centroid_count() const { return compensate == "centroids" ? centroids : 0; }
@@ -68,8 +70,8 @@ int prefill_chunk_length(const KvPolicyParams& p, int done, int n);
 bool operator==(const KvPolicyParams& a, const KvPolicyParams& b);
 inline bool operator!=(const KvPolicyParams& a, const KvPolicyParams& b) { return !(a == b); }
 
-// The policy names, in the order of the spec's table, and the compensator names: the one list
-// the flags' help and checks, the server's errors and --kv-sweep read.
+// The policy names, in the order of algorithm.md §6.1's table, and the compensator names: the one
+// list the flags' help and checks, the server's errors and --kv-sweep read.
 const std::vector<std::string>& kv_policy_names();
 const std::vector<std::string>& kv_compensator_names();
 // "a, b, c": a name list as help text and errors print it.
@@ -78,8 +80,9 @@ std::string join_names(const std::vector<std::string>& names);
 // Throws slake::Error for unknown names and out-of-range values.
 void validate(const KvPolicyParams& p);
 
-// Fills the unset hyperparameters with the spec's defaults for this model and budget, and widens
-// slake-wide's window to C - min(C/2, 256) (never below the window asked for). Idempotent.
+// Fills the unset hyperparameters with the defaults of algorithm.md §2.4 for this model and
+// budget, and widens slake-wide's window to C - min(C/2, 256) (never below the window asked for).
+// Idempotent.
 KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c);
 
 // The one place where a user's KV settings (flags, a request's fields, a sweep item) become a
@@ -94,7 +97,7 @@ enum class KvSelector {
   Recent,       // streaming: 4 sink tokens, then the most recent
   HeavyHitter,  // h2o: attention accumulated over every query so far
   WindowMax7,   // snapkv, pyramidkv: window attention, max-pooled over 7 positions
-  Indicator,    // cake, slake: window mean + gamma * variance, average-pooled over 5 (spec 2.3)
+  Indicator,    // cake, slake: window mean + gamma variance, average-pooled over 5 (algorithm.md §2.3)
 };
 // How the total budget is split over the layers.
 enum class KvAllocator {
@@ -108,7 +111,7 @@ enum class KvAllocator {
   // layers' attention shifts between queries (docs/kv-quality.md).
   VabsVariance,
 };
-// Whether the allocator splits the budget by a layer preference score, cascading (spec 2.5-2.6).
+// Whether the allocator splits the budget by a layer preference, cascading (algorithm.md §2.5-2.6).
 inline bool by_preference(KvAllocator a) { return a == KvAllocator::Cake || a == KvAllocator::Vabs || a == KvAllocator::VabsVariance; }
 struct KvPolicyParts {
   KvSelector selector;

@@ -1,4 +1,4 @@
-// What the eviction policies score tokens and layers with (spec sections 2.2-2.4 and 5): softmax
+// What the eviction policies score tokens and layers with (algorithm.md §2.2-2.4 and §5): softmax
 // rows of a query over a KV head's retained keys, the observation-window statistics (CAKE's token
 // indicator and layer preference, SnapKV's pooled window attention), H2O's accumulated attention
 // and SLAKE's VABS layer preference. Everything is accumulated in double.
@@ -20,14 +20,14 @@ void attention_logits(const float* q, int32_t qpos, const KvHead& kh, int d, int
 void softmax_inplace(double* x, int n);
 
 // The 1-D pooling along positions that smooths token scores before top-k: average over a kernel
-// of 5 (zero padding, always divided by 5: spec 2.3) or maximum over a kernel of 7 (SnapKV).
+// of 5 (zero padding, always divided by 5: algorithm.md §2.3) or maximum over a kernel of 7 (SnapKV).
 enum class TokenPool { Avg5, Max7 };
 void pool_tokens(const double* in, int n, TokenPool pool, double* out);
 
 // A decode query's scores against the rows of one KV head, for its `group` query heads: computed
-// once per step (spec 5.2) and read by the eviction score and the attention alike (attention.h,
-// attention_decode). Lane block b holds query heads b * kLanes ..: lane r of x[b][j] is
-// q_{b * kLanes + r} . k_j / sqrt(d), -inf where row j is after qpos (causal, no window).
+// once per step (algorithm.md §5.2) and read by the eviction score and the attention alike
+// (attention.h, attention_decode). Lane block b holds query heads b * kLanes ..: lane r of x[b][j]
+// is q_{b * kLanes + r} . k_j / sqrt(d), -inf where row j is after qpos (causal, no window).
 struct DecodeRowScores {
   int group = 0, n = 0;
   std::vector<std::vector<lanes_f>> x;  // [lane block][row]
@@ -40,8 +40,8 @@ struct DecodeRowScores {
   void keep_rows(const std::vector<char>& keep);
 };
 
-// Spec section 5's decode score of the first n_cand rows: for each query head, its softmax over
-// all the rows of `xs`, pooled along the candidates; score[j] is the mean over the heads. The
+// The decode score of algorithm.md §5.3 for the first n_cand rows: for each query head, its softmax
+// over all the rows of `xs`, pooled along the candidates; score[j] is the mean over the heads. The
 // softmax runs in fp32 lanes, the mean in double.
 void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double* score);
 

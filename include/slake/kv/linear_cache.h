@@ -1,8 +1,8 @@
-// The linear (Taylor) cache of one layer and KV head (spec section 3): what remains of every token
+// The linear (Taylor) cache of one layer and KV head (algorithm.md §3.1): what remains of every token
 // evicted from the exact cache. n, ksum = sum k, vsum = sum v, M = sum k v^T, all fp32;
 // d*d + 2d + 1 floats whatever the number of absorbed tokens.
 //
-// The centroid compensator (`--kv-compensate centroids`, docs/attention.md) keeps instead K merged
+// The centroid compensator (`--kv-compensate centroids`, algorithm.md §3.2) keeps instead K merged
 // tokens: each evicted token joins the centroid whose mean key is nearest (L2), the first K seeding
 // one each; a centroid holds its count and the sums of its keys and values. n plus K (2d + 1)
 // floats, attended as K tokens of weight count at the mean key and value.

@@ -1,4 +1,4 @@
-// PTAA (spec section 4): attention of one query over the retained exact cache R plus the linear
+// PTAA (algorithm.md §4): attention of one query over the retained exact cache R plus the linear
 // state of the evicted tokens, exp(x_j) ~ exp(mu) (1 + x_j - mu) around their mean score mu.
 // The running maximum includes mu, so lambda = exp(mu - m*) <= 1 and nothing overflows when the
 // evicted keys score higher than the retained ones.
@@ -22,7 +22,7 @@ void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const 
 // out = (exp(m - m*) acc + lam ((1 - mu) vsum + q^T M / sqrt(d))) / (exp(m - m*) l + lam n).
 // With lin.n == 0 it is acc / l; with nothing visible and nothing evicted, zeros.
 // A centroid state (lin.centroids > 0) adds its K merged tokens to the softmax instead: each weighs
-// cn[c] exp(q . ck[c] / (cn[c] sqrt d)) and brings cv[c] / cn[c] (docs/attention.md).
+// cn[c] exp(q . ck[c] / (cn[c] sqrt d)) and brings cv[c] / cn[c] (algorithm.md §4.2).
 void ptaa_finish(float* out, const float* q, float m, float l, const float* acc, const LinearState& lin, int head_dim);
 
 }  // namespace slake
