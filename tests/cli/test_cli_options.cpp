@@ -1,0 +1,114 @@
+// slake-cli's option parsing (tools/cli/cli_options.cpp): llama-cli's spellings map to the long
+// flags, values reach CliOptions, the checks that need no model refuse what cannot run. The
+// shell tests beside this file (cli_errors.sh, cli_llama_flags.sh) run the binary end to end.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "../../tools/cli/cli_options.h"
+#include "slake/error.h"
+
+namespace slake::cli {
+namespace {
+
+struct Parsed {
+  CliOptions o;
+  std::vector<std::string> notes;
+};
+
+// argv as llama-cli would take it, through the spellings, CLI11 and check_options.
+Parsed parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "slake-cli");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  Parsed p;
+  CLI::App app;
+  add_cli_flags(app, p.o);
+  std::vector<std::string> spelled = llama_cpp_spellings(static_cast<int>(argv.size()), argv.data(), &p.notes);
+  app.parse(spelled);
+  check_options(app, p.o);
+  return p;
+}
+
+// The message of the slake::Error (or CLI11 error) these arguments raise; "" when they are taken.
+std::string refused(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const CLI::Error& e) {
+    return std::string("CLI11: ") + e.what();
+  }
+  return "";
+}
+
+TEST(CliOptions, LlamaCliSpellingsReachTheirOptions) {
+  const Parsed p = parse({"-m", "m.gguf", "-sys", "Be brief.", "-cnv", "-n", "12", "-c", "1024", "-t", "3", "-s", "7",
+                          "--temp", "0.3", "--top-k", "5", "-r", "User:", "-r", "###"});
+  EXPECT_EQ(p.o.model_path, "m.gguf");
+  EXPECT_EQ(p.o.system_prompt, "Be brief.");
+  EXPECT_TRUE(p.o.conversation);
+  EXPECT_EQ(p.o.n_predict, 12);
+  EXPECT_EQ(p.o.n_ctx, 1024);
+  EXPECT_EQ(p.o.n_threads, 3);
+  EXPECT_EQ(p.o.seed, 7);
+  EXPECT_FLOAT_EQ(p.o.sampling.temp, 0.3f);
+  EXPECT_EQ(p.o.sampling.top_k, 5);
+  EXPECT_EQ(p.o.reverse_prompts, (std::vector<std::string>{"User:", "###"}));
+  EXPECT_TRUE(uses_chat(p.o));
+  EXPECT_FALSE(uses_chat(parse({"-m", "m.gguf", "-p", "hello"}).o));
+}
+
+TEST(CliOptions, FlagsThatChangeNothingHereAreDroppedWithANote) {
+  const Parsed p = parse({"-m", "m.gguf", "-no-cnv", "-p", "hi"});
+  EXPECT_FALSE(p.o.conversation);
+  ASSERT_EQ(p.notes.size(), 1u);
+  EXPECT_NE(p.notes[0].find("-no-cnv"), std::string::npos) << p.notes[0];
+}
+
+TEST(CliOptions, KvFlagsResolveIntoThePolicyParams) {
+  const Parsed p = parse({"-m", "m.gguf", "--kv-policy", "snapkv", "--kv-budget", "256", "--kv-observe", "32", "-ctk", "q8_0",
+                          "-ctv", "f32", "--kv-tau1", "2"});
+  EXPECT_EQ(p.o.kv.params.policy, "snapkv");
+  EXPECT_EQ(p.o.kv.params.budget, 256);
+  EXPECT_EQ(p.o.kv.params.observe, 32);
+  EXPECT_EQ(p.o.kv.params.type_k, KvType::Q8_0);
+  EXPECT_EQ(p.o.kv.params.type_v, KvType::F32);
+  ASSERT_TRUE(p.o.kv.params.tau1.has_value());
+  EXPECT_DOUBLE_EQ(*p.o.kv.params.tau1, 2.0);
+  // An exponent not given stays unset, for the model's defaults to fill.
+  EXPECT_FALSE(p.o.kv.params.tau2.has_value());
+}
+
+TEST(CliOptions, WhatCannotRunIsRefusedBeforeTheModelLoads) {
+  EXPECT_NE(refused({"-m", "m.gguf", "-p", "a", "-f", "b.txt"}).find("not both"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "-n", "-2"}).find("-n must be"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "-s", "-5"}).find("--seed"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "-cnv", "-f", "-"}).find("standard input"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "-p", "a"}).find("--batch"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--temp", "0.8"}).find("greedily"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--batch-out", "o.jsonl"}).find("--batch-out needs --batch"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-sweep", "cake/none/64"}).find("--kv-sweep needs --batch"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--grammar", "root ::= \"a\"", "-j", "{}"}).find("give one of"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--grammar", "root ::= undefined-rule"}), "");
+  EXPECT_NE(refused({"-m", "m.gguf", "--chat-template", "no-such-format"}), "");
+  EXPECT_NE(refused({"-m", "m.gguf", "--jinja", "--chat-template", "chatml"}).find("--jinja"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "-ctk", "q3_k"}), "");
+  EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "cake/none/notanumber"}), "");
+  EXPECT_EQ(refused({"-p", "no model"}).rfind("CLI11: ", 0), 0u);  // -m is required
+  EXPECT_EQ(refused({"-m", "m.gguf", "-c", "-1"}).rfind("CLI11: ", 0), 0u);
+  // And the same flags, well formed, are taken.
+  EXPECT_EQ(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "cake/none/64,slake/auto/128"}), "");
+  EXPECT_EQ(refused({"-m", "m.gguf", "-j", R"({"type": "object"})"}), "");
+}
+
+TEST(CliOptions, AJsonSchemaBecomesTheGrammarOfTheReply) {
+  const Parsed p = parse({"-m", "m.gguf", "-j", R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})"});
+  EXPECT_FALSE(p.o.gbnf.empty());
+  EXPECT_NE(p.o.gbnf.find("root"), std::string::npos);
+  EXPECT_EQ(parse({"-m", "m.gguf", "--grammar", "root ::= \"yes\""}).o.gbnf, "root ::= \"yes\"");
+}
+
+}  // namespace
+}  // namespace slake::cli

@@ -1,0 +1,149 @@
+// A server slot's cache reuse (tools/server/slot.cpp) on stories260K: a request that continues a
+// slot's history under the same resolved KV policy prefills only what is new, and gives the tokens
+// a fresh slot gives; a request under any other policy, or one that does not continue the history,
+// gets an emptied cache. The scheduler's loop is played by hand: prefill, then one eval per token.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "../../tools/common/end_of_generation.h"
+#include "../../tools/server/slot.h"
+#include "slake/cpu/thread_pool.h"
+#include "slake/kv/kv_policy.h"
+#include "slake/model/model.h"
+#include "slake/tokenizer/tokenizer.h"
+#include "test_util.h"
+
+namespace slake::server {
+namespace {
+
+struct Served {
+  std::vector<int32_t> ids;  // the tokens the reply sampled
+  int n_cached = 0;          // prompt tokens the slot's cache already held
+};
+
+class SlotReuse : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = test::stories_dir();
+    if (dir.empty()) GTEST_SKIP() << "stories260K missing under " << test::shared_dir();
+    model_ = load_model(dir + "stories260K.gguf");
+    tokenizer_ = std::make_unique<Tokenizer>(model_->vocab);
+    eog_ = tools::end_of_generation_tokens(model_->vocab);
+    grammar_vocab_ = std::make_unique<GrammarVocabSource>(*tokenizer_, eog_);
+    pool_ = std::make_unique<ThreadPool>(1);
+  }
+  std::unique_ptr<Slot> slot(const KvPolicyParams& kv) {
+    return std::make_unique<Slot>(0, *model_, *tokenizer_, eog_, *grammar_vocab_, 256, *pool_, kv, "cpu");
+  }
+  KvPolicyParams policy(const std::string& name, int budget, int window, int observe = 0) const {
+    KvPolicyParams p;
+    p.policy = name;
+    p.budget = budget;
+    p.window = window;
+    p.observe = observe;
+    return resolve_kv_policy(p, false, &model_->cfg);
+  }
+  GenRequest request(const std::vector<int32_t>& prompt, const KvPolicyParams& kv, int max_tokens = 8) const {
+    GenRequest r;
+    r.prompt = prompt;
+    r.max_tokens = max_tokens;
+    r.sampling.temp = 0.0f;  // greedy
+    r.ignore_eos = true;
+    r.kv = kv;
+    return r;
+  }
+  // One request through the slot, as the scheduler steps it.
+  Served serve(Slot& s, const GenRequest& r) {
+    auto task = std::make_shared<Task>(r);
+    s.start(task, 0, ++now_);
+    while (s.prefilling()) s.prefill(16);
+    std::vector<float> logits;
+    while (s.decoding()) {
+      s.session().eval({s.pending()}, &logits);
+      s.decoded(logits);
+    }
+    EXPECT_TRUE(s.finished());
+    s.release();
+    std::vector<Piece> pieces;
+    EXPECT_TRUE(task->take(pieces, std::chrono::milliseconds(0)));
+    EXPECT_EQ(task->error(), "");
+    Served out;
+    for (const Piece& p : pieces) out.ids.insert(out.ids.end(), p.ids.begin(), p.ids.end());
+    out.n_cached = task->n_cached();
+    return out;
+  }
+  std::vector<int32_t> prompt(const std::string& text) const { return tokenizer_->tokenize(text, true, true); }
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unordered_set<int32_t> eog_;
+  std::unique_ptr<GrammarVocabSource> grammar_vocab_;
+  std::unique_ptr<ThreadPool> pool_;
+  uint64_t now_ = 0;
+};
+
+TEST_F(SlotReuse, AContinuationUnderTheSamePolicyPrefillsOnlyWhatIsNew) {
+  const KvPolicyParams full = policy("full", 0, 32);
+  auto s = slot(full);
+  const std::vector<int32_t> first = prompt("Once upon a time, there was a little girl named Lily.");
+  const Served a = serve(*s, request(first, full));
+  EXPECT_EQ(a.n_cached, 0);
+  ASSERT_EQ(a.ids.size(), 8u);
+
+  // The next turn: the history (prompt and reply, the last token not yet evaluated) and more.
+  std::vector<int32_t> next = first;
+  next.insert(next.end(), a.ids.begin(), a.ids.end());
+  const std::vector<int32_t> more = tokenizer_->tokenize(" She liked to play.", false, true);
+  next.insert(next.end(), more.begin(), more.end());
+  EXPECT_EQ(s->reusable(request(next, full)), s->history_size());
+  EXPECT_EQ(s->history_size(), static_cast<int>(first.size() + a.ids.size() - 1));
+  const Served b = serve(*s, request(next, full));
+  EXPECT_EQ(b.n_cached, static_cast<int>(first.size() + a.ids.size() - 1));
+  auto fresh = slot(full);
+  EXPECT_EQ(b.ids, serve(*fresh, request(next, full)).ids);
+
+  // Not a continuation: the prompt differs inside the history, or is the history itself.
+  std::vector<int32_t> other = next;
+  other[1] = other[1] == 5 ? 6 : 5;
+  EXPECT_EQ(s->reusable(request(other, full)), 0);
+  const std::vector<int32_t> same(next.begin(), next.begin() + s->history_size());
+  EXPECT_EQ(s->reusable(request(same, full)), 0);
+}
+
+// Two requests that differ in one field of the KV policy: the second must not run on the cache
+// and evictor the first left, and gives what a fresh slot gives.
+TEST_F(SlotReuse, EveryPolicyFieldDecidesReuse) {
+  const std::vector<int32_t> first =
+      prompt("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends "
+             "and her dog, who was big and brown and liked to run after the ball.");
+  ASSERT_GT(first.size(), 40u);
+  const KvPolicyParams base = policy("snapkv", 24, 8, 0);
+  const std::vector<std::pair<std::string, KvPolicyParams>> variants = {
+      {"kv_observe", policy("snapkv", 24, 8, 4)},
+      {"kv_window", policy("snapkv", 24, 12, 0)},
+      {"kv_budget", policy("snapkv", 28, 8, 0)},
+      {"kv_policy", policy("cake", 24, 8, 0)},
+  };
+  for (const auto& [field, kv] : variants) {
+    SCOPED_TRACE(field);
+    ASSERT_NE(kv, base);
+    auto s = slot(base);
+    const Served a = serve(*s, request(first, base));
+    std::vector<int32_t> next = first;
+    next.insert(next.end(), a.ids.begin(), a.ids.end());
+    next.push_back(first[3]);
+    EXPECT_EQ(s->reusable(request(next, base)), s->history_size());  // the same policy would reuse it
+    EXPECT_EQ(s->reusable(request(next, kv)), 0);
+    const Served b = serve(*s, request(next, kv));
+    EXPECT_EQ(b.n_cached, 0);
+    auto fresh = slot(kv);
+    EXPECT_EQ(b.ids, serve(*fresh, request(next, kv)).ids);
+  }
+}
+
+}  // namespace
+}  // namespace slake::server
