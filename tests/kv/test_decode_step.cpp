@@ -114,7 +114,7 @@ struct StepCase {
 
 class DecodeStep : public ::testing::TestWithParam<StepCase> {};
 
-TEST_P(DecodeStep, EvictsTheSpecVictimsAndAttendsThroughTheirTaylorTerm) {
+TEST_P(DecodeStep, EvictsTheArgminVictimsAndAttendsThroughTheirTaylorTerm) {
   const StepCase c = GetParam();
   const int d = c.head_dim, group = c.n_heads / c.n_kv_heads, C = 40, Sw = 8;
   std::mt19937 rng(17 + c.n_heads + c.over);

@@ -1,6 +1,7 @@
-// The scoring pieces of the policies against float64 brute force written from the formulas of
-// algorithm.md: pooling, the decode score, H2O's accumulated attention, VABS (SLAKE eq. 15-18) and
-// top-k selection.
+// The scoring pieces of the policies (src/kv/kv_scores.cpp, kv_vabs.cpp) against float64 brute
+// force written from the formulas of algorithm.md: the window statistics (the indicator and CAKE's
+// layer statistics), pooling, the decode score, H2O's accumulated attention, VABS (SLAKE eq.
+// 15-18) and top-k selection.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <random>
 
 #include "reference_math.h"
+#include "slake/error.h"
 #include "slake/kv/kv_scores.h"
 
 namespace slake {
@@ -65,7 +67,7 @@ TEST(PoolTokens, AverageOfFiveAndMaximumOfSeven) {
 // The decode score of algorithm.md §5.3: each group head's softmax over all rows (float64 here),
 // pooled along the candidates with zero padding (Avg5) or over the candidates (Max7), mean over the
 // group. Groups of 1, 8 and 20 (more than one lane block) and key scales that make peaked rows.
-TEST(DecodeScores, MatchTheSpecFormulaInFloat64) {
+TEST(DecodeScores, MatchTheFormulaInFloat64) {
   for (int G : {1, 8, 20})
     for (float key_scale : {1.0f, 4.0f}) {
       const int d = 16, S = 70, n_cand = 50, qpos = S - 1;
@@ -199,7 +201,7 @@ VabsTerms vabs_brute_force(const RandomLayer& r, int S, int Sw, int Sobs, const 
   return t;
 }
 
-TEST(Vabs, MatchesTheSpecFormulaInFloat64) {
+TEST(Vabs, MatchesTheFormulaInFloat64) {
   const int H = 4, Hkv = 2, d = 8, S = 48, Sw = 8, P = S - Sw;
   RandomLayer r(H, Hkv, d, S, 5);
   std::mt19937 rng(9);
@@ -238,6 +240,102 @@ TEST(Vabs, StaysFiniteWhenEvictedKeysScoreHigh) {
   const VabsTerms t = vabs_terms(r.q.data() + static_cast<size_t>(P) * H * d, S, Sw, P, r.cache, 0, r.shape, ind, 4, pool);
   EXPECT_TRUE(std::isfinite(t.tv_va));
   EXPECT_TRUE(std::isfinite(t.entropy));
+}
+
+// window_stats with Sobs observing queries (positions S - Sobs .. S - 1) scoring the prefix tokens
+// before P = S - Sw, against float64; Sobs < Sw is slake-wide's wide window observed by its end.
+// gaps: the cache holds what a chunked prefill leaves, each KV head its own subset of the earlier
+// positions (rows in position order), and the brute force works on the rows held.
+void expect_window_stats_match_brute_force(int Sw, int Sobs, bool gaps = false) {
+  const int H = 4, Hkv = 2, d = 8, S = 40, P = S - Sw, G = H / Hkv;
+  const double gamma = 200.0;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  KvCache cache(1, Hkv, d, S);
+  std::vector<float> k(Hkv * d), v(Hkv * d);
+  for (int j = 0; j < S; ++j) {
+    for (auto& x : k) x = 2.0f * nd(rng);
+    for (auto& x : v) x = nd(rng);
+    cache.append(0, k.data(), v.data(), j);
+  }
+  if (gaps)  // head 0 drops every third position below 24, head 1 every fourth below 20
+    for (int g = 0; g < Hkv; ++g) {
+      std::vector<char> keep(static_cast<size_t>(S), 1);
+      for (int j = 0; j < S; ++j) keep[static_cast<size_t>(j)] = g == 0 ? !(j < 24 && j % 3 == 1) : !(j < 20 && j % 4 == 2);
+      cache.compact_head(0, g, keep, false);
+    }
+  std::vector<float> q(static_cast<size_t>(Sobs * H * d));
+  for (auto& x : q) x = nd(rng);
+  ThreadPool pool(2);
+  const LayerStats st = window_stats(q.data(), S, Sobs, P, cache, 0, {H, Hkv, d, 0}, gamma, TokenPool::Avg5, pool);
+
+  double entropy = 0, variance = 0;
+  std::vector<int> cand(Hkv, 0);  // per KV head: its rows below P
+  for (int g = 0; g < Hkv; ++g)
+    for (int r = 0; r < cache.head(0, g).n; ++r) cand[static_cast<size_t>(g)] += cache.head(0, g).pos[static_cast<size_t>(r)] < P;
+  if (gaps) {
+    EXPECT_EQ(cand, (std::vector<int>{P - 8, P - 5}));
+  }
+  std::vector<std::vector<double>> pooled(Hkv);
+  for (int g = 0; g < Hkv; ++g) pooled[static_cast<size_t>(g)].assign(static_cast<size_t>(cand[static_cast<size_t>(g)]), 0.0);
+  for (int h = 0; h < H; ++h) {
+    const KvHead& kv = cache.head(0, h / G);
+    const int Pr = cand[static_cast<size_t>(h / G)];
+    std::vector<std::vector<double>> A(Sobs);
+    for (int i = 0; i < Sobs; ++i) {
+      const int qpos = S - Sobs + i;  // sees every key up to itself, scores only those before P
+      int n_vis = 0;
+      while (n_vis < kv.n && kv.pos[static_cast<size_t>(n_vis)] <= qpos) ++n_vis;
+      const std::vector<double> x = test::attention_probs64(&q[static_cast<size_t>((i * H + h) * d)], kv, d, n_vis);
+      A[static_cast<size_t>(i)] = x;
+      for (int j = 0; j < Pr; ++j) entropy -= x[static_cast<size_t>(j)] * std::log(x[static_cast<size_t>(j)] + 1e-10);
+    }
+    const int P = Pr;  // from here on rows, not positions
+    std::vector<double> I(P);
+    for (int j = 0; j < P; ++j) {
+      double mean = 0, var = 0;
+      for (int i = 0; i < Sobs; ++i) mean += A[static_cast<size_t>(i)][static_cast<size_t>(j)] / Sobs;
+      for (int i = 0; i < Sobs; ++i) var += std::pow(A[static_cast<size_t>(i)][static_cast<size_t>(j)] - mean, 2) / (Sobs - 1);
+      I[static_cast<size_t>(j)] = mean + gamma * var;
+      variance += var;
+    }
+    for (int j = 0; j < P; ++j) {
+      double acc = 0;
+      for (int o = -2; o <= 2; ++o)
+        if (j + o >= 0 && j + o < P) acc += I[static_cast<size_t>(j + o)];
+      pooled[static_cast<size_t>(h / G)][static_cast<size_t>(j)] += acc / 5.0 / G;
+    }
+  }
+  EXPECT_NEAR(st.entropy, entropy, 1e-5 * entropy);
+  EXPECT_NEAR(st.variance, variance, 1e-4 * variance);
+  for (int h = 0; h < Hkv; ++h) {
+    ASSERT_EQ(st.indicator[static_cast<size_t>(h)].size(), pooled[static_cast<size_t>(h)].size());
+    for (int j = 0; j < cand[static_cast<size_t>(h)]; ++j)
+      ASSERT_NEAR(st.indicator[static_cast<size_t>(h)][static_cast<size_t>(j)], pooled[static_cast<size_t>(h)][static_cast<size_t>(j)],
+                  1e-5 * (1 + pooled[static_cast<size_t>(h)][static_cast<size_t>(j)]));
+  }
+}
+
+TEST(WindowStats, MatchesBruteForce) { expect_window_stats_match_brute_force(6, 6); }
+
+TEST(WindowStats, FewerObservingQueriesThanTheWindowKeepsMatchBruteForce) {
+  expect_window_stats_match_brute_force(12, 4);
+  expect_window_stats_match_brute_force(12, 2);
+}
+
+// A chunked prefill's cache: each KV head holds its own subset of the earlier positions.
+TEST(WindowStats, RowsWithGapsMatchBruteForce) {
+  expect_window_stats_match_brute_force(6, 6, true);
+  expect_window_stats_match_brute_force(12, 4, true);
+}
+
+TEST(WindowStats, ObservingQueriesMustLieAfterThePrefix) {
+  KvCache cache(1, 1, 8, 20);
+  std::vector<float> kv(8, 0.5f), q(static_cast<size_t>(8) * 8, 0.1f);
+  for (int j = 0; j < 20; ++j) cache.append(0, kv.data(), kv.data(), j);
+  ThreadPool pool(1);
+  EXPECT_THROW(window_stats(q.data(), 20, 8, 16, cache, 0, {1, 1, 8, 0}, 1.0, TokenPool::Avg5, pool), Error);
+  EXPECT_NO_THROW(window_stats(q.data(), 20, 8, 12, cache, 0, {1, 1, 8, 0}, 1.0, TokenPool::Avg5, pool));
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-// Every evicting policy end to end on stories260K (algorithm.md §2, §5 and §7), with the model's own
-// greedy story as the prompt: a budget covering prompt and generation changes nothing, every head
-// holds exactly its budget plus the window after prefill and after each decode step, nothing is
-// lost from the linear state, cascading equals one-shot eviction (CAKE's Theorem 1), and the
-// prefill peak stays inside the bound of section 2.6.
+// The KV evictor (src/kv/kv_evictor.cpp) under every evicting policy, end to end on stories260K
+// (algorithm.md §2, §5 and §7), with the model's own greedy story as the prompt: a budget
+// covering prompt and generation changes nothing, every head holds exactly its budget plus the
+// window after prefill and after each decode step, nothing is lost from the linear state,
+// cascading equals one-shot eviction (CAKE's Theorem 1), and the prefill peak stays inside the
+// bound of algorithm.md §2.6.
 #include <gmock/gmock.h>
 
 #include <cmath>
