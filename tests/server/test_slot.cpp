@@ -22,6 +22,7 @@ namespace {
 
 struct Served {
   std::vector<int32_t> ids;  // the tokens the reply sampled
+  std::string text;          // the reply's text
   int n_cached = 0;          // prompt tokens the slot's cache already held
 };
 
@@ -73,7 +74,7 @@ class SlotReuse : public ::testing::Test {
     EXPECT_TRUE(task->take(pieces, std::chrono::milliseconds(0)));
     EXPECT_EQ(task->error(), "");
     Served out;
-    for (const Piece& p : pieces) out.ids.insert(out.ids.end(), p.ids.begin(), p.ids.end());
+    for (const Piece& p : pieces) out.ids.insert(out.ids.end(), p.ids.begin(), p.ids.end()), out.text += p.text;
     out.n_cached = task->n_cached();
     return out;
   }
@@ -114,6 +115,22 @@ TEST_F(SlotReuse, AContinuationUnderTheSamePolicyPrefillsOnlyWhatIsNew) {
   EXPECT_EQ(s->reusable(request(other, full)), 0);
   const std::vector<int32_t> same(next.begin(), next.begin() + s->history_size());
   EXPECT_EQ(s->reusable(request(same, full)), 0);
+}
+
+// A token whose text is held back (here: every token, since the reply so far is always the start of
+// the stop string) still comes back with its id, in order, when no log probabilities are asked for.
+TEST_F(SlotReuse, TokensWhoseTextIsHeldStillReturnTheirIds) {
+  const KvPolicyParams full = policy("full", 0, 32);
+  auto s = slot(full);
+  const std::vector<int32_t> p = prompt("Once upon a time");
+  GenRequest r = request(p, full);
+  const Served plain = serve(*s, r);
+  ASSERT_EQ(plain.ids.size(), 8u);
+  ASSERT_FALSE(plain.text.empty());
+  r.top_logprobs = -1;
+  r.stop = {plain.text + "\x01"};  // never reached: the reply ends by length, its text held to the end
+  auto fresh = slot(full);
+  EXPECT_EQ(serve(*fresh, r).ids, plain.ids);
 }
 
 // Two requests that differ in one field of the KV policy: the second must not run on the cache

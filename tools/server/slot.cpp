@@ -208,7 +208,9 @@ void Slot::sample_and_emit() {
   const size_t keep = stop_prefix_suffix(held_, r.stop);
   piece.text = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
-  if (!piece.text.empty() || !piece.tokens.empty()) task_->push(std::move(piece));
+  // Pushed even when its text is held back (a stop string's prefix, part of a UTF-8 character): the
+  // token's id still belongs to the reply (return_tokens, the native stream's token count).
+  task_->push(std::move(piece));
   pending_ = tok;
 }
 
