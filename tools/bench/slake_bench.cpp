@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <new>
 #include <ctime>
 #include <iostream>
 #include <random>
@@ -15,7 +14,7 @@
 #include "bench_record.h"
 #include "../common/backend.h"
 #include "../common/kv_flags.h"
-#include "../common/llama_spellings.h"
+#include "../common/tool_main.h"
 #include "process_memory.h"
 #include "slake/context.h"
 #include "slake/error.h"
@@ -350,19 +349,5 @@ int main(int argc, char** argv) {
   CLI::App app{"slake-bench: speed, latency and memory of the engine (llama-bench's conventions)"};
   Options o;
   add_options(app, o);
-  try {
-    app.parse(slake::tools::llama_cpp_args(argc, argv));
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
-    run(o);
-  } catch (const slake::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory\n");
-    return 1;
-  }
-  return 0;
+  return slake::tools::parse_and_run(app, argc, argv, [&] { run(o); });
 }

@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <new>
 #include <nlohmann/json.hpp>
 
 #include "slake/batch_decode.h"
@@ -27,7 +26,7 @@
 #include "slake/model/model.h"
 #include "slake/tokenizer/tokenizer.h"
 #include "../common/backend.h"
-#include "../common/llama_spellings.h"
+#include "../common/tool_main.h"
 #include "../common/kv_flags.h"
 #include "../common/kv_sweep_sessions.h"
 
@@ -261,21 +260,9 @@ int main(int argc, char** argv) {
   CLI::App app{"slake-perplexity: perplexity of a text, and KL divergence of a KV policy against the full cache"};
   Options o;
   add_options(app, o);
-  try {
-    app.parse(slake::tools::llama_cpp_args(argc, argv));
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  if (o.prefill < 0) o.prefill = o.n_ctx / 2;
-  try {
+  return slake::tools::parse_and_run(app, argc, argv, [&] {
+    if (o.prefill < 0) o.prefill = o.n_ctx / 2;
     slake::tools::finish_kv_flags(app, o.kvf);
     run(o);
-  } catch (const slake::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory\n");
-    return 1;
-  }
-  return 0;
+  });
 }
