@@ -39,7 +39,7 @@ Context::Context(const Model& model, const ContextParams& params)
       rope_(model.cfg, n_ctx_),
       shape_{model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.head_dim, model.cfg.sliding_window},
       kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_, params.kv.centroid_count(), params.kv.type_k,
-          params.kv.type_v),
+          params.kv.type_v, params.kv.recall()),
       evictor_(resolve_kv_policy(params.kv, false, &model.cfg), model.cfg.kv_policy_layers(), shape_) {
   if (params_.n_batch < 1) fail("batch size must be positive, got " + std::to_string(params_.n_batch));
   const ModelConfig& c = model.cfg;

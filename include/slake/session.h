@@ -26,6 +26,8 @@ class Session {
   virtual void reset() = 0;
   virtual size_t kv_bytes_used() const = 0;
   virtual size_t kv_peak_bytes() const = 0;
+  // The recall stores' part of kv_bytes_used (kv_recall.h); 0 where nothing is recalled.
+  virtual size_t kv_store_bytes() const { return 0; }
   virtual size_t peak_device_bytes() const = 0;  // the planned arena; 0 on cpu
   virtual std::string describe() const = 0;       // one line for stderr
   // The prefix tokens each layer keeps after the last prompt's eviction (empty: none evicted).
@@ -45,6 +47,7 @@ class CpuSession final : public Session {
   void reset() override { ctx_.reset(); }
   size_t kv_bytes_used() const override { return ctx_.kv_cache().bytes_used(); }
   size_t kv_peak_bytes() const override { return ctx_.kv_cache().peak_bytes_used(); }
+  size_t kv_store_bytes() const override { return ctx_.kv_cache().store_bytes_used(); }
   size_t peak_device_bytes() const override { return 0; }
   std::string describe() const override { return "backend cpu"; }
   std::vector<int64_t> layer_budgets() const override { return ctx_.evictor().budgets(); }

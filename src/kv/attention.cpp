@@ -7,6 +7,7 @@
 
 #include "slake/kv/attention_rows.h"
 #include "slake/error.h"
+#include "slake/kv/kv_recall.h"
 #include "slake/kv/kv_scores.h"
 #include "slake/cpu/ops.h"
 #include "slake/kv/ptaa.h"
@@ -25,6 +26,37 @@ int key_splits(const KvCache& cache, int layer, int n_kv_heads) {
   return std::min(64, (most + kSplitKeys - 1) / kSplitKeys);
 }
 
+// Whether the head recalls from its store: the cache recalls and the store holds something.
+bool recalls(const KvCache& cache, const KvHead& kv) { return cache.recall().on() && kv.recall.n() > 0; }
+
+// The recall part of a block of n rows of one KV head (algorithm.md §9.2): the cache's recall.pages
+// pages of kv's store with the highest bound for the rows, attended exactly into (acc, m, l) as
+// attend_rows would. When the head's Taylor state holds the evicted tokens, it must then stand for
+// the ones not recalled: cover[r] says what was (vs and xv in cover_buf, 2 n d floats). Returns
+// whether cover was filled.
+bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, const int32_t* qpos, int n, int window,
+                 float* acc, float* m, float* l, RecallCover* cover, float* cover_buf) {
+  thread_local std::vector<int> pages;
+  kv.recall.select(q, n, cache.recall().pages, &pages);
+  const bool covers = kv.lin.n > 0.0f && kv.lin.centroids == 0;
+  kv.recall.attend(q, qpos, n, window, pages, acc, m, l, covers ? cover : nullptr, cover_buf);
+  return covers;
+}
+
+// recall_part merged into a block's exact part (acc, m, l) of n rows.
+bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q, const int32_t* qpos, int n, int window,
+                  float* acc, float* m, float* l, RecallCover* cover, std::vector<float>& cover_buf) {
+  const int d = cache.head_dim();
+  thread_local std::vector<float> r_acc;
+  float r_m[kLanes], r_l[kLanes];
+  r_acc.resize(static_cast<size_t>(n) * d);
+  cover_buf.resize(static_cast<size_t>(2 * n) * d);
+  const bool covers = recall_part(cache, kv, q, qpos, n, window, r_acc.data(), r_m, r_l, cover, cover_buf.data());
+  for (int r = 0; r < n; ++r)
+    merge_softmax(m[r], l[r], acc + static_cast<size_t>(r) * d, r_m[r], r_l[r], r_acc.data() + static_cast<size_t>(r) * d, d);
+  return covers;
+}
+
 // One block of rows per KV head (a decode token, or a few) over a long cache: each head's visible
 // keys are split into parts of about kSplitKeys, every part is its own work item, and the parts'
 // (m, l, acc) are merged per row (flash-decoding). Without it a step has one item per KV head:
@@ -36,28 +68,53 @@ void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n
                           const AttentionShape& s, int splits, ThreadPool& pool, const std::vector<DecodeRowScores>* scores) {
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, rows = n_tokens * group;
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
-  const size_t parts = static_cast<size_t>(s.n_kv_heads) * splits;
+  // A cache that recalls gives each KV head one more part: the pages recalled from its store.
+  const bool recall = cache.recall().on();
+  const int stride = splits + (recall ? 1 : 0);
+  const size_t parts = static_cast<size_t>(s.n_kv_heads) * stride;
   // The calling thread's buffers, reached from the workers through these pointers (a thread_local
   // named inside the lambda would be each worker's own). Every part's finish() writes the entries
   // of its rows, the only ones the merge reads.
-  thread_local std::vector<float> part_m_buf, part_l_buf, part_acc_buf;
+  thread_local std::vector<float> part_m_buf, part_l_buf, part_acc_buf, cover_buf;
+  thread_local std::vector<RecallCover> cover_rows;
+  thread_local std::vector<char> covered;
   part_m_buf.resize(parts * kLanes);
   part_l_buf.resize(parts * kLanes);
   part_acc_buf.resize(parts * kLanes * d);
+  if (recall) {
+    cover_buf.resize(static_cast<size_t>(s.n_kv_heads) * 2 * kLanes * d);
+    cover_rows.resize(static_cast<size_t>(s.n_kv_heads) * kLanes);
+    covered.assign(static_cast<size_t>(s.n_kv_heads), 0);
+  }
   float* const part_m = part_m_buf.data();
   float* const part_l = part_l_buf.data();
   float* const part_acc = part_acc_buf.data();
+  RecallCover* const covers = cover_rows.data();
+  char* const covered_by = covered.data();
+  float* const cover_at = cover_buf.data();
   const auto row_offset = [&](int kvh, int r) { return (r / group) * qdim + static_cast<int64_t>(kvh * group + r % group) * d; };
   pool.parallel_for(static_cast<int64_t>(parts), 1, [&](int64_t b, int64_t e, int) {
     thread_local RowBlock block;
     const float* qr[kLanes];
     int32_t pr[kLanes];
     for (int64_t w = b; w < e; ++w) {
-      const int kvh = static_cast<int>(w / splits), part = static_cast<int>(w % splits);
+      const int kvh = static_cast<int>(w / stride), part = static_cast<int>(w % stride);
       const KvHead& kv = cache.head(layer, kvh);
       for (int r = 0; r < rows; ++r) {
         qr[r] = q + row_offset(kvh, r);
         pr[r] = qpos[r / group];
+      }
+      float* const acc = &part_acc[static_cast<size_t>(w) * kLanes * d];
+      float* const m = &part_m[static_cast<size_t>(w) * kLanes];
+      float* const l = &part_l[static_cast<size_t>(w) * kLanes];
+      if (part == splits) {  // the recall part
+        if (!recalls(cache, kv)) {
+          std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
+          continue;
+        }
+        covered_by[kvh] = recall_part(cache, kv, qr, pr, rows, s.sliding_window, acc, m, l, covers + static_cast<size_t>(kvh) * kLanes,
+                                      cover_at + static_cast<size_t>(kvh) * 2 * kLanes * d);
+        continue;
       }
       block.begin(qr, pr, rows, d);
       const auto [j_begin, j_end] = block.key_range(kv, s.sliding_window);
@@ -67,26 +124,27 @@ void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n
         if (scores) block.attend_scored(kv, (*scores)[static_cast<size_t>(kvh)].x[0].data(), s.sliding_window, lo, hi);
         else block.attend(kv, s.sliding_window, lo, hi);
       }
-      block.finish(&part_acc[static_cast<size_t>(w) * kLanes * d], &part_m[static_cast<size_t>(w) * kLanes],
-                   &part_l[static_cast<size_t>(w) * kLanes]);
+      block.finish(acc, m, l);
     }
   });
   thread_local std::vector<float> acc;
   acc.resize(static_cast<size_t>(d));
   for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
     for (int r = 0; r < rows; ++r) {
-      const size_t w0 = static_cast<size_t>(kvh) * splits;
+      const size_t w0 = static_cast<size_t>(kvh) * stride;
       float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-      for (size_t w = w0; w < w0 + splits; ++w) m = std::max(m, part_m[w * kLanes + r]);
+      for (size_t w = w0; w < w0 + stride; ++w) m = std::max(m, part_m[w * kLanes + r]);
       std::fill(acc.begin(), acc.end(), 0.0f);
       if (m != -std::numeric_limits<float>::infinity())
-        for (size_t w = w0; w < w0 + splits; ++w) {
-          const float c = std::exp(part_m[w * kLanes + r] - m);  // 0 for a part that saw nothing
+        for (size_t w = w0; w < w0 + stride; ++w) {
+          if (part_m[w * kLanes + r] == -std::numeric_limits<float>::infinity()) continue;  // a part that saw nothing
+          const float c = std::exp(part_m[w * kLanes + r] - m);
           l += c * part_l[w * kLanes + r];
           axpy_f32(c, &part_acc[(w * kLanes + r) * d], acc.data(), d);
         }
       const int64_t off = row_offset(kvh, r);
-      ptaa_finish(out + off, q + off, m, l, acc.data(), cache.head(layer, kvh).lin, d);
+      const RecallCover* cover = recall && covered_by[kvh] ? covers + static_cast<size_t>(kvh) * kLanes + r : nullptr;
+      ptaa_finish(out + off, q + off, m, l, acc.data(), cache.head(layer, kvh).lin, d, cover);
     }
 }
 }  // namespace
@@ -148,7 +206,8 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
   }
   pool.parallel_for(items * s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
     thread_local std::vector<RowBlock> block(kBlocks);
-    thread_local std::vector<float> acc;
+    thread_local std::vector<float> acc, cover_buf;
+    RecallCover cover[kLanes];
     acc.resize(static_cast<size_t>(kLanes) * d);
     const float* qr[kBlocks][kLanes];
     float* outr[kBlocks][kLanes];
@@ -184,8 +243,13 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
       for (int i = 0; i < nb; ++i) {
         const int n = static_cast<int>(std::min<int64_t>(kLanes, rows - (b0 + i) * kLanes));
         block[static_cast<size_t>(i)].finish(acc.data(), m, l);
+        bool covered = false;
+        if (recalls(cache, kv)) {  // a later chunk of a chunked prefill: the store holds what the earlier ones evicted
+          for (int r = 0; r < n; ++r) pr[r] = qpos[((b0 + i) * kLanes + r) / group];
+          covered = recall_merge(cache, kv, qr[i], pr, n, s.sliding_window, acc.data(), m, l, cover, cover_buf);
+        }
         for (int r = 0; r < n; ++r)
-          ptaa_finish(outr[i][r], qr[i][r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d);
+          ptaa_finish(outr[i][r], qr[i][r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, covered ? &cover[r] : nullptr);
       }
     }
   });
@@ -208,7 +272,8 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
   }
   pool.parallel_for(static_cast<int64_t>(s.n_kv_heads) * blocks, 1, [&](int64_t b, int64_t e, int) {
     thread_local RowBlock block;
-    thread_local std::vector<float> acc;
+    thread_local std::vector<float> acc, cover_buf;
+    RecallCover cover[kLanes];
     acc.resize(static_cast<size_t>(kLanes) * d);
     const float* qr[kLanes];
     int32_t pr[kLanes];
@@ -226,8 +291,9 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
       const auto [j_begin, j_end] = block.key_range(kv, s.sliding_window);
       block.attend_scored(kv, xs.x[static_cast<size_t>(g0 / kLanes)].data(), s.sliding_window, j_begin, j_end);
       block.finish(acc.data(), m, l);
+      const bool covered = recalls(cache, kv) && recall_merge(cache, kv, qr, pr, n, s.sliding_window, acc.data(), m, l, cover, cover_buf);
       for (int r = 0; r < n; ++r)
-        ptaa_finish(out + (qr[r] - q), qr[r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d);
+        ptaa_finish(out + (qr[r] - q), qr[r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, covered ? &cover[r] : nullptr);
     }
   });
 }

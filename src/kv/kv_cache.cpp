@@ -25,9 +25,12 @@ void KvHead::load_values(int j0, int rows, int d, float* dst) const {
   else kv_load_rows(type_v, value_row(j0), dst, rows, d);
 }
 
-KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity, int centroids, KvType type_k, KvType type_v)
+KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity, int centroids, KvType type_k, KvType type_v,
+                 RecallConfig recall)
     : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), capacity_(capacity),
-      centroids_(centroids), type_k_(type_k), type_v_(type_v), kivi_(kv_is_kivi(type_k) || kv_is_kivi(type_v)) {
+      centroids_(centroids), type_k_(type_k), type_v_(type_v), kivi_(kv_is_kivi(type_k) || kv_is_kivi(type_v)),
+      recall_(recall) {
+  if (recall.on() && centroids > 0) fail("a recall store takes no centroid compensator (the Taylor state or none)");
   check_kv_type(type_k, head_dim, "KV cache key type");
   check_kv_type(type_v, head_dim, "KV cache value type");
   heads_.resize(static_cast<size_t>(n_layers) * n_kv_heads);
@@ -37,6 +40,7 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity, int c
   try {
     for (KvHead& h : heads_) {
       h.lin = LinearState(head_dim, centroids);
+      if (recall.on()) h.recall = RecallStore(head_dim, recall.page, recall.type);
       h.type_k = type_k;
       h.type_v = type_v;
       h.k_row = k_row;
@@ -98,13 +102,14 @@ void KvCache::clear() {
     h.kivi_v.clear();
     h.n = 0;
     h.lin.clear();
+    h.recall.clear();
   }
-  held_ = lin_heads_ = 0;
+  held_ = lin_heads_ = store_bytes_ = 0;
   peak_bytes_ = 0;
 }
 
-void KvCache::compact(int layer, int h, const std::vector<char>& keep, bool absorb) {
-  note_compacted(compact_head(layer, h, keep, absorb));
+void KvCache::compact(int layer, int h, const std::vector<char>& keep, bool absorb, bool store) {
+  note_compacted(compact_head(layer, h, keep, absorb, store));
 }
 
 void KvCache::drop_before(int layer, int32_t min_pos) {
@@ -120,12 +125,15 @@ void KvCache::drop_before(int layer, int32_t min_pos) {
 void KvCache::note_compacted(const KvCompaction& c) {
   held_ -= c.removed;
   if (c.new_lin) ++lin_heads_;
+  store_bytes_ += c.stored;
   note_usage();
 }
 
-KvCompaction KvCache::compact_head(int layer, int h, const std::vector<char>& keep, bool absorb) {
+KvCompaction KvCache::compact_head(int layer, int h, const std::vector<char>& keep, bool absorb, bool store) {
   KvHead& kh = head(layer, h);
   const bool had_lin = kh.lin.n > 0;
+  store = store && kh.recall.active();
+  const size_t store_before = kh.recall.bytes();
   thread_local std::vector<float> ks, vs;
   ks.resize(static_cast<size_t>(head_dim_));
   vs.resize(static_cast<size_t>(head_dim_));
@@ -134,7 +142,12 @@ KvCompaction KvCache::compact_head(int layer, int h, const std::vector<char>& ke
   int w = 0;
   for (int r = 0; r < kh.n;) {
     if (!keep[static_cast<size_t>(r)]) {
-      if (absorb) kh.lin.absorb(kh.key(r, head_dim_, ks.data()), kh.value(r, head_dim_, vs.data()));
+      if (absorb || store) {
+        const float* kr = kh.key(r, head_dim_, ks.data());
+        const float* vr = kh.value(r, head_dim_, vs.data());
+        if (absorb) kh.lin.absorb(kr, vr);
+        if (store) kh.recall.add(kr, vr, kh.pos[static_cast<size_t>(r)]);
+      }
       ++r;
       continue;
     }
@@ -154,7 +167,7 @@ KvCompaction KvCache::compact_head(int layer, int h, const std::vector<char>& ke
   kh.k.resize(static_cast<size_t>(w) * kh.k_row);
   kh.v.resize(static_cast<size_t>(w) * kh.v_row);
   kh.pos.resize(static_cast<size_t>(w));
-  const KvCompaction c{kh.n - w, !had_lin && kh.lin.n > 0};
+  const KvCompaction c{kh.n - w, !had_lin && kh.lin.n > 0, static_cast<int64_t>(kh.recall.bytes()) - static_cast<int64_t>(store_before)};
   kh.n = w;
   return c;
 }
@@ -191,7 +204,7 @@ void KvCache::release_unused(int layer, int h) {
 int64_t KvCache::tokens_held() const { return held_; }
 
 size_t KvCache::bytes_used() const {
-  const size_t lin = static_cast<size_t>(lin_heads_) * LinearState(head_dim_, centroids_).bytes();
+  const size_t lin = static_cast<size_t>(lin_heads_) * LinearState(head_dim_, centroids_).bytes() + store_bytes_used();
   if (!kivi_) return static_cast<size_t>(held_) * token_bytes(head_dim_, type_k_, type_v_) + lin;
   size_t n = lin;
   for (const KvHead& h : heads_)

@@ -147,7 +147,7 @@ void KvEvictor::evict_to(const std::vector<int64_t>& budgets, KvCache& cache) {
 }
 
 KvCompaction KvEvictor::remove_rows(int layer, int kvh, const std::vector<char>& keep, KvCache& cache) {
-  const KvCompaction c = cache.compact_head(layer, kvh, keep, p_.absorbs());
+  const KvCompaction c = cache.compact_head(layer, kvh, keep, p_.absorbs(), p_.recall_pages > 0);
   std::vector<std::vector<double>>& acc = acc_[static_cast<size_t>(slot(layer))];
   if (static_cast<size_t>(kvh) >= acc.size()) return c;
   std::vector<double>& a = acc[static_cast<size_t>(kvh)];

@@ -29,7 +29,8 @@ int prefill_chunk_length(const KvPolicyParams& p, int done, int n) {
 bool operator==(const KvPolicyParams& a, const KvPolicyParams& b) {
   auto fields = [](const KvPolicyParams& p) {
     return std::tie(p.policy, p.budget, p.window, p.observe, p.compensate, p.centroids, p.gamma, p.tau1, p.tau2, p.alpha, p.beta,
-                    p.delta, p.cascade, p.evict_every, p.prefill_chunk, p.type_k, p.type_v);
+                    p.delta, p.cascade, p.evict_every, p.prefill_chunk, p.type_k, p.type_v, p.recall_pages, p.recall_page,
+                    p.store_type);
   };
   return fields(a) == fields(b);
 }
@@ -87,6 +88,15 @@ void validate(const KvPolicyParams& p) {
   for (const std::optional<double>& t : {p.alpha, p.beta})
     if (t && !(*t >= 0 && std::isfinite(*t))) fail("KV VABS exponents alpha/beta must not be negative");
   if (!(p.delta >= 0 && std::isfinite(p.delta))) fail("KV variance exponent delta must not be negative");
+  if (p.recall_pages < 0 || p.recall_pages > kMaxTokens)
+    fail("--kv-recall-pages must be in 0.." + std::to_string(kMaxTokens) + ", got " + std::to_string(p.recall_pages));
+  if (p.recall_page < 1 || p.recall_page > 1024)
+    fail("--kv-recall-page must be in 1..1024 tokens, got " + std::to_string(p.recall_page));
+  if (p.recall_pages > 0) {
+    if (p.centroid_count() > 0) fail("--kv-recall-pages: the recall store covers the rest with the Taylor state or nothing, not centroids");
+    if (kv_is_kivi(p.store_type))
+      fail(std::string("--kv-store-type: ") + kv_type_name(p.store_type) + " is not a row type (f32, f16, bf16, q8_0, q4_0)");
+  }
 }
 
 KvPolicyParams resolve_kv_defaults(KvPolicyParams p, const ModelConfig& c) {

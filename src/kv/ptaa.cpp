@@ -44,11 +44,16 @@ void centroid_finish(float* out, const float* q, float m, float l, const float* 
 
 }  // namespace
 
-void ptaa_finish(float* out, const float* q, float m, float l, const float* acc, const LinearState& lin, int d) {
+void ptaa_finish(float* out, const float* q, float m, float l, const float* acc, const LinearState& lin, int d,
+                 const RecallCover* cover) {
   if (lin.centroids > 0 && lin.n > 0.0f) return centroid_finish(out, q, m, l, acc, lin, d);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const bool taylor = lin.n > 0.0f;
-  const float mu = taylor ? dot_f32(q, lin.ksum.data(), d) * scale / lin.n : -std::numeric_limits<float>::infinity();
+  // The tokens the Taylor state stands for: every evicted one, less those recalled exactly. Half a
+  // token or less left is rounding of the subtraction: nothing.
+  const float n_rest = lin.n - (cover ? cover->n : 0.0f);
+  const bool taylor = lin.n > 0.0f && n_rest > 0.5f;
+  const float mu = taylor ? (dot_f32(q, lin.ksum.data(), d) * scale - (cover ? cover->sx : 0.0f)) / n_rest
+                          : -std::numeric_limits<float>::infinity();
   const float m_all = std::max(m, mu);
   if (m_all == -std::numeric_limits<float>::infinity()) {  // nothing visible, nothing evicted
     std::fill(out, out + d, 0.0f);
@@ -58,12 +63,16 @@ void ptaa_finish(float* out, const float* q, float m, float l, const float* acc,
   for (int i = 0; i < d; ++i) out[i] = e * acc[i];
   float den = e * l;
   if (taylor) {
-    // num += lam * ((1 - mu) vsum + q^T M / sqrt(d));  den += lam * n.
+    // num += lam * ((1 - mu) vsum + q^T M / sqrt(d));  den += lam * n, each less the recalled part.
     const float lam = std::exp(mu - m_all);
     const float a = lam * (1.0f - mu);
     for (int i = 0; i < d; ++i) out[i] += a * lin.vsum[static_cast<size_t>(i)];
     for (int i = 0; i < d; ++i) axpy_f32(lam * q[i] * scale, lin.M.data() + static_cast<size_t>(i) * d, out, d);
-    den += lam * lin.n;
+    if (cover && cover->n > 0.0f) {
+      axpy_f32(-a, cover->vs, out, d);
+      axpy_f32(-lam, cover->xv, out, d);
+    }
+    den += lam * n_rest;
   }
   const float inv = 1.0f / den;
   for (int i = 0; i < d; ++i) out[i] *= inv;

@@ -231,6 +231,40 @@ TEST_P(Policies, PrefillInChunks) {
   }
 }
 
+// The recall store (algorithm.md §9): every evicted token goes to it, once; recalling every page
+// of a lossless store attends every token again, so prefill (in one pass or in chunks) and decode
+// give the full cache's logits (up to the order of the sums), with the Taylor state covering
+// nothing or no Taylor state at all.
+TEST_P(Policies, RecallingEveryPageOfALosslessStoreIsTheFullCache) {
+  auto f32 = [](KvPolicyParams p) {
+    p.type_k = p.type_v = KvType::F32;
+    return p;
+  };
+  const std::vector<float> full = run(f32({}), nullptr, 6);
+  double max_abs = 0;
+  for (float x : full) max_abs = std::max(max_abs, static_cast<double>(std::abs(x)));
+  for (const char* comp : {"none", "taylor"})
+    for (int chunk : {0, 64}) {
+      if (chunk > 0 && GetParam() == std::string("h2o")) continue;
+      KvPolicyParams p = f32(policy(GetParam(), 48, 16, comp));
+      p.recall_pages = 1 << 20;
+      p.recall_page = 8;
+      p.store_type = KvType::F32;
+      p.prefill_chunk = chunk;
+      std::unique_ptr<Context> ctx;
+      const std::vector<float> got = run(p, &ctx, 6);
+      ASSERT_EQ(got.size(), full.size());
+      for (size_t i = 0; i < full.size(); ++i) ASSERT_NEAR(got[i], full[i], 2e-5 * max_abs) << comp << " chunk " << chunk << " logit " << i;
+      for (int l = 0; l < ctx->kv_cache().n_layers(); ++l)
+        for (int h = 0; h < ctx->kv_cache().n_kv_heads(); ++h) {
+          const KvHead& kh = ctx->kv_cache().head(l, h);
+          ASSERT_EQ(kh.n + kh.recall.n(), kPrompt + 6) << "layer " << l;  // nothing lost, nothing twice
+          ASSERT_LT(kh.n, kPrompt);
+        }
+      EXPECT_GT(ctx->kv_cache().store_bytes_used(), 0u);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Evicting, Policies, ::testing::Values("streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake", "slake-wide"));
 
 TEST_F(Policies, SlakeWideKeepsTheNewestHalfOfTheBudgetAfterPrefillAndDecode) {

@@ -78,6 +78,27 @@ TEST(KvPolicyParams, BadValuesAreRefused) {
   p.delta = 1;
   p.gamma = -1;
   EXPECT_THROW(validate(p), Error);
+  p.gamma = 200;
+  // The recall store: a page count, a page size and a row type; the Taylor state or nothing for
+  // the rest; off (recall()) unless the policy evicts.
+  p.recall_pages = 8;
+  validate(p);
+  EXPECT_EQ(p.recall().pages, 8);
+  p.compensate = "centroids";
+  EXPECT_THAT([&] { validate(p); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("not centroids")));
+  p.compensate = "taylor";
+  p.store_type = KvType::KIVI2;
+  EXPECT_THAT([&] { validate(p); }, ::testing::ThrowsMessage<Error>(::testing::HasSubstr("not a row type")));
+  p.store_type = KvType::Q4_0;
+  p.recall_page = 0;
+  EXPECT_THROW(validate(p), Error);
+  p.recall_page = 16;
+  p.recall_pages = -1;
+  EXPECT_THROW(validate(p), Error);
+  p.recall_pages = 8;
+  p.budget = 0;
+  validate(p);
+  EXPECT_FALSE(p.recall().on());
 }
 
 // Two policies are equal only when every field is: a server slot reuses its evictor on equality,
@@ -102,6 +123,9 @@ TEST(KvPolicyParams, EqualityComparesEveryField) {
       {"evict_every", [](KvPolicyParams& p) { p.evict_every = 2; }},
       {"type_k", [](KvPolicyParams& p) { p.type_k = KvType::Q8_0; }},
       {"type_v", [](KvPolicyParams& p) { p.type_v = KvType::Q8_0; }},
+      {"recall_pages", [](KvPolicyParams& p) { p.recall_pages = 4; }},
+      {"recall_page", [](KvPolicyParams& p) { p.recall_page = 32; }},
+      {"store_type", [](KvPolicyParams& p) { p.store_type = KvType::Q4_0; }},
   };
   for (const auto& [name, change] : changes) {
     KvPolicyParams b;

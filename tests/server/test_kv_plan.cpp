@@ -20,6 +20,7 @@ struct Case {
   std::string policy, compensate;
   int budget;
   KvType type;
+  int recall_pages = 0;  // a recall store (q8_0 pages of 16) when > 0
 };
 
 // Bytes one token takes in one KV head: key and value rows in the type's blocks, and a 4-byte position.
@@ -47,7 +48,8 @@ TEST(KvPlan, BoundsThePeakOfEveryPolicyAndCacheType) {
       {"streaming", "none", 32, KvType::F16},     {"h2o", "none", 32, KvType::F16},
       {"snapkv", "none", 48, KvType::F16},        {"cake", "centroids", 48, KvType::F16},
       {"slake", "auto", 48, KvType::F16},         {"slake-wide", "none", 64, KvType::KIVI4},
-      {"pyramidkv", "taylor", 48, KvType::Q8_0},
+      {"pyramidkv", "taylor", 48, KvType::Q8_0},  {"snapkv", "none", 48, KvType::F16, 4},
+      {"slake", "auto", 48, KvType::Q8_0, 2},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.policy + "/" + k.compensate + "/" + std::to_string(k.budget) + "/" + kv_type_name(k.type));
@@ -57,6 +59,7 @@ TEST(KvPlan, BoundsThePeakOfEveryPolicyAndCacheType) {
     p.budget = k.budget;
     p.type_k = p.type_v = k.type;
     p.window = 16;
+    p.recall_pages = k.recall_pages;
     ContextParams cp;
     cp.n_ctx = n_ctx;
     cp.n_threads = 1;
@@ -71,9 +74,12 @@ TEST(KvPlan, BoundsThePeakOfEveryPolicyAndCacheType) {
     KvPolicyParams full_kv = cp.kv;
     full_kv.policy = "full";
     full_kv.budget = 0;
+    full_kv.recall_pages = 0;
     full_kv = resolve_kv_policy(full_kv, false, &c);
     const size_t full_plan = planned_kv_bytes(c, full_kv, n_ctx, prompt + decoded, prompt);
-    if (cp.kv.evicts()) {
+    if (k.recall_pages > 0) {
+      EXPECT_GT(ctx.kv_cache().store_bytes_used(), 0u);  // the store is in the peak the plan bounds
+    } else if (cp.kv.evicts()) {
       EXPECT_LT(plan, full_plan);  // an evicting policy's plan is its own bound, not the full cache's
     } else if (!kv_is_kivi(k.type)) {
       const size_t by_hand = static_cast<size_t>(prompt + decoded) * c.n_layers * c.n_kv_heads * token_bytes_by_hand(k.type, c.head_dim);

@@ -36,6 +36,10 @@ nlohmann::ordered_json BenchRecord::to_json() const {
   j["kv_observe"] = kv_observe;
   j["kv_evict_every"] = kv_evict_every;
   j["kv_prefill_chunk"] = kv_prefill_chunk;
+  if (kv_recall_pages > 0) {
+    j["kv_recall_pages"] = kv_recall_pages;
+    j["kv_store_type"] = kv_store_type;
+  }
   j["type_k"] = type_k;
   j["type_v"] = type_v;
   j["test_time"] = test_time;
@@ -61,6 +65,7 @@ nlohmann::ordered_json BenchRecord::to_json() const {
   j["kv_bytes_start"] = kv_bytes_start;
   j["kv_bytes"] = kv_bytes_end;
   j["kv_peak_bytes"] = kv_peak_bytes;
+  if (kv_recall_pages > 0) j["kv_store_bytes"] = kv_store_bytes_end;
   if (!kv_layer_budgets.empty()) j["kv_layer_budgets"] = kv_layer_budgets;
   return j;
 }
@@ -133,6 +138,7 @@ void write_records(std::ostream& out, const std::vector<BenchRecord>& records, c
       const std::string kv = (r.kv_policy == "full" || r.kv_budget == 0 ? r.kv_policy : r.kv_policy + " " + std::to_string(r.kv_budget)) +
                              (r.kv_evict_every > 1 ? " every " + std::to_string(r.kv_evict_every) : "") +
                              (r.kv_prefill_chunk > 0 ? " chunk " + std::to_string(r.kv_prefill_chunk) : "") +
+                             (r.kv_recall_pages > 0 ? " recall " + std::to_string(r.kv_recall_pages) + " " + r.kv_store_type : "") +
                              (r.type_k == r.type_v ? " " + r.type_k : " " + r.type_k + "/" + r.type_v);
       std::string lat = "", gbps = "";
       if (j.contains("token_p50_ns")) {

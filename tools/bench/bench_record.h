@@ -20,6 +20,8 @@ struct BenchRecord {
   std::string kv_policy = "full";
   int kv_budget = 0, kv_window = 0, kv_observe = 0, kv_evict_every = 1;  // kv_observe 0: the window
   int kv_prefill_chunk = 0;  // 0: prompts in one pass
+  int kv_recall_pages = 0;   // recall store pages a query reads (0: no store)
+  std::string kv_store_type = "q8_0";
   std::string type_k = "f16", type_v = "f16";  // KV cache types, as llama-bench names the columns
   // Timings of the whole test per repetition (prompt processing or generation), in ns.
   std::vector<double> samples_ns;
@@ -28,7 +30,7 @@ struct BenchRecord {
   // Memory.
   uint64_t peak_rss_bytes = 0, peak_device_bytes = 0;
   bool peak_rss_per_test = true;  // false: the OS could not reset the peak, so it is the process's so far
-  uint64_t kv_bytes_start = 0, kv_bytes_end = 0, kv_peak_bytes = 0;
+  uint64_t kv_bytes_start = 0, kv_bytes_end = 0, kv_peak_bytes = 0, kv_store_bytes_end = 0;  // store: part of kv_bytes_end
   // An evicting policy: each layer's decode budget after the depth's prefill (the last repetition),
   // so that uneven per-layer budgets can be told from a slow step. Empty for the full cache.
   std::vector<int64_t> kv_layer_budgets;

@@ -102,6 +102,8 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
   rec.kv_observe = t.kv.observe;
   rec.kv_evict_every = t.kv.evict_every;
   rec.kv_prefill_chunk = t.kv.prefill_chunk;
+  rec.kv_recall_pages = t.kv.recall().pages;
+  rec.kv_store_type = slake::kv_type_name(t.kv.store_type);
   rec.type_k = slake::kv_type_name(t.kv.type_k);
   rec.type_v = slake::kv_type_name(t.kv.type_v);
   rec.mem_bandwidth_gbps = bandwidth_gbps;
@@ -161,6 +163,7 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
     rec.token_ns.insert(rec.token_ns.end(), per_token.begin(), per_token.end());
     rec.kv_bytes_start = kv_start;
     rec.kv_bytes_end = ctx.kv_bytes_used();
+    rec.kv_store_bytes_end = ctx.kv_store_bytes();
     rec.kv_peak_bytes = std::max<uint64_t>(rec.kv_peak_bytes, ctx.kv_peak_bytes());
     rec.peak_rss_bytes = std::max<uint64_t>(rec.peak_rss_bytes, slake::bench::peak_rss_bytes());
     rec.peak_device_bytes = std::max<uint64_t>(rec.peak_device_bytes, ctx.peak_device_bytes());
@@ -177,10 +180,10 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
 // The command line. Every list flag takes comma-separated values; the tests are their combinations.
 struct Options {
   std::vector<std::string> models, synthetic, policies{"full"}, backends{"cpu"}, types_k{"f16"}, types_v{"f16"};
-  std::vector<int> prompts{512}, gens{128}, depths{0}, threads{slake::default_thread_count()}, budgets{0}, evict_every{1}, chunks{0};
+  std::vector<int> prompts{512}, gens{128}, depths{0}, threads{slake::default_thread_count()}, budgets{0}, evict_every{1}, chunks{0}, recall{0};
   int reps = 5, window = 32, observe = 0;
   uint64_t seed = 42;
-  std::string format = "md", synth_type = "q4_0";
+  std::string format = "md", synth_type = "q4_0", store_type = "q8_0";
   bool no_warmup = false, beyond_train = false;
   double bandwidth = 0;  // GB/s; <= 0: measured at start
 };
@@ -216,6 +219,13 @@ void add_options(CLI::App& app, Options& o) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-recall-pages", o.recall, "evicting policies: recall store pages attended per query (0: none; docs/algorithm.md §9)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-store-type", o.store_type, "row type of the recall store")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   app.add_option("--cache-type-k", o.types_k, "KV cache types for keys (-ctk): f32, f16, bf16, q8_0, q4_0, kivi2, kivi4")
       ->delimiter(',')
       ->capture_default_str();
@@ -247,6 +257,7 @@ std::vector<slake::KvPolicyParams> kv_settings(const Options& o) {
     for (int b : o.budgets)
       for (int every : o.evict_every)
         for (int chunk : o.chunks)
+          for (int recall : o.recall)
           for (const std::string& tk : o.types_k)
             for (const std::string& tv : o.types_v) {
               slake::KvPolicyParams kv;
@@ -256,6 +267,8 @@ std::vector<slake::KvPolicyParams> kv_settings(const Options& o) {
               kv.observe = o.observe;
               kv.evict_every = p == "full" ? 1 : every;
               kv.prefill_chunk = p == "full" ? 0 : chunk;
+              kv.recall_pages = p == "full" ? 0 : recall;
+              kv.store_type = slake::parse_kv_type(o.store_type);
               kv.type_k = slake::parse_kv_type(tk);
               kv.type_v = slake::parse_kv_type(tv);
               kv = slake::resolve_kv_policy(kv, false);

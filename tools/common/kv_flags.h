@@ -13,6 +13,7 @@ namespace slake::tools {
 struct KvFlags {
   KvPolicyParams params;
   std::string cache_type_k, cache_type_v;  // empty: the default, f16
+  std::string store_type;                  // empty: the default, q8_0
   double tau1 = 0, tau2 = 0, alpha = 0, beta = 0;  // copied into params only when given
 };
 
@@ -55,6 +56,16 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
                  "it kept and evicting before the next (0: the whole prompt at once)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-recall-pages", kv.recall_pages,
+                 "recall store: keep evicted tokens in pages and attend the P pages of highest key bound per query and KV "
+                 "head with the exact cache (0: evicted tokens are dropped or summarised; docs/algorithm.md §9)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-recall-page", kv.recall_page, "tokens in a page of the recall store")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--kv-store-type", f.store_type, "row type of the recall store: f32, f16, bf16, q8_0, q4_0 (default: q8_0)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   std::string types;
   for (const std::string& t : kv_type_names()) types += (types.empty() ? "" : ", ") + t;
   app.add_option("--cache-type-k", f.cache_type_k, "KV cache type for keys (-ctk): " + types + " (default: f16)")
@@ -70,15 +81,20 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
   KvPolicyParams& kv = f.params;
   if (!f.cache_type_k.empty()) kv.type_k = parse_kv_type(f.cache_type_k);
   if (!f.cache_type_v.empty()) kv.type_v = parse_kv_type(f.cache_type_v);
+  if (!f.store_type.empty()) kv.store_type = parse_kv_type(f.store_type);
   if (app.count("--kv-tau1")) kv.tau1 = f.tau1;
   if (app.count("--kv-tau2")) kv.tau2 = f.tau2;
   if (app.count("--kv-alpha")) kv.alpha = f.alpha;
   if (app.count("--kv-beta")) kv.beta = f.beta;
   kv = resolve_kv_policy(kv, app.count("--kv-budget") > 0 && app.count("--kv-policy") == 0);
+  const CLI::Option* sweep = app.get_option_no_throw("--kv-sweep");
+  if (kv.recall_pages > 0 && !kv.evicts() && !(sweep && sweep->count() > 0))
+    fail("--kv-recall-pages recalls evicted tokens: it needs an evicting policy and a --kv-budget");
 }
 
 // --kv-sweep's list (slake-perplexity, slake-cli --batch): POLICY/COMPENSATOR/BUDGET settings
 // separated by commas, each applied on top of the command line's other KV flags and validated.
+// --kv-recall-pages applies to the settings that evict; the others (full, budget 0) keep all.
 inline std::vector<KvPolicyParams> parse_kv_sweep(const std::string& spec, const KvPolicyParams& base) {
   std::vector<KvPolicyParams> out;
   size_t at = 0;
@@ -95,6 +111,7 @@ inline std::vector<KvPolicyParams> parse_kv_sweep(const std::string& spec, const
     if (budget.empty() || budget.size() > 9 || budget.find_first_not_of("0123456789") != std::string::npos)
       fail("--kv-sweep: '" + item + "': the budget must be a number of tokens");
     p.budget = std::stoi(budget);
+    if (!p.evicts()) p.recall_pages = 0;
     out.push_back(resolve_kv_policy(p, false));
     at = comma + 1;
   }

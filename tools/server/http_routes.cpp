@@ -362,6 +362,7 @@ OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
                        {"is_processing", st.busy[i] != 0},
                        {"n_past", st.history[i]},
                        {"kv_bytes", st.kv_bytes[i]},
+                       {"kv_store_bytes", st.kv_store_bytes[i]},
                        {"kv_planned_bytes", st.kv_planned[i]}});
     reply.send(json_response(slots));
   });

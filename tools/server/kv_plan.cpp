@@ -18,6 +18,9 @@ size_t planned_kv_bytes(const ModelConfig& c, const KvPolicyParams& kv, int n_ct
   const long long token_layers = static_cast<long long>(c.n_layers) * (kv.budget + kv.evict_every) + std::min(prompt, held);
   size_t bytes = std::min(full, static_cast<size_t>(token_layers) * per_layer_token + heads);
   if (kv.absorbs()) bytes += static_cast<size_t>(c.n_layers) * c.n_kv_heads * LinearState(c.head_dim, kv.centroid_count()).bytes();
+  // The recall store holds what is evicted: at most every token, in every layer and KV head.
+  if (kv.recall_pages > 0)
+    bytes += static_cast<size_t>(c.n_layers) * c.n_kv_heads * RecallStore::planned_bytes(c.head_dim, kv.recall_page, kv.store_type, held);
   return bytes;
 }
 

@@ -5,7 +5,8 @@
 //     the token being decoded, and the budgets sum to L * (C - Sw); during the prefill the layer
 //     being computed holds the whole prompt before it is cut down (cascading). So at most
 //     L * (C + 1) + S token-layers, never more than the full cache; plus one linear state per
-//     layer and KV head when evicted tokens are compensated (taylor).
+//     layer and KV head when evicted tokens are compensated (taylor), plus, with a recall store,
+//     its bytes for every token in every layer and KV head (what is evicted moves there).
 #pragma once
 #include <cstddef>
 

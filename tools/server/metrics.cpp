@@ -41,6 +41,8 @@ std::string prometheus_text(const SchedulerStats& s, const SchedulerConfig& cfg,
   metric(o, "slake_kv_memory_limit_bytes", "gauge", "--kv-memory (0: no limit)", static_cast<double>(cfg.kv_memory));
   o << "# HELP slake_kv_bytes KV cache held by each slot (kept between requests)\n# TYPE slake_kv_bytes gauge\n";
   for (size_t i = 0; i < s.kv_bytes.size(); ++i) o << "slake_kv_bytes{slot=\"" << i << "\"} " << s.kv_bytes[i] << '\n';
+  o << "# HELP slake_kv_store_bytes the recall stores' part of slake_kv_bytes\n# TYPE slake_kv_store_bytes gauge\n";
+  for (size_t i = 0; i < s.kv_store_bytes.size(); ++i) o << "slake_kv_store_bytes{slot=\"" << i << "\"} " << s.kv_store_bytes[i] << '\n';
   o << "# HELP slake_kv_planned_bytes KV cache planned for each slot's request\n# TYPE slake_kv_planned_bytes gauge\n";
   for (size_t i = 0; i < s.kv_planned.size(); ++i) o << "slake_kv_planned_bytes{slot=\"" << i << "\"} " << s.kv_planned[i] << '\n';
   metric(o, "slake_process_resident_bytes", "gauge", "resident memory (VmRSS)", static_cast<double>(bench::current_rss_bytes()));

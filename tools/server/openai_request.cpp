@@ -71,7 +71,8 @@ const std::set<std::string> kFields = {"model", "stream", "stream_options", "max
                                        "mirostat_eta", "dry_multiplier", "dry_base", "dry_allowed_length",
                                        "dry_penalty_last_n", "dry_sequence_breakers",
                                        "logit_bias", "grammar", "response_format", "json_schema", "return_tokens",
-                                       "kv_policy", "kv_budget", "kv_window", "kv_observe", "kv_prefill_chunk", "logprobs",
+                                       "kv_policy", "kv_budget", "kv_window", "kv_observe", "kv_prefill_chunk", "kv_recall_pages",
+                                       "kv_store_type", "logprobs",
                                        "user", "metadata", "store", "cache_prompt", "service_tier"};
 const std::set<std::string> kChatFields = {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
                                            "reasoning_format", "chat_template_kwargs"};
@@ -408,12 +409,30 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
   kv.window = static_cast<int>(get_int(body, "kv_window", kv.window, 1, std::numeric_limits<int>::max()));
   kv.observe = static_cast<int>(get_int(body, "kv_observe", kv.observe, 0, std::numeric_limits<int>::max()));
   kv.prefill_chunk = static_cast<int>(get_int(body, "kv_prefill_chunk", kv.prefill_chunk, 0, std::numeric_limits<int>::max()));
+  kv.recall_pages = static_cast<int>(get_int(body, "kv_recall_pages", kv.recall_pages, 0, std::numeric_limits<int>::max()));
+  if (field(body, "kv_store_type")) {
+    const std::string t = get_string(body, "kv_store_type", "");
+    try {
+      kv.store_type = parse_kv_type(t);
+    } catch (const Error& e) {
+      throw bad_field("kv_store_type", e.what());
+    }
+  }
+  KvPolicyParams out;
   try {
     // As --kv-budget alone: a budget with no policy named means slake.
-    return resolve_kv_policy(kv, !policy_given && field(body, "kv_budget"), &env.cfg);
+    out = resolve_kv_policy(kv, !policy_given && field(body, "kv_budget"), &env.cfg);
   } catch (const Error& e) {
     throw bad_field(policy_given ? "kv_policy" : "kv_budget", e.what());
   }
+  // The server's --kv-recall-pages applies to the requests that evict; a request asking for it
+  // without eviction is refused.
+  if (out.recall_pages > 0 && !out.evicts()) {
+    if (field(body, "kv_recall_pages"))
+      throw bad_field("kv_recall_pages", "'kv_recall_pages' recalls evicted tokens: it needs an evicting kv_policy and a kv_budget");
+    out.recall_pages = 0;
+  }
+  return out;
 }
 
 }  // namespace

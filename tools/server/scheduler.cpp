@@ -36,6 +36,7 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, const Sched
   for (int i = 0; i < cfg_.n_slots; ++i)
     slots_.push_back(std::make_unique<Slot>(i, model, tokenizer, eog_, grammar_vocab_, cfg_.n_ctx, pool_, cfg_.kv, cfg_.backend));
   stats_.kv_bytes.assign(slots_.size(), 0);
+  stats_.kv_store_bytes.assign(slots_.size(), 0);
   stats_.history.assign(slots_.size(), 0);
   stats_.busy.assign(slots_.size(), 0);
   stats_.kv_planned.assign(slots_.size(), 0);
@@ -247,6 +248,7 @@ void Scheduler::step() {
     idle_slots_ += !busy;
     stats_.slots_busy += busy;
     stats_.kv_bytes[i] = slots_[i]->kv_bytes();
+    stats_.kv_store_bytes[i] = slots_[i]->kv_store_bytes();
     stats_.kv_planned[i] = busy ? slots_[i]->planned_bytes() : 0;
     stats_.history[i] = slots_[i]->history_size();
     stats_.busy[i] = busy;

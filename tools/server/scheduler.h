@@ -47,6 +47,7 @@ struct SchedulerStats {
   double decode_seconds = 0, prefill_seconds = 0;
   int slots_busy = 0, queue_length = 0;
   std::vector<size_t> kv_bytes;     // per slot, held now
+  std::vector<size_t> kv_store_bytes;  // per slot, the recall stores' part of kv_bytes
   std::vector<size_t> kv_planned;   // per slot, planned for its request (0 when idle)
   std::vector<int> history;         // per slot, tokens its cache has seen (its conversation so far)
   std::vector<char> busy;           // per slot, serving a request

@@ -47,6 +47,7 @@ class Slot {
   Task* task() const { return task_.get(); }
   size_t planned_bytes() const { return planned_; }
   size_t kv_bytes() const { return ctx_->kv_bytes_used(); }
+  size_t kv_store_bytes() const { return ctx_->kv_store_bytes(); }
   uint64_t last_used() const { return last_used_; }
   int history_size() const { return static_cast<int>(history_.size()); }
 

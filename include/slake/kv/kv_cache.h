@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "slake/kv/kv_kivi.h"
+#include "slake/kv/kv_recall.h"
 #include "slake/kv/kv_type.h"
 #include "slake/kv/linear_cache.h"
 
@@ -20,6 +21,7 @@ struct KvHead {
   std::vector<int32_t> pos;  // [n]
   int n = 0;                 // tokens held
   LinearState lin;           // the evicted tokens (empty unless a compensating policy evicts)
+  RecallStore recall;        // the evicted tokens kept for recall (inactive unless the cache recalls)
   KvType type_k = KvType::F32, type_v = KvType::F32;
   size_t k_row = 0, v_row = 0;  // bytes of one stored row (0 for a KIVI type: k or v stays empty)
   KiviRows kivi_k, kivi_v;      // the keys / values when their type is KIVI (else inactive)
@@ -55,14 +57,16 @@ struct KvHead {
 struct KvCompaction {
   int removed = 0;       // tokens no longer held
   bool new_lin = false;  // the head's linear state went from empty to holding something
+  int64_t stored = 0;    // bytes the head's recall store grew by
 };
 
 class KvCache {
  public:
   // centroids > 0: the heads' linear states are centroid states of that many (kv_policy.h).
-  // Keys are stored as type_k, values as type_v.
+  // Keys are stored as type_k, values as type_v. recall.on(): evicted tokens go to each head's
+  // recall store (kv_recall.h), and attention recalls recall.pages pages of it per query.
   KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity, int centroids = 0, KvType type_k = KvType::F32,
-          KvType type_v = KvType::F32);
+          KvType type_v = KvType::F32, RecallConfig recall = {});
 
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
@@ -70,6 +74,7 @@ class KvCache {
   int capacity() const { return capacity_; }
   KvType type_k() const { return type_k_; }
   KvType type_v() const { return type_v_; }
+  const RecallConfig& recall() const { return recall_; }
 
   KvHead& head(int layer, int h) { return heads_[static_cast<size_t>(layer * n_kv_heads_ + h)]; }
   const KvHead& head(int layer, int h) const { return heads_[static_cast<size_t>(layer * n_kv_heads_ + h)]; }
@@ -93,12 +98,13 @@ class KvCache {
   void settle(int layer);
 
   // Keeps, in order, the tokens of head (layer, h) whose indices are flagged in `keep` (size n);
-  // the others are absorbed into its linear state when `absorb` is set, else dropped.
-  void compact(int layer, int h, const std::vector<char>& keep, bool absorb);
+  // the others are absorbed into its linear state when `absorb` is set, and go to its recall
+  // store when `store` is set (a cache that recalls), else are dropped.
+  void compact(int layer, int h, const std::vector<char>& keep, bool absorb, bool store = false);
   // The same in two steps, so that several heads can be compacted at once: compact_head touches
   // only head (layer, h) and may run concurrently for distinct heads; note_compacted (one thread)
   // then updates the cache's counts and peak.
-  KvCompaction compact_head(int layer, int h, const std::vector<char>& keep, bool absorb);
+  KvCompaction compact_head(int layer, int h, const std::vector<char>& keep, bool absorb, bool store = false);
   void note_compacted(const KvCompaction& c);
 
   // Drops, in every head of `layer`, the rows at positions below min_pos (a sliding layer's rows
@@ -111,9 +117,11 @@ class KvCache {
 
   // Tokens held, summed over layers and heads.
   int64_t tokens_held() const;
-  // Bytes in use: key/value/position storage of the held tokens plus the linear states that hold
-  // anything. The peak is the largest value since construction or clear().
+  // Bytes in use: key/value/position storage of the held tokens, the linear states that hold
+  // anything and the recall stores. The peak is the largest value since construction or clear().
   size_t bytes_used() const;
+  // The recall stores' part of bytes_used.
+  size_t store_bytes_used() const { return static_cast<size_t>(store_bytes_); }
   size_t peak_bytes_used() const { return peak_bytes_; }
   // Bytes allocated for the heads' rows (KIVI storage included), held or not.
   size_t bytes_allocated() const;
@@ -127,6 +135,8 @@ class KvCache {
   bool kivi_;  // either type is KIVI's: bytes are counted per head
   int64_t held_ = 0;       // tokens held over all heads
   int64_t lin_heads_ = 0;  // heads whose linear state holds anything
+  int64_t store_bytes_ = 0;  // the recall stores' bytes
+  RecallConfig recall_;
   size_t peak_bytes_ = 0;
   std::vector<KvHead> heads_;
 };

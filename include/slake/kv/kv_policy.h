@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "slake/kv/kv_recall.h"
 #include "slake/kv/kv_type.h"
 #include "slake/model/model.h"
 
@@ -44,6 +45,13 @@ struct KvPolicyParams {
   int prefill_chunk = 0;
   // How the exact cache stores keys and values (kv_type.h; -ctk/-ctv). The linear states are fp32.
   KvType type_k = KvType::F16, type_v = KvType::F16;
+  // The recall store (kv_recall.h, algorithm.md §9): recall_pages > 0 keeps every evicted token in
+  // pages of recall_page tokens stored as store_type, and attends the recall_pages pages of highest
+  // Quest bound per query and KV head with the exact cache. The Taylor state, if the policy keeps
+  // one, then covers the evicted tokens not recalled. Evicting policies only (recall()); no centroids.
+  int recall_pages = 0;
+  int recall_page = 16;
+  KvType store_type = KvType::Q8_0;
 
   // Evicted tokens go to the Taylor state (algorithm.md §3.1).
   bool taylor() const { return compensate == "taylor" || (compensate == "auto" && policy == "slake"); }
@@ -54,6 +62,9 @@ struct KvPolicyParams {
   // The compensator's name as the tools print it: taylor, centroids or none.
   std::string compensator() const { return centroid_count() > 0 ? "centroids" : taylor() ? "taylor" : "none"; }
   bool evicts() const { return policy != "full" && budget > 0; }
+  // The cache's recall settings: off unless recall_pages > 0 and the policy evicts (a --kv-sweep
+  // applies --kv-recall-pages to the settings that evict; the tools refuse it alone without one).
+  RecallConfig recall() const { return RecallConfig{evicts() ? recall_pages : 0, recall_page, store_type}; }
   // The observing queries at prefill: Sobs, or the whole window.
   int observed() const { return observe > 0 ? observe : window; }
 };

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "slake/kv/kv_cache.h"
+#include "slake/kv/kv_recall.h"
 #include "slake/kv/linear_cache.h"
 
 namespace slake {
@@ -23,6 +24,11 @@ void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const 
 // With lin.n == 0 it is acc / l; with nothing visible and nothing evicted, zeros.
 // A centroid state (lin.centroids > 0) adds its K merged tokens to the softmax instead: each weighs
 // cn[c] exp(q . ck[c] / (cn[c] sqrt d)) and brings cv[c] / cn[c] (algorithm.md §4.2).
-void ptaa_finish(float* out, const float* q, float m, float l, const float* acc, const LinearState& lin, int head_dim);
+// With `cover` (the exact part includes tokens recalled from the store, which the Taylor state also
+// holds): the Taylor state stands for the evicted tokens less the recalled ones, n - cover.n tokens
+// with q . ksum / sqrt(d) - cover.sx, vsum - cover.vs and q^T M / sqrt(d) - cover.xv
+// (algorithm.md §9.3). The centroid state takes no cover.
+void ptaa_finish(float* out, const float* q, float m, float l, const float* acc, const LinearState& lin, int head_dim,
+                 const RecallCover* cover = nullptr);
 
 }  // namespace slake

@@ -1,0 +1,90 @@
+// The recall store (algorithm.md §9): the second tier of a head's cache. Every token the policy
+// evicts from the exact cache lands here instead of being dropped, in pages of a fixed number of
+// tokens stored in a compact row type (kv_type.h), each page with a summary of its keys: the
+// per-channel minimum and maximum (Quest, Tang et al., ICML 2024). At each query the summaries
+// bound q . k over every page from above,
+//   U(q, page) = sum_i max(q_i min_i, q_i max_i)  >=  q . k_j for every key j of the page,
+// and the P pages of highest bound are attended exactly, in one softmax with the exact cache.
+// The rest of the store is left out, or covered by the Taylor state of the head minus what was
+// recalled (RecallCover, ptaa.h).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "slake/kv/kv_type.h"
+
+namespace slake {
+
+// A cache's recall settings (KvPolicyParams::recall_*): `pages` pages attended per query and KV
+// head (0: no store, evicted tokens are dropped or absorbed as before), `page` tokens a page, rows
+// stored as `type`.
+struct RecallConfig {
+  int pages = 0;
+  int page = 16;
+  KvType type = KvType::Q8_0;
+  bool on() const { return pages > 0; }
+};
+
+// What one recall attended for one query row, for the Taylor state of the rest (ptaa.h): the
+// recalled rows' count, raw scores x_j = q . k_j / sqrt(d) summed, values summed, and x_j v_j summed.
+struct RecallCover {
+  float n = 0.0f;
+  float sx = 0.0f;
+  const float* vs = nullptr;  // [d]
+  const float* xv = nullptr;  // [d]
+};
+
+class RecallStore {
+ public:
+  RecallStore() = default;
+  // page tokens per page, rows stored as `type` (a row type: f32, f16, bf16, q8_0 or q4_0).
+  RecallStore(int head_dim, int page, KvType type);
+  bool active() const { return page_ > 0; }
+  int n() const { return n_; }
+  int page() const { return page_; }
+  int n_pages() const { return (n_ + page_ - 1) / page_; }
+  KvType type() const { return type_; }
+
+  // Appends an evicted token (key after RoPE, value) at position pos to the last page.
+  void add(const float* k, const float* v, int32_t pos);
+  void clear();
+  // Bytes in use: stored rows, positions and the pages' summaries.
+  size_t bytes() const;
+  // Bytes a store of `tokens` tokens takes (for planning).
+  static size_t planned_bytes(int head_dim, int page, KvType type, int64_t tokens);
+
+  // The Quest bound of each page for query q (head_dim floats, unscaled): bound[p] (n_pages()).
+  void page_bounds(const float* q, float* bound) const;
+  // The pages to attend for the `rows` queries q[r] of one KV head: the `want` pages whose bound,
+  // relative to each row's best page, is highest for some row; increasing page order.
+  void select(const float* const* q, int rows, int want, std::vector<int>* pages) const;
+
+  // Exact attention of rows q[r] (positions qpos[r]; keys visible as key_visible says) over the
+  // tokens of `pages`, before normalisation, as attend_rows (attention_rows.h) gives it:
+  // m[r] = max x_j, l[r] = sum exp(x_j - m[r]), acc[r * d ..] = sum exp(x_j - m[r]) v_j; a row that
+  // sees nothing gets m = -inf, l = 0, acc = 0. With `cover` (rows of them), also each row's
+  // RecallCover, whose vs and xv point into `cover_buf` (2 * rows * d floats).
+  void attend(const float* const* q, const int32_t* qpos, int rows, int window, const std::vector<int>& pages, float* acc,
+              float* m, float* l, RecallCover* cover = nullptr, float* cover_buf = nullptr) const;
+
+  // Token j's stored key and value read back as floats, and its position (tests, references).
+  void load(int j, float* k, float* v) const;
+  int32_t pos(int j) const { return pos_[static_cast<size_t>(j)]; }
+  const float* page_min(int p) const { return kmin_.data() + static_cast<size_t>(p) * d_; }
+  const float* page_max(int p) const { return kmax_.data() + static_cast<size_t>(p) * d_; }
+
+ private:
+  int d_ = 0, page_ = 0;
+  KvType type_ = KvType::Q8_0;
+  size_t row_ = 0;
+  int n_ = 0;
+  std::vector<uint8_t> k_, v_;     // [n][row_]
+  std::vector<int32_t> pos_;       // [n]
+  std::vector<float> kmin_, kmax_; // [pages][d]: per channel over the page's stored keys
+};
+
+// Merges the unnormalised softmax part (m2, l2, acc2) of one row into (m, l, acc) (d values).
+void merge_softmax(float& m, float& l, float* acc, float m2, float l2, const float* acc2, int d);
+
+}  // namespace slake

@@ -1,0 +1,176 @@
+#include "slake/kv/kv_recall.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "slake/cpu/ops.h"
+#include "slake/error.h"
+#include "slake/kv/attention.h"
+
+namespace slake {
+
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+}  // namespace
+
+RecallStore::RecallStore(int head_dim, int page, KvType type) : d_(head_dim), page_(page), type_(type) {
+  if (page < 1) fail("recall page size must be positive, got " + std::to_string(page));
+  if (kv_is_kivi(type)) fail(std::string("the recall store keeps rows; ") + kv_type_name(type) + " is not a row type");
+  check_kv_type(type, head_dim, "--kv-store-type");
+  row_ = kv_row_bytes(type, head_dim);
+}
+
+void RecallStore::add(const float* k, const float* v, int32_t pos) {
+  const size_t n = static_cast<size_t>(n_);
+  k_.resize((n + 1) * row_);
+  v_.resize((n + 1) * row_);
+  kv_store_row(type_, k, k_.data() + n * row_, d_);
+  kv_store_row(type_, v, v_.data() + n * row_, d_);
+  pos_.push_back(pos);
+  // The summary bounds the keys as they are read back, so that the bound holds for what is attended.
+  thread_local std::vector<float> back;
+  back.resize(static_cast<size_t>(d_));
+  kv_load_rows(type_, k_.data() + n * row_, back.data(), 1, d_);
+  const size_t p = n / static_cast<size_t>(page_);
+  if (n % static_cast<size_t>(page_) == 0) {
+    kmin_.insert(kmin_.end(), back.begin(), back.end());
+    kmax_.insert(kmax_.end(), back.begin(), back.end());
+  } else {
+    float* mn = kmin_.data() + p * d_;
+    float* mx = kmax_.data() + p * d_;
+    for (int i = 0; i < d_; ++i) {
+      mn[i] = std::min(mn[i], back[static_cast<size_t>(i)]);
+      mx[i] = std::max(mx[i], back[static_cast<size_t>(i)]);
+    }
+  }
+  ++n_;
+}
+
+void RecallStore::clear() {
+  k_.clear();
+  v_.clear();
+  pos_.clear();
+  kmin_.clear();
+  kmax_.clear();
+  n_ = 0;
+}
+
+size_t RecallStore::planned_bytes(int head_dim, int page, KvType type, int64_t tokens) {
+  if (page < 1 || tokens <= 0) return 0;
+  const size_t pages = static_cast<size_t>((tokens + page - 1) / page);
+  return static_cast<size_t>(tokens) * (2 * kv_row_bytes(type, head_dim) + sizeof(int32_t)) +
+         pages * 2 * static_cast<size_t>(head_dim) * sizeof(float);
+}
+
+size_t RecallStore::bytes() const { return active() ? planned_bytes(d_, page_, type_, n_) : 0; }
+
+void RecallStore::page_bounds(const float* q, float* bound) const {
+  const int pages = n_pages();
+  for (int p = 0; p < pages; ++p) {
+    const float* mn = page_min(p);
+    const float* mx = page_max(p);
+    float s = 0.0f;
+    for (int i = 0; i < d_; ++i) s += std::max(q[i] * mn[i], q[i] * mx[i]);
+    bound[p] = s;
+  }
+}
+
+void RecallStore::select(const float* const* q, int rows, int want, std::vector<int>* pages) const {
+  pages->clear();
+  const int np = n_pages();
+  if (want <= 0 || np == 0) return;
+  if (want >= np) {
+    pages->resize(static_cast<size_t>(np));
+    std::iota(pages->begin(), pages->end(), 0);
+    return;
+  }
+  // Each row's bounds in its own softmax units, relative to its best page; a page ranks by the
+  // row that wants it most, so that a page one query head needs is not outvoted by the others.
+  thread_local std::vector<float> bound, best;
+  bound.resize(static_cast<size_t>(np));
+  best.assign(static_cast<size_t>(np), kNegInf);
+  for (int r = 0; r < rows; ++r) {
+    page_bounds(q[r], bound.data());
+    const float top = *std::max_element(bound.begin(), bound.end());
+    for (int p = 0; p < np; ++p) best[static_cast<size_t>(p)] = std::max(best[static_cast<size_t>(p)], bound[static_cast<size_t>(p)] - top);
+  }
+  pages->resize(static_cast<size_t>(np));
+  std::iota(pages->begin(), pages->end(), 0);
+  // Ties go to the later page, deterministically.
+  std::nth_element(pages->begin(), pages->begin() + want, pages->end(), [&](int a, int b) {
+    const float x = best[static_cast<size_t>(a)], y = best[static_cast<size_t>(b)];
+    return x != y ? x > y : a > b;
+  });
+  pages->resize(static_cast<size_t>(want));
+  std::sort(pages->begin(), pages->end());
+}
+
+void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, int window, const std::vector<int>& pages,
+                         float* acc, float* m, float* l, RecallCover* cover, float* cover_buf) const {
+  const size_t d = static_cast<size_t>(d_);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d_));
+  std::fill(acc, acc + rows * d, 0.0f);
+  std::fill(m, m + rows, kNegInf);
+  std::fill(l, l + rows, 0.0f);
+  if (cover) {
+    std::fill(cover_buf, cover_buf + 2 * rows * d, 0.0f);
+    for (int r = 0; r < rows; ++r) cover[r] = RecallCover{0.0f, 0.0f, cover_buf + 2 * r * d, cover_buf + (2 * r + 1) * d};
+  }
+  thread_local std::vector<float> ks, vs, x;
+  ks.resize(static_cast<size_t>(page_) * d);
+  vs.resize(static_cast<size_t>(page_) * d);
+  x.resize(static_cast<size_t>(page_));
+  for (const int p : pages) {
+    const int j0 = p * page_, cnt = std::min(page_, n_ - j0);
+    kv_load_rows(type_, k_.data() + static_cast<size_t>(j0) * row_, ks.data(), cnt, d_);
+    kv_load_rows(type_, v_.data() + static_cast<size_t>(j0) * row_, vs.data(), cnt, d_);
+    for (int r = 0; r < rows; ++r) {
+      float top = kNegInf;
+      for (int j = 0; j < cnt; ++j) {
+        const bool seen = key_visible(pos_[static_cast<size_t>(j0 + j)], qpos[r], window);
+        x[static_cast<size_t>(j)] = seen ? dot_f32(q[r], ks.data() + j * d, d_) * scale : kNegInf;
+        top = std::max(top, x[static_cast<size_t>(j)]);
+      }
+      if (top == kNegInf) continue;
+      float* a = acc + r * d;
+      const float m_new = std::max(m[r], top);
+      const float c = std::exp(m[r] - m_new);  // 0 on the first visible page
+      l[r] *= c;
+      for (size_t i = 0; i < d; ++i) a[i] *= c;
+      for (int j = 0; j < cnt; ++j) {
+        const float xj = x[static_cast<size_t>(j)];
+        if (xj == kNegInf) continue;
+        const float e = std::exp(xj - m_new);
+        l[r] += e;
+        axpy_f32(e, vs.data() + j * d, a, d_);
+        if (cover) {
+          RecallCover& cv = cover[r];
+          cv.n += 1.0f;
+          cv.sx += xj;
+          axpy_f32(1.0f, vs.data() + j * d, cover_buf + 2 * r * d, d_);
+          axpy_f32(xj, vs.data() + j * d, cover_buf + (2 * r + 1) * d, d_);
+        }
+      }
+      m[r] = m_new;
+    }
+  }
+}
+
+void RecallStore::load(int j, float* k, float* v) const {
+  if (j < 0 || j >= n_) fail("internal: recall store row " + std::to_string(j) + " of " + std::to_string(n_));
+  kv_load_rows(type_, k_.data() + static_cast<size_t>(j) * row_, k, 1, d_);
+  kv_load_rows(type_, v_.data() + static_cast<size_t>(j) * row_, v, 1, d_);
+}
+
+void merge_softmax(float& m, float& l, float* acc, float m2, float l2, const float* acc2, int d) {
+  if (m2 == kNegInf) return;
+  const float m_new = std::max(m, m2);
+  const float a = std::exp(m - m_new), b = std::exp(m2 - m_new);
+  for (int i = 0; i < d; ++i) acc[i] = a * acc[i] + b * acc2[i];
+  l = a * l + b * l2;
+  m = m_new;
+}
+
+}  // namespace slake

@@ -1,0 +1,182 @@
+// The recall store (src/kv/kv_recall.cpp, algorithm.md §9) against float64 brute force: the page
+// summaries bound every key's score from above, the pages chosen are the ones the float64 bounds
+// rank first, and attention over the exact cache plus the recalled pages (with the Taylor state of
+// the rest) equals float64 attention over exactly those rows.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "reference_math.h"
+#include "slake/error.h"
+#include "slake/kv/attention.h"
+#include "slake/kv/kv_recall.h"
+#include "slake/kv/kv_scores.h"
+#include "test_util.h"
+
+namespace slake {
+namespace {
+
+std::vector<float> randn(size_t n, float scale, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> x(n);
+  for (float& v : x) v = nd(rng);
+  return x;
+}
+
+TEST(RecallStore, PageBoundsAreUpperBoundsOfEveryKeyScore) {
+  std::mt19937 rng(3);
+  const int d = 64, page = 8;
+  for (KvType t : {KvType::F32, KvType::Q8_0, KvType::Q4_0}) {
+    RecallStore st(d, page, t);
+    for (int j = 0; j < 53; ++j) st.add(randn(d, 1.0f, rng).data(), randn(d, 1.0f, rng).data(), j);
+    ASSERT_EQ(st.n_pages(), 7);
+    const std::vector<float> q = randn(d, 2.0f, rng);
+    std::vector<float> bound(static_cast<size_t>(st.n_pages())), k(d), v(d);
+    st.page_bounds(q.data(), bound.data());
+    for (int j = 0; j < st.n(); ++j) {
+      st.load(j, k.data(), v.data());
+      const double qk = test::dot64(q.data(), k.data(), d);
+      EXPECT_GE(bound[static_cast<size_t>(j / page)] + 1e-4 * (1 + std::abs(qk)), qk) << kv_type_name(t) << " row " << j;
+    }
+  }
+}
+
+TEST(RecallStore, RefusesWhatItCannotStore) {
+  EXPECT_THROW(RecallStore(64, 0, KvType::Q8_0), Error);
+  EXPECT_THROW(RecallStore(64, 16, KvType::KIVI4), Error);
+  EXPECT_THROW(RecallStore(48, 16, KvType::Q4_0), Error);  // blocks of 32
+  EXPECT_THROW(KvCache(1, 1, 64, 8, 4, KvType::F32, KvType::F32, RecallConfig{4, 16, KvType::Q8_0}), Error);  // centroids
+}
+
+// The pages a float64 reader of the store would choose: each page's bound for each query row from
+// the float64 min/max of its rows as read back, relative to the row's best page, the largest over
+// the rows; the `want` largest (ties to the later page).
+std::vector<int> pages64(const RecallStore& st, const std::vector<const float*>& q, int d, int want) {
+  const int np = st.n_pages();
+  std::vector<double> best(static_cast<size_t>(np), -INFINITY);
+  std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
+  std::vector<std::vector<double>> mn(static_cast<size_t>(np), std::vector<double>(d, INFINITY)),
+      mx(static_cast<size_t>(np), std::vector<double>(d, -INFINITY));
+  for (int j = 0; j < st.n(); ++j) {
+    st.load(j, k.data(), v.data());
+    for (int i = 0; i < d; ++i) {
+      mn[static_cast<size_t>(j / st.page())][static_cast<size_t>(i)] = std::min<double>(mn[static_cast<size_t>(j / st.page())][static_cast<size_t>(i)], k[static_cast<size_t>(i)]);
+      mx[static_cast<size_t>(j / st.page())][static_cast<size_t>(i)] = std::max<double>(mx[static_cast<size_t>(j / st.page())][static_cast<size_t>(i)], k[static_cast<size_t>(i)]);
+    }
+  }
+  for (const float* qr : q) {
+    std::vector<double> b(static_cast<size_t>(np), 0.0);
+    for (int p = 0; p < np; ++p)
+      for (int i = 0; i < d; ++i)
+        b[static_cast<size_t>(p)] += std::max(qr[i] * mn[static_cast<size_t>(p)][static_cast<size_t>(i)], qr[i] * mx[static_cast<size_t>(p)][static_cast<size_t>(i)]);
+    const double top = *std::max_element(b.begin(), b.end());
+    for (int p = 0; p < np; ++p) best[static_cast<size_t>(p)] = std::max(best[static_cast<size_t>(p)], b[static_cast<size_t>(p)] - top);
+  }
+  std::vector<int> order(static_cast<size_t>(np));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return best[static_cast<size_t>(a)] != best[static_cast<size_t>(b)] ? best[static_cast<size_t>(a)] > best[static_cast<size_t>(b)] : a > b;
+  });
+  order.resize(static_cast<size_t>(std::min(want, np)));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+struct Case {
+  int n_heads, n_kv, d, n_keys, kept, pages, page;
+  KvType store;
+  bool taylor;
+};
+
+// A cache of one layer that held n_keys tokens, of which each head kept `kept` (its own random
+// choice, the newest 16 always) and sent the rest to its store (and its Taylor state).
+KvCache evicted_cache(const Case& c, std::mt19937& rng) {
+  KvCache cache(1, c.n_kv, c.d, c.n_keys, 0, KvType::F32, KvType::F32, RecallConfig{c.pages, c.page, c.store});
+  for (int j = 0; j < c.n_keys; ++j) {
+    const std::vector<float> k = randn(static_cast<size_t>(c.n_kv * c.d), 1.5f, rng), v = randn(k.size(), 1.0f, rng);
+    cache.append(0, k.data(), v.data(), j);
+  }
+  for (int h = 0; h < c.n_kv; ++h) {
+    std::vector<int> order(static_cast<size_t>(c.n_keys - 16));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<char> keep(static_cast<size_t>(c.n_keys), 0);
+    for (int j = c.n_keys - 16; j < c.n_keys; ++j) keep[static_cast<size_t>(j)] = 1;
+    for (int i = 0; i < c.kept - 16; ++i) keep[static_cast<size_t>(order[static_cast<size_t>(i)])] = 1;
+    cache.compact(0, h, keep, c.taylor, true);
+  }
+  return cache;
+}
+
+// Exact cache plus recalled pages, against float64 over those rows (and the Taylor formula over
+// the rest of the evicted tokens), through attention_prefill and attention_decode; short and long
+// exact caches (the latter split over their keys); a lossy and a lossless store.
+TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
+  for (const Case c : {Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false}, Case{6, 2, 64, 300, 64, 5, 8, KvType::F32, true},
+                       Case{8, 1, 32, 3000, 2200, 12, 16, KvType::Q4_0, false}, Case{9, 3, 64, 2600, 1100, 7, 16, KvType::F32, true},
+                       Case{4, 2, 32, 200, 40, 1000, 4, KvType::F32, true}}) {  // every page recalled: nothing left to the Taylor state
+    std::mt19937 rng(11 + c.n_keys + c.pages);
+    const KvCache cache = evicted_cache(c, rng);
+    const int group = c.n_heads / c.n_kv;
+    const int32_t qpos = c.n_keys;
+    const std::vector<float> q = randn(static_cast<size_t>(c.n_heads * c.d), 1.0f, rng);
+    const AttentionShape shape{c.n_heads, c.n_kv, c.d, 0};
+    ThreadPool pool(2);
+    std::vector<float> pre(q.size()), dec(q.size());
+    attention_prefill(pre.data(), q.data(), &qpos, 1, cache, 0, shape, pool);
+    std::vector<DecodeRowScores> xs(static_cast<size_t>(c.n_kv));
+    for (int g = 0; g < c.n_kv; ++g) xs[static_cast<size_t>(g)].compute(q.data() + static_cast<size_t>(g * group) * c.d, group, qpos, cache.head(0, g), c.d);
+    attention_decode(dec.data(), q.data(), qpos, cache, 0, shape, xs, pool);
+    for (int g = 0; g < c.n_kv; ++g) {
+      const KvHead& kh = cache.head(0, g);
+      ASSERT_EQ(kh.recall.n(), c.n_keys - c.kept);
+      std::vector<const float*> rows;
+      for (int r = 0; r < group; ++r) rows.push_back(q.data() + static_cast<size_t>(g * group + r) * c.d);
+      const std::vector<int> chosen = pages64(kh.recall, rows, c.d, c.pages);
+      std::vector<int> got;
+      kh.recall.select(rows.data(), group, c.pages, &got);
+      ASSERT_EQ(got, chosen) << "head " << g;
+      // The rows attended exactly: the exact cache's and the chosen pages' (as the store reads them
+      // back), in one f32 cache for the references; the other stored rows are the Taylor state's.
+      KvCache both(1, 1, c.d, c.n_keys);
+      std::vector<std::vector<float>> k_rest, v_rest;
+      std::vector<float> k(static_cast<size_t>(c.d)), v(static_cast<size_t>(c.d));
+      for (int j = 0; j < kh.n; ++j) both.append(0, kh.key(j, c.d), kh.value(j, c.d), kh.pos[static_cast<size_t>(j)]);
+      for (int j = 0; j < kh.recall.n(); ++j) {
+        kh.recall.load(j, k.data(), v.data());
+        if (std::binary_search(chosen.begin(), chosen.end(), j / kh.recall.page())) {
+          both.append(0, k.data(), v.data(), kh.recall.pos(j));
+        } else {
+          k_rest.push_back(k);
+          v_rest.push_back(v);
+        }
+      }
+      for (int r = 0; r < group; ++r) {
+        const std::vector<double> want = c.taylor ? test::taylor_attention(rows[static_cast<size_t>(r)], qpos, both.head(0, 0), k_rest, v_rest, c.d)
+                                                  : test::softmax_attention(rows[static_cast<size_t>(r)], qpos, both.head(0, 0), c.d, 0);
+        const size_t off = static_cast<size_t>(g * group + r) * c.d;
+        for (int i = 0; i < c.d; ++i) {
+          const double tol = (c.taylor ? 2e-4 : 2e-5) * (1 + std::abs(want[static_cast<size_t>(i)]));
+          ASSERT_NEAR(pre[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], tol) << "keys " << c.n_keys << " head " << g * group + r << " dim " << i;
+          ASSERT_NEAR(dec[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], tol) << "keys " << c.n_keys << " head " << g * group + r << " dim " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Recall, StoreBytesCountInTheCache) {
+  std::mt19937 rng(2);
+  const Case c{4, 2, 64, 100, 40, 2, 16, KvType::Q8_0, false};
+  const KvCache cache = evicted_cache(c, rng);
+  // 60 evicted tokens a head: 4 pages; rows of 68 bytes (two q8_0 blocks) for keys and values, a
+  // position, and 2 x 64 floats of summary a page.
+  const size_t per_head = 60 * (2 * 68 + 4) + 4 * 2 * 64 * 4;
+  EXPECT_EQ(cache.store_bytes_used(), 2 * per_head);
+  EXPECT_EQ(cache.bytes_used(), 2 * per_head + static_cast<size_t>(2 * 40) * KvCache::token_bytes(64, KvType::F32, KvType::F32));
+  EXPECT_EQ(RecallStore::planned_bytes(64, 16, KvType::Q8_0, 60), per_head);
+}
+
+}  // namespace
+}  // namespace slake
