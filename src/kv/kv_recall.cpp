@@ -33,13 +33,13 @@ void RecallStore::add(const float* k, const float* v, int32_t pos) {
   thread_local std::vector<float> back;
   back.resize(static_cast<size_t>(d_));
   kv_load_rows(type_, k_.data() + n * row_, back.data(), 1, d_);
-  const size_t p = n / static_cast<size_t>(page_);
+  const int p = static_cast<int>(n / static_cast<size_t>(page_));
   if (n % static_cast<size_t>(page_) == 0) {
-    kmin_.insert(kmin_.end(), back.begin(), back.end());
-    kmax_.insert(kmax_.end(), back.begin(), back.end());
+    summary_.insert(summary_.end(), back.begin(), back.end());
+    summary_.insert(summary_.end(), back.begin(), back.end());
   } else {
-    float* mn = kmin_.data() + p * d_;
-    float* mx = kmax_.data() + p * d_;
+    float* mn = summary_.data() + static_cast<size_t>(p) * 2 * d_;
+    float* mx = mn + d_;
     for (int i = 0; i < d_; ++i) {
       mn[i] = std::min(mn[i], back[static_cast<size_t>(i)]);
       mx[i] = std::max(mx[i], back[static_cast<size_t>(i)]);
@@ -52,8 +52,7 @@ void RecallStore::clear() {
   k_.clear();
   v_.clear();
   pos_.clear();
-  kmin_.clear();
-  kmax_.clear();
+  summary_.clear();
   n_ = 0;
 }
 
@@ -67,14 +66,15 @@ size_t RecallStore::planned_bytes(int head_dim, int page, KvType type, int64_t t
 size_t RecallStore::bytes() const { return active() ? planned_bytes(d_, page_, type_, n_) : 0; }
 
 void RecallStore::page_bounds(const float* q, float* bound) const {
-  const int pages = n_pages();
-  for (int p = 0; p < pages; ++p) {
-    const float* mn = page_min(p);
-    const float* mx = page_max(p);
-    float s = 0.0f;
-    for (int i = 0; i < d_; ++i) s += std::max(q[i] * mn[i], q[i] * mx[i]);
-    bound[p] = s;
+  // max(q_i min_i, q_i max_i) is q_i min_i where q_i < 0 and q_i max_i elsewhere.
+  thread_local std::vector<float> split;
+  split.resize(static_cast<size_t>(2 * d_));
+  for (int i = 0; i < d_; ++i) {
+    split[static_cast<size_t>(i)] = std::min(q[i], 0.0f);
+    split[static_cast<size_t>(d_ + i)] = std::max(q[i], 0.0f);
   }
+  const int pages = n_pages();
+  for (int p = 0; p < pages; ++p) bound[p] = dot_f32(split.data(), page_min(p), 2 * d_);
 }
 
 void RecallStore::select(const float* const* q, int rows, int want, std::vector<int>* pages) const {

@@ -66,7 +66,7 @@ struct Run {
   slake::tools::Session* session = nullptr;  // owned by the sweep's sessions
   std::vector<float> logits;
   Totals tot;
-  size_t kv_bytes_prefill = 0, kv_bytes_end = 0, kv_peak = 0;
+  size_t kv_bytes_prefill = 0, kv_bytes_end = 0, kv_peak = 0, kv_store_end = 0;
   std::vector<int64_t> layer_budgets;  // the first chunk's, after its prefill
 };
 
@@ -165,6 +165,7 @@ void evaluate(const Options& o, const slake::Model& model, const std::vector<int
     for (Run& r : runs) {
       r.kv_bytes_end = std::max(r.kv_bytes_end, r.session->kv_bytes_used());
       r.kv_peak = std::max(r.kv_peak, r.session->kv_peak_bytes());
+      r.kv_store_end = std::max(r.kv_store_end, r.session->kv_store_bytes());
     }
     std::fprintf(stderr, "[%d]%.4f%s", c + 1, runs[0].tot.ppl(), c + 1 == chunks ? "\n" : ",");
   }
@@ -182,6 +183,12 @@ nlohmann::json record(const Options& o, int chunks, const Run& r, bool kl, doubl
                    {"ppl_stderr", tot.ppl_err()}, {"kv_bytes_after_prefill", r.kv_bytes_prefill},
                    {"kv_bytes_end", r.kv_bytes_end}, {"kv_peak_bytes", r.kv_peak}, {"kv_layer_budgets", r.layer_budgets},
                    {"seconds", secs}, {"settings_run_together", n_runs}};
+  if (kv.recall().on()) {
+    j["kv_recall_pages"] = kv.recall_pages;
+    j["kv_recall_page"] = kv.recall_page;
+    j["kv_store_type"] = slake::kv_type_name(kv.store_type);
+    j["kv_store_bytes_end"] = r.kv_store_end;
+  }
   if (kl) {
     double mean = 0;
     for (double k : tot.kl) mean += k;
@@ -208,6 +215,9 @@ void print_text(const Options& o, int chunks, const Run& r, const nlohmann::json
     std::printf("vs full cache (PPL %.4f): mean KL %.6f, p99 KL %.6f, max KL %.6f, top-1 agreement %.2f%%\n",
                 j["full_ppl"].get<double>(), j["kl_mean"].get<double>(), j["kl_p99"].get<double>(), j["kl_max"].get<double>(),
                 100.0 * j["top1_agreement"].get<double>());
+  if (kv.recall().on())
+    std::printf("recall store: %d pages of %d tokens a query, %s rows, %.3f MiB of the cache at the end\n", kv.recall_pages,
+                kv.recall_page, slake::kv_type_name(kv.store_type), r.kv_store_end / 1048576.0);
   std::printf("KV cache: %.3f MiB after prefill, %.3f MiB at the end, %.3f MiB peak (%.1f s)\n", r.kv_bytes_prefill / 1048576.0,
               r.kv_bytes_end / 1048576.0, r.kv_peak / 1048576.0, secs);
 }

@@ -71,8 +71,8 @@ class RecallStore {
   // Token j's stored key and value read back as floats, and its position (tests, references).
   void load(int j, float* k, float* v) const;
   int32_t pos(int j) const { return pos_[static_cast<size_t>(j)]; }
-  const float* page_min(int p) const { return kmin_.data() + static_cast<size_t>(p) * d_; }
-  const float* page_max(int p) const { return kmax_.data() + static_cast<size_t>(p) * d_; }
+  const float* page_min(int p) const { return summary_.data() + static_cast<size_t>(p) * 2 * d_; }
+  const float* page_max(int p) const { return page_min(p) + d_; }
 
  private:
   int d_ = 0, page_ = 0;
@@ -81,7 +81,9 @@ class RecallStore {
   int n_ = 0;
   std::vector<uint8_t> k_, v_;     // [n][row_]
   std::vector<int32_t> pos_;       // [n]
-  std::vector<float> kmin_, kmax_; // [pages][d]: per channel over the page's stored keys
+  // [pages][2 d]: per channel, the minimum then the maximum of the page's keys as stored; side by
+  // side, so that a page's bound is one dot product, [min(q, 0), max(q, 0)] . [min, max].
+  std::vector<float> summary_;
 };
 
 // Merges the unnormalised softmax part (m2, l2, acc2) of one row into (m, l, acc) (d values).
