@@ -30,7 +30,7 @@ bool operator==(const KvPolicyParams& a, const KvPolicyParams& b) {
   auto fields = [](const KvPolicyParams& p) {
     return std::tie(p.policy, p.budget, p.window, p.observe, p.compensate, p.centroids, p.gamma, p.tau1, p.tau2, p.alpha, p.beta,
                     p.delta, p.cascade, p.evict_every, p.prefill_chunk, p.type_k, p.type_v, p.recall_pages, p.recall_page,
-                    p.store_type);
+                    p.store_type, p.recall_score);
   };
   return fields(a) == fields(b);
 }

@@ -15,7 +15,21 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 }  // namespace
 
-RecallStore::RecallStore(int head_dim, int page, KvType type) : d_(head_dim), page_(page), type_(type) {
+const std::vector<std::string>& recall_score_names() {
+  static const std::vector<std::string> names{"keys", "quest"};
+  return names;
+}
+
+RecallScore parse_recall_score(const std::string& name) {
+  if (name == "keys") return RecallScore::Keys;
+  if (name == "quest") return RecallScore::Quest;
+  fail("unknown recall score '" + name + "' (keys, quest)");
+}
+
+const char* recall_score_name(RecallScore s) { return s == RecallScore::Quest ? "quest" : "keys"; }
+
+RecallStore::RecallStore(int head_dim, int page, KvType type, RecallScore score)
+    : d_(head_dim), page_(page), type_(type), score_(score) {
   if (page < 1) fail("recall page size must be positive, got " + std::to_string(page));
   if (kv_is_kivi(type)) fail(std::string("the recall store keeps rows; ") + kv_type_name(type) + " is not a row type");
   check_kv_type(type, head_dim, "--kv-store-type");
@@ -77,6 +91,25 @@ void RecallStore::page_bounds(const float* q, float* bound) const {
   for (int p = 0; p < pages; ++p) bound[p] = dot_f32(split.data(), page_min(p), 2 * d_);
 }
 
+void RecallStore::page_scores(const float* const* q, int rows, float* score) const {
+  const int pages = n_pages();
+  if (score_ == RecallScore::Quest) {
+    for (int r = 0; r < rows; ++r) page_bounds(q[r], score + static_cast<size_t>(r) * pages);
+    return;
+  }
+  thread_local std::vector<float> ks;
+  ks.resize(static_cast<size_t>(page_) * d_);
+  for (int p = 0; p < pages; ++p) {
+    const int j0 = p * page_, cnt = std::min(page_, n_ - j0);
+    kv_load_rows(type_, k_.data() + static_cast<size_t>(j0) * row_, ks.data(), cnt, d_);
+    for (int r = 0; r < rows; ++r) {
+      float top = kNegInf;
+      for (int j = 0; j < cnt; ++j) top = std::max(top, dot_f32(q[r], ks.data() + static_cast<size_t>(j) * d_, d_));
+      score[static_cast<size_t>(r) * pages + p] = top;
+    }
+  }
+}
+
 void RecallStore::select(const float* const* q, int rows, int want, std::vector<int>* pages) const {
   pages->clear();
   const int np = n_pages();
@@ -86,15 +119,16 @@ void RecallStore::select(const float* const* q, int rows, int want, std::vector<
     std::iota(pages->begin(), pages->end(), 0);
     return;
   }
-  // Each row's bounds in its own softmax units, relative to its best page; a page ranks by the
+  // Each row's scores in its own softmax units, relative to its best page; a page ranks by the
   // row that wants it most, so that a page one query head needs is not outvoted by the others.
-  thread_local std::vector<float> bound, best;
-  bound.resize(static_cast<size_t>(np));
+  thread_local std::vector<float> score, best;
+  score.resize(static_cast<size_t>(rows) * np);
   best.assign(static_cast<size_t>(np), kNegInf);
+  page_scores(q, rows, score.data());
   for (int r = 0; r < rows; ++r) {
-    page_bounds(q[r], bound.data());
-    const float top = *std::max_element(bound.begin(), bound.end());
-    for (int p = 0; p < np; ++p) best[static_cast<size_t>(p)] = std::max(best[static_cast<size_t>(p)], bound[static_cast<size_t>(p)] - top);
+    const float* sr = score.data() + static_cast<size_t>(r) * np;
+    const float top = *std::max_element(sr, sr + np);
+    for (int p = 0; p < np; ++p) best[static_cast<size_t>(p)] = std::max(best[static_cast<size_t>(p)], sr[p] - top);
   }
   pages->resize(static_cast<size_t>(np));
   std::iota(pages->begin(), pages->end(), 0);

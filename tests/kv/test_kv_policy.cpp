@@ -126,6 +126,7 @@ TEST(KvPolicyParams, EqualityComparesEveryField) {
       {"recall_pages", [](KvPolicyParams& p) { p.recall_pages = 4; }},
       {"recall_page", [](KvPolicyParams& p) { p.recall_page = 32; }},
       {"store_type", [](KvPolicyParams& p) { p.store_type = KvType::Q4_0; }},
+      {"recall_score", [](KvPolicyParams& p) { p.recall_score = RecallScore::Quest; }},
   };
   for (const auto& [name, change] : changes) {
     KvPolicyParams b;

@@ -49,10 +49,11 @@ TEST(RecallStore, RefusesWhatItCannotStore) {
   EXPECT_THROW(KvCache(1, 1, 64, 8, 4, KvType::F32, KvType::F32, RecallConfig{4, 16, KvType::Q8_0}), Error);  // centroids
 }
 
-// The pages a float64 reader of the store would choose: each page's bound for each query row from
-// the float64 min/max of its rows as read back, relative to the row's best page, the largest over
-// the rows; the `want` largest (ties to the later page).
-std::vector<int> pages64(const RecallStore& st, const std::vector<const float*>& q, int d, int want) {
+// The pages a float64 reader of the store would choose: each page's score for each query row (the
+// bound of the float64 min/max of its rows as read back, or the largest float64 q . k_j of them),
+// relative to the row's best page, the largest over the rows; the `want` largest (ties to the
+// later page).
+std::vector<int> pages64(const RecallStore& st, const std::vector<const float*>& q, int d, int want, RecallScore how) {
   const int np = st.n_pages();
   std::vector<double> best(static_cast<size_t>(np), -INFINITY);
   std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
@@ -66,10 +67,17 @@ std::vector<int> pages64(const RecallStore& st, const std::vector<const float*>&
     }
   }
   for (const float* qr : q) {
-    std::vector<double> b(static_cast<size_t>(np), 0.0);
-    for (int p = 0; p < np; ++p)
-      for (int i = 0; i < d; ++i)
-        b[static_cast<size_t>(p)] += std::max(qr[i] * mn[static_cast<size_t>(p)][static_cast<size_t>(i)], qr[i] * mx[static_cast<size_t>(p)][static_cast<size_t>(i)]);
+    std::vector<double> b(static_cast<size_t>(np), how == RecallScore::Quest ? 0.0 : -INFINITY);
+    if (how == RecallScore::Quest) {
+      for (int p = 0; p < np; ++p)
+        for (int i = 0; i < d; ++i)
+          b[static_cast<size_t>(p)] += std::max(qr[i] * mn[static_cast<size_t>(p)][static_cast<size_t>(i)], qr[i] * mx[static_cast<size_t>(p)][static_cast<size_t>(i)]);
+    } else {
+      for (int j = 0; j < st.n(); ++j) {
+        st.load(j, k.data(), v.data());
+        b[static_cast<size_t>(j / st.page())] = std::max(b[static_cast<size_t>(j / st.page())], test::dot64(qr, k.data(), d));
+      }
+    }
     const double top = *std::max_element(b.begin(), b.end());
     for (int p = 0; p < np; ++p) best[static_cast<size_t>(p)] = std::max(best[static_cast<size_t>(p)], b[static_cast<size_t>(p)] - top);
   }
@@ -87,12 +95,13 @@ struct Case {
   int n_heads, n_kv, d, n_keys, kept, pages, page;
   KvType store;
   bool taylor;
+  RecallScore score;
 };
 
 // A cache of one layer that held n_keys tokens, of which each head kept `kept` (its own random
 // choice, the newest 16 always) and sent the rest to its store (and its Taylor state).
 KvCache evicted_cache(const Case& c, std::mt19937& rng) {
-  KvCache cache(1, c.n_kv, c.d, c.n_keys, 0, KvType::F32, KvType::F32, RecallConfig{c.pages, c.page, c.store});
+  KvCache cache(1, c.n_kv, c.d, c.n_keys, 0, KvType::F32, KvType::F32, RecallConfig{c.pages, c.page, c.store, c.score});
   for (int j = 0; j < c.n_keys; ++j) {
     const std::vector<float> k = randn(static_cast<size_t>(c.n_kv * c.d), 1.5f, rng), v = randn(k.size(), 1.0f, rng);
     cache.append(0, k.data(), v.data(), j);
@@ -113,9 +122,11 @@ KvCache evicted_cache(const Case& c, std::mt19937& rng) {
 // the rest of the evicted tokens), through attention_prefill and attention_decode; short and long
 // exact caches (the latter split over their keys); a lossy and a lossless store.
 TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
-  for (const Case c : {Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false}, Case{6, 2, 64, 300, 64, 5, 8, KvType::F32, true},
-                       Case{8, 1, 32, 3000, 2200, 12, 16, KvType::Q4_0, false}, Case{9, 3, 64, 2600, 1100, 7, 16, KvType::F32, true},
-                       Case{4, 2, 32, 200, 40, 1000, 4, KvType::F32, true}}) {  // every page recalled: nothing left to the Taylor state
+  using S = RecallScore;
+  for (const Case c : {Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false, S::Keys}, Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false, S::Quest},
+                       Case{6, 2, 64, 300, 64, 5, 8, KvType::F32, true, S::Keys}, Case{6, 2, 64, 300, 64, 5, 8, KvType::F32, true, S::Quest},
+                       Case{8, 1, 32, 3000, 2200, 12, 16, KvType::Q4_0, false, S::Keys}, Case{9, 3, 64, 2600, 1100, 7, 16, KvType::F32, true, S::Quest},
+                       Case{4, 2, 32, 200, 40, 1000, 4, KvType::F32, true, S::Keys}}) {  // every page recalled: nothing left to the Taylor state
     std::mt19937 rng(11 + c.n_keys + c.pages);
     const KvCache cache = evicted_cache(c, rng);
     const int group = c.n_heads / c.n_kv;
@@ -133,10 +144,10 @@ TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
       ASSERT_EQ(kh.recall.n(), c.n_keys - c.kept);
       std::vector<const float*> rows;
       for (int r = 0; r < group; ++r) rows.push_back(q.data() + static_cast<size_t>(g * group + r) * c.d);
-      const std::vector<int> chosen = pages64(kh.recall, rows, c.d, c.pages);
+      const std::vector<int> chosen = pages64(kh.recall, rows, c.d, c.pages, c.score);
       std::vector<int> got;
       kh.recall.select(rows.data(), group, c.pages, &got);
-      ASSERT_EQ(got, chosen) << "head " << g;
+      ASSERT_EQ(got, chosen) << "head " << g << " " << recall_score_name(c.score);
       // The rows attended exactly: the exact cache's and the chosen pages' (as the store reads them
       // back), in one f32 cache for the references; the other stored rows are the Taylor state's.
       KvCache both(1, 1, c.d, c.n_keys);
@@ -168,7 +179,7 @@ TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
 
 TEST(Recall, StoreBytesCountInTheCache) {
   std::mt19937 rng(2);
-  const Case c{4, 2, 64, 100, 40, 2, 16, KvType::Q8_0, false};
+  const Case c{4, 2, 64, 100, 40, 2, 16, KvType::Q8_0, false, RecallScore::Quest};
   const KvCache cache = evicted_cache(c, rng);
   // 60 evicted tokens a head: 4 pages; rows of 68 bytes (two q8_0 blocks) for keys and values, a
   // position, and 2 x 64 floats of summary a page.

@@ -108,6 +108,7 @@ TEST_F(OpenAiRequest, ValuesOutOfRangeAreRefusedByName) {
   EXPECT_EQ(refused_param(R"("kv_recall_pages": 8)"), "kv_recall_pages");  // nothing evicted: nothing to recall
   EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_recall_pages": -1)"), "kv_recall_pages");
   EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_recall_pages": 8, "kv_store_type": "q5_9")"), "kv_store_type");
+  EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_recall_pages": 8, "kv_recall_score": "psychic")"), "kv_recall_score");
   // Two grammars at once.
   EXPECT_EQ(refused_param(R"("grammar": "root ::= \"a\"", "response_format": {"type": "json_object"})"), "response_format");
   EXPECT_EQ(refused_param(R"("grammar": "root ::= undefined-rule")"), "grammar");
@@ -168,9 +169,10 @@ TEST_F(OpenAiRequest, KvFieldsResolveAsTheFlagsDo) {
   EXPECT_NE(got, completion(R"("kv_policy": "snapkv", "kv_budget": 96, "kv_observe": 8, "kv_window": 16)").gen.kv);
   EXPECT_NE(got, completion(R"("kv_policy": "cake", "kv_budget": 64, "kv_observe": 8, "kv_window": 16)").gen.kv);
   const KvPolicyParams recall =
-      completion(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_observe": 8, "kv_window": 16, "kv_recall_pages": 8, "kv_store_type": "q4_0")").gen.kv;
+      completion(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_observe": 8, "kv_window": 16, "kv_recall_pages": 8, "kv_store_type": "q4_0", "kv_recall_score": "quest")").gen.kv;
   EXPECT_EQ(recall.recall().pages, 8);
   EXPECT_EQ(recall.store_type, KvType::Q4_0);
+  EXPECT_EQ(recall.recall_score, RecallScore::Quest);
   EXPECT_NE(got, recall);
 
   // No KV field: the server's own flags, resolved.

@@ -14,6 +14,7 @@ struct KvFlags {
   KvPolicyParams params;
   std::string cache_type_k, cache_type_v;  // empty: the default, f16
   std::string store_type;                  // empty: the default, q8_0
+  std::string recall_score;                // empty: the default, keys
   double tau1 = 0, tau2 = 0, alpha = 0, beta = 0;  // copied into params only when given
 };
 
@@ -64,6 +65,10 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
   app.add_option("--kv-recall-page", kv.recall_page, "tokens in a page of the recall store")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  app.add_option("--kv-recall-score", f.recall_score,
+                 "how a query ranks the store's pages: keys (the largest score of their keys, every stored key read) or "
+                 "quest (the bound of their per-channel key min/max, only those read) (default: keys)")
+      ->check(CLI::IsMember(recall_score_names()));
   app.add_option("--kv-store-type", f.store_type, "row type of the recall store: f32, f16, bf16, q8_0, q4_0 (default: q8_0)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   std::string types;
@@ -82,6 +87,7 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
   if (!f.cache_type_k.empty()) kv.type_k = parse_kv_type(f.cache_type_k);
   if (!f.cache_type_v.empty()) kv.type_v = parse_kv_type(f.cache_type_v);
   if (!f.store_type.empty()) kv.store_type = parse_kv_type(f.store_type);
+  if (!f.recall_score.empty()) kv.recall_score = parse_recall_score(f.recall_score);
   if (app.count("--kv-tau1")) kv.tau1 = f.tau1;
   if (app.count("--kv-tau2")) kv.tau2 = f.tau2;
   if (app.count("--kv-alpha")) kv.alpha = f.alpha;

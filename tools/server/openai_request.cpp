@@ -72,7 +72,7 @@ const std::set<std::string> kFields = {"model", "stream", "stream_options", "max
                                        "dry_penalty_last_n", "dry_sequence_breakers",
                                        "logit_bias", "grammar", "response_format", "json_schema", "return_tokens",
                                        "kv_policy", "kv_budget", "kv_window", "kv_observe", "kv_prefill_chunk", "kv_recall_pages",
-                                       "kv_store_type", "logprobs",
+                                       "kv_store_type", "kv_recall_score", "logprobs",
                                        "user", "metadata", "store", "cache_prompt", "service_tier"};
 const std::set<std::string> kChatFields = {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
                                            "reasoning_format", "chat_template_kwargs"};
@@ -419,6 +419,14 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
     }
   }
   KvPolicyParams out;
+  if (field(body, "kv_recall_score")) {
+    const std::string t = get_string(body, "kv_recall_score", "");
+    try {
+      kv.recall_score = parse_recall_score(t);
+    } catch (const Error& e) {
+      throw bad_field("kv_recall_score", e.what());
+    }
+  }
   try {
     // As --kv-budget alone: a budget with no policy named means slake.
     out = resolve_kv_policy(kv, !policy_given && field(body, "kv_budget"), &env.cfg);

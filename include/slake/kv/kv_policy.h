@@ -52,6 +52,7 @@ struct KvPolicyParams {
   int recall_pages = 0;
   int recall_page = 16;
   KvType store_type = KvType::Q8_0;
+  RecallScore recall_score = RecallScore::Keys;  // how pages are ranked (kv_recall.h)
 
   // Evicted tokens go to the Taylor state (algorithm.md §3.1).
   bool taylor() const { return compensate == "taylor" || (compensate == "auto" && policy == "slake"); }
@@ -64,7 +65,7 @@ struct KvPolicyParams {
   bool evicts() const { return policy != "full" && budget > 0; }
   // The cache's recall settings: off unless recall_pages > 0 and the policy evicts (a --kv-sweep
   // applies --kv-recall-pages to the settings that evict; the tools refuse it alone without one).
-  RecallConfig recall() const { return RecallConfig{evicts() ? recall_pages : 0, recall_page, store_type}; }
+  RecallConfig recall() const { return RecallConfig{evicts() ? recall_pages : 0, recall_page, store_type, recall_score}; }
   // The observing queries at prefill: Sobs, or the whole window.
   int observed() const { return observe > 0 ? observe : window; }
 };

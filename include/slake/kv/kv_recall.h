@@ -10,19 +10,31 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "slake/kv/kv_type.h"
 
 namespace slake {
 
+// How a query ranks the pages of a store (algorithm.md §9.2):
+//   Keys:  by the largest score q . k_j of the page's keys, read from the store (every stored key
+//          is read at each step, the values only of the pages chosen);
+//   Quest: by the bound of the page's summary (only the summaries are read).
+enum class RecallScore { Keys, Quest };
+const std::vector<std::string>& recall_score_names();  // "keys", "quest"
+// Throws slake::Error naming the known ones.
+RecallScore parse_recall_score(const std::string& name);
+const char* recall_score_name(RecallScore s);
+
 // A cache's recall settings (KvPolicyParams::recall_*): `pages` pages attended per query and KV
 // head (0: no store, evicted tokens are dropped or absorbed as before), `page` tokens a page, rows
-// stored as `type`.
+// stored as `type`, pages ranked by `score`.
 struct RecallConfig {
   int pages = 0;
   int page = 16;
   KvType type = KvType::Q8_0;
+  RecallScore score = RecallScore::Keys;
   bool on() const { return pages > 0; }
 };
 
@@ -38,8 +50,9 @@ struct RecallCover {
 class RecallStore {
  public:
   RecallStore() = default;
-  // page tokens per page, rows stored as `type` (a row type: f32, f16, bf16, q8_0 or q4_0).
-  RecallStore(int head_dim, int page, KvType type);
+  // page tokens per page, rows stored as `type` (a row type: f32, f16, bf16, q8_0 or q4_0), pages
+  // ranked by `score`.
+  RecallStore(int head_dim, int page, KvType type, RecallScore score = RecallScore::Keys);
   bool active() const { return page_ > 0; }
   int n() const { return n_; }
   int page() const { return page_; }
@@ -56,7 +69,10 @@ class RecallStore {
 
   // The Quest bound of each page for query q (head_dim floats, unscaled): bound[p] (n_pages()).
   void page_bounds(const float* q, float* bound) const;
-  // The pages to attend for the `rows` queries q[r] of one KV head: the `want` pages whose bound,
+  // Each page's rank score for the `rows` queries q[r] (unscaled): its bound (Quest) or its keys'
+  // largest q . k_j (Keys, each page's keys read once for all rows); score[r * n_pages() + p].
+  void page_scores(const float* const* q, int rows, float* score) const;
+  // The pages to attend for the `rows` queries q[r] of one KV head: the `want` pages whose score,
   // relative to each row's best page, is highest for some row; increasing page order.
   void select(const float* const* q, int rows, int want, std::vector<int>* pages) const;
 
@@ -77,6 +93,7 @@ class RecallStore {
  private:
   int d_ = 0, page_ = 0;
   KvType type_ = KvType::Q8_0;
+  RecallScore score_ = RecallScore::Keys;
   size_t row_ = 0;
   int n_ = 0;
   std::vector<uint8_t> k_, v_;     // [n][row_]
