@@ -43,6 +43,8 @@ void RecallStore::add(const float* k, const float* v, int32_t pos) {
   kv_store_row(type_, k, k_.data() + n * row_, d_);
   kv_store_row(type_, v, v_.data() + n * row_, d_);
   pos_.push_back(pos);
+  ++n_;
+  if (score_ != RecallScore::Quest) return;
   // The summary bounds the keys as they are read back, so that the bound holds for what is attended.
   thread_local std::vector<float> back;
   back.resize(static_cast<size_t>(d_));
@@ -59,7 +61,6 @@ void RecallStore::add(const float* k, const float* v, int32_t pos) {
       mx[i] = std::max(mx[i], back[static_cast<size_t>(i)]);
     }
   }
-  ++n_;
 }
 
 void RecallStore::clear() {
@@ -70,16 +71,17 @@ void RecallStore::clear() {
   n_ = 0;
 }
 
-size_t RecallStore::planned_bytes(int head_dim, int page, KvType type, int64_t tokens) {
+size_t RecallStore::planned_bytes(int head_dim, int page, KvType type, int64_t tokens, RecallScore score) {
   if (page < 1 || tokens <= 0) return 0;
   const size_t pages = static_cast<size_t>((tokens + page - 1) / page);
   return static_cast<size_t>(tokens) * (2 * kv_row_bytes(type, head_dim) + sizeof(int32_t)) +
-         pages * 2 * static_cast<size_t>(head_dim) * sizeof(float);
+         (score == RecallScore::Quest ? pages * 2 * static_cast<size_t>(head_dim) * sizeof(float) : 0);
 }
 
-size_t RecallStore::bytes() const { return active() ? planned_bytes(d_, page_, type_, n_) : 0; }
+size_t RecallStore::bytes() const { return active() ? planned_bytes(d_, page_, type_, n_, score_) : 0; }
 
 void RecallStore::page_bounds(const float* q, float* bound) const {
+  if (score_ != RecallScore::Quest) fail("internal: page bounds of a store ranked by its keys (no summaries kept)");
   // max(q_i min_i, q_i max_i) is q_i min_i where q_i < 0 and q_i max_i elsewhere.
   thread_local std::vector<float> split;
   split.resize(static_cast<size_t>(2 * d_));

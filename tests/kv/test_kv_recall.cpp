@@ -28,7 +28,7 @@ TEST(RecallStore, PageBoundsAreUpperBoundsOfEveryKeyScore) {
   std::mt19937 rng(3);
   const int d = 64, page = 8;
   for (KvType t : {KvType::F32, KvType::Q8_0, KvType::Q4_0}) {
-    RecallStore st(d, page, t);
+    RecallStore st(d, page, t, RecallScore::Quest);
     for (int j = 0; j < 53; ++j) st.add(randn(d, 1.0f, rng).data(), randn(d, 1.0f, rng).data(), j);
     ASSERT_EQ(st.n_pages(), 7);
     const std::vector<float> q = randn(d, 2.0f, rng);
@@ -186,7 +186,11 @@ TEST(Recall, StoreBytesCountInTheCache) {
   const size_t per_head = 60 * (2 * 68 + 4) + 4 * 2 * 64 * 4;
   EXPECT_EQ(cache.store_bytes_used(), 2 * per_head);
   EXPECT_EQ(cache.bytes_used(), 2 * per_head + static_cast<size_t>(2 * 40) * KvCache::token_bytes(64, KvType::F32, KvType::F32));
-  EXPECT_EQ(RecallStore::planned_bytes(64, 16, KvType::Q8_0, 60), per_head);
+  EXPECT_EQ(RecallStore::planned_bytes(64, 16, KvType::Q8_0, 60, RecallScore::Quest), per_head);
+  // Ranked by their keys, pages keep no summary.
+  EXPECT_EQ(RecallStore::planned_bytes(64, 16, KvType::Q8_0, 60, RecallScore::Keys), size_t{60} * (2 * 68 + 4));
+  const KvCache keys = evicted_cache(Case{4, 2, 64, 100, 40, 2, 16, KvType::Q4_0, false, RecallScore::Keys}, rng);
+  EXPECT_EQ(keys.store_bytes_used(), size_t{2} * 60 * (2 * 36 + 4));
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ size_t planned_kv_bytes(const ModelConfig& c, const KvPolicyParams& kv, int n_ct
   if (kv.absorbs()) bytes += static_cast<size_t>(c.n_layers) * c.n_kv_heads * LinearState(c.head_dim, kv.centroid_count()).bytes();
   // The recall store holds what is evicted: at most every token, in every layer and KV head.
   if (kv.recall_pages > 0)
-    bytes += static_cast<size_t>(c.n_layers) * c.n_kv_heads * RecallStore::planned_bytes(c.head_dim, kv.recall_page, kv.store_type, held);
+    bytes += static_cast<size_t>(c.n_layers) * c.n_kv_heads * RecallStore::planned_bytes(c.head_dim, kv.recall_page, kv.store_type, held, kv.recall_score);
   return bytes;
 }
 

@@ -1,10 +1,10 @@
 // The recall store (algorithm.md §9): the second tier of a head's cache. Every token the policy
 // evicts from the exact cache lands here instead of being dropped, in pages of a fixed number of
-// tokens stored in a compact row type (kv_type.h), each page with a summary of its keys: the
-// per-channel minimum and maximum (Quest, Tang et al., ICML 2024). At each query the summaries
-// bound q . k over every page from above,
+// tokens stored in a compact row type (kv_type.h). At each query every page gets a score, the
+// largest q . k_j of its keys (RecallScore::Keys) or the bound of a summary of them, the
+// per-channel minimum and maximum (RecallScore::Quest; Tang et al., ICML 2024),
 //   U(q, page) = sum_i max(q_i min_i, q_i max_i)  >=  q . k_j for every key j of the page,
-// and the P pages of highest bound are attended exactly, in one softmax with the exact cache.
+// and the P pages of highest score are attended exactly, in one softmax with the exact cache.
 // The rest of the store is left out, or covered by the Taylor state of the head minus what was
 // recalled (RecallCover, ptaa.h).
 #pragma once
@@ -62,10 +62,10 @@ class RecallStore {
   // Appends an evicted token (key after RoPE, value) at position pos to the last page.
   void add(const float* k, const float* v, int32_t pos);
   void clear();
-  // Bytes in use: stored rows, positions and the pages' summaries.
+  // Bytes in use: stored rows, positions and (Quest) the pages' summaries.
   size_t bytes() const;
   // Bytes a store of `tokens` tokens takes (for planning).
-  static size_t planned_bytes(int head_dim, int page, KvType type, int64_t tokens);
+  static size_t planned_bytes(int head_dim, int page, KvType type, int64_t tokens, RecallScore score);
 
   // The Quest bound of each page for query q (head_dim floats, unscaled): bound[p] (n_pages()).
   void page_bounds(const float* q, float* bound) const;
@@ -98,8 +98,8 @@ class RecallStore {
   int n_ = 0;
   std::vector<uint8_t> k_, v_;     // [n][row_]
   std::vector<int32_t> pos_;       // [n]
-  // [pages][2 d]: per channel, the minimum then the maximum of the page's keys as stored; side by
-  // side, so that a page's bound is one dot product, [min(q, 0), max(q, 0)] . [min, max].
+  // Quest only: [pages][2 d]: per channel, the minimum then the maximum of the page's keys as
+  // stored; side by side, so that a page's bound is one dot product, [min(q, 0), max(q, 0)] . [min, max].
   std::vector<float> summary_;
 };
 
