@@ -24,7 +24,7 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params, st
   if (plan_.evicting && !p.cascade) fail("the cuda backend evicts after every layer (cascade) only");
   if (plan_.evicting && p.evict_every != 1) fail("the cuda backend evicts one token per decode step (--kv-evict-every 1) only");
   if (plan_.evicting && p.prefill_chunk > 0) fail("--prefill-chunk runs on the cpu backend only, for now");
-  if (p.recall_pages > 0) fail("--kv-recall-pages runs on the cpu backend only, for now (docs/algorithm.md §9)");
+  if (p.recall().on()) fail("--kv-recall-pages runs on the cpu backend only, for now (docs/algorithm.md §9)");
   if (!emulated() && device_count() == 0) fail("the cuda backend needs a CUDA device, and none is available");
   plan_.check_fits();  // before anything is allocated
   gemm_ = make_gemm();

@@ -145,8 +145,17 @@ KvCompaction KvCache::compact_head(int layer, int h, const std::vector<char>& ke
       if (absorb || store) {
         const float* kr = kh.key(r, head_dim_, ks.data());
         const float* vr = kh.value(r, head_dim_, vs.data());
-        if (absorb) kh.lin.absorb(kr, vr);
-        if (store) kh.recall.add(kr, vr, kh.pos[static_cast<size_t>(r)]);
+        if (store) {
+          kh.recall.add(kr, vr, kh.pos[static_cast<size_t>(r)]);
+          // The Taylor state absorbs the row as the store holds it, so that subtracting the recalled
+          // rows (algorithm.md §9.3) cancels exactly whatever the store's type.
+          if (absorb) {
+            kh.recall.load(kh.recall.n() - 1, ks.data(), vs.data());
+            kh.lin.absorb(ks.data(), vs.data());
+          }
+        } else if (absorb) {
+          kh.lin.absorb(kr, vr);
+        }
       }
       ++r;
       continue;

@@ -98,6 +98,15 @@ TEST(CliOptions, WhatCannotRunIsRefusedBeforeTheModelLoads) {
   EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "cake/none/notanumber"}), "");
   EXPECT_EQ(refused({"-p", "no model"}).rfind("CLI11: ", 0), 0u);  // -m is required
   EXPECT_EQ(refused({"-m", "m.gguf", "-c", "-1"}).rfind("CLI11: ", 0), 0u);
+  // The recall store: only where something is evicted, and its settings only with pages to recall.
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-recall-pages", "8"}).find("needs an evicting policy"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-store-type", "q4_0"}).find("needs --kv-recall-pages"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-recall-score", "quest"}).find("needs --kv-recall-pages"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-recall-pages", "8", "--kv-store-type", "kivi4"}), "");
+  EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "full/none/0", "--kv-recall-pages", "8"}).find("none would recall"),
+            std::string::npos);
+  EXPECT_EQ(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "full/none/0,cake/none/64", "--kv-recall-pages", "8"}), "");
+  EXPECT_EQ(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-recall-pages", "8", "--kv-recall-score", "quest", "--kv-store-type", "q4_0"}), "");
   // And the same flags, well formed, are taken.
   EXPECT_EQ(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "cake/none/64,slake/auto/128"}), "");
   EXPECT_EQ(refused({"-m", "m.gguf", "-j", R"({"type": "object"})"}), "");

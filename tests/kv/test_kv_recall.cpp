@@ -126,6 +126,7 @@ TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
   for (const Case c : {Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false, S::Keys}, Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false, S::Quest},
                        Case{6, 2, 64, 300, 64, 5, 8, KvType::F32, true, S::Keys}, Case{6, 2, 64, 300, 64, 5, 8, KvType::F32, true, S::Quest},
                        Case{8, 1, 32, 3000, 2200, 12, 16, KvType::Q4_0, false, S::Keys}, Case{9, 3, 64, 2600, 1100, 7, 16, KvType::F32, true, S::Quest},
+                       Case{6, 2, 64, 300, 64, 5, 8, KvType::Q4_0, true, S::Keys},  // the Taylor state of a lossy store's rows
                        Case{4, 2, 32, 200, 40, 1000, 4, KvType::F32, true, S::Keys}}) {  // every page recalled: nothing left to the Taylor state
     std::mt19937 rng(11 + c.n_keys + c.pages);
     const KvCache cache = evicted_cache(c, rng);

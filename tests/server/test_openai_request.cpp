@@ -109,6 +109,9 @@ TEST_F(OpenAiRequest, ValuesOutOfRangeAreRefusedByName) {
   EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_recall_pages": -1)"), "kv_recall_pages");
   EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_recall_pages": 8, "kv_store_type": "q5_9")"), "kv_store_type");
   EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_recall_pages": 8, "kv_recall_score": "psychic")"), "kv_recall_score");
+  EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_recall_pages": 8, "kv_store_type": "kivi4")"), "kv_store_type");
+  EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_store_type": "q4_0")"), "kv_store_type");  // no recall pages
+  EXPECT_EQ(refused_param(R"("kv_recall_score": "quest")"), "kv_recall_score");
   // Two grammars at once.
   EXPECT_EQ(refused_param(R"("grammar": "root ::= \"a\"", "response_format": {"type": "json_object"})"), "response_format");
   EXPECT_EQ(refused_param(R"("grammar": "root ::= undefined-rule")"), "grammar");

@@ -37,7 +37,13 @@ int32_t argmax(const std::vector<float>& logits) {
 
 // A sweep setting as its response names it.
 json kv_label(const KvPolicyParams& kv) {
-  return {{"policy", kv.policy}, {"compensate", kv.compensator()}, {"budget", kv.budget}};
+  json j{{"policy", kv.policy}, {"compensate", kv.compensator()}, {"budget", kv.budget}};
+  if (kv.recall().on()) {
+    j["recall_pages"] = kv.recall_pages;
+    j["recall_score"] = recall_score_name(kv.recall_score);
+    j["store_type"] = kv_type_name(kv.store_type);
+  }
+  return j;
 }
 
 std::string dump_line(const json& j) {

@@ -58,8 +58,8 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-recall-pages", kv.recall_pages,
-                 "recall store: keep evicted tokens in pages and attend the P pages of highest key bound per query and KV "
-                 "head with the exact cache (0: evicted tokens are dropped or summarised; docs/algorithm.md §9)")
+                 "recall store: keep evicted tokens in pages and attend the P pages of highest score (--kv-recall-score) per "
+                 "query and KV head with the exact cache (0: evicted tokens are dropped or summarised; docs/algorithm.md §9)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-recall-page", kv.recall_page, "tokens in a page of the recall store")
@@ -96,6 +96,8 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
   const CLI::Option* sweep = app.get_option_no_throw("--kv-sweep");
   if (kv.recall_pages > 0 && !kv.evicts() && !(sweep && sweep->count() > 0))
     fail("--kv-recall-pages recalls evicted tokens: it needs an evicting policy and a --kv-budget");
+  for (const char* flag : {"--kv-recall-page", "--kv-recall-score", "--kv-store-type"})
+    if (app.count(flag) > 0 && kv.recall_pages == 0) fail(std::string(flag) + " sets the recall store: it needs --kv-recall-pages");
 }
 
 // --kv-sweep's list (slake-perplexity, slake-cli --batch): POLICY/COMPENSATOR/BUDGET settings
@@ -121,6 +123,8 @@ inline std::vector<KvPolicyParams> parse_kv_sweep(const std::string& spec, const
     out.push_back(resolve_kv_policy(p, false));
     at = comma + 1;
   }
+  if (base.recall_pages > 0 && std::none_of(out.begin(), out.end(), [](const KvPolicyParams& p) { return p.recall().on(); }))
+    fail("--kv-recall-pages: no --kv-sweep setting evicts, so none would recall");
   return out;
 }
 

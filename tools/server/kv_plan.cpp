@@ -14,14 +14,15 @@ size_t planned_kv_bytes(const ModelConfig& c, const KvPolicyParams& kv, int n_ct
   // KIVI key groups' scales and minima beyond the per-token bound (0 for the other types).
   const size_t heads = static_cast<size_t>(c.n_layers) * c.n_kv_heads * KvCache::head_bytes(c.head_dim, kv.type_k, kv.type_v);
   const size_t full = static_cast<size_t>(held) * c.n_layers * per_layer_token + heads;
-  if (!kv.evicts() || !kv.cascade) return full;
+  // The recall store holds what is evicted: at most every token, in every layer and KV head.
+  const size_t store = kv.recall().on() ? static_cast<size_t>(c.n_layers) * c.n_kv_heads *
+                                              RecallStore::planned_bytes(c.head_dim, kv.recall_page, kv.store_type, held, kv.recall_score)
+                                        : 0;
+  if (!kv.evicts() || !kv.cascade) return full + store;
   const long long token_layers = static_cast<long long>(c.n_layers) * (kv.budget + kv.evict_every) + std::min(prompt, held);
   size_t bytes = std::min(full, static_cast<size_t>(token_layers) * per_layer_token + heads);
   if (kv.absorbs()) bytes += static_cast<size_t>(c.n_layers) * c.n_kv_heads * LinearState(c.head_dim, kv.centroid_count()).bytes();
-  // The recall store holds what is evicted: at most every token, in every layer and KV head.
-  if (kv.recall_pages > 0)
-    bytes += static_cast<size_t>(c.n_layers) * c.n_kv_heads * RecallStore::planned_bytes(c.head_dim, kv.recall_page, kv.store_type, held, kv.recall_score);
-  return bytes;
+  return bytes + store;
 }
 
 }  // namespace slake::server

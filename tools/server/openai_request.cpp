@@ -409,11 +409,12 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
   kv.window = static_cast<int>(get_int(body, "kv_window", kv.window, 1, std::numeric_limits<int>::max()));
   kv.observe = static_cast<int>(get_int(body, "kv_observe", kv.observe, 0, std::numeric_limits<int>::max()));
   kv.prefill_chunk = static_cast<int>(get_int(body, "kv_prefill_chunk", kv.prefill_chunk, 0, std::numeric_limits<int>::max()));
-  kv.recall_pages = static_cast<int>(get_int(body, "kv_recall_pages", kv.recall_pages, 0, std::numeric_limits<int>::max()));
+  kv.recall_pages = static_cast<int>(get_int(body, "kv_recall_pages", kv.recall_pages, 0, 1 << 24));
   if (field(body, "kv_store_type")) {
     const std::string t = get_string(body, "kv_store_type", "");
     try {
       kv.store_type = parse_kv_type(t);
+      if (kv_is_kivi(kv.store_type)) fail("'kv_store_type' must be a row type (f32, f16, bf16, q8_0, q4_0), got " + t);
     } catch (const Error& e) {
       throw bad_field("kv_store_type", e.what());
     }
@@ -433,12 +434,20 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
   } catch (const Error& e) {
     throw bad_field(policy_given ? "kv_policy" : "kv_budget", e.what());
   }
-  // The server's --kv-recall-pages applies to the requests that evict; a request asking for it
-  // without eviction is refused.
-  if (out.recall_pages > 0 && !out.evicts()) {
-    if (field(body, "kv_recall_pages"))
+  // The server's --kv-recall-* apply to the requests that recall (evicting, with pages); a request
+  // that sets a recall field where nothing is recalled is refused, and the others drop the
+  // server's recall settings, so that equal policies compare equal.
+  if (!out.recall().on()) {
+    if (field(body, "kv_recall_pages") && out.recall_pages > 0)
       throw bad_field("kv_recall_pages", "'kv_recall_pages' recalls evicted tokens: it needs an evicting kv_policy and a kv_budget");
+    for (const char* f : {"kv_store_type", "kv_recall_score"})
+      if (field(body, f))
+        throw bad_field(f, std::string("'") + f + "' sets the recall store: it needs kv_recall_pages and an evicting kv_policy");
+    const KvPolicyParams dflt;
     out.recall_pages = 0;
+    out.recall_page = dflt.recall_page;
+    out.store_type = dflt.store_type;
+    out.recall_score = dflt.recall_score;
   }
   return out;
 }

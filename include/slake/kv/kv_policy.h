@@ -47,8 +47,9 @@ struct KvPolicyParams {
   KvType type_k = KvType::F16, type_v = KvType::F16;
   // The recall store (kv_recall.h, algorithm.md §9): recall_pages > 0 keeps every evicted token in
   // pages of recall_page tokens stored as store_type, and attends the recall_pages pages of highest
-  // Quest bound per query and KV head with the exact cache. The Taylor state, if the policy keeps
-  // one, then covers the evicted tokens not recalled. Evicting policies only (recall()); no centroids.
+  // score (recall_score) per query and KV head with the exact cache. The Taylor state, if the policy
+  // keeps one, then covers the evicted tokens not recalled. Evicting policies only (recall()); no
+  // centroids.
   int recall_pages = 0;
   int recall_page = 16;
   KvType store_type = KvType::Q8_0;

@@ -56,7 +56,7 @@ class RecallStore {
   bool active() const { return page_ > 0; }
   int n() const { return n_; }
   int page() const { return page_; }
-  int n_pages() const { return (n_ + page_ - 1) / page_; }
+  int n_pages() const { return page_ > 0 ? (n_ + page_ - 1) / page_ : 0; }
   KvType type() const { return type_; }
 
   // Appends an evicted token (key after RoPE, value) at position pos to the last page.
