@@ -34,10 +34,12 @@ bool recalls(const KvCache& cache, const KvHead& kv) { return cache.recall().on(
 // attend_rows would. When the head's Taylor state holds the evicted tokens, it must then stand for
 // the ones not recalled: cover[r] says what was (vs and xv in cover_buf, 2 n d floats). Returns
 // whether cover was filled.
+// `scores`: the pages' scores for these rows (page_scores over every page), or null to score them here.
 bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, const int32_t* qpos, int n, int window,
-                 float* acc, float* m, float* l, RecallCover* cover, float* cover_buf) {
+                 float* acc, float* m, float* l, RecallCover* cover, float* cover_buf, const float* scores) {
   thread_local std::vector<int> pages;
-  kv.recall.select(q, n, cache.recall().pages, &pages);
+  if (scores) kv.recall.select_scored(scores, n, cache.recall().pages, &pages);
+  else kv.recall.select(q, n, cache.recall().pages, &pages);
   const bool covers = kv.lin.n > 0.0f && kv.lin.centroids == 0;
   kv.recall.attend(q, qpos, n, window, pages, acc, m, l, covers ? cover : nullptr, cover_buf);
   return covers;
@@ -45,16 +47,58 @@ bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, 
 
 // recall_part merged into a block's exact part (acc, m, l) of n rows.
 bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q, const int32_t* qpos, int n, int window,
-                  float* acc, float* m, float* l, RecallCover* cover, std::vector<float>& cover_buf) {
+                  float* acc, float* m, float* l, RecallCover* cover, std::vector<float>& cover_buf, const float* scores) {
   const int d = cache.head_dim();
   thread_local std::vector<float> r_acc;
   float r_m[kLanes], r_l[kLanes];
   r_acc.resize(static_cast<size_t>(n) * d);
   cover_buf.resize(static_cast<size_t>(2 * n) * d);
-  const bool covers = recall_part(cache, kv, q, qpos, n, window, r_acc.data(), r_m, r_l, cover, cover_buf.data());
+  const bool covers = recall_part(cache, kv, q, qpos, n, window, r_acc.data(), r_m, r_l, cover, cover_buf.data(), scores);
   for (int r = 0; r < n; ++r)
     merge_softmax(m[r], l[r], acc + static_cast<size_t>(r) * d, r_m[r], r_l[r], r_acc.data() + static_cast<size_t>(r) * d, d);
   return covers;
+}
+
+// The page scores of every KV head's store for one block of rows per head (a decode token's GQA
+// group), computed over chunks of kScorePages pages in parallel: a long store scored inside its
+// head's own work item would leave the other threads idle (3 KV heads on 2 threads, or 1 on 16).
+// Returns, per KV head, its scores (RecallStore::page_scores over every page) or null when the
+// cache does not recall or the store is too short to be worth it; they live in the calling
+// thread's buffer until its next call.
+constexpr int kScorePages = 64;
+std::vector<const float*> recall_scores(const float* q, int n_tokens, const KvCache& cache, int layer, const AttentionShape& s,
+                                        ThreadPool& pool) {
+  std::vector<const float*> out(static_cast<size_t>(s.n_kv_heads), nullptr);
+  if (!cache.recall().on()) return out;
+  const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, rows = n_tokens * group;
+  const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
+  thread_local std::vector<float> buf;
+  std::vector<size_t> off(static_cast<size_t>(s.n_kv_heads), 0);
+  std::vector<std::pair<int, int>> items;  // (KV head, first page)
+  size_t total = 0;
+  for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) {
+    const RecallStore& st = cache.head(layer, kvh).recall;
+    const int np = st.n_pages();
+    if (np <= kScorePages || np <= cache.recall().pages) continue;  // scored in the head's own item, or all recalled
+    off[static_cast<size_t>(kvh)] = total;
+    total += static_cast<size_t>(rows) * np;
+    for (int p0 = 0; p0 < np; p0 += kScorePages) items.emplace_back(kvh, p0);
+  }
+  if (items.empty()) return out;
+  buf.resize(total);
+  float* const base = buf.data();
+  pool.parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e, int) {
+    const float* qr[kLanes];
+    for (int64_t w = b; w < e; ++w) {
+      const auto [kvh, p0] = items[static_cast<size_t>(w)];
+      const RecallStore& st = cache.head(layer, kvh).recall;
+      for (int r = 0; r < rows; ++r) qr[r] = q + (r / group) * qdim + static_cast<int64_t>(kvh * group + r % group) * d;
+      st.page_scores(qr, rows, p0, std::min(st.n_pages(), p0 + kScorePages), base + off[static_cast<size_t>(kvh)]);
+    }
+  });
+  for (const auto& [kvh, p0] : items)
+    if (p0 == 0) out[static_cast<size_t>(kvh)] = base + off[static_cast<size_t>(kvh)];
+  return out;
 }
 
 // One block of rows per KV head (a decode token, or a few) over a long cache: each head's visible
@@ -65,7 +109,8 @@ bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q,
 // With `scores` (a decode step, attention_decode), each part takes its rows' scores from them and
 // reads no key.
 void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
-                          const AttentionShape& s, int splits, ThreadPool& pool, const std::vector<DecodeRowScores>* scores) {
+                          const AttentionShape& s, int splits, ThreadPool& pool, const std::vector<DecodeRowScores>* scores,
+                          const std::vector<const float*>& page_scores) {
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, rows = n_tokens * group;
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
   // A cache that recalls gives each KV head one more part: the pages recalled from its store.
@@ -113,7 +158,7 @@ void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n
           continue;
         }
         covered_by[kvh] = recall_part(cache, kv, qr, pr, rows, s.sliding_window, acc, m, l, covers + static_cast<size_t>(kvh) * kLanes,
-                                      cover_at + static_cast<size_t>(kvh) * 2 * kLanes * d);
+                                      cover_at + static_cast<size_t>(kvh) * 2 * kLanes * d, page_scores[static_cast<size_t>(kvh)]);
         continue;
       }
       block.begin(qr, pr, rows, d);
@@ -200,9 +245,11 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
   const int64_t rows = static_cast<int64_t>(n_tokens) * group;
   const int64_t blocks = (rows + kLanes - 1) / kLanes;
   const int64_t items = (blocks + kBlocks - 1) / kBlocks;
+  std::vector<const float*> page_scores(static_cast<size_t>(s.n_kv_heads), nullptr);
   if (blocks == 1) {
+    page_scores = recall_scores(q, n_tokens, cache, layer, s, pool);
     const int splits = key_splits(cache, layer, s.n_kv_heads);
-    if (splits > 1) return attention_split_keys(out, q, qpos, n_tokens, cache, layer, s, splits, pool, nullptr);
+    if (splits > 1) return attention_split_keys(out, q, qpos, n_tokens, cache, layer, s, splits, pool, nullptr, page_scores);
   }
   pool.parallel_for(items * s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
     thread_local std::vector<RowBlock> block(kBlocks);
@@ -246,7 +293,8 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
         bool covered = false;
         if (recalls(cache, kv)) {  // a later chunk of a chunked prefill: the store holds what the earlier ones evicted
           for (int r = 0; r < n; ++r) pr[r] = qpos[((b0 + i) * kLanes + r) / group];
-          covered = recall_merge(cache, kv, qr[i], pr, n, s.sliding_window, acc.data(), m, l, cover, cover_buf);
+          covered = recall_merge(cache, kv, qr[i], pr, n, s.sliding_window, acc.data(), m, l, cover, cover_buf,
+                                 blocks == 1 ? page_scores[static_cast<size_t>(kvh)] : nullptr);
         }
         for (int r = 0; r < n; ++r)
           ptaa_finish(outr[i][r], qr[i][r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, covered ? &cover[r] : nullptr);
@@ -266,9 +314,11 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
   }
   // A long cache is split over its keys as attention_prefill splits it, so that 3 KV heads keep 2
   // threads busy and both paths sum in the same order.
+  std::vector<const float*> page_scores(static_cast<size_t>(s.n_kv_heads), nullptr);
   if (blocks == 1) {
+    page_scores = recall_scores(q, 1, cache, layer, s, pool);
     const int splits = key_splits(cache, layer, s.n_kv_heads);
-    if (splits > 1) return attention_split_keys(out, q, &qpos, 1, cache, layer, s, splits, pool, &scores);
+    if (splits > 1) return attention_split_keys(out, q, &qpos, 1, cache, layer, s, splits, pool, &scores, page_scores);
   }
   pool.parallel_for(static_cast<int64_t>(s.n_kv_heads) * blocks, 1, [&](int64_t b, int64_t e, int) {
     thread_local RowBlock block;
@@ -291,7 +341,8 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
       const auto [j_begin, j_end] = block.key_range(kv, s.sliding_window);
       block.attend_scored(kv, xs.x[static_cast<size_t>(g0 / kLanes)].data(), s.sliding_window, j_begin, j_end);
       block.finish(acc.data(), m, l);
-      const bool covered = recalls(cache, kv) && recall_merge(cache, kv, qr, pr, n, s.sliding_window, acc.data(), m, l, cover, cover_buf);
+      const bool covered = recalls(cache, kv) && recall_merge(cache, kv, qr, pr, n, s.sliding_window, acc.data(), m, l, cover, cover_buf,
+                                                              blocks == 1 ? page_scores[static_cast<size_t>(kvh)] : nullptr);
       for (int r = 0; r < n; ++r)
         ptaa_finish(out + (qr[r] - q), qr[r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, covered ? &cover[r] : nullptr);
     }

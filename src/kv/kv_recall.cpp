@@ -82,37 +82,47 @@ size_t RecallStore::bytes() const { return active() ? planned_bytes(d_, page_, t
 
 void RecallStore::page_bounds(const float* q, float* bound) const {
   if (score_ != RecallScore::Quest) fail("internal: page bounds of a store ranked by its keys (no summaries kept)");
-  // max(q_i min_i, q_i max_i) is q_i min_i where q_i < 0 and q_i max_i elsewhere.
-  thread_local std::vector<float> split;
-  split.resize(static_cast<size_t>(2 * d_));
-  for (int i = 0; i < d_; ++i) {
-    split[static_cast<size_t>(i)] = std::min(q[i], 0.0f);
-    split[static_cast<size_t>(d_ + i)] = std::max(q[i], 0.0f);
-  }
-  const int pages = n_pages();
-  for (int p = 0; p < pages; ++p) bound[p] = dot_f32(split.data(), page_min(p), 2 * d_);
+  page_scores(&q, 1, 0, n_pages(), bound);
 }
 
-void RecallStore::page_scores(const float* const* q, int rows, float* score) const {
-  const int pages = n_pages();
+void RecallStore::page_scores(const float* const* q, int rows, int p0, int p1, float* score) const {
+  const size_t np = static_cast<size_t>(n_pages());
   if (score_ == RecallScore::Quest) {
-    for (int r = 0; r < rows; ++r) page_bounds(q[r], score + static_cast<size_t>(r) * pages);
+    thread_local std::vector<float> split;
+    split.resize(static_cast<size_t>(2 * d_));
+    for (int r = 0; r < rows; ++r) {
+      // max(q_i min_i, q_i max_i) is q_i min_i where q_i < 0 and q_i max_i elsewhere.
+      for (int i = 0; i < d_; ++i) {
+        split[static_cast<size_t>(i)] = std::min(q[r][i], 0.0f);
+        split[static_cast<size_t>(d_ + i)] = std::max(q[r][i], 0.0f);
+      }
+      for (int p = p0; p < p1; ++p) score[static_cast<size_t>(r) * np + p] = dot_f32(split.data(), page_min(p), 2 * d_);
+    }
     return;
   }
   thread_local std::vector<float> ks;
   ks.resize(static_cast<size_t>(page_) * d_);
-  for (int p = 0; p < pages; ++p) {
+  for (int p = p0; p < p1; ++p) {
     const int j0 = p * page_, cnt = std::min(page_, n_ - j0);
     kv_load_rows(type_, k_.data() + static_cast<size_t>(j0) * row_, ks.data(), cnt, d_);
     for (int r = 0; r < rows; ++r) {
       float top = kNegInf;
       for (int j = 0; j < cnt; ++j) top = std::max(top, dot_f32(q[r], ks.data() + static_cast<size_t>(j) * d_, d_));
-      score[static_cast<size_t>(r) * pages + p] = top;
+      score[static_cast<size_t>(r) * np + p] = top;
     }
   }
 }
 
 void RecallStore::select(const float* const* q, int rows, int want, std::vector<int>* pages) const {
+  const int np = n_pages();
+  if (want <= 0 || np == 0 || want >= np) return select_scored(nullptr, rows, want, pages);
+  thread_local std::vector<float> score;
+  score.resize(static_cast<size_t>(rows) * np);
+  page_scores(q, rows, 0, np, score.data());
+  select_scored(score.data(), rows, want, pages);
+}
+
+void RecallStore::select_scored(const float* score, int rows, int want, std::vector<int>* pages) const {
   pages->clear();
   const int np = n_pages();
   if (want <= 0 || np == 0) return;
@@ -123,12 +133,10 @@ void RecallStore::select(const float* const* q, int rows, int want, std::vector<
   }
   // Each row's scores in its own softmax units, relative to its best page; a page ranks by the
   // row that wants it most, so that a page one query head needs is not outvoted by the others.
-  thread_local std::vector<float> score, best;
-  score.resize(static_cast<size_t>(rows) * np);
+  thread_local std::vector<float> best;
   best.assign(static_cast<size_t>(np), kNegInf);
-  page_scores(q, rows, score.data());
   for (int r = 0; r < rows; ++r) {
-    const float* sr = score.data() + static_cast<size_t>(r) * np;
+    const float* sr = score + static_cast<size_t>(r) * np;
     const float top = *std::max_element(sr, sr + np);
     for (int p = 0; p < np; ++p) best[static_cast<size_t>(p)] = std::max(best[static_cast<size_t>(p)], sr[p] - top);
   }

@@ -127,6 +127,8 @@ TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
                        Case{6, 2, 64, 300, 64, 5, 8, KvType::F32, true, S::Keys}, Case{6, 2, 64, 300, 64, 5, 8, KvType::F32, true, S::Quest},
                        Case{8, 1, 32, 3000, 2200, 12, 16, KvType::Q4_0, false, S::Keys}, Case{9, 3, 64, 2600, 1100, 7, 16, KvType::F32, true, S::Quest},
                        Case{6, 2, 64, 300, 64, 5, 8, KvType::Q4_0, true, S::Keys},  // the Taylor state of a lossy store's rows
+                       // Stores of over 64 pages are scored in parallel chunks before attention.
+                       Case{6, 2, 64, 3000, 200, 10, 8, KvType::Q8_0, true, S::Keys}, Case{4, 1, 64, 1500, 100, 9, 16, KvType::F16, false, S::Quest},
                        Case{4, 2, 32, 200, 40, 1000, 4, KvType::F32, true, S::Keys}}) {  // every page recalled: nothing left to the Taylor state
     std::mt19937 rng(11 + c.n_keys + c.pages);
     const KvCache cache = evicted_cache(c, rng);

@@ -69,12 +69,15 @@ class RecallStore {
 
   // The Quest bound of each page for query q (head_dim floats, unscaled): bound[p] (n_pages()).
   void page_bounds(const float* q, float* bound) const;
-  // Each page's rank score for the `rows` queries q[r] (unscaled): its bound (Quest) or its keys'
-  // largest q . k_j (Keys, each page's keys read once for all rows); score[r * n_pages() + p].
-  void page_scores(const float* const* q, int rows, float* score) const;
+  // The rank score of pages [p0, p1) for the `rows` queries q[r] (unscaled): the bound (Quest) or
+  // the keys' largest q . k_j (Keys, each page's keys read once for all rows), into
+  // score[r * n_pages() + p]. Distinct page ranges may be scored concurrently.
+  void page_scores(const float* const* q, int rows, int p0, int p1, float* score) const;
   // The pages to attend for the `rows` queries q[r] of one KV head: the `want` pages whose score,
   // relative to each row's best page, is highest for some row; increasing page order.
   void select(const float* const* q, int rows, int want, std::vector<int>* pages) const;
+  // select from scores page_scores wrote for every page.
+  void select_scored(const float* score, int rows, int want, std::vector<int>* pages) const;
 
   // Exact attention of rows q[r] (positions qpos[r]; keys visible as key_visible says) over the
   // tokens of `pages`, before normalisation, as attend_rows (attention_rows.h) gives it:
