@@ -291,7 +291,10 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
         const int n = static_cast<int>(std::min<int64_t>(kLanes, rows - (b0 + i) * kLanes));
         block[static_cast<size_t>(i)].finish(acc.data(), m, l);
         bool covered = false;
-        if (recalls(cache, kv)) {  // a later chunk of a chunked prefill: the store holds what the earlier ones evicted
+        // A query recalls when it is one token's (a decode step): the rows of a prompt's later chunk
+        // do not, since scoring the whole store for every block of 16 of them costs as much as
+        // attending to it (algorithm.md §9.2); they see the exact cache and the Taylor state.
+        if (blocks == 1 && recalls(cache, kv)) {
           for (int r = 0; r < n; ++r) pr[r] = qpos[((b0 + i) * kLanes + r) / group];
           covered = recall_merge(cache, kv, qr[i], pr, n, s.sliding_window, acc.data(), m, l, cover, cover_buf,
                                  blocks == 1 ? page_scores[static_cast<size_t>(kvh)] : nullptr);

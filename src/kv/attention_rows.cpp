@@ -329,6 +329,8 @@ void RowBlock::finish(float* acc, float* m, float* l) const {
   }
 }
 
+lanes_f score_tile_of_keys(const float* q, const float* k, int d) { return score_keys(q, k, d); }
+
 void attend_rows(const float* const* q, const int32_t* qpos, int n, const KvHead& kv, int d, int window, float* acc,
                  float* m, float* l) {
   thread_local RowBlock block;

@@ -8,6 +8,7 @@
 #include "slake/cpu/ops.h"
 #include "slake/error.h"
 #include "slake/kv/attention.h"
+#include "slake/kv/attention_rows.h"
 
 namespace slake {
 
@@ -100,14 +101,25 @@ void RecallStore::page_scores(const float* const* q, int rows, int p0, int p1, f
     }
     return;
   }
+  // The page's keys as floats, a tile of 16 at a time scored by the attention kernel's tile scorer
+  // (lanes over keys, no horizontal sum per key); rows past the page's end are zeros, left out.
+  const bool tiles = d_ % 16 == 0;
+  const int padded = (page_ + kLanes - 1) / kLanes * kLanes;
   thread_local std::vector<float> ks;
-  ks.resize(static_cast<size_t>(page_) * d_);
+  ks.assign(static_cast<size_t>(padded) * d_, 0.0f);
   for (int p = p0; p < p1; ++p) {
     const int j0 = p * page_, cnt = std::min(page_, n_ - j0);
     kv_load_rows(type_, k_.data() + static_cast<size_t>(j0) * row_, ks.data(), cnt, d_);
     for (int r = 0; r < rows; ++r) {
       float top = kNegInf;
-      for (int j = 0; j < cnt; ++j) top = std::max(top, dot_f32(q[r], ks.data() + static_cast<size_t>(j) * d_, d_));
+      if (tiles) {
+        for (int t0 = 0; t0 < cnt; t0 += kLanes) {
+          const lanes_f s = score_tile_of_keys(q[r], ks.data() + static_cast<size_t>(t0) * d_, d_);
+          for (int j = 0; j < std::min(kLanes, cnt - t0); ++j) top = std::max(top, s[j]);
+        }
+      } else {
+        for (int j = 0; j < cnt; ++j) top = std::max(top, dot_f32(q[r], ks.data() + static_cast<size_t>(j) * d_, d_));
+      }
       score[static_cast<size_t>(r) * np + p] = top;
     }
   }

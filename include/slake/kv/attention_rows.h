@@ -27,6 +27,10 @@ namespace slake {
 void attend_rows(const float* const* q, const int32_t* qpos, int n, const KvHead& kv, int head_dim, int window,
                  float* acc, float* m, float* l);
 
+// Lane j: q . k_j for the 16 keys of a tile, rows of d floats from k (d a multiple of 16): the dot
+// products summed across lanes 16 at a time, as the few-rows kernel scores a tile.
+lanes_f score_tile_of_keys(const float* q, const float* k, int d);
+
 // attend_rows in steps, so that several blocks can take the same keys while they are in cache:
 // begin, then attend over consecutive key ranges (any split of key_range gives the same
 // result up to rounding), then finish.
