@@ -30,7 +30,7 @@ int key_splits(const KvCache& cache, int layer, int n_kv_heads) {
 bool recalls(const KvCache& cache, const KvHead& kv) { return cache.recall().on() && kv.recall.n() > 0; }
 
 // The recall part of a block of n rows of one KV head (algorithm.md §9.2): the cache's recall.pages
-// pages of kv's store with the highest bound for the rows, attended exactly into (acc, m, l) as
+// pages of kv's store with the highest score for the rows, attended exactly into (acc, m, l) as
 // attend_rows would. When the head's Taylor state holds the evicted tokens, it must then stand for
 // the ones not recalled: cover[r] says what was (vs and xv in cover_buf, 2 n d floats). Returns
 // whether cover was filled.
