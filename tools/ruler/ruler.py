@@ -190,11 +190,27 @@ def token_counter(args):
     return count
 
 
+# Flags of the recall store (with their values), which apply to the evicting settings only.
+RECALL_FLAGS = ("--kv-recall-pages", "--kv-recall-page", "--kv-recall-score", "--kv-store-type")
+
+
 def label(policy, comp, extra):
     """A row's name in the records and the table: the policy, then any compensator other than its
-    own and the extra flags, as given on the command line."""
+    own and the extra flags, as given on the command line (for the full cache, less the recall
+    store's, which it does not take)."""
     name = policy + (f" --kv-compensate {comp}" if comp != "auto" and policy != "full" else "")
-    return name + (f" {extra}" if extra else "")
+    words = extra.split() if extra else []
+    if policy == "full":
+        kept, skip = [], False
+        for w in words:
+            if skip:
+                skip = False
+            elif w in RECALL_FLAGS:
+                skip = True
+            else:
+                kept.append(w)
+        words = kept
+    return name + (" " + " ".join(words) if words else "")
 
 
 def run(args):
