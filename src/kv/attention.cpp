@@ -62,14 +62,13 @@ bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q,
 // The page scores of every KV head's store for one block of rows per head (a decode token's GQA
 // group), computed over chunks of kScorePages pages in parallel: a long store scored inside its
 // head's own work item would leave the other threads idle (3 KV heads on 2 threads, or 1 on 16).
-// Returns, per KV head, its scores (RecallStore::page_scores over every page) or null when the
-// cache does not recall or the store is too short to be worth it; they live in the calling
-// thread's buffer until its next call.
+// Returns, per KV head, its scores (RecallStore::page_scores over every page) or null where its
+// store is too short to be worth it, in the calling thread's buffers until its next call; null
+// itself when no head's scores were computed (a cache that does not recall: no work, no allocation).
 constexpr int kScorePages = 64;
-std::vector<const float*> recall_scores(const float* q, int n_tokens, const KvCache& cache, int layer, const AttentionShape& s,
-                                        ThreadPool& pool) {
-  std::vector<const float*> out(static_cast<size_t>(s.n_kv_heads), nullptr);
-  if (!cache.recall().on()) return out;
+const float* const* recall_scores(const float* q, int n_tokens, const KvCache& cache, int layer, const AttentionShape& s,
+                                  ThreadPool& pool) {
+  if (!cache.recall().on()) return nullptr;
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, rows = n_tokens * group;
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
   thread_local std::vector<float> buf;
@@ -84,7 +83,7 @@ std::vector<const float*> recall_scores(const float* q, int n_tokens, const KvCa
     total += static_cast<size_t>(rows) * np;
     for (int p0 = 0; p0 < np; p0 += kScorePages) items.emplace_back(kvh, p0);
   }
-  if (items.empty()) return out;
+  if (items.empty()) return nullptr;
   buf.resize(total);
   float* const base = buf.data();
   pool.parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e, int) {
@@ -96,10 +95,15 @@ std::vector<const float*> recall_scores(const float* q, int n_tokens, const KvCa
       st.page_scores(qr, rows, p0, std::min(st.n_pages(), p0 + kScorePages), base + off[static_cast<size_t>(kvh)]);
     }
   });
+  thread_local std::vector<const float*> out;
+  out.assign(static_cast<size_t>(s.n_kv_heads), nullptr);
   for (const auto& [kvh, p0] : items)
     if (p0 == 0) out[static_cast<size_t>(kvh)] = base + off[static_cast<size_t>(kvh)];
-  return out;
+  return out.data();
 }
+
+// Head kvh's entry of recall_scores' result (null: none).
+const float* head_scores(const float* const* scores, int kvh) { return scores ? scores[kvh] : nullptr; }
 
 // One block of rows per KV head (a decode token, or a few) over a long cache: each head's visible
 // keys are split into parts of about kSplitKeys, every part is its own work item, and the parts'
@@ -110,7 +114,7 @@ std::vector<const float*> recall_scores(const float* q, int n_tokens, const KvCa
 // reads no key.
 void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
                           const AttentionShape& s, int splits, ThreadPool& pool, const std::vector<DecodeRowScores>* scores,
-                          const std::vector<const float*>& page_scores) {
+                          const float* const* page_scores) {
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, rows = n_tokens * group;
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
   // A cache that recalls gives each KV head one more part: the pages recalled from its store.
@@ -158,7 +162,7 @@ void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n
           continue;
         }
         covered_by[kvh] = recall_part(cache, kv, qr, pr, rows, s.sliding_window, acc, m, l, covers + static_cast<size_t>(kvh) * kLanes,
-                                      cover_at + static_cast<size_t>(kvh) * 2 * kLanes * d, page_scores[static_cast<size_t>(kvh)]);
+                                      cover_at + static_cast<size_t>(kvh) * 2 * kLanes * d, head_scores(page_scores, kvh));
         continue;
       }
       block.begin(qr, pr, rows, d);
@@ -245,7 +249,7 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
   const int64_t rows = static_cast<int64_t>(n_tokens) * group;
   const int64_t blocks = (rows + kLanes - 1) / kLanes;
   const int64_t items = (blocks + kBlocks - 1) / kBlocks;
-  std::vector<const float*> page_scores(static_cast<size_t>(s.n_kv_heads), nullptr);
+  const float* const* page_scores = nullptr;
   if (blocks == 1) {
     page_scores = recall_scores(q, n_tokens, cache, layer, s, pool);
     const int splits = key_splits(cache, layer, s.n_kv_heads);
@@ -297,7 +301,7 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
         if (blocks == 1 && recalls(cache, kv)) {
           for (int r = 0; r < n; ++r) pr[r] = qpos[((b0 + i) * kLanes + r) / group];
           covered = recall_merge(cache, kv, qr[i], pr, n, s.sliding_window, acc.data(), m, l, cover, cover_buf,
-                                 blocks == 1 ? page_scores[static_cast<size_t>(kvh)] : nullptr);
+                                 head_scores(page_scores, kvh));
         }
         for (int r = 0; r < n; ++r)
           ptaa_finish(outr[i][r], qr[i][r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, covered ? &cover[r] : nullptr);
@@ -317,7 +321,7 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
   }
   // A long cache is split over its keys as attention_prefill splits it, so that 3 KV heads keep 2
   // threads busy and both paths sum in the same order.
-  std::vector<const float*> page_scores(static_cast<size_t>(s.n_kv_heads), nullptr);
+  const float* const* page_scores = nullptr;
   if (blocks == 1) {
     page_scores = recall_scores(q, 1, cache, layer, s, pool);
     const int splits = key_splits(cache, layer, s.n_kv_heads);
@@ -345,7 +349,7 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
       block.attend_scored(kv, xs.x[static_cast<size_t>(g0 / kLanes)].data(), s.sliding_window, j_begin, j_end);
       block.finish(acc.data(), m, l);
       const bool covered = recalls(cache, kv) && recall_merge(cache, kv, qr, pr, n, s.sliding_window, acc.data(), m, l, cover, cover_buf,
-                                                              blocks == 1 ? page_scores[static_cast<size_t>(kvh)] : nullptr);
+                                                              head_scores(page_scores, kvh));
       for (int r = 0; r < n; ++r)
         ptaa_finish(out + (qr[r] - q), qr[r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, covered ? &cover[r] : nullptr);
     }

@@ -102,11 +102,11 @@ void RecallStore::page_scores(const float* const* q, int rows, int p0, int p1, f
     return;
   }
   // The page's keys as floats, a tile of 16 at a time scored by the attention kernel's tile scorer
-  // (lanes over keys, no horizontal sum per key); rows past the page's end are zeros, left out.
+  // (lanes over keys, no horizontal sum per key); the lanes of rows past the page's end are not read.
   const bool tiles = d_ % 16 == 0;
   const int padded = (page_ + kLanes - 1) / kLanes * kLanes;
   thread_local std::vector<float> ks;
-  ks.assign(static_cast<size_t>(padded) * d_, 0.0f);
+  ks.resize(static_cast<size_t>(padded) * d_);
   for (int p = p0; p < p1; ++p) {
     const int j0 = p * page_, cnt = std::min(page_, n_ - j0);
     kv_load_rows(type_, k_.data() + static_cast<size_t>(j0) * row_, ks.data(), cnt, d_);
