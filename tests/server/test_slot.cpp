@@ -29,8 +29,7 @@ struct Served {
 class SlotReuse : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string dir = test::stories_dir();
-    if (dir.empty()) GTEST_SKIP() << "stories260K missing under " << test::shared_dir();
+    SLAKE_STORIES_OR_SKIP(dir);
     model_ = load_model(dir + "stories260K.gguf");
     tokenizer_ = std::make_unique<Tokenizer>(model_->vocab);
     eog_ = tools::end_of_generation_tokens(model_->vocab);

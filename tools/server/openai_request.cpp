@@ -198,6 +198,19 @@ std::string get_string(const json& body, const char* name, const std::string& df
   return v->get<std::string>();
 }
 
+// A string field naming one of a set (a KV row type, a page score): `parse` turns it into its value
+// or throws slake::Error, answered as a 400 naming the field.
+template <typename T, typename Parse>
+T get_named(const json& body, const char* name, T dflt, Parse parse) {
+  if (!field(body, name)) return dflt;
+  const std::string s = get_string(body, name, "");
+  try {
+    return parse(s);
+  } catch (const Error& e) {
+    throw bad_field(name, e.what());
+  }
+}
+
 std::string utf8_or_400(std::string s, const std::string& what) {
   if (find_invalid_utf8(s) != std::string::npos) throw bad_field(what, "'" + what + "' is not valid UTF-8");
   return s;
@@ -410,24 +423,13 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
   kv.observe = static_cast<int>(get_int(body, "kv_observe", kv.observe, 0, std::numeric_limits<int>::max()));
   kv.prefill_chunk = static_cast<int>(get_int(body, "kv_prefill_chunk", kv.prefill_chunk, 0, std::numeric_limits<int>::max()));
   kv.recall_pages = static_cast<int>(get_int(body, "kv_recall_pages", kv.recall_pages, 0, 1 << 24));
-  if (field(body, "kv_store_type")) {
-    const std::string t = get_string(body, "kv_store_type", "");
-    try {
-      kv.store_type = parse_kv_type(t);
-      if (kv_is_kivi(kv.store_type)) fail("'kv_store_type' must be a row type (f32, f16, bf16, q8_0, q4_0), got " + t);
-    } catch (const Error& e) {
-      throw bad_field("kv_store_type", e.what());
-    }
-  }
+  kv.store_type = get_named(body, "kv_store_type", kv.store_type, [](const std::string& t) {
+    const KvType type = parse_kv_type(t);
+    if (kv_is_kivi(type)) fail("'kv_store_type' must be a row type (f32, f16, bf16, q8_0, q4_0), got " + t);
+    return type;
+  });
+  kv.recall_score = get_named(body, "kv_recall_score", kv.recall_score, parse_recall_score);
   KvPolicyParams out;
-  if (field(body, "kv_recall_score")) {
-    const std::string t = get_string(body, "kv_recall_score", "");
-    try {
-      kv.recall_score = parse_recall_score(t);
-    } catch (const Error& e) {
-      throw bad_field("kv_recall_score", e.what());
-    }
-  }
   try {
     // As --kv-budget alone: a budget with no policy named means slake.
     out = resolve_kv_policy(kv, !policy_given && field(body, "kv_budget"), &env.cfg);
