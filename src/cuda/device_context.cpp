@@ -18,9 +18,10 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params) : 
 DeviceContext::DeviceContext(const Model& model, const ContextParams& params, std::shared_ptr<const DeviceWeights> weights)
     : model_(model), plan_(model, params, /*with_weights=*/weights == nullptr), shared_(std::move(weights)) {
   const KvPolicyParams& p = plan_.kv;
-  parts_ = policy_parts(p.policy);
-  if (plan_.evicting && parts_.selector == KvSelector::HeavyHitter)
-    fail("--kv-policy " + p.policy + " is not supported by the cuda backend (use the cpu backend)");
+  parts_ = policy_parts(p);
+  if (plan_.evicting && accumulates(p))
+    fail(std::string(p.selector == "ahakv" ? "--kv-selector ahakv" : "--kv-policy " + p.policy) +
+         " is not supported by the cuda backend (use the cpu backend)");
   if (plan_.evicting && !p.cascade) fail("the cuda backend evicts after every layer (cascade) only");
   if (plan_.evicting && p.evict_every != 1) fail("the cuda backend evicts one token per decode step (--kv-evict-every 1) only");
   if (plan_.evicting && p.prefill_chunk > 0) fail("--prefill-chunk runs on the cpu backend only, for now");

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "slake/error.h"
+#include "slake/kv/kv_ahakv.h"
 #include "slake/kv/kv_budget.h"
 #include "slake/kv/kv_scores.h"
 
@@ -21,7 +22,7 @@ std::vector<int> all_layers(int n) {
 KvEvictor::KvEvictor(const KvPolicyParams& p, int n_layers, const AttentionShape& s) : KvEvictor(p, all_layers(n_layers), s) {}
 
 KvEvictor::KvEvictor(const KvPolicyParams& p, std::vector<int> layers, const AttentionShape& s)
-    : p_(p), parts_(policy_parts(p.policy)), n_layers_(static_cast<int>(layers.size())), layers_(std::move(layers)), s_(s) {
+    : p_(p), parts_(policy_parts(p)), n_layers_(static_cast<int>(layers.size())), layers_(std::move(layers)), s_(s) {
   validate(p);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const int l = layers_[i];
@@ -40,11 +41,48 @@ void KvEvictor::reset() {
   budgets_.clear();
   decode_x_layer_ = -1;
   token_scores_.clear();
-  acc_.assign(static_cast<size_t>(n_layers_), {});
+  // AhaKV's recent accumulation sums the last r queries: the policy's observing queries (Sobs or
+  // the window, algorithm.md §2.3).
+  const int recent = parts_.selector == KvSelector::AhaKv && p_.aha.recent ? p_.observed() : 0;
+  sums_.assign(static_cast<size_t>(n_layers_), std::vector<AttentionSums>(static_cast<size_t>(s_.n_kv_heads), AttentionSums(recent)));
 }
 
 bool KvEvictor::uses_window() const {
-  return parts_.selector == KvSelector::Indicator || parts_.selector == KvSelector::WindowMax7;
+  return parts_.selector == KvSelector::Indicator || parts_.selector == KvSelector::WindowMax7 || by_preference(parts_.allocator);
+}
+
+bool KvEvictor::accumulating() const {
+  return parts_.selector == KvSelector::HeavyHitter || parts_.selector == KvSelector::AhaKv;
+}
+
+int64_t KvEvictor::gain_budget() const {
+  return parts_.selector == KvSelector::AhaKv && p_.aha.gain ? p_.budget : 0;
+}
+
+void KvEvictor::track_rows(int m, int kvh, const KvHead& kh) {
+  AttentionSums& a = sums_[static_cast<size_t>(m)][static_cast<size_t>(kvh)];
+  if (a.rows() > kh.n) fail("internal: accumulated attention is out of step with the cache");
+  a.grow(kh.n);
+  if (parts_.selector != KvSelector::AhaKv || !p_.aha.value) return;
+  thread_local std::vector<float> v;
+  v.resize(static_cast<size_t>(s_.head_dim));
+  for (int r = static_cast<int>(a.v2.size()); r < kh.n; ++r) {
+    const float* x = kh.value(r, s_.head_dim, v.data());
+    double n2 = 0;
+    for (int i = 0; i < s_.head_dim; ++i) n2 += static_cast<double>(x[i]) * x[i];
+    a.v2.push_back(static_cast<float>(n2));
+  }
+}
+
+void KvEvictor::accumulated_scores(int m, int kvh, int n_cand, double* score) const {
+  const AttentionSums& a = sums_[static_cast<size_t>(m)][static_cast<size_t>(kvh)];
+  if (a.rows() < n_cand) fail("internal: accumulated attention has fewer rows than candidates");
+  std::copy(a.sums(), a.sums() + n_cand, score);
+  if (parts_.selector != KvSelector::AhaKv || !p_.aha.value) return;
+  thread_local std::vector<double> prior;
+  prior.resize(static_cast<size_t>(n_cand));
+  value_prior(a.v2.data(), n_cand, prior.data());
+  for (int j = 0; j < n_cand; ++j) score[j] *= prior[static_cast<size_t>(j)];
 }
 
 void KvEvictor::begin_prompt(int S, bool continues) {
@@ -56,16 +94,42 @@ void KvEvictor::begin_prompt(int S, bool continues) {
 }
 
 void KvEvictor::observe(int layer, const float* q, const int32_t* pos, int n, const KvCache& cache, ThreadPool& pool) {
-  // H2O accumulates from the first prompt token on, evicting or not: decode steps need the sums.
+  // H2O accumulates from the first prompt token on, evicting or not: decode steps need the sums;
+  // AhaKV with its recent part, only the last r queries.
   const int m = slot(layer);
   if (m < 0) return;
-  if (parts_.selector == KvSelector::HeavyHitter && p_.evicts())
-    accumulate_attention(q, pos, n, cache, layer, s_, acc_[static_cast<size_t>(m)], pool);
+  if (accumulating() && p_.evicts()) accumulate_prompt(m, layer, q, pos, n, cache, pool);
   if (!prompt_evicts_ || !uses_window()) return;
   const size_t qd = static_cast<size_t>(s_.n_heads) * s_.head_dim;
   const int first = S_ - p_.observed();
   for (int t = 0; t < n; ++t)
     if (pos[t] >= first) std::copy(q + t * qd, q + (t + 1) * qd, q_window_.data() + (pos[t] - first) * qd);
+}
+
+void KvEvictor::accumulate_prompt(int m, int layer, const float* q, const int32_t* pos, int n, const KvCache& cache,
+                                  ThreadPool& pool) {
+  std::vector<AttentionSums>& sums = sums_[static_cast<size_t>(m)];
+  for (int g = 0; g < s_.n_kv_heads; ++g) track_rows(m, g, cache.head(layer, g));
+  std::vector<std::vector<double>> rows;
+  auto add = [&](int32_t qpos) {
+    for (int g = 0; g < s_.n_kv_heads; ++g) {
+      std::vector<double>& r = rows[static_cast<size_t>(g)];
+      sums[static_cast<size_t>(g)].add(r.data(), static_cast<int>(r.size()), qpos);
+    }
+  };
+  if (parts_.selector == KvSelector::AhaKv && p_.aha.recent) {
+    // One query at a time, each into its own slot of the ring.
+    const size_t qd = static_cast<size_t>(s_.n_heads) * s_.head_dim;
+    for (int t = 0; t < n; ++t) {
+      if (pos[t] < S_ - p_.observed()) continue;
+      rows.clear();
+      accumulate_attention(q + t * qd, pos + t, 1, cache, layer, s_, rows, pool, gain_budget());
+      add(pos[t]);
+    }
+    return;
+  }
+  accumulate_attention(q, pos, n, cache, layer, s_, rows, pool, gain_budget());
+  add(pos[n - 1]);
 }
 
 void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
@@ -80,30 +144,43 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
       for (auto& t : tok)
         for (int j = 0; j < P; ++j) t[static_cast<size_t>(j)] = static_cast<float>(recency_score(j, P));
       break;
-    case KvSelector::HeavyHitter:  // rows are positions: nothing of this layer is evicted yet
-      for (int g = 0; g < s_.n_kv_heads; ++g)
-        for (int j = 0; j < P; ++j)
-          tok[static_cast<size_t>(g)][static_cast<size_t>(j)] =
-              static_cast<float>(acc_[static_cast<size_t>(m)][static_cast<size_t>(g)][static_cast<size_t>(j)]);
-      break;
+    case KvSelector::HeavyHitter:
+    case KvSelector::AhaKv:
     case KvSelector::WindowMax7:
     case KvSelector::Indicator: {
-      const bool snap = parts_.selector == KvSelector::WindowMax7;
-      LayerStats st = window_stats(q_window_.data(), S_, p_.observed(), P, cache, layer, s_, snap ? 0.0 : p_.gamma,
-                                   snap ? TokenPool::Max7 : TokenPool::Avg5, pool);
-      terms.entropy = st.entropy;
-      terms.variance = st.variance;
+      // Token scores per candidate row (the rows below P), and the window statistics where the
+      // selector or the allocator reads them.
+      std::vector<std::vector<float>> by_row(static_cast<size_t>(s_.n_kv_heads));
+      LayerStats st;
+      if (uses_window()) {
+        const bool snap = parts_.selector == KvSelector::WindowMax7;
+        st = window_stats(q_window_.data(), S_, p_.observed(), P, cache, layer, s_, snap ? 0.0 : p_.gamma,
+                          snap ? TokenPool::Max7 : TokenPool::Avg5, pool);
+        terms.entropy = st.entropy;
+        terms.variance = st.variance;
+      }
+      if (accumulating()) {
+        std::vector<double> score;
+        for (int g = 0; g < s_.n_kv_heads; ++g) {
+          const int n_cand = rows_below(cache.head(layer, g), P);
+          score.resize(static_cast<size_t>(n_cand));
+          accumulated_scores(m, g, n_cand, score.data());
+          by_row[static_cast<size_t>(g)].assign(score.begin(), score.end());
+        }
+      } else {
+        by_row = std::move(st.indicator);
+      }
       if (parts_.allocator == KvAllocator::Vabs || parts_.allocator == KvAllocator::VabsVariance) {
-        const VabsTerms v = vabs_terms(q_window_.data(), S_, p_.observed(), P, cache, layer, s_, st.indicator, p_.budget - p_.window, pool);
+        const VabsTerms v = vabs_terms(q_window_.data(), S_, p_.observed(), P, cache, layer, s_, by_row, p_.budget - p_.window, pool);
         terms.vabs_tv_va = v.tv_va;
         terms.vabs_entropy = v.entropy;
       }
-      // The indicator is per row; the scores are per position (the same while the cache holds
-      // every prompt token; a chunked prefill's cache holds what earlier chunks kept).
+      // The scores are per row; the kept set is chosen per position (the same while the cache
+      // holds every prompt token; a chunked prefill's cache holds what earlier chunks kept).
       for (int g = 0; g < s_.n_kv_heads; ++g) {
         const KvHead& kh = cache.head(layer, g);
-        const std::vector<float>& ind = st.indicator[static_cast<size_t>(g)];
-        for (size_t r = 0; r < ind.size(); ++r) tok[static_cast<size_t>(g)][static_cast<size_t>(kh.pos[r])] = ind[r];
+        const std::vector<float>& sc = by_row[static_cast<size_t>(g)];
+        for (size_t r = 0; r < sc.size(); ++r) tok[static_cast<size_t>(g)][static_cast<size_t>(kh.pos[r])] = sc[r];
       }
       break;
     }
@@ -148,13 +225,7 @@ void KvEvictor::evict_to(const std::vector<int64_t>& budgets, KvCache& cache) {
 
 KvCompaction KvEvictor::remove_rows(int layer, int kvh, const std::vector<char>& keep, KvCache& cache) {
   const KvCompaction c = cache.compact_head(layer, kvh, keep, p_.absorbs(), p_.recall_pages > 0);
-  std::vector<std::vector<double>>& acc = acc_[static_cast<size_t>(slot(layer))];
-  if (static_cast<size_t>(kvh) >= acc.size()) return c;
-  std::vector<double>& a = acc[static_cast<size_t>(kvh)];
-  size_t w = 0;
-  for (size_t r = 0; r < a.size(); ++r)
-    if (keep[r]) a[w++] = a[r];
-  a.resize(w);
+  if (accumulating()) sums_[static_cast<size_t>(slot(layer))][static_cast<size_t>(kvh)].keep_rows(keep);
   return c;
 }
 
@@ -165,17 +236,21 @@ int64_t KvEvictor::decode_budget(int layer) const {
 }
 
 bool KvEvictor::scores_in_decode() const {
-  return parts_.selector == KvSelector::Indicator || parts_.selector == KvSelector::WindowMax7 ||
-         parts_.selector == KvSelector::HeavyHitter;
+  return parts_.selector == KvSelector::Indicator || parts_.selector == KvSelector::WindowMax7 || accumulating();
 }
 
 void KvEvictor::score_decode_query(int layer, int kvh, const float* q, int32_t qpos, const KvHead& kh) {
   const int d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads;
   DecodeRowScores& x = decode_x_[static_cast<size_t>(kvh)];
   x.compute(q + static_cast<size_t>(kvh * group) * d, group, qpos, kh, d);
-  // H2O's sums take this query's softmax row before the victim is chosen from them.
-  if (parts_.selector == KvSelector::HeavyHitter)
-    accumulate_decode_scores(x, acc_[static_cast<size_t>(slot(layer))][static_cast<size_t>(kvh)]);
+  // The accumulated sums take this query's softmax row before the victim is chosen from them.
+  if (!accumulating()) return;
+  const int m = slot(layer);
+  track_rows(m, kvh, kh);
+  thread_local std::vector<double> row;
+  row.resize(static_cast<size_t>(x.n));
+  decode_attention_row(x, step_gain(static_cast<int64_t>(qpos) + 1, gain_budget()), row.data());
+  sums_[static_cast<size_t>(m)][static_cast<size_t>(kvh)].add(row.data(), x.n, qpos);
 }
 
 int KvEvictor::decode_victim(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand) const {
@@ -192,8 +267,8 @@ void KvEvictor::decode_candidate_scores(int layer, int kvh, int32_t qpos, const 
       for (int r = 0; r < n_cand; ++r) score[static_cast<size_t>(r)] = recency_score(kh.pos[static_cast<size_t>(r)], qpos + 1);
       break;
     case KvSelector::HeavyHitter:
-      for (int r = 0; r < n_cand; ++r)
-        score[static_cast<size_t>(r)] = acc_[static_cast<size_t>(slot(layer))][static_cast<size_t>(kvh)][static_cast<size_t>(r)];
+    case KvSelector::AhaKv:
+      accumulated_scores(slot(layer), kvh, n_cand, score);
       break;
     default: {
       // algorithm.md §5.3: the current query's softmax over the whole exact cache (causal only),
@@ -239,7 +314,6 @@ void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cach
   if (!evicts_in_decode() || slot(layer) < 0) return;
   const bool scored = scores_in_decode();
   if (scored) decode_x_.resize(static_cast<size_t>(s_.n_kv_heads));
-  if (parts_.selector == KvSelector::HeavyHitter) acc_[static_cast<size_t>(slot(layer))].resize(static_cast<size_t>(s_.n_kv_heads));
   if (p_.evict_every > 1) return on_decode_batched(layer, q, qpos, cache, pool);
   const int64_t limit = decode_budget(layer) + p_.window;
   // Each head over its budget gives up one row per round: a head scores its rows, picks its victim

@@ -30,13 +30,18 @@ bool operator==(const KvPolicyParams& a, const KvPolicyParams& b) {
   auto fields = [](const KvPolicyParams& p) {
     return std::tie(p.policy, p.budget, p.window, p.observe, p.compensate, p.centroids, p.gamma, p.tau1, p.tau2, p.alpha, p.beta,
                     p.delta, p.cascade, p.evict_every, p.prefill_chunk, p.type_k, p.type_v, p.recall_pages, p.recall_page,
-                    p.store_type, p.recall_score);
+                    p.store_type, p.recall_score, p.selector, p.aha);
   };
   return fields(a) == fields(b);
 }
 
 const std::vector<std::string>& kv_policy_names() {
-  static const std::vector<std::string> names{"full", "streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake", "slake-wide"};
+  static const std::vector<std::string> names{"full", "streaming", "h2o", "ahakv", "snapkv", "pyramidkv", "cake", "slake", "slake-wide"};
+  return names;
+}
+
+const std::vector<std::string>& kv_selector_names() {
+  static const std::vector<std::string> names{"auto", "ahakv"};
   return names;
 }
 
@@ -58,6 +63,11 @@ void validate(const KvPolicyParams& p) {
   const std::vector<std::string>& comp = kv_compensator_names();
   if (std::find(comp.begin(), comp.end(), p.compensate) == comp.end())
     fail("unknown KV compensator '" + p.compensate + "' (" + join_names(comp) + ")");
+  const std::vector<std::string>& sel = kv_selector_names();
+  if (std::find(sel.begin(), sel.end(), p.selector) == sel.end())
+    fail("unknown KV selector '" + p.selector + "' (" + join_names(sel) + ")");
+  if (p.selector == "ahakv" && p.policy == "streaming")
+    fail("--kv-selector ahakv: streaming keeps the newest tokens by its own rule; choose an attention policy");
   if (p.evict_every < 1 || p.evict_every > 4096)
     fail("--kv-evict-every must be in 1..4096, got " + std::to_string(p.evict_every));
   if (p.centroids < 1 || p.centroids > 4096)
@@ -76,6 +86,8 @@ void validate(const KvPolicyParams& p) {
     fail("--prefill-chunk must be in 0.." + std::to_string(kMaxTokens) + " tokens, got " + std::to_string(p.prefill_chunk));
   if (p.prefill_chunk > 0 && p.evicts()) {
     if (p.policy == "h2o") fail("--prefill-chunk: h2o accumulates every query's attention over the whole prompt; chunks are for the window policies");
+    if (policy_parts(p).selector == KvSelector::AhaKv && !p.aha.recent)
+      fail("--prefill-chunk: ahakv without its 'recent' part accumulates every query's attention over the whole prompt");
     if (p.prefill_chunk < W)
       fail("--prefill-chunk " + std::to_string(p.prefill_chunk) + " must be at least the window (" + std::to_string(W) +
            " tokens): a chunk's last queries score it");
@@ -136,12 +148,51 @@ KvPolicyParams resolve_kv_policy(KvPolicyParams p, bool budget_alone, const Mode
 KvPolicyParts policy_parts(const std::string& policy) {
   if (policy == "streaming") return {KvSelector::Recent, KvAllocator::Uniform};
   if (policy == "h2o") return {KvSelector::HeavyHitter, KvAllocator::Uniform};
+  if (policy == "ahakv") return {KvSelector::AhaKv, KvAllocator::Uniform};
   if (policy == "snapkv") return {KvSelector::WindowMax7, KvAllocator::Uniform};
   if (policy == "pyramidkv") return {KvSelector::WindowMax7, KvAllocator::Pyramid};
   if (policy == "cake") return {KvSelector::Indicator, KvAllocator::Cake};
   if (policy == "slake") return {KvSelector::Indicator, KvAllocator::Vabs};
   if (policy == "slake-wide") return {KvSelector::Indicator, KvAllocator::VabsVariance};
   return {KvSelector::None, KvAllocator::None};
+}
+
+KvPolicyParts policy_parts(const KvPolicyParams& p) {
+  KvPolicyParts parts = policy_parts(p.policy);
+  if (p.selector == "ahakv" && parts.selector != KvSelector::None) parts.selector = KvSelector::AhaKv;
+  return parts;
+}
+
+bool uses_aha(const KvPolicyParams& p) { return policy_parts(p).selector == KvSelector::AhaKv; }
+
+std::string kv_policy_label(const KvPolicyParams& p) {
+  std::string label = p.policy;
+  if (!uses_aha(p)) return label;
+  if (p.policy != "ahakv") label += "@ahakv";
+  if (p.aha != AhaParts{}) label += ":" + aha_parts_name(p.aha);
+  return label;
+}
+
+KvPolicyParams with_policy_label(KvPolicyParams p, const std::string& name) {
+  std::string label = name;
+  const size_t colon = label.find(':');
+  if (colon != std::string::npos) {
+    p.aha = parse_aha_parts(label.substr(colon + 1));
+    label.resize(colon);
+  }
+  const size_t at = label.find('@');
+  if (at != std::string::npos) {
+    p.selector = label.substr(at + 1);
+    label.resize(at);
+  }
+  p.policy = label;
+  if (colon != std::string::npos && !uses_aha(p)) fail("AhaKV's parts need the policy ahakv or the selector @ahakv");
+  return p;
+}
+
+bool accumulates(const KvPolicyParams& p) {
+  const KvSelector s = policy_parts(p).selector;
+  return s == KvSelector::HeavyHitter || s == KvSelector::AhaKv;
 }
 
 }  // namespace slake

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "slake/kv/attention_rows.h"
+#include "slake/kv/kv_ahakv.h"
 #include "slake/error.h"
 #include "slake/cpu/ops.h"
 
@@ -83,30 +84,31 @@ namespace {
 
 // Part `part` of every lane's softmax over the rows x[0..n): e[j] = exp(x[j] - max), and the
 // returned factor 1 / sum_j e[j] turns them into probabilities. A lane whose rows are all -inf
-// (no query, or no key visible) gets 0 for both. In fp32, one native-width part at a time
-// (lanes.h).
-part_f lane_softmax_part(const lanes_f* x, int n, int part, part_f* e) {
+// (no query, or no key visible) gets 0 for both. The logits are multiplied by `gain` first (the
+// step gain of algorithm.md §2.3; 1 leaves them as they are). In fp32, one native-width part at a
+// time (lanes.h).
+part_f lane_softmax_part(const lanes_f* x, int n, int part, part_f* e, part_f gain = part_f{} + 1.0f) {
   const part_f neg_inf = part_f{} - std::numeric_limits<float>::infinity();
   part_f m = neg_inf;
   for (int j = 0; j < n; ++j) {
-    const part_f v = part_of<part_f>(x[j], part);
+    const part_f v = part_of<part_f>(x[j], part) * gain;
     m = m > v ? m : v;
   }
   const part_f ref = m == neg_inf ? part_f{} : m;
   part_f z{};
-  for (int j = 0; j < n; ++j) z += (e[j] = part_exp(part_of<part_f>(x[j], part) - ref));
+  for (int j = 0; j < n; ++j) z += (e[j] = part_exp(part_of<part_f>(x[j], part) * gain - ref));
   return z > part_f{} ? 1.0f / z : part_f{};
 }
 
 // Adds to sum[j], for j < n_add <= n, the probabilities of row j in the softmax over x[0..n) of
 // each of the first `rows` lanes, summed over those lanes (in double). Lanes from `rows` on are
-// not read.
-void add_lane_softmax(const lanes_f* x, int n, int rows, int n_add, double* sum) {
+// not read. `gain`: each lane's step gain (null: none).
+void add_lane_softmax(const lanes_f* x, int n, int rows, int n_add, double* sum, const lanes_f* gain = nullptr) {
   thread_local std::vector<part_f> e;
   e.resize(static_cast<size_t>(n));
   for (int part = 0; part * kPartLanes < rows; ++part) {
     const int in_part = std::min(kPartLanes, rows - part * kPartLanes);
-    const part_f inv = lane_softmax_part(x, n, part, e.data());
+    const part_f inv = gain ? lane_softmax_part(x, n, part, e.data(), part_of<part_f>(*gain, part)) : lane_softmax_part(x, n, part, e.data());
     for (int j = 0; j < n_add; ++j) {
       const part_f p = e[static_cast<size_t>(j)] * inv;
       double t = 0;
@@ -217,7 +219,7 @@ LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const Kv
 }
 
 void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCache& cache, int layer,
-                          const AttentionShape& s, std::vector<std::vector<double>>& acc, ThreadPool& threads) {
+                          const AttentionShape& s, std::vector<std::vector<double>>& acc, ThreadPool& threads, int64_t gain_budget) {
   const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
   acc.resize(static_cast<size_t>(s.n_kv_heads));
   threads.parallel_for(s.n_kv_heads, 1, [&](int64_t gb, int64_t ge, int) {
@@ -237,6 +239,7 @@ void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCa
       const int64_t pairs = static_cast<int64_t>(n) * group;
       const float* qr[kLanes];
       int32_t pr[kLanes];
+      lanes_f gain = splat(1.0f);
       for (int64_t i0 = 0; i0 < pairs; i0 += kLanes) {
         const int rows = static_cast<int>(std::min<int64_t>(kLanes, pairs - i0));
         int32_t last = 0;
@@ -245,6 +248,7 @@ void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCa
           qr[r] = q + (static_cast<size_t>(t) * s.n_heads + static_cast<size_t>(g * group + h)) * d;
           pr[r] = qpos[t];
           last = std::max(last, pr[r]);
+          gain[r] = static_cast<float>(step_gain(static_cast<int64_t>(pr[r]) + 1, gain_budget));
         }
         // Rows hold increasing positions from 0, so row j's position is at least j: no row from
         // the block's last position + 1 on is visible to any of its queries.
@@ -252,7 +256,7 @@ void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCa
         x.resize(static_cast<size_t>(n_keys));
         block.begin(qr, pr, rows, d);
         block.scores(kh, n_keys, x.data());
-        add_lane_softmax(x.data(), n_keys, rows, n_keys, sum.data());
+        add_lane_softmax(x.data(), n_keys, rows, n_keys, sum.data(), gain_budget > 0 ? &gain : nullptr);
       }
       // Summed over the group's heads; H2O adds their mean.
       for (int j = 0; j < kh.n; ++j) a[static_cast<size_t>(j)] += sum[static_cast<size_t>(j)] / group;
@@ -260,14 +264,13 @@ void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCa
   });
 }
 
-void accumulate_decode_scores(const DecodeRowScores& xs, std::vector<double>& acc) {
-  if (acc.size() > static_cast<size_t>(xs.n)) fail("internal: accumulated attention is out of step with the cache");
-  acc.resize(static_cast<size_t>(xs.n), 0.0);
-  thread_local std::vector<double> sum;
-  sum.assign(static_cast<size_t>(xs.n), 0.0);
+void decode_attention_row(const DecodeRowScores& xs, double gain, double* row) {
+  std::fill(row, row + xs.n, 0.0);
+  const lanes_f g = splat(static_cast<float>(gain));
   for (int g0 = 0; g0 < xs.group; g0 += kLanes)
-    add_lane_softmax(xs.x[static_cast<size_t>(g0 / kLanes)].data(), xs.n, std::min(kLanes, xs.group - g0), xs.n, sum.data());
-  for (int j = 0; j < xs.n; ++j) acc[static_cast<size_t>(j)] += sum[static_cast<size_t>(j)] / xs.group;
+    add_lane_softmax(xs.x[static_cast<size_t>(g0 / kLanes)].data(), xs.n, std::min(kLanes, xs.group - g0), xs.n, row,
+                     gain != 1.0 ? &g : nullptr);
+  for (int j = 0; j < xs.n; ++j) row[j] /= xs.group;
 }
 
 namespace {

@@ -90,7 +90,7 @@ printf 'a short text\n' >"$tmp/short.txt"
 expect_error "error: /nonexistent.txt: cannot open" "$bin/slake-perplexity" -m "$model_ok" -f /nonexistent.txt
 expect_error "error: .*short.txt: [0-9]* tokens, fewer than one chunk of 512" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt"
 expect_error "error: --prefill must be between 1 and the chunk size - 1 (63), got 64" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt" -c 64 --prefill 64
-expect_error "error: unknown KV policy 'bogus' (full, streaming, h2o, snapkv, pyramidkv, cake, slake, slake-wide)" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt" --kv-policy bogus
+expect_error "error: unknown KV policy 'bogus' (full, streaming, h2o, ahakv, snapkv, pyramidkv, cake, slake, slake-wide)" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt" --kv-policy bogus
 expect_error "error: KV budget 16 must be larger than the window 32" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt" --kv-budget 16
 expect_error "kv-window" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt" --kv-window 0
 expect_error "ctx-size" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt" -c 1

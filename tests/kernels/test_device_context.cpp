@@ -326,6 +326,10 @@ TEST(DeviceContext, BadInputIsRefused) {
   EXPECT_THROW(dev.eval({m->cfg.n_vocab}, nullptr), slake::Error);
   EXPECT_THROW(dev.eval(std::vector<int32_t>(33, 1), nullptr), slake::Error);
   EXPECT_THROW(DeviceContext(*m, params(32, "h2o", 12, 4)), slake::Error);
+  EXPECT_THROW(DeviceContext(*m, params(32, "ahakv", 12, 4)), slake::Error);
+  ContextParams cake_aha = params(32, "cake", 12, 4);
+  cake_aha.kv.selector = "ahakv";
+  EXPECT_THROW(DeviceContext(*m, cake_aha), slake::Error);
   EXPECT_THROW(DeviceContext(*m, params(-1, "full", 0, 8)), slake::Error);
 }
 

@@ -267,7 +267,7 @@ TEST_P(Policies, RecallingEveryPageOfALosslessStoreIsTheFullCache) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Evicting, Policies, ::testing::Values("streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake", "slake-wide"));
+INSTANTIATE_TEST_SUITE_P(Evicting, Policies, ::testing::Values("streaming", "h2o", "ahakv", "snapkv", "pyramidkv", "cake", "slake", "slake-wide"));
 
 TEST_F(Policies, SlakeWideKeepsTheNewestHalfOfTheBudgetAfterPrefillAndDecode) {
   const int C = 64, half = C / 2;  // window 16 asked for, widened to 32

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "slake/kv/attention.h"
+#include "slake/kv/kv_ahakv.h"
 #include "slake/kv/kv_cache.h"
 #include "slake/kv/kv_policy.h"
 #include "slake/kv/kv_scores.h"
@@ -51,7 +52,16 @@ class KvEvictor {
   void evict_to(const std::vector<int64_t>& budgets, KvCache& cache);
 
  private:
-  bool uses_window() const;
+  bool uses_window() const;  // the selector or the allocator reads the observation window
+  bool accumulating() const;  // h2o, ahakv: scores are attention sums per row (sums_)
+  int64_t gain_budget() const;  // AhaKV's step gain against this budget; 0: none
+  // Grows managed layer m's sums of head kvh to the head's rows (and their value norms for AhaKV).
+  void track_rows(int m, int kvh, const KvHead& kh);
+  // The prompt queries' softmax rows into the sums: every query (h2o, ahakv without `recent`) or
+  // the last r, each into its slot.
+  void accumulate_prompt(int m, int layer, const float* q, const int32_t* pos, int n, const KvCache& cache, ThreadPool& pool);
+  // The first n_cand rows' accumulated scores (times AhaKV's value prior when it has one).
+  void accumulated_scores(int m, int kvh, int n_cand, double* score) const;
   // The managed layer's index among the managed ones, or -1.
   int slot(int layer) const {
     return layer >= 0 && layer < static_cast<int>(slot_.size()) ? slot_[static_cast<size_t>(layer)] : -1;
@@ -82,7 +92,7 @@ class KvEvictor {
   std::vector<double> scores_;
   std::vector<int64_t> budgets_;
   std::vector<std::vector<std::vector<float>>> token_scores_;  // [managed layer][kv head][position in P]
-  std::vector<std::vector<std::vector<double>>> acc_;          // h2o: [managed layer][kv head][cache row]
+  std::vector<std::vector<AttentionSums>> sums_;               // h2o, ahakv: [managed layer][kv head]
   std::vector<DecodeRowScores> decode_x_;  // [kv head]: the decode query's scores, of layer decode_x_layer_
   int decode_x_layer_ = -1;
 };

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "slake/kv/kv_ahakv.h"
 #include "slake/kv/kv_recall.h"
 #include "slake/kv/kv_type.h"
 #include "slake/model/model.h"
@@ -12,7 +13,7 @@
 namespace slake {
 
 struct KvPolicyParams {
-  // full, streaming, h2o, snapkv, pyramidkv, cake, slake and slake-wide (algorithm.md §6.1):
+  // full, streaming, h2o, ahakv, snapkv, pyramidkv, cake, slake and slake-wide (algorithm.md §6.1):
   // slake-wide is slake with a window of C - min(C/2, 256) tokens, at least half the budget
   // (resolve_kv_defaults), and VABS's layer preference times CAKE's attention variance to the power
   // delta (docs/kv-quality.md).
@@ -54,6 +55,11 @@ struct KvPolicyParams {
   int recall_page = 16;
   KvType store_type = KvType::Q8_0;
   RecallScore recall_score = RecallScore::Keys;  // how pages are ranked (kv_recall.h)
+  // The token selector: "auto" (the policy's own) or "ahakv" (AhaKV's scores with the policy's
+  // allocator and compensator, algorithm.md §2.3). `aha`: the parts of AhaKV's scores used by the
+  // ahakv policy or selector (each can be switched off for the ablation).
+  std::string selector = "auto";
+  AhaParts aha;
 
   // Evicted tokens go to the Taylor state (algorithm.md §3.1).
   bool taylor() const { return compensate == "taylor" || (compensate == "auto" && policy == "slake"); }
@@ -83,10 +89,11 @@ int prefill_chunk_length(const KvPolicyParams& p, int done, int n);
 bool operator==(const KvPolicyParams& a, const KvPolicyParams& b);
 inline bool operator!=(const KvPolicyParams& a, const KvPolicyParams& b) { return !(a == b); }
 
-// The policy names, in the order of algorithm.md §6.1's table, and the compensator names: the one
-// list the flags' help and checks, the server's errors and --kv-sweep read.
+// The policy names, in the order of algorithm.md §6.1's table, the compensator names and the
+// selector names: the one list the flags' help and checks, the server's errors and --kv-sweep read.
 const std::vector<std::string>& kv_policy_names();
 const std::vector<std::string>& kv_compensator_names();
+const std::vector<std::string>& kv_selector_names();
 // "a, b, c": a name list as help text and errors print it.
 std::string join_names(const std::vector<std::string>& names);
 
@@ -109,6 +116,7 @@ enum class KvSelector {
   None,
   Recent,       // streaming: 4 sink tokens, then the most recent
   HeavyHitter,  // h2o: attention accumulated over every query so far
+  AhaKv,        // ahakv: step-gain attention over the recent queries, times the value prior (kv_ahakv.h)
   WindowMax7,   // snapkv, pyramidkv: window attention, max-pooled over 7 positions
   Indicator,    // cake, slake: window mean + gamma variance, average-pooled over 5 (algorithm.md §2.3)
 };
@@ -131,5 +139,19 @@ struct KvPolicyParts {
   KvAllocator allocator;
 };
 KvPolicyParts policy_parts(const std::string& policy);
+// The policy's parts with its selector setting applied (p.selector "ahakv" replaces the selector).
+KvPolicyParts policy_parts(const KvPolicyParams& p);
+// Whether the policy's selector accumulates attention over the queries (h2o, ahakv): such a
+// selector scores from the prompt's first token (ahakv with `recent`: its last r) and keeps sums
+// per cache row.
+bool accumulates(const KvPolicyParams& p);
+// Whether the policy scores tokens with AhaKV (the policy ahakv, or the selector ahakv on an
+// evicting policy), so its `aha` parts matter.
+bool uses_aha(const KvPolicyParams& p);
+// The setting as --kv-sweep spells its policy: "cake", "ahakv", "cake@ahakv", "ahakv:recent+value".
+std::string kv_policy_label(const KvPolicyParams& p);
+// p with the policy, selector and AhaKV parts a label names (the inverse of kv_policy_label; a
+// label without parts keeps p's). Throws slake::Error for parts where AhaKV does not score.
+KvPolicyParams with_policy_label(KvPolicyParams p, const std::string& label);
 
 }  // namespace slake

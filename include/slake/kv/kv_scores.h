@@ -67,11 +67,15 @@ LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const Kv
 
 // H2O: for each of the n queries (positions qpos[t], after RoPE), adds its softmax row, averaged
 // over the query heads of each KV head, to acc[kv head][row]; acc[kvh] grows to the head's rows.
+// gain_budget > 0: each query's logits take the step gain step_gain(qpos + 1, gain_budget) (AhaKV,
+// kv_ahakv.h).
 void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCache& cache, int layer,
-                          const AttentionShape& s, std::vector<std::vector<double>>& acc, ThreadPool& threads);
-// The same for one decode query whose scores against one KV head's rows are computed already:
-// adds its softmax row, averaged over the group, to acc (one KV head's sums), which grows to xs.n.
-void accumulate_decode_scores(const DecodeRowScores& xs, std::vector<double>& acc);
+                          const AttentionShape& s, std::vector<std::vector<double>>& acc, ThreadPool& threads,
+                          int64_t gain_budget = 0);
+// One decode query's softmax row, averaged over the group, from its scores against one KV head's
+// rows (computed already): row[0..xs.n), the logits multiplied by `gain` (AhaKV's step gain; 1:
+// the model's own softmax).
+void decode_attention_row(const DecodeRowScores& xs, double gain, double* row);
 
 // VABS (SLAKE eq. 15-18): compares each observing query's true softmax row with the row PTAA gives
 // when the layer keeps the `keep` best prefix tokens by `indicator` plus the window and folds the
