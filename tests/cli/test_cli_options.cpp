@@ -107,6 +107,14 @@ TEST(CliOptions, WhatCannotRunIsRefusedBeforeTheModelLoads) {
             std::string::npos);
   EXPECT_EQ(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "full/none/0,cake/none/64", "--kv-recall-pages", "8"}), "");
   EXPECT_EQ(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-recall-pages", "8", "--kv-recall-score", "quest", "--kv-store-type", "q4_0"}), "");
+  // AhaKV: its parts only where it scores, spelled as they are named.
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-ahakv", "gain"}).find("needs --kv-policy ahakv"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-policy", "ahakv", "--kv-budget", "256", "--kv-ahakv", "gain,value"}), "");
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-policy", "streaming", "--kv-budget", "256", "--kv-selector", "ahakv"}), "");
+  EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "cake:gain/none/64"}).find("need the policy ahakv"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "cake@oracle/none/64"}).find("selector"), std::string::npos);
+  EXPECT_EQ(refused({"-m", "m.gguf", "--kv-policy", "cake", "--kv-selector", "ahakv", "--kv-budget", "256", "--kv-ahakv", "value+gain"}), "");
+  EXPECT_EQ(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "ahakv/none/64,ahakv:recent+value/none/64,cake@ahakv:none/taylor/128"}), "");
   // And the same flags, well formed, are taken.
   EXPECT_EQ(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "cake/none/64,slake/auto/128"}), "");
   EXPECT_EQ(refused({"-m", "m.gguf", "-j", R"({"type": "object"})"}), "");

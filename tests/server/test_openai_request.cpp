@@ -111,6 +111,11 @@ TEST_F(OpenAiRequest, ValuesOutOfRangeAreRefusedByName) {
   EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_recall_pages": 8, "kv_store_type": "kivi4")"), "kv_store_type");
   EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_store_type": "q4_0")"), "kv_store_type");  // no recall pages
   EXPECT_EQ(refused_param(R"("kv_recall_score": "quest")"), "kv_recall_score");
+  EXPECT_EQ(refused_param(R"("kv_policy": "cake", "kv_budget": 64, "kv_selector": "oracle")"), "kv_selector");
+  EXPECT_EQ(refused_param(R"("kv_policy": "streaming", "kv_budget": 64, "kv_selector": "ahakv")"), "kv_selector");
+  EXPECT_EQ(refused_param(R"("kv_policy": "ahakv", "kv_budget": 64, "kv_ahakv": "gain+bias")"), "kv_ahakv");
+  EXPECT_EQ(refused_param(R"("kv_policy": "cake", "kv_budget": 64, "kv_ahakv": "gain")"), "kv_ahakv");  // AhaKV does not score
+  EXPECT_EQ(refused_param(R"("kv_policy": "ahakv", "kv_budget": 64, "kv_ahakv": "gain", "kv_prefill_chunk": 128)"), "kv_policy");
   // Two grammars at once.
   EXPECT_EQ(refused_param(R"("grammar": "root ::= \"a\"", "response_format": {"type": "json_object"})"), "response_format");
   EXPECT_EQ(refused_param(R"("grammar": "root ::= undefined-rule")"), "grammar");
@@ -176,6 +181,14 @@ TEST_F(OpenAiRequest, KvFieldsResolveAsTheFlagsDo) {
   EXPECT_EQ(recall.store_type, KvType::Q4_0);
   EXPECT_EQ(recall.recall_score, RecallScore::Quest);
   EXPECT_NE(got, recall);
+  // AhaKV as a policy and as CAKE's selector, with its parts.
+  const KvPolicyParams aha = completion(R"("kv_policy": "ahakv", "kv_budget": 64, "kv_ahakv": "value+recent")").gen.kv;
+  EXPECT_EQ(aha.policy, "ahakv");
+  EXPECT_EQ(aha.aha, (AhaParts{false, true, true}));
+  const KvPolicyParams cake_aha = completion(R"("kv_policy": "cake", "kv_budget": 64, "kv_selector": "ahakv")").gen.kv;
+  EXPECT_EQ(kv_policy_label(cake_aha), "cake@ahakv");
+  EXPECT_NE(cake_aha, completion(R"("kv_policy": "cake", "kv_budget": 64)").gen.kv);
+  EXPECT_NE(cake_aha, completion(R"("kv_policy": "cake", "kv_budget": 64, "kv_selector": "ahakv", "kv_ahakv": "gain")").gen.kv);
 
   // No KV field: the server's own flags, resolved.
   KvPolicyParams flags;

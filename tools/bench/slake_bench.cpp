@@ -96,7 +96,7 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
   rec.n_prompt = t.n_prompt;
   rec.n_gen = t.n_gen;
   rec.n_depth = t.depth;
-  rec.kv_policy = t.kv.policy;
+  rec.kv_policy = slake::kv_policy_label(t.kv);
   rec.kv_budget = t.kv.budget;
   rec.kv_window = t.kv.window;
   rec.kv_observe = t.kv.observe;
@@ -208,7 +208,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("-t,--threads", o.threads, "threads")->delimiter(',')->capture_default_str();
   app.add_option("-r,--repetitions", o.reps, "repetitions of each test")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("-o,--output", o.format, "output format: md, csv, json, jsonl")->capture_default_str()->check(CLI::IsMember({"md", "csv", "json", "jsonl"}));
-  app.add_option("--kv-policy", o.policies, "KV-cache policies")->delimiter(',')->capture_default_str();
+  app.add_option("--kv-policy", o.policies, "KV-cache policies, as --kv-sweep spells them (cake, ahakv, cake@ahakv, ahakv:recent+value)")->delimiter(',')->capture_default_str();
   app.add_option("--kv-budget", o.budgets, "KV budgets C (0: no eviction)")->delimiter(',')->capture_default_str();
   app.add_option("--kv-window", o.window, "observation window Sw")->capture_default_str();
   app.add_option("--kv-observe", o.observe, "Sobs: the prompt's last queries that score it (0: the window)")
@@ -266,13 +266,12 @@ std::vector<slake::KvPolicyParams> kv_settings(const Options& o) {
           for (int recall : o.recall)
           for (const std::string& tk : o.types_k)
             for (const std::string& tv : o.types_v) {
-              slake::KvPolicyParams kv;
-              kv.policy = p;
-              kv.budget = p == "full" ? 0 : b;
+              slake::KvPolicyParams kv = slake::with_policy_label({}, p);
+              kv.budget = kv.policy == "full" ? 0 : b;
               kv.window = o.window;
               kv.observe = o.observe;
-              kv.evict_every = p == "full" ? 1 : every;
-              kv.prefill_chunk = p == "full" ? 0 : chunk;
+              kv.evict_every = kv.policy == "full" ? 1 : every;
+              kv.prefill_chunk = kv.policy == "full" ? 0 : chunk;
               kv.recall_pages = recall;
               if (!kv.evicts()) kv.recall_pages = 0;  // nothing evicted, nothing to recall
               kv.store_type = slake::parse_kv_type(o.store_type);
@@ -340,7 +339,7 @@ void run_tests(const Options& o, const std::vector<TestSpec>& tests, double band
   for (size_t i = 0; i < tests.size(); ++i) {
     const TestSpec& t = tests[i];
     std::fprintf(stderr, "slake-bench: [%zu/%zu] %s, %d threads, kv %s %d, %s%s\n", i + 1, tests.size(), t.model->type.c_str(),
-                 t.threads, t.kv.policy.c_str(), t.kv.budget, t.n_gen ? ("tg" + std::to_string(t.n_gen)).c_str() : ("pp" + std::to_string(t.n_prompt)).c_str(),
+                 t.threads, slake::kv_policy_label(t.kv).c_str(), t.kv.budget, t.n_gen ? ("tg" + std::to_string(t.n_gen)).c_str() : ("pp" + std::to_string(t.n_prompt)).c_str(),
                  t.depth ? (" @ d" + std::to_string(t.depth)).c_str() : "");
     records.push_back(run_test(t, o.reps, !o.no_warmup, bandwidth));
     if (o.format == "jsonl") {  // streamed, one record per finished test

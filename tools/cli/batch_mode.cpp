@@ -37,7 +37,7 @@ int32_t argmax(const std::vector<float>& logits) {
 
 // A sweep setting as its response names it.
 json kv_label(const KvPolicyParams& kv) {
-  json j{{"policy", kv.policy}, {"compensate", kv.compensator()}, {"budget", kv.budget}};
+  json j{{"policy", kv_policy_label(kv)}, {"compensate", kv.compensator()}, {"budget", kv.budget}};
   if (kv.recall().on()) {
     j["recall_pages"] = kv.recall_pages;
     j["recall_score"] = recall_score_name(kv.recall_score);

@@ -15,6 +15,7 @@ struct KvFlags {
   std::string cache_type_k, cache_type_v;  // empty: the default, f16
   std::string store_type;                  // empty: the default, q8_0
   std::string recall_score;                // empty: the default, keys
+  std::string aha_parts;                   // empty: the default, gain+recent+value
   double tau1 = 0, tau2 = 0, alpha = 0, beta = 0;  // copied into params only when given
 };
 
@@ -31,6 +32,13 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
                  "Sobs: how many of the prompt's last queries score its tokens at prefill (0: the whole window)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-selector", kv.selector,
+                 "token scores: auto (the policy's own) or ahakv (AhaKV's, with the policy's layer budgets and compensator)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(kv_selector_names()));
+  app.add_option("--kv-ahakv", f.aha_parts,
+                 "the parts of AhaKV's scores (policy or selector ahakv), '+'-joined: gain (step-gain softmax), recent "
+                 "(the last Sobs queries only), value (value-norm prior); or none (default: gain+recent+value)");
   app.add_option("--kv-compensate", kv.compensate,
                  "evicted tokens: taylor (linear cache + PTAA), centroids (merged into --kv-centroids mean "
                  "tokens per head), none (dropped), auto (taylor for slake only)")
@@ -88,6 +96,7 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
   if (!f.cache_type_v.empty()) kv.type_v = parse_kv_type(f.cache_type_v);
   if (!f.store_type.empty()) kv.store_type = parse_kv_type(f.store_type);
   if (!f.recall_score.empty()) kv.recall_score = parse_recall_score(f.recall_score);
+  if (!f.aha_parts.empty()) kv.aha = parse_aha_parts(f.aha_parts);
   if (app.count("--kv-tau1")) kv.tau1 = f.tau1;
   if (app.count("--kv-tau2")) kv.tau2 = f.tau2;
   if (app.count("--kv-alpha")) kv.alpha = f.alpha;
@@ -98,10 +107,14 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
     fail("--kv-recall-pages recalls evicted tokens: it needs an evicting policy and a --kv-budget");
   for (const char* flag : {"--kv-recall-page", "--kv-recall-score", "--kv-store-type"})
     if (app.count(flag) > 0 && kv.recall_pages == 0) fail(std::string(flag) + " sets the recall store: it needs --kv-recall-pages");
+  if (app.count("--kv-ahakv") > 0 && !uses_aha(kv) && !(sweep && sweep->count() > 0))
+    fail("--kv-ahakv sets AhaKV's parts: it needs --kv-policy ahakv or --kv-selector ahakv");
 }
 
 // --kv-sweep's list (slake-perplexity, slake-cli --batch): POLICY/COMPENSATOR/BUDGET settings
 // separated by commas, each applied on top of the command line's other KV flags and validated.
+// POLICY may name AhaKV's selector and parts: `cake@ahakv` (CAKE's budgets, AhaKV's scores),
+// `ahakv:recent+value` or `cake@ahakv:value` (those parts only).
 // --kv-recall-pages applies to the settings that evict; the others (full, budget 0) keep all.
 inline std::vector<KvPolicyParams> parse_kv_sweep(const std::string& spec, const KvPolicyParams& base) {
   std::vector<KvPolicyParams> out;
@@ -113,7 +126,11 @@ inline std::vector<KvPolicyParams> parse_kv_sweep(const std::string& spec, const
     if (b == std::string::npos || item.find('/', b + 1) != std::string::npos)
       fail("--kv-sweep: '" + item + "' is not POLICY/COMPENSATOR/BUDGET (e.g. cake/taylor/128)");
     KvPolicyParams p = base;
-    p.policy = item.substr(0, a);
+    try {
+      p = with_policy_label(p, item.substr(0, a));
+    } catch (const Error& e) {
+      fail("--kv-sweep: '" + item + "': " + e.what());
+    }
     p.compensate = item.substr(a + 1, b - a - 1);
     const std::string budget = item.substr(b + 1);
     if (budget.empty() || budget.size() > 9 || budget.find_first_not_of("0123456789") != std::string::npos)

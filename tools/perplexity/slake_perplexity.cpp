@@ -68,7 +68,28 @@ struct Run {
   Totals tot;
   size_t kv_bytes_prefill = 0, kv_bytes_end = 0, kv_peak = 0, kv_store_end = 0;
   std::vector<int64_t> layer_budgets;  // the first chunk's, after its prefill
+  std::vector<int64_t> kept_positions;  // the first chunk's: prompt tokens kept after prefill, per bin
 };
+
+// How many prompt tokens of each of kKeptBins equal stretches of the prompt the global layers'
+// KV heads keep after prefill (cpu sessions): where in the prompt a policy keeps its tokens
+// (docs/kv-quality.md, positional bias). Empty on other backends.
+constexpr int kKeptBins = 32;
+std::vector<int64_t> kept_positions(slake::tools::Session& s, int prefill) {
+  const slake::Context* ctx = s.cpu_context();
+  if (!ctx) return {};
+  std::vector<int64_t> bins(kKeptBins, 0);
+  const slake::KvCache& kv = ctx->kv_cache();
+  for (int l = 0; l < kv.n_layers(); ++l) {
+    if (ctx->model().cfg.layer_local(l)) continue;
+    for (int h = 0; h < kv.n_kv_heads(); ++h) {
+      const slake::KvHead& kh = kv.head(l, h);
+      for (int r = 0; r < kh.n; ++r)
+        if (kh.pos[static_cast<size_t>(r)] < prefill) ++bins[static_cast<size_t>(int64_t{kh.pos[static_cast<size_t>(r)]} * kKeptBins / prefill)];
+    }
+  }
+  return bins;
+}
 
 // The command line.
 struct Options {
@@ -148,7 +169,10 @@ void evaluate(const Options& o, const slake::Model& model, const std::vector<int
     for (Run& r : runs) {
       if (!batched) r.session->eval(prompt, &r.logits);
       r.kv_bytes_prefill = std::max(r.kv_bytes_prefill, r.session->kv_bytes_used());
-      if (c == 0) r.layer_budgets = r.session->layer_budgets();
+      if (c == 0) {
+        r.layer_budgets = r.session->layer_budgets();
+        if (r.kv.evicts()) r.kept_positions = kept_positions(*r.session, prefill);
+      }
     }
     for (int t = prefill; t < n_ctx; ++t) {
       const int32_t next = chunk[static_cast<size_t>(t)];
@@ -177,12 +201,13 @@ nlohmann::json record(const Options& o, int chunks, const Run& r, bool kl, doubl
   const Totals& tot = r.tot;
   const int n_ctx = o.n_ctx, prefill = o.prefill;
   nlohmann::json j{{"model", o.model_path}, {"file", o.file}, {"n_ctx", n_ctx}, {"n_prefill", prefill}, {"n_decode", n_ctx - prefill},
-                   {"chunks", chunks}, {"kv_policy", kv.policy}, {"kv_budget", kv.budget}, {"kv_window", kv.window}, {"kv_observe", kv.observed()},
+                   {"chunks", chunks}, {"kv_policy", slake::kv_policy_label(kv)}, {"kv_budget", kv.budget}, {"kv_window", kv.window}, {"kv_observe", kv.observed()},
                    {"kv_compensate", kv.compensator()}, {"cache_type_k", slake::kv_type_name(kv.type_k)},
                    {"cache_type_v", slake::kv_type_name(kv.type_v)}, {"kv_evict_every", kv.evict_every}, {"scored_tokens", tot.n}, {"ppl", tot.ppl()},
                    {"ppl_stderr", tot.ppl_err()}, {"kv_bytes_after_prefill", r.kv_bytes_prefill},
                    {"kv_bytes_end", r.kv_bytes_end}, {"kv_peak_bytes", r.kv_peak}, {"kv_layer_budgets", r.layer_budgets},
                    {"seconds", secs}, {"settings_run_together", n_runs}};
+  if (!r.kept_positions.empty()) j["kv_kept_positions"] = r.kept_positions;
   if (kv.recall().on()) {
     j["kv_recall_pages"] = kv.recall_pages;
     j["kv_recall_page"] = kv.recall_page;
@@ -209,7 +234,7 @@ void print_text(const Options& o, int chunks, const Run& r, const nlohmann::json
   const Totals& tot = r.tot;
   const int n_ctx = o.n_ctx, prefill = o.prefill;
   std::printf("policy %s, budget %d, window %d, compensator %s, cache %s/%s; %d chunks x (%d prefilled + %d decoded) tokens\n",
-              kv.policy.c_str(), kv.budget, kv.window, kv.compensator().c_str(), slake::kv_type_name(kv.type_k),
+              slake::kv_policy_label(kv).c_str(), kv.budget, kv.window, kv.compensator().c_str(), slake::kv_type_name(kv.type_k),
               slake::kv_type_name(kv.type_v), chunks, prefill, n_ctx - prefill);
   std::printf("Final estimate: PPL = %.4f +/- %.4f over %lld scored tokens\n", tot.ppl(), tot.ppl_err(), static_cast<long long>(tot.n));
   if (kl)

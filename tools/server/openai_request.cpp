@@ -72,7 +72,7 @@ const std::set<std::string> kFields = {"model", "stream", "stream_options", "max
                                        "dry_penalty_last_n", "dry_sequence_breakers",
                                        "logit_bias", "grammar", "response_format", "json_schema", "return_tokens",
                                        "kv_policy", "kv_budget", "kv_window", "kv_observe", "kv_prefill_chunk", "kv_recall_pages",
-                                       "kv_store_type", "kv_recall_score", "logprobs",
+                                       "kv_store_type", "kv_recall_score", "kv_selector", "kv_ahakv", "logprobs",
                                        "user", "metadata", "store", "cache_prompt", "service_tier"};
 const std::set<std::string> kChatFields = {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
                                            "reasoning_format", "chat_template_kwargs"};
@@ -429,12 +429,22 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
     return type;
   });
   kv.recall_score = get_named(body, "kv_recall_score", kv.recall_score, parse_recall_score);
+  kv.selector = get_string(body, "kv_selector", kv.selector);
+  kv.aha = get_named(body, "kv_ahakv", kv.aha, parse_aha_parts);
   KvPolicyParams out;
   try {
     // As --kv-budget alone: a budget with no policy named means slake.
     out = resolve_kv_policy(kv, !policy_given && field(body, "kv_budget"), &env.cfg);
   } catch (const Error& e) {
-    throw bad_field(policy_given ? "kv_policy" : "kv_budget", e.what());
+    const char* name = policy_given ? "kv_policy" : "kv_budget";
+    if (field(body, "kv_selector") && std::string(e.what()).find("selector") != std::string::npos) name = "kv_selector";
+    throw bad_field(name, e.what());
+  }
+  // AhaKV's parts matter only where AhaKV scores: set elsewhere, they are refused; the server's
+  // default parts are dropped, so that equal policies compare equal.
+  if (!uses_aha(out)) {
+    if (field(body, "kv_ahakv")) throw bad_field("kv_ahakv", "'kv_ahakv' sets AhaKV's parts: it needs kv_policy or kv_selector ahakv");
+    out.aha = AhaParts{};
   }
   // The server's --kv-recall-* apply to the requests that recall (evicting, with pages); a request
   // that sets a recall field where nothing is recalled is refused, and the others drop the
