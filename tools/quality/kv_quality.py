@@ -30,7 +30,10 @@ BEGIN, END = "<!-- kv-quality-suite:begin -->", "<!-- kv-quality-suite:end -->"
 # tokens; 8K prefills 6144 so the prompt is evicted from 6K tokens.
 CONTEXTS = {"2k": (2048, 1024), "4k": (4096, 2048), "8k": (8192, 6144)}
 BUDGETS = [64, 128, 256, 512, 1024]
-POLICIES = ["streaming", "h2o", "snapkv", "pyramidkv", "cake", "slake", "slake-wide"]
+# AhaKV's rows: the policy with all three parts, each part left out in turn (the ablation), and
+# CAKE's budgets with AhaKV's scores (--kv-sweep spellings, docs/algorithm.md §2.3).
+AHAKV = ["ahakv", "ahakv:recent+value", "ahakv:gain+value", "ahakv:gain+recent", "cake@ahakv"]
+POLICIES = ["streaming", "h2o", *AHAKV, "snapkv", "pyramidkv", "cake", "slake", "slake-wide"]
 COMPENSATORS = ["none", "taylor", "centroids"]
 OWN_COMPENSATOR = {"slake": "taylor"}  # what --kv-compensate auto gives; "none" for the others
 # The commit at which each policy's behaviour last changed (records before it are stale).
