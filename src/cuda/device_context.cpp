@@ -19,8 +19,8 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params, st
     : model_(model), plan_(model, params, /*with_weights=*/weights == nullptr), shared_(std::move(weights)) {
   const KvPolicyParams& p = plan_.kv;
   parts_ = policy_parts(p);
-  if (plan_.evicting && accumulates(p))
-    fail(std::string(p.selector == "ahakv" ? "--kv-selector ahakv" : "--kv-policy " + p.policy) +
+  if (plan_.evicting && (accumulates(p) || uses_sre(p)))
+    fail(std::string(p.selector != "auto" ? "--kv-selector " + p.selector : p.sre_mass > 0 ? "--kv-sre-mass" : "--kv-policy " + p.policy) +
          " is not supported by the cuda backend (use the cpu backend)");
   if (plan_.evicting && !p.cascade) fail("the cuda backend evicts after every layer (cascade) only");
   if (plan_.evicting && p.evict_every != 1) fail("the cuda backend evicts one token per decode step (--kv-evict-every 1) only");

@@ -8,6 +8,7 @@
 #include "slake/kv/kv_ahakv.h"
 #include "slake/kv/kv_budget.h"
 #include "slake/kv/kv_scores.h"
+#include "slake/kv/kv_sre.h"
 
 namespace slake {
 
@@ -45,6 +46,46 @@ void KvEvictor::reset() {
   // the window, algorithm.md §2.3).
   const int recent = parts_.selector == KvSelector::AhaKv && p_.aha.recent ? p_.observed() : 0;
   sums_.assign(static_cast<size_t>(n_layers_), std::vector<AttentionSums>(static_cast<size_t>(s_.n_kv_heads), AttentionSums(recent)));
+  sre_.assign(static_cast<size_t>(n_layers_), std::vector<std::vector<float>>(static_cast<size_t>(s_.n_kv_heads)));
+  head_budgets_.clear();
+}
+
+void KvEvictor::prefill_sre(int m, int layer, int P, const KvCache& cache, ThreadPool& pool,
+                            std::vector<std::vector<float>>& by_row) {
+  // Each candidate's error against the state that would hold every candidate (on top of what the
+  // head absorbed before), algorithm.md §2.8.
+  pool.parallel_for(s_.n_kv_heads, 1, [&](int64_t lo, int64_t hi, int) {
+    for (int64_t g = lo; g < hi; ++g) {
+      const KvHead& kh = cache.head(layer, static_cast<int>(g));
+      const int n_cand = rows_below(kh, P);
+      std::vector<float>& e = sre_[static_cast<size_t>(m)][static_cast<size_t>(g)];
+      e.resize(static_cast<size_t>(n_cand));
+      self_recall_errors(kh, 0, n_cand, state_with_rows(kh, 0, n_cand, kh.lin, s_.head_dim), s_.head_dim, e.data());
+      by_row[static_cast<size_t>(g)] = e;
+    }
+  });
+  if (p_.sre_mass <= 0) return;
+  // SRE-mass: each head's own budget, capped by the uniform one the memory is planned for.
+  std::vector<int64_t>& hb = head_budgets_.emplace_back(static_cast<size_t>(s_.n_kv_heads));
+  for (int g = 0; g < s_.n_kv_heads; ++g) {
+    const std::vector<float>& e = sre_[static_cast<size_t>(m)][static_cast<size_t>(g)];
+    hb[static_cast<size_t>(g)] = sre_mass_keep(e.data(), static_cast<int>(e.size()), p_.sre_mass, p_.sre_floor, p_.budget - p_.window);
+  }
+}
+
+void KvEvictor::update_sre(int layer, int kvh, const KvHead& kh, int n_cand) {
+  // A row that left the window since: its error against the state with it absorbed.
+  std::vector<float>& e = sre_[static_cast<size_t>(slot(layer))][static_cast<size_t>(kvh)];
+  for (int r = static_cast<int>(e.size()); r < n_cand; ++r) {
+    float x = 0;
+    self_recall_errors(kh, r, r + 1, state_with_rows(kh, r, r + 1, kh.lin, s_.head_dim), s_.head_dim, &x);
+    e.push_back(x);
+  }
+}
+
+int64_t KvEvictor::head_budget(int m, int kvh, int64_t layer_budget) const {
+  return m >= 0 && m < static_cast<int>(head_budgets_.size()) ? head_budgets_[static_cast<size_t>(m)][static_cast<size_t>(kvh)]
+                                                                : layer_budget;
 }
 
 bool KvEvictor::uses_window() const {
@@ -146,6 +187,7 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
       break;
     case KvSelector::HeavyHitter:
     case KvSelector::AhaKv:
+    case KvSelector::Sre:
     case KvSelector::WindowMax7:
     case KvSelector::Indicator: {
       // Token scores per candidate row (the rows below P), and the window statistics where the
@@ -159,7 +201,9 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
         terms.entropy = st.entropy;
         terms.variance = st.variance;
       }
-      if (accumulating()) {
+      if (parts_.selector == KvSelector::Sre) {
+        prefill_sre(m, layer, P, cache, pool, by_row);
+      } else if (accumulating()) {
         std::vector<double> score;
         for (int g = 0; g < s_.n_kv_heads; ++g) {
           const int n_cand = rows_below(cache.head(layer, g), P);
@@ -188,6 +232,15 @@ void KvEvictor::on_layer_done(int layer, KvCache& cache, ThreadPool& pool) {
       break;
   }
   token_scores_.push_back(std::move(tok));
+  if (!head_budgets_.empty()) {  // SRE-mass: the heads' own budgets; the layer's is their mean
+    const std::vector<int64_t>& hb = head_budgets_.back();
+    int64_t sum = 0;
+    for (int64_t b : hb) sum += b;
+    scores_.push_back(0.0);
+    budgets_.push_back((sum + s_.n_kv_heads / 2) / s_.n_kv_heads);
+    if (p_.cascade) evict_to(budgets_, cache);
+    return;
+  }
   scores_.push_back(layer_preference(p_, parts_.allocator, terms));
   std::vector<int64_t> held;  // a later chunk: each seen layer's candidates (its rows below P)
   if (continues_)
@@ -215,8 +268,9 @@ void KvEvictor::evict_to(const std::vector<int64_t>& budgets, KvCache& cache) {
       for (int r = 0; r < kh.n && kh.pos[static_cast<size_t>(r)] < P; ++r)
         cand.push_back(score[static_cast<size_t>(kh.pos[static_cast<size_t>(r)])]);
       const int n_cand = static_cast<int>(cand.size());
-      if (budgets[m] >= n_cand) continue;
-      std::vector<char> keep = top_k_flags(cand.data(), n_cand, budgets[m]);
+      const int64_t b = head_budget(static_cast<int>(m), h, budgets[m]);
+      if (b >= n_cand) continue;
+      std::vector<char> keep = top_k_flags(cand.data(), n_cand, b);
       keep.resize(static_cast<size_t>(kh.n), 1);  // the window and anything after it
       cache.note_compacted(remove_rows(l, h, keep, cache));
       cache.release_unused(l, h);  // so resident memory follows the cascading bound
@@ -226,13 +280,19 @@ void KvEvictor::evict_to(const std::vector<int64_t>& budgets, KvCache& cache) {
 KvCompaction KvEvictor::remove_rows(int layer, int kvh, const std::vector<char>& keep, KvCache& cache) {
   const KvCompaction c = cache.compact_head(layer, kvh, keep, p_.absorbs(), p_.recall_pages > 0);
   if (accumulating()) sums_[static_cast<size_t>(slot(layer))][static_cast<size_t>(kvh)].keep_rows(keep);
+  std::vector<float>& e = sre_[static_cast<size_t>(slot(layer))][static_cast<size_t>(kvh)];
+  size_t w = 0;
+  for (size_t r = 0; r < e.size(); ++r)
+    if (keep[r]) e[w++] = e[r];
+  e.resize(w);
   return c;
 }
 
-int64_t KvEvictor::decode_budget(int layer) const {
-  // Layers that saw no prefill eviction keep C - Sw prefix tokens (algorithm.md §2.1).
+int64_t KvEvictor::decode_budget(int layer, int kvh) const {
+  // Layers that saw no prefill eviction keep C - Sw prefix tokens (algorithm.md §2.1); under
+  // SRE-mass each head keeps its own.
   const int m = slot(layer);
-  return m >= 0 && m < static_cast<int>(budgets_.size()) ? budgets_[static_cast<size_t>(m)] : p_.budget - p_.window;
+  return m >= 0 && m < static_cast<int>(budgets_.size()) ? head_budget(m, kvh, budgets_[static_cast<size_t>(m)]) : p_.budget - p_.window;
 }
 
 bool KvEvictor::scores_in_decode() const {
@@ -270,6 +330,12 @@ void KvEvictor::decode_candidate_scores(int layer, int kvh, int32_t qpos, const 
     case KvSelector::AhaKv:
       accumulated_scores(slot(layer), kvh, n_cand, score);
       break;
+    case KvSelector::Sre: {
+      const std::vector<float>& e = sre_[static_cast<size_t>(slot(layer))][static_cast<size_t>(kvh)];
+      if (static_cast<int>(e.size()) < n_cand) fail("internal: a candidate has no self-recall error");
+      std::copy(e.begin(), e.begin() + n_cand, score);
+      break;
+    }
     default: {
       // algorithm.md §5.3: the current query's softmax over the whole exact cache (causal only),
       // pooled over the candidates in position order, averaged over the group.
@@ -283,16 +349,16 @@ void KvEvictor::on_decode_batched(int layer, const float* q, int32_t qpos, KvCac
   // A head evicts only once it holds evict_every rows over budget + window, then all of them at
   // once: one scoring pass ranks the candidates and one compaction moves the rows.
   const bool scored = scores_in_decode();
-  const int64_t b = decode_budget(layer);
   std::vector<std::vector<char>> keep(static_cast<size_t>(s_.n_kv_heads));
   pool.parallel_for(s_.n_kv_heads, 1, [&](int64_t lo, int64_t hi, int) {
     std::vector<double> score;
     for (int64_t g = lo; g < hi; ++g) {
       const KvHead& kh = cache.head(layer, static_cast<int>(g));
       if (scored) score_decode_query(layer, static_cast<int>(g), q, qpos, kh);
-      const int64_t over = kh.n - (b + p_.window);
+      const int64_t over = kh.n - (decode_budget(layer, static_cast<int>(g)) + p_.window);
       if (over < p_.evict_every) continue;
       const int n_cand = kh.n - p_.window;
+      if (parts_.selector == KvSelector::Sre) update_sre(layer, static_cast<int>(g), kh, n_cand);
       score.resize(static_cast<size_t>(n_cand));
       decode_candidate_scores(layer, static_cast<int>(g), qpos, cache, n_cand, score.data());
       std::vector<char>& k = keep[static_cast<size_t>(g)];
@@ -315,7 +381,6 @@ void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cach
   const bool scored = scores_in_decode();
   if (scored) decode_x_.resize(static_cast<size_t>(s_.n_kv_heads));
   if (p_.evict_every > 1) return on_decode_batched(layer, q, qpos, cache, pool);
-  const int64_t limit = decode_budget(layer) + p_.window;
   // Each head over its budget gives up one row per round: a head scores its rows, picks its victim
   // and compacts, in parallel with the others (one dispatch), and the counts are noted after. The
   // query's scores are computed once, in the first round, and lose the evicted rows with the
@@ -329,7 +394,8 @@ void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cach
         const KvHead& kh = cache.head(layer, static_cast<int>(g));
         if (first && scored) score_decode_query(layer, static_cast<int>(g), q, qpos, kh);
         done[static_cast<size_t>(g)] = KvCompaction{};
-        if (kh.n <= limit) continue;
+        if (kh.n <= decode_budget(layer, static_cast<int>(g)) + p_.window) continue;
+        if (parts_.selector == KvSelector::Sre) update_sre(layer, static_cast<int>(g), kh, kh.n - p_.window);
         const int v = decode_victim(layer, static_cast<int>(g), qpos, cache, kh.n - p_.window);
         keep.assign(static_cast<size_t>(kh.n), 1);
         keep[static_cast<size_t>(v)] = 0;
@@ -340,7 +406,7 @@ void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cach
     bool over = false;
     for (int kvh = 0; kvh < s_.n_kv_heads; ++kvh) {
       if (done[static_cast<size_t>(kvh)].removed > 0) cache.note_compacted(done[static_cast<size_t>(kvh)]);
-      over |= cache.head(layer, kvh).n > limit;
+      over |= cache.head(layer, kvh).n > decode_budget(layer, kvh) + p_.window;
     }
     if (!over) break;
   }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <cstdio>
+#include <cstdlib>
 #include <tuple>
 
 #include "slake/error.h"
@@ -30,7 +32,7 @@ bool operator==(const KvPolicyParams& a, const KvPolicyParams& b) {
   auto fields = [](const KvPolicyParams& p) {
     return std::tie(p.policy, p.budget, p.window, p.observe, p.compensate, p.centroids, p.gamma, p.tau1, p.tau2, p.alpha, p.beta,
                     p.delta, p.cascade, p.evict_every, p.prefill_chunk, p.type_k, p.type_v, p.recall_pages, p.recall_page,
-                    p.store_type, p.recall_score, p.selector, p.aha);
+                    p.store_type, p.recall_score, p.selector, p.aha, p.sre_mass, p.sre_floor);
   };
   return fields(a) == fields(b);
 }
@@ -41,7 +43,7 @@ const std::vector<std::string>& kv_policy_names() {
 }
 
 const std::vector<std::string>& kv_selector_names() {
-  static const std::vector<std::string> names{"auto", "ahakv"};
+  static const std::vector<std::string> names{"auto", "ahakv", "sre"};
   return names;
 }
 
@@ -66,8 +68,17 @@ void validate(const KvPolicyParams& p) {
   const std::vector<std::string>& sel = kv_selector_names();
   if (std::find(sel.begin(), sel.end(), p.selector) == sel.end())
     fail("unknown KV selector '" + p.selector + "' (" + join_names(sel) + ")");
-  if (p.selector == "ahakv" && p.policy == "streaming")
-    fail("--kv-selector ahakv: streaming keeps the newest tokens by its own rule; choose an attention policy");
+  if (p.selector != "auto" && p.policy == "streaming")
+    fail("--kv-selector " + p.selector + ": streaming keeps the newest tokens by its own rule; choose an attention policy");
+  if (!(p.sre_mass >= 0 && p.sre_mass <= 1)) fail("--kv-sre-mass must be in 0..1, got " + std::to_string(p.sre_mass));
+  if (p.sre_floor < 0) fail("--kv-sre-floor must not be negative");
+  if (p.sre_mass > 0 && p.selector != "auto" && p.selector != "sre")
+    fail("--kv-sre-mass ranks tokens by their self-recall error: it takes no --kv-selector " + p.selector);
+  if (uses_sre(p) && p.evicts()) {
+    if (!p.absorbs())
+      fail("the SRE selector measures what the compensator loses: it needs --kv-compensate taylor or centroids");
+    if (p.prefill_chunk > 0) fail("--prefill-chunk: the SRE selector runs on whole prompts, for now");
+  }
   if (p.evict_every < 1 || p.evict_every > 4096)
     fail("--kv-evict-every must be in 1..4096, got " + std::to_string(p.evict_every));
   if (p.centroids < 1 || p.centroids > 4096)
@@ -160,13 +171,25 @@ KvPolicyParts policy_parts(const std::string& policy) {
 KvPolicyParts policy_parts(const KvPolicyParams& p) {
   KvPolicyParts parts = policy_parts(p.policy);
   if (p.selector == "ahakv" && parts.selector != KvSelector::None) parts.selector = KvSelector::AhaKv;
+  if ((p.selector == "sre" || p.sre_mass > 0) && parts.selector != KvSelector::None) parts.selector = KvSelector::Sre;
   return parts;
 }
 
 bool uses_aha(const KvPolicyParams& p) { return policy_parts(p).selector == KvSelector::AhaKv; }
 
+bool uses_sre(const KvPolicyParams& p) { return policy_parts(p).selector == KvSelector::Sre; }
+
 std::string kv_policy_label(const KvPolicyParams& p) {
   std::string label = p.policy;
+  if (uses_sre(p)) {
+    label += "@sre";
+    if (p.sre_mass > 0) {
+      char mass[32];
+      std::snprintf(mass, sizeof mass, ":%g", p.sre_mass);
+      label += mass;
+    }
+    return label;
+  }
   if (!uses_aha(p)) return label;
   if (p.policy != "ahakv") label += "@ahakv";
   if (p.aha != AhaParts{}) label += ":" + aha_parts_name(p.aha);
@@ -174,10 +197,10 @@ std::string kv_policy_label(const KvPolicyParams& p) {
 }
 
 KvPolicyParams with_policy_label(KvPolicyParams p, const std::string& name) {
-  std::string label = name;
+  std::string label = name, suffix;
   const size_t colon = label.find(':');
   if (colon != std::string::npos) {
-    p.aha = parse_aha_parts(label.substr(colon + 1));
+    suffix = label.substr(colon + 1);
     label.resize(colon);
   }
   const size_t at = label.find('@');
@@ -186,7 +209,16 @@ KvPolicyParams with_policy_label(KvPolicyParams p, const std::string& name) {
     label.resize(at);
   }
   p.policy = label;
-  if (colon != std::string::npos && !uses_aha(p)) fail("AhaKV's parts need the policy ahakv or the selector @ahakv");
+  if (colon == std::string::npos) return p;
+  if (p.selector == "sre") {  // @sre:P, SRE-mass at P
+    char* end = nullptr;
+    p.sre_mass = std::strtod(suffix.c_str(), &end);
+    if (suffix.empty() || *end != '\0' || !(p.sre_mass > 0 && p.sre_mass <= 1))
+      fail("SRE-mass needs a share in (0, 1] after @sre:, got '" + suffix + "'");
+    return p;
+  }
+  p.aha = parse_aha_parts(suffix);
+  if (!uses_aha(p)) fail("AhaKV's parts need the policy ahakv or the selector @ahakv");
   return p;
 }
 

@@ -115,6 +115,12 @@ TEST(CliOptions, WhatCannotRunIsRefusedBeforeTheModelLoads) {
   EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "cake@oracle/none/64"}).find("selector"), std::string::npos);
   EXPECT_EQ(refused({"-m", "m.gguf", "--kv-policy", "cake", "--kv-selector", "ahakv", "--kv-budget", "256", "--kv-ahakv", "value+gain"}), "");
   EXPECT_EQ(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "ahakv/none/64,ahakv:recent+value/none/64,cake@ahakv:none/taylor/128"}), "");
+  // SRE: a compensated policy only.
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-policy", "cake", "--kv-budget", "256", "--kv-sre-mass", "0.9"}).find("compensate"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-sre-mass", "1.5"}), "");
+  EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "slake@sre:2/auto/64"}).find("SRE-mass"), std::string::npos);
+  EXPECT_EQ(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-sre-mass", "0.9", "--kv-sre-floor", "16"}), "");
+  EXPECT_EQ(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "slake@sre:0.9/auto/256,cake@sre/taylor/128"}), "");
   // And the same flags, well formed, are taken.
   EXPECT_EQ(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "cake/none/64,slake/auto/128"}), "");
   EXPECT_EQ(refused({"-m", "m.gguf", "-j", R"({"type": "object"})"}), "");

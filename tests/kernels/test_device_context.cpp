@@ -330,6 +330,9 @@ TEST(DeviceContext, BadInputIsRefused) {
   ContextParams cake_aha = params(32, "cake", 12, 4);
   cake_aha.kv.selector = "ahakv";
   EXPECT_THROW(DeviceContext(*m, cake_aha), slake::Error);
+  ContextParams sre = params(32, "slake", 12, 4);
+  sre.kv.sre_mass = 0.9;
+  EXPECT_THROW(DeviceContext(*m, sre), slake::Error);
   EXPECT_THROW(DeviceContext(*m, params(-1, "full", 0, 8)), slake::Error);
 }
 

@@ -116,6 +116,9 @@ TEST_F(OpenAiRequest, ValuesOutOfRangeAreRefusedByName) {
   EXPECT_EQ(refused_param(R"("kv_policy": "ahakv", "kv_budget": 64, "kv_ahakv": "gain+bias")"), "kv_ahakv");
   EXPECT_EQ(refused_param(R"("kv_policy": "cake", "kv_budget": 64, "kv_ahakv": "gain")"), "kv_ahakv");  // AhaKV does not score
   EXPECT_EQ(refused_param(R"("kv_policy": "ahakv", "kv_budget": 64, "kv_ahakv": "gain", "kv_prefill_chunk": 128)"), "kv_policy");
+  EXPECT_EQ(refused_param(R"("kv_policy": "slake", "kv_budget": 64, "kv_sre_mass": 1.5)"), "kv_sre_mass");
+  EXPECT_EQ(refused_param(R"("kv_policy": "cake", "kv_budget": 64, "kv_sre_mass": 0.9)"), "kv_sre_mass");  // no compensator
+  EXPECT_EQ(refused_param(R"("kv_policy": "slake", "kv_budget": 64, "kv_sre_floor": -1)"), "kv_sre_floor");
   // Two grammars at once.
   EXPECT_EQ(refused_param(R"("grammar": "root ::= \"a\"", "response_format": {"type": "json_object"})"), "response_format");
   EXPECT_EQ(refused_param(R"("grammar": "root ::= undefined-rule")"), "grammar");
@@ -189,6 +192,9 @@ TEST_F(OpenAiRequest, KvFieldsResolveAsTheFlagsDo) {
   EXPECT_EQ(kv_policy_label(cake_aha), "cake@ahakv");
   EXPECT_NE(cake_aha, completion(R"("kv_policy": "cake", "kv_budget": 64)").gen.kv);
   EXPECT_NE(cake_aha, completion(R"("kv_policy": "cake", "kv_budget": 64, "kv_selector": "ahakv", "kv_ahakv": "gain")").gen.kv);
+  const KvPolicyParams sre = completion(R"("kv_policy": "slake", "kv_budget": 64, "kv_sre_mass": 0.8, "kv_sre_floor": 4)").gen.kv;
+  EXPECT_EQ(kv_policy_label(sre), "slake@sre:0.8");
+  EXPECT_EQ(sre.sre_floor, 4);
 
   // No KV field: the server's own flags, resolved.
   KvPolicyParams flags;

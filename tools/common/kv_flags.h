@@ -33,12 +33,21 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-selector", kv.selector,
-                 "token scores: auto (the policy's own) or ahakv (AhaKV's, with the policy's layer budgets and compensator)")
+                 "token scores: auto (the policy's own), ahakv (AhaKV's) or sre (the compensator's self-recall error), with "
+                 "the policy's layer budgets and compensator")
       ->capture_default_str()
       ->check(CLI::IsMember(kv_selector_names()));
   app.add_option("--kv-ahakv", f.aha_parts,
                  "the parts of AhaKV's scores (policy or selector ahakv), '+'-joined: gain (step-gain softmax), recent "
                  "(the last Sobs queries only), value (value-norm prior); or none (default: gain+recent+value)");
+  app.add_option("--kv-sre-mass", kv.sre_mass,
+                 "SRE-mass sizing: rank by the compensator's self-recall error and keep, per KV head, the fewest tokens "
+                 "whose errors sum to this share of the total, at most --kv-budget (0: off; a compensated policy)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--kv-sre-floor", kv.sre_floor, "SRE-mass: the fewest prefix tokens a KV head keeps")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-compensate", kv.compensate,
                  "evicted tokens: taylor (linear cache + PTAA), centroids (merged into --kv-centroids mean "
                  "tokens per head), none (dropped), auto (taylor for slake only)")
@@ -114,7 +123,8 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
 // --kv-sweep's list (slake-perplexity, slake-cli --batch): POLICY/COMPENSATOR/BUDGET settings
 // separated by commas, each applied on top of the command line's other KV flags and validated.
 // POLICY may name AhaKV's selector and parts: `cake@ahakv` (CAKE's budgets, AhaKV's scores),
-// `ahakv:recent+value` or `cake@ahakv:value` (those parts only).
+// `ahakv:recent+value` or `cake@ahakv:value` (those parts only), `slake@sre` (SRE ranking),
+// `slake@sre:0.9` (SRE-mass at p = 0.9).
 // --kv-recall-pages applies to the settings that evict; the others (full, budget 0) keep all.
 inline std::vector<KvPolicyParams> parse_kv_sweep(const std::string& spec, const KvPolicyParams& base) {
   std::vector<KvPolicyParams> out;

@@ -72,7 +72,8 @@ const std::set<std::string> kFields = {"model", "stream", "stream_options", "max
                                        "dry_penalty_last_n", "dry_sequence_breakers",
                                        "logit_bias", "grammar", "response_format", "json_schema", "return_tokens",
                                        "kv_policy", "kv_budget", "kv_window", "kv_observe", "kv_prefill_chunk", "kv_recall_pages",
-                                       "kv_store_type", "kv_recall_score", "kv_selector", "kv_ahakv", "logprobs",
+                                       "kv_store_type", "kv_recall_score", "kv_selector", "kv_ahakv", "kv_sre_mass",
+                                       "kv_sre_floor", "logprobs",
                                        "user", "metadata", "store", "cache_prompt", "service_tier"};
 const std::set<std::string> kChatFields = {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
                                            "reasoning_format", "chat_template_kwargs"};
@@ -431,13 +432,18 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
   kv.recall_score = get_named(body, "kv_recall_score", kv.recall_score, parse_recall_score);
   kv.selector = get_string(body, "kv_selector", kv.selector);
   kv.aha = get_named(body, "kv_ahakv", kv.aha, parse_aha_parts);
+  kv.sre_mass = get_number(body, "kv_sre_mass", kv.sre_mass, 0.0, 1.0);
+  kv.sre_floor = static_cast<int>(get_int(body, "kv_sre_floor", kv.sre_floor, 0, 1 << 24));
   KvPolicyParams out;
   try {
     // As --kv-budget alone: a budget with no policy named means slake.
     out = resolve_kv_policy(kv, !policy_given && field(body, "kv_budget"), &env.cfg);
   } catch (const Error& e) {
     const char* name = policy_given ? "kv_policy" : "kv_budget";
-    if (field(body, "kv_selector") && std::string(e.what()).find("selector") != std::string::npos) name = "kv_selector";
+    const std::string why = e.what();
+    if (field(body, "kv_selector") && why.find("selector") != std::string::npos) name = "kv_selector";
+    if (field(body, "kv_sre_mass") && (why.find("sre-mass") != std::string::npos || why.find("SRE") != std::string::npos))
+      name = "kv_sre_mass";
     throw bad_field(name, e.what());
   }
   // AhaKV's parts matter only where AhaKV scores: set elsewhere, they are refused; the server's

@@ -66,7 +66,13 @@ class KvEvictor {
   int slot(int layer) const {
     return layer >= 0 && layer < static_cast<int>(slot_.size()) ? slot_[static_cast<size_t>(layer)] : -1;
   }
-  int64_t decode_budget(int layer) const;
+  int64_t decode_budget(int layer, int kvh) const;
+  // Managed layer m's budget for KV head kvh: its own under SRE-mass, else the layer's.
+  int64_t head_budget(int m, int kvh, int64_t layer_budget) const;
+  // The SRE selector (kv_sre.h): the candidates' errors at prefill (and SRE-mass's head budgets),
+  // and those of rows that left the window since, at decode.
+  void prefill_sre(int m, int layer, int P, const KvCache& cache, ThreadPool& pool, std::vector<std::vector<float>>& by_row);
+  void update_sre(int layer, int kvh, const KvHead& kh, int n_cand);
   bool scores_in_decode() const;  // the decode victim is chosen by attention (algorithm.md §5.3)
   // The decode score of the first n_cand rows of (layer, kvh): the lowest is evicted first.
   void decode_candidate_scores(int layer, int kvh, int32_t qpos, const KvCache& cache, int n_cand, double* score) const;
@@ -93,6 +99,8 @@ class KvEvictor {
   std::vector<int64_t> budgets_;
   std::vector<std::vector<std::vector<float>>> token_scores_;  // [managed layer][kv head][position in P]
   std::vector<std::vector<AttentionSums>> sums_;               // h2o, ahakv: [managed layer][kv head]
+  std::vector<std::vector<std::vector<float>>> sre_;           // sre: [managed layer][kv head][candidate row]
+  std::vector<std::vector<int64_t>> head_budgets_;             // SRE-mass: [managed layer][kv head]
   std::vector<DecodeRowScores> decode_x_;  // [kv head]: the decode query's scores, of layer decode_x_layer_
   int decode_x_layer_ = -1;
 };

@@ -55,11 +55,17 @@ struct KvPolicyParams {
   int recall_page = 16;
   KvType store_type = KvType::Q8_0;
   RecallScore recall_score = RecallScore::Keys;  // how pages are ranked (kv_recall.h)
-  // The token selector: "auto" (the policy's own) or "ahakv" (AhaKV's scores with the policy's
-  // allocator and compensator, algorithm.md §2.3). `aha`: the parts of AhaKV's scores used by the
-  // ahakv policy or selector (each can be switched off for the ablation).
+  // The token selector: "auto" (the policy's own), "ahakv" (AhaKV's scores with the policy's
+  // allocator and compensator, algorithm.md §2.3) or "sre" (the compensator's self-recall error,
+  // §2.8; a compensated policy). `aha`: the parts of AhaKV's scores used by the ahakv policy or
+  // selector (each can be switched off for the ablation).
   std::string selector = "auto";
   AhaParts aha;
+  // SRE-mass sizing (algorithm.md §2.8): p > 0 ranks by SRE and gives each KV head the fewest
+  // prefix tokens whose SRE sums to p of its total, at least sre_floor and at most C - Sw (the
+  // budget stays the cap that memory is planned for). 0: off.
+  double sre_mass = 0.0;
+  int sre_floor = 0;
 
   // Evicted tokens go to the Taylor state (algorithm.md §3.1).
   bool taylor() const { return compensate == "taylor" || (compensate == "auto" && policy == "slake"); }
@@ -117,6 +123,7 @@ enum class KvSelector {
   Recent,       // streaming: 4 sink tokens, then the most recent
   HeavyHitter,  // h2o: attention accumulated over every query so far
   AhaKv,        // ahakv: step-gain attention over the recent queries, times the value prior (kv_ahakv.h)
+  Sre,          // --kv-selector sre: the compensator's self-recall error (kv_sre.h)
   WindowMax7,   // snapkv, pyramidkv: window attention, max-pooled over 7 positions
   Indicator,    // cake, slake: window mean + gamma variance, average-pooled over 5 (algorithm.md §2.3)
 };
@@ -141,6 +148,8 @@ struct KvPolicyParts {
 KvPolicyParts policy_parts(const std::string& policy);
 // The policy's parts with its selector setting applied (p.selector "ahakv" replaces the selector).
 KvPolicyParts policy_parts(const KvPolicyParams& p);
+// Whether the policy ranks by the compensator's self-recall error (selector sre, or SRE-mass).
+bool uses_sre(const KvPolicyParams& p);
 // Whether the policy's selector accumulates attention over the queries (h2o, ahakv): such a
 // selector scores from the prompt's first token (ahakv with `recent`: its last r) and keeps sums
 // per cache row.
@@ -148,7 +157,8 @@ bool accumulates(const KvPolicyParams& p);
 // Whether the policy scores tokens with AhaKV (the policy ahakv, or the selector ahakv on an
 // evicting policy), so its `aha` parts matter.
 bool uses_aha(const KvPolicyParams& p);
-// The setting as --kv-sweep spells its policy: "cake", "ahakv", "cake@ahakv", "ahakv:recent+value".
+// The setting as --kv-sweep spells its policy: "cake", "ahakv", "cake@ahakv", "ahakv:recent+value",
+// "slake@sre" (SRE ranking with slake's budgets), "slake@sre:0.9" (SRE-mass at p = 0.9).
 std::string kv_policy_label(const KvPolicyParams& p);
 // p with the policy, selector and AhaKV parts a label names (the inverse of kv_policy_label; a
 // label without parts keeps p's). Throws slake::Error for parts where AhaKV does not score.
