@@ -74,6 +74,12 @@ void AttentionSums::add(const double* a, int n, int32_t qpos) {
   filled_[slot] = 1;
 }
 
+size_t AttentionSums::bytes() const {
+  size_t b = sum_.size() * sizeof(double) + v2.size() * sizeof(float);
+  for (const std::vector<float>& r : ring_) b += r.size() * sizeof(float);
+  return b;
+}
+
 void AttentionSums::keep_rows(const std::vector<char>& keep) {
   auto compact = [&](auto& v) {
     size_t w = 0;

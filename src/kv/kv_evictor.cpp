@@ -413,6 +413,25 @@ void KvEvictor::on_decode(int layer, const float* q, int32_t qpos, KvCache& cach
   if (scored) decode_x_layer_ = layer;
 }
 
+size_t KvEvictor::selector_row_bytes(const KvPolicyParams& p) {
+  if (!p.evicts()) return 0;
+  if (uses_sre(p)) return sizeof(float);
+  if (!accumulates(p)) return 0;
+  size_t b = sizeof(double);  // the sums
+  if (uses_aha(p) && p.aha.value) b += sizeof(float);
+  if (uses_aha(p) && p.aha.recent) b += static_cast<size_t>(p.observed()) * sizeof(float);
+  return b;
+}
+
+size_t KvEvictor::selector_state_bytes() const {
+  size_t b = 0;
+  for (const std::vector<AttentionSums>& layer : sums_)
+    for (const AttentionSums& a : layer) b += a.bytes();
+  for (const std::vector<std::vector<float>>& layer : sre_)
+    for (const std::vector<float>& e : layer) b += e.size() * sizeof(float);
+  return b;
+}
+
 const std::vector<DecodeRowScores>* KvEvictor::decode_row_scores(int layer) const {
   return layer == decode_x_layer_ ? &decode_x_ : nullptr;
 }

@@ -273,6 +273,27 @@ TEST(AhaKv, PolicyAndSelectorSettings) {
   EXPECT_NE(a, b);
 }
 
+// What the selector holds per row and KV head beyond the cache: h2o's double sums; AhaKV's, a
+// value norm and a ring of r = Sobs (or the window) fp32 rows; nothing for the window policies.
+TEST(AhaKv, SelectorRowBytes) {
+  KvPolicyParams p;
+  p.budget = 64;
+  p.window = 32;
+  p.policy = "h2o";
+  EXPECT_EQ(KvEvictor::selector_row_bytes(p), 8u);
+  p.policy = "ahakv";
+  EXPECT_EQ(KvEvictor::selector_row_bytes(p), 8u + 4u + 32u * 4u);
+  p.observe = 8;
+  EXPECT_EQ(KvEvictor::selector_row_bytes(p), 8u + 4u + 8u * 4u);
+  p.aha = parse_aha_parts("gain");
+  EXPECT_EQ(KvEvictor::selector_row_bytes(p), 8u);
+  p.policy = "cake";
+  EXPECT_EQ(KvEvictor::selector_row_bytes(p), 0u);
+  p.budget = 0;
+  p.policy = "ahakv";
+  EXPECT_EQ(KvEvictor::selector_row_bytes(p), 0u);  // nothing evicted: nothing kept
+}
+
 // --kv-sweep's and the records' spelling of a setting, both ways.
 TEST(AhaKv, PolicyLabelsRoundTrip) {
   for (const char* label : {"cake", "h2o", "ahakv", "ahakv:recent+value", "ahakv:none", "cake@ahakv", "slake@ahakv:gain"}) {

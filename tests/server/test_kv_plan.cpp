@@ -49,7 +49,7 @@ TEST(KvPlan, BoundsThePeakOfEveryPolicyAndCacheType) {
       {"snapkv", "none", 48, KvType::F16},        {"cake", "centroids", 48, KvType::F16},
       {"slake", "auto", 48, KvType::F16},         {"slake-wide", "none", 64, KvType::KIVI4},
       {"pyramidkv", "taylor", 48, KvType::Q8_0},  {"snapkv", "none", 48, KvType::F16, 4},
-      {"slake", "auto", 48, KvType::Q8_0, 2},
+      {"slake", "auto", 48, KvType::Q8_0, 2},     {"ahakv", "none", 48, KvType::F16},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.policy + "/" + k.compensate + "/" + std::to_string(k.budget) + "/" + kv_type_name(k.type));
@@ -71,6 +71,14 @@ TEST(KvPlan, BoundsThePeakOfEveryPolicyAndCacheType) {
 
     const size_t plan = planned_kv_bytes(c, cp.kv, n_ctx, prompt + decoded, prompt);
     EXPECT_LE(ctx.kv_cache().peak_bytes_used(), plan);
+    // The selector's own rows (h2o's sums, AhaKV's ring) are planned with the cache.
+    EXPECT_LE(ctx.kv_cache().bytes_used() + ctx.evictor().selector_state_bytes(), plan);
+    if (k.policy == "ahakv") {
+      KvPolicyParams snap = cp.kv;
+      snap.policy = "snapkv";
+      EXPECT_GT(ctx.evictor().selector_state_bytes(), 0u);
+      EXPECT_GT(plan, planned_kv_bytes(c, snap, n_ctx, prompt + decoded, prompt));
+    }
     KvPolicyParams full_kv = cp.kv;
     full_kv.policy = "full";
     full_kv.budget = 0;

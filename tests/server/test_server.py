@@ -323,10 +323,19 @@ class LongPromptsAndPolicies(unittest.TestCase):
         try:
             c = client(server)
             full = None
-            for policy in ("full", "slake", "h2o", "streaming"):
-                flags = ("--kv-policy", policy, "--kv-budget", "64", "--kv-window", "16") if policy != "full" else ()
+            # The slot is reused: each request's own policy (cake@ahakv and SRE-mass through their
+            # request fields) must replace the one before.
+            for policy in ("full", "slake", "h2o", "streaming", "ahakv", "cake@ahakv", "slake@sre:0.8"):
+                name, _, sel = policy.partition("@")
+                flags = ("--kv-policy", name, "--kv-budget", "64", "--kv-window", "16") if policy != "full" else ()
+                extra = {"kv_policy": name, "kv_budget": 64, "kv_window": 16} if policy != "full" else {}
+                if sel == "ahakv":
+                    flags += ("--kv-selector", "ahakv")
+                    extra["kv_selector"] = "ahakv"
+                elif sel:
+                    flags += ("--kv-sre-mass", "0.8")
+                    extra["kv_sre_mass"] = 0.8
                 want = cli_greedy(STORIES, self.long, N, self.CTX, *flags)
-                extra = {"kv_policy": policy, "kv_budget": 64, "kv_window": 16} if policy != "full" else {}
                 got = c.completions.create(model="stories260K.gguf", prompt=self.long, max_tokens=N, temperature=0,
                                            extra_body=extra).choices[0].text
                 self.assertEqual(got, want, policy)

@@ -67,6 +67,7 @@ struct Run {
   std::vector<float> logits;
   Totals tot;
   size_t kv_bytes_prefill = 0, kv_bytes_end = 0, kv_peak = 0, kv_store_end = 0;
+  size_t selector_end = 0;  // the selector's own state at the end (KvEvictor::selector_state_bytes; cpu)
   std::vector<int64_t> layer_budgets;  // the first chunk's, after its prefill
   std::vector<int64_t> kept_positions;  // the first chunk's: prompt tokens kept after prefill, per bin
 };
@@ -190,6 +191,8 @@ void evaluate(const Options& o, const slake::Model& model, const std::vector<int
       r.kv_bytes_end = std::max(r.kv_bytes_end, r.session->kv_bytes_used());
       r.kv_peak = std::max(r.kv_peak, r.session->kv_peak_bytes());
       r.kv_store_end = std::max(r.kv_store_end, r.session->kv_store_bytes());
+      if (const slake::Context* ctx = r.session->cpu_context())
+        r.selector_end = std::max(r.selector_end, ctx->evictor().selector_state_bytes());
     }
     std::fprintf(stderr, "[%d]%.4f%s", c + 1, runs[0].tot.ppl(), c + 1 == chunks ? "\n" : ",");
   }
@@ -208,6 +211,7 @@ nlohmann::json record(const Options& o, int chunks, const Run& r, bool kl, doubl
                    {"kv_bytes_end", r.kv_bytes_end}, {"kv_peak_bytes", r.kv_peak}, {"kv_layer_budgets", r.layer_budgets},
                    {"seconds", secs}, {"settings_run_together", n_runs}};
   if (!r.kept_positions.empty()) j["kv_kept_positions"] = r.kept_positions;
+  if (r.selector_end > 0) j["kv_selector_state_bytes_end"] = r.selector_end;
   if (kv.recall().on()) {
     j["kv_recall_pages"] = kv.recall_pages;
     j["kv_recall_page"] = kv.recall_page;

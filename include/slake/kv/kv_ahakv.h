@@ -3,6 +3,7 @@
 // long contexts, sums over the most recent r queries only (so every token sums as many rows), and
 // a prior from the norms of the value vectors. With all three off the scores are H2O's.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,6 +49,8 @@ class AttentionSums {
   void grow(int n);
   void keep_rows(const std::vector<char>& keep);
   int rows() const { return static_cast<int>(sum_.size()); }
+  // The bytes of the sums, the ring and the value norms.
+  size_t bytes() const;
   const double* sums() const { return sum_.data(); }
   // Squared value norms per row, for the value prior: the owner appends one per new row.
   std::vector<float> v2;

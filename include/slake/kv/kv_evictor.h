@@ -44,6 +44,12 @@ class KvEvictor {
   // every row the layer's KV heads now hold, for attention_decode; else null.
   const std::vector<DecodeRowScores>* decode_row_scores(int layer) const;
 
+  // What the selector keeps per cache row and KV head beyond the cache (h2o's and AhaKV's sums,
+  // AhaKV's ring of the last r queries' rows and value norms, the SRE scores), in bytes: the
+  // server's plan counts it with the cache. And what it holds now, in all.
+  static size_t selector_row_bytes(const KvPolicyParams& p);
+  size_t selector_state_bytes() const;
+
   // Budgets (prefix tokens kept, window excluded) of the managed layers seen so far, and their
   // preference scores.
   const std::vector<int64_t>& budgets() const { return budgets_; }
