@@ -33,9 +33,13 @@ BUDGETS = [64, 128, 256, 512, 1024]
 # AhaKV's rows: the policy with all three parts, each part left out in turn (the ablation), and
 # CAKE's budgets with AhaKV's scores (--kv-sweep spellings, docs/algorithm.md §2.3).
 AHAKV = ["ahakv", "ahakv:recent+value", "ahakv:gain+value", "ahakv:gain+recent", "cake@ahakv"]
-POLICIES = ["streaming", "h2o", *AHAKV, "snapkv", "pyramidkv", "cake", "slake", "slake-wide"]
+# The SRE rows (docs/algorithm.md §2.8): slake's budgets ranked by the Taylor state's self-recall
+# error, and SRE-mass sizing at three shares of the error (slake's Taylor state; the budget caps).
+SRE = ["slake@sre", "slake@sre:0.5", "slake@sre:0.8", "slake@sre:0.95"]
+POLICIES = ["streaming", "h2o", *AHAKV, "snapkv", "pyramidkv", "cake", "slake", *SRE, "slake-wide"]
 COMPENSATORS = ["none", "taylor", "centroids"]
-OWN_COMPENSATOR = {"slake": "taylor"}  # what --kv-compensate auto gives; "none" for the others
+# What --kv-compensate auto gives; "none" for the others.
+OWN_COMPENSATOR = {"slake": "taylor", **{p: "taylor" for p in SRE}}
 # The commit at which each policy's behaviour last changed (records before it are stale).
 POLICY_SINCE = {"slake-wide": "d500149"}
 
