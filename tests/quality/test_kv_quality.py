@@ -37,7 +37,10 @@ class Rows(unittest.TestCase):
 
     def test_matrix_is_every_policy_with_every_compensator(self):
         rows = kq.matrix_rows()
-        self.assertEqual(len(rows), 1 + 7 * 3)
+        self.assertEqual(len(rows), 1 + len(kq.POLICIES) * 3)
+        # AhaKV's and SRE's rows as --kv-sweep spells them; SRE's own compensator is slake's Taylor state.
+        self.assertEqual(kq.row_label("cake@ahakv", "none"), "cake@ahakv")
+        self.assertEqual(kq.row_label("slake@sre:0.8", "taylor"), "slake@sre:0.8")
         self.assertEqual(len(set(kq.row_label(p, c) for p, c in rows)), len(rows))
 
     def test_parse_rows(self):
@@ -87,6 +90,17 @@ class Table(unittest.TestCase):
         self.assertIn("| cake | -33.3% / . | . / . |", lines)
         effect = lines[next(i for i, l in enumerate(lines) if l.startswith("Each compensator")):]
         self.assertFalse(any(l.startswith("| streaming |") for l in effect))  # no compensated streaming row
+
+    def test_ahakv_rows_neither_bold_nor_compared(self):
+        # AhaKV holds its ring beyond the bytes shown: a lower KL at the same cache bytes is not bold,
+        # nor slake-wide's best other.
+        recs = [rec("cake", "none", 128, 0.30, 2.86), rec("ahakv", "none", 128, 0.10, 2.86),
+                rec("slake-wide", "none", 128, 0.27, 2.85)]
+        lines = kq.context_section("4k", {kq.cell_key(r): r for r in recs}).splitlines()
+        self.assertIn("| ahakv | 0.1000 / 50.0% / 2.86 |", lines)
+        self.assertIn("| slake-wide | **0.2700** / 50.0% / 2.85 |", lines)
+        self.assertIn("| 128 | cake C=128: 0.3000 | 0.2700 | -10.0% |", lines)
+        self.assertTrue(any(l.startswith("AhaKV's rows also hold") for l in lines))
 
     def test_small_kl_in_scientific_notation(self):
         self.assertEqual(kq.num(8.0e-7), "8.0e-07")
