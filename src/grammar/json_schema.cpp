@@ -15,6 +15,7 @@
 
 #include "slake/error.h"
 #include "slake/grammar/grammar.h"
+#include "regex_gbnf.h"
 
 namespace slake {
 
@@ -281,7 +282,14 @@ class Converter {
   std::string string_rule(const std::string& name, Take&& take) {
     const json* min = take("minLength");
     const json* max = take("maxLength");
-    if (const json* f = take("format")) {
+    const json* f = take("format");
+    if (const json* pat = take("pattern")) {
+      if (min || max || f) refuse(name, "pattern with minLength, maxLength or format is not supported");
+      if (!pat->is_string()) refuse(name, "'pattern' must be a string");
+      primitive("char");
+      return rule(name, "\"\\\"\" " + regex_to_gbnf(pat->get<std::string>()) + " \"\\\"\" space");
+    }
+    if (f) {
       if (min || max) refuse(name, "format with minLength / maxLength is not supported");
       const std::string fmt = f->is_string() ? f->get<std::string>() : "";
       const std::string date = R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1]))";

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include "slake/error.h"
@@ -215,6 +216,54 @@ TEST(JsonSchema, IntegerRangesAreExact) {
   EXPECT_TRUE(matches(at_least, f.vocab, "123456789012"));
 }
 
+// A string's `pattern` against ECMAScript's own regular expressions (std::regex, the dialect JSON
+// Schema names): for every string over a small alphabet up to 5 characters, and random longer
+// ones, the grammar takes the string's JSON text exactly when the pattern is found in the string
+// (unanchored, as JSON Schema reads it). The alphabet holds '"', '\\', a newline and '/', which
+// JSON escapes (or may).
+TEST(JsonSchema, PatternsMatchWhatEcmaScriptFinds) {
+  Fixture f;
+  const std::string alphabet = "ab1-\"\\\n/ ";
+  std::vector<std::string> texts{""};
+  for (size_t at = 0; at < texts.size() && texts.size() < 120000; ++at)
+    if (texts[at].size() < 5)
+      for (char c : alphabet) texts.push_back(texts[at] + c);
+  std::mt19937 rng(3);
+  for (int i = 0; i < 2000; ++i) {
+    std::string t;
+    for (int n = 6 + static_cast<int>(rng() % 8); n > 0; --n) t += alphabet[rng() % alphabet.size()];
+    texts.push_back(t);
+  }
+  for (const char* pattern : {"^a+$", "a", "^(ab|1)*-?$", "^[a-b1]{2,3}$", "b1$", "^[^a]b.$", "^\\d\\s?\\w$",
+                              "^\\D+$", "^(?:a|b){2}1*$", "^[\"\\\\/]+$", "^.{0,2}$", "^a|b$", "^\\n\\/", "^[-a]+?$",
+                              "^b{2}$", "^[^\\d\\s]*$", "^$", "^a{2,}$", "(a|)1"}) {
+    SCOPED_TRACE(pattern);
+    const auto g = Grammar::parse(json_schema_to_gbnf(nlohmann::json{{"type", "string"}, {"pattern", pattern}}.dump()));
+    const std::regex re(pattern, std::regex::ECMAScript);
+    int found = 0;
+    for (const std::string& t : texts) {
+      const bool want = std::regex_search(t, re);
+      found += want;
+      ASSERT_EQ(matches(g, f.vocab, nlohmann::json(t).dump()), want) << nlohmann::json(t).dump();
+    }
+    EXPECT_GT(found, 0);  // the pattern is found somewhere: the test is not all refusals
+  }
+  // What a grammar cannot say, or what is malformed, is refused by name.
+  for (const auto& [pattern, word] : std::vector<std::pair<std::string, std::string>>{
+           {"(a)\\1", "backreference"}, {"a(?=b)", "lookaround"}, {"\\ba", "word boundary"}, {"a^b", "'^' after"},
+           {"a$b", "'$' before"}, {"(ab", "unclosed '('"}, {"ab)", "unmatched ')'"}, {"[ab", "unclosed '['"},
+           {"*a", "nothing to repeat"}, {"a**", "quantifier after"}, {"a{5,2}", "repetition"}, {"[b-a]", "out of order"},
+           {"\\q", "unknown escape"}}) {
+    try {
+      json_schema_to_gbnf(nlohmann::json{{"type", "string"}, {"pattern", pattern}}.dump());
+      ADD_FAILURE() << pattern;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << pattern << ": " << e.what();
+    }
+  }
+  EXPECT_THROW(json_schema_to_gbnf(R"({"type": "string", "pattern": "^a$", "maxLength": 3})"), Error);
+}
+
 TEST(JsonSchema, ObjectsArraysStringsAndRefs) {
   Fixture f;
   const std::string schema = R"({
@@ -246,7 +295,6 @@ TEST(JsonSchema, ObjectsArraysStringsAndRefs) {
     EXPECT_FALSE(matches(g, f.vocab, bad)) << bad;
   // Keywords that constrain but are not converted are refused by name.
   for (const auto& [s, word] : std::vector<std::pair<std::string, std::string>>{
-           {R"({"type": "string", "pattern": "^a+$"})", "'pattern'"},
            {R"({"allOf": [{"type": "string"}]})", "'allOf'"},
            {R"({"type": "number", "minimum": 0.5})", "'minimum'"},
            {R"({"type": "string", "format": "email"})", "format 'email'"},

@@ -35,7 +35,7 @@ def post(server, path, body, timeout=120):
 
 def random_schema(rng, depth=0):
     """A schema of the converted subset, bounded so that every reply fits in max_tokens."""
-    kinds = ["string", "integer", "number", "boolean", "null", "enum", "const", "date", "uuid", "anyOf"]
+    kinds = ["string", "integer", "number", "boolean", "null", "enum", "const", "date", "uuid", "anyOf", "pattern"]
     if depth < 2:
         kinds += ["object", "array"] * 2
     k = rng.choice(kinds)
@@ -58,6 +58,10 @@ def random_schema(rng, depth=0):
         return {"const": rng.choice(["yes", 42, False])}
     if k == "date":
         return {"type": "string", "format": "date"}
+    if k == "pattern":  # anchored and bounded, so that every reply ends; jsonschema checks them with Python's re
+        return {"type": "string", "pattern": rng.choice([
+            r"^[a-z]{2,6}-\d{1,3}$", r"^(yes|no|maybe)!?$", r"^[A-Z][a-z]{0,5}( [A-Z][a-z]{0,5}){0,2}$",
+            r"^\d{3}-\d{4}$", r"^[^a-z\s]{1,6}$", r"^(?:ab|c){1,4}?$", r"^\w{1,4}\.\w{1,3}$"])}
     if k == "uuid":
         return {"type": "string", "format": "uuid"}
     if k == "anyOf":
@@ -171,8 +175,8 @@ reason ::= [a-z]{1,12} (" " [a-z]{1,12}){0,3}'''
             ({"grammar": 5}, "grammar", "must be a string"),
             ({"grammar": 'root ::= x{40} "z"\nx ::= "" | ""'}, "grammar", "too ambiguous"),
             ({"grammar": "root ::= a{3000}\na ::= \"\" | \"x\""}, "grammar", "nested more than"),
-            ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a+"}}}},
-             "response_format", "'pattern'"),
+            ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "(a)\\1"}}}},
+             "response_format", "backreference"),
             ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format", "schema' is required"),
             ({"response_format": {"type": "xml"}}, "response_format", "text, json_object or json_schema"),
             ({"response_format": {"type": "json_object"}, "grammar": "root ::= \"a\""}, "response_format", "give one of"),
@@ -223,7 +227,7 @@ class CliGrammar(unittest.TestCase):
             self.assertEqual(out.returncode, 0, out.stderr)
             self.assertIn(out.stdout.decode().strip(), ("yes!", "no!"))
         for bad, needle in ((("--grammar", "root ::= x"), b"'x' is used but not defined"),
-                            (("--json-schema", '{"type": "string", "pattern": "a"}'), b"'pattern'"),
+                            (("--json-schema", '{"type": "string", "pattern": "a(?=b)"}'), b"lookaround"),
                             (("--grammar", "root ::= \"a\"", "-j", "{}"), b"give one of")):
             out = self.cli("-n", "5", *bad)
             self.assertNotEqual(out.returncode, 0)

@@ -126,8 +126,8 @@ class ToolCalls(unittest.TestCase):
                 (dict(tool_choice="required"), "tool_choice", "needs 'tools'"),
                 (dict(tools=[{"type": "function", "function": {"name": "a b"}}]), "tools[0].function.name", "letters"),
                 (dict(tools=TOOLS + TOOLS[:1]), "tools[2].function.name", "two tools"),
-                (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "string", "pattern": "x"}}}],
-                      tool_choice="required"), "tools", "'pattern'"),
+                (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "string", "pattern": "\\bx"}}}],
+                      tool_choice="required"), "tools", "word boundary"),
                 (dict(tools=TOOLS, tool_choice="required", response_format={"type": "json_object"}), "tool_choice", "combined"),
             ]
             for kwargs, param, needle in cases:

@@ -147,9 +147,10 @@ std::string json_object_gbnf();
 // Converted: type (one or a list), properties in the schema's order with required ones always
 // present, additionalProperties (absent or false: no others), enum, const, anyOf / oneOf,
 // $ref to #, #/$defs/NAME or #/definitions/NAME (recursion included), items, prefixItems,
-// minItems / maxItems, minLength / maxLength, format date, time, date-time and uuid, integer
-// minimum / maximum (exclusive too). Any other keyword that constrains (pattern, multipleOf,
-// allOf, not, ...) throws slake::Error naming it, as does a schema that is not valid JSON.
+// minItems / maxItems, minLength / maxLength, format date, time, date-time and uuid, pattern (an
+// ECMAScript regular expression, src/grammar/regex_gbnf.h), integer minimum / maximum (exclusive
+// too). Any other keyword that constrains (multipleOf, allOf, not, ...) throws slake::Error naming
+// it, as does a schema that is not valid JSON or a pattern a grammar cannot express.
 std::string json_schema_to_gbnf(const std::string& schema_json);
 
 }  // namespace slake
