@@ -9,6 +9,7 @@
 #include "slake/error.h"
 #include "slake/kv/attention.h"
 #include "slake/kv/attention_rows.h"
+#include "slake/quant/quant_dot.h"
 
 namespace slake {
 
@@ -101,6 +102,7 @@ void RecallStore::page_scores(const float* const* q, int rows, int p0, int p1, f
     }
     return;
   }
+  if (type_ == KvType::Q8_0) return page_scores_q8_0(q, rows, p0, p1, score);
   // The page's keys as floats, a tile of 16 at a time scored by the attention kernel's tile scorer
   // (lanes over keys, no horizontal sum per key); the lanes of rows past the page's end are not read.
   const bool tiles = d_ % 16 == 0;
@@ -121,6 +123,34 @@ void RecallStore::page_scores(const float* const* q, int rows, int p0, int p1, f
         for (int j = 0; j < cnt; ++j) top = std::max(top, dot_f32(q[r], ks.data() + static_cast<size_t>(j) * d_, d_));
       }
       score[static_cast<size_t>(r) * np + p] = top;
+    }
+  }
+}
+
+void RecallStore::page_scores_q8_0(const float* const* q, int rows, int p0, int p1, float* score) const {
+  // q8_0 keys against the query rounded to q8_0 blocks once (as ggml's CPU attention does with a
+  // q8_0 cache): integer dot products over the stored blocks, no key dequantised
+  // (quant_dot.h, dot_tile), kTileRows keys by up to kTileTokens query rows a call.
+  const size_t np = static_cast<size_t>(n_pages());
+  const size_t act = act_row_bytes(ActFormat::Q8_0, d_);
+  thread_local std::vector<uint8_t> qa;
+  qa.resize(act * static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) quantize_act_row(ActFormat::Q8_0, q[r], qa.data() + act * static_cast<size_t>(r), d_);
+  float out[kTileTokens * kTileRows];
+  for (int p = p0; p < p1; ++p) {
+    const int j0 = p * page_, cnt = std::min(page_, n_ - j0);
+    for (int r0 = 0; r0 < rows; r0 += kTileTokens) {
+      const int rn = std::min(kTileTokens, rows - r0);
+      float top[kTileTokens];
+      std::fill(top, top + kTileTokens, kNegInf);
+      for (int t = 0; t < cnt; t += kTileRows) {
+        const int rm = std::min(kTileRows, cnt - t);
+        dot_tile(DType::Q8_0, d_, k_.data() + static_cast<size_t>(j0 + t) * row_, row_, rm,
+                 qa.data() + act * static_cast<size_t>(r0), act, rn, out, kTileRows);
+        for (int j = 0; j < rn; ++j)
+          for (int i = 0; i < rm; ++i) top[j] = std::max(top[j], out[j * kTileRows + i]);
+      }
+      for (int j = 0; j < rn; ++j) score[static_cast<size_t>(r0 + j) * np + p] = top[j];
     }
   }
 }

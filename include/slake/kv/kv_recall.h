@@ -73,6 +73,8 @@ class RecallStore {
   // the keys' largest q . k_j (Keys, each page's keys read once for all rows), into
   // score[r * n_pages() + p]. Distinct page ranges may be scored concurrently.
   void page_scores(const float* const* q, int rows, int p0, int p1, float* score) const;
+  // page_scores of a q8_0 store's keys: the query rounded to q8_0 blocks, integer dot products.
+  void page_scores_q8_0(const float* const* q, int rows, int p0, int p1, float* score) const;
   // The pages to attend for the `rows` queries q[r] of one KV head: the `want` pages whose score,
   // relative to each row's best page, is highest for some row; increasing page order.
   void select(const float* const* q, int rows, int want, std::vector<int>* pages) const;
