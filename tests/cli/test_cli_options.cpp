@@ -118,6 +118,9 @@ TEST(CliOptions, WhatCannotRunIsRefusedBeforeTheModelLoads) {
   // SRE: a compensated policy only.
   EXPECT_NE(refused({"-m", "m.gguf", "--kv-policy", "cake", "--kv-budget", "256", "--kv-sre-mass", "0.9"}).find("compensate"), std::string::npos);
   EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-sre-mass", "1.5"}), "");
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-sre-floor", "8"}).find("needs --kv-sre-mass"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-sre-mass", "0.5"}).find("needs a --kv-budget"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-selector", "ahakv"}).find("needs a --kv-budget"), std::string::npos);
   EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "slake@sre:2/auto/64"}).find("SRE-mass"), std::string::npos);
   EXPECT_EQ(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-sre-mass", "0.9", "--kv-sre-floor", "16"}), "");
   EXPECT_EQ(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "slake@sre:0.9/auto/256,cake@sre/taylor/128"}), "");

@@ -119,6 +119,9 @@ TEST_F(OpenAiRequest, ValuesOutOfRangeAreRefusedByName) {
   EXPECT_EQ(refused_param(R"("kv_policy": "slake", "kv_budget": 64, "kv_sre_mass": 1.5)"), "kv_sre_mass");
   EXPECT_EQ(refused_param(R"("kv_policy": "cake", "kv_budget": 64, "kv_sre_mass": 0.9)"), "kv_sre_mass");  // no compensator
   EXPECT_EQ(refused_param(R"("kv_policy": "slake", "kv_budget": 64, "kv_sre_floor": -1)"), "kv_sre_floor");
+  EXPECT_EQ(refused_param(R"("kv_policy": "slake", "kv_budget": 64, "kv_sre_floor": 8)"), "kv_sre_floor");  // no kv_sre_mass
+  EXPECT_EQ(refused_param(R"("kv_sre_mass": 0.5)"), "kv_sre_mass");  // nothing evicted
+  EXPECT_EQ(refused_param(R"("kv_selector": "ahakv")"), "kv_selector");
   // Two grammars at once.
   EXPECT_EQ(refused_param(R"("grammar": "root ::= \"a\"", "response_format": {"type": "json_object"})"), "response_format");
   EXPECT_EQ(refused_param(R"("grammar": "root ::= undefined-rule")"), "grammar");

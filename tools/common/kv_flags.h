@@ -118,6 +118,10 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
     if (app.count(flag) > 0 && kv.recall_pages == 0) fail(std::string(flag) + " sets the recall store: it needs --kv-recall-pages");
   if (app.count("--kv-ahakv") > 0 && !uses_aha(kv) && !(sweep && sweep->count() > 0))
     fail("--kv-ahakv sets AhaKV's parts: it needs --kv-policy ahakv or --kv-selector ahakv");
+  if (app.count("--kv-sre-floor") > 0 && kv.sre_mass <= 0 && !(sweep && sweep->count() > 0))
+    fail("--kv-sre-floor bounds SRE-mass sizing: it needs --kv-sre-mass");
+  if ((kv.sre_mass > 0 || kv.selector != "auto") && !kv.evicts() && !(sweep && sweep->count() > 0))
+    fail(std::string(kv.sre_mass > 0 ? "--kv-sre-mass" : "--kv-selector") + " chooses what an evicting policy keeps: it needs a --kv-budget");
 }
 
 // --kv-sweep's list (slake-perplexity, slake-cli --batch): POLICY/COMPENSATOR/BUDGET settings

@@ -452,6 +452,17 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
     if (field(body, "kv_ahakv")) throw bad_field("kv_ahakv", "'kv_ahakv' sets AhaKV's parts: it needs kv_policy or kv_selector ahakv");
     out.aha = AhaParts{};
   }
+  if ((out.sre_mass <= 0 || !out.evicts()) && field(body, "kv_sre_floor"))
+    throw bad_field("kv_sre_floor", "'kv_sre_floor' bounds SRE-mass sizing: it needs kv_sre_mass");
+  if (!out.evicts() && field(body, "kv_sre_mass") && out.sre_mass > 0)
+    throw bad_field("kv_sre_mass", "'kv_sre_mass' sizes what an evicting policy keeps: it needs a kv_budget");
+  if (!out.evicts() && field(body, "kv_selector") && out.selector != "auto")
+    throw bad_field("kv_selector", "'kv_selector' chooses what an evicting policy keeps: it needs a kv_budget");
+  if (!out.evicts()) {  // nothing evicted: the server's selector settings mean nothing here
+    out.selector = "auto";
+    out.sre_mass = 0.0;
+    out.sre_floor = 0;
+  }
   // The server's --kv-recall-* apply to the requests that recall (evicting, with pages); a request
   // that sets a recall field where nothing is recalled is refused, and the others drop the
   // server's recall settings, so that equal policies compare equal.
