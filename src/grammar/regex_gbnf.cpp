@@ -42,7 +42,9 @@ std::string json_escape(uint32_t c) {
     }
   }
 }
-bool json_escaped(uint32_t c) { return c == '"' || c == '\\' || c < 0x20; }
+// What this grammar writes escaped: JSON's must (quotes, backslashes, control characters) and DEL,
+// which the string rule of every JSON grammar here takes only as \u007f.
+bool json_escaped(uint32_t c) { return c == '"' || c == '\\' || c < 0x20 || c == 0x7F; }
 
 std::string utf8(uint32_t c) {
   std::string s;
@@ -113,7 +115,7 @@ std::string set_gbnf(const CharSet& set) {
   if (!cls.empty()) alts.push_back(cls);
   for (uint32_t c = 0; c < 0x20; ++c)
     if (set.contains(c)) alts.push_back(literal(json_escape(c)));
-  for (const uint32_t c : {0x22u, 0x5Cu})
+  for (const uint32_t c : {0x22u, 0x5Cu, 0x7Fu})
     if (set.contains(c)) alts.push_back(literal(json_escape(c)));
   if (set.contains('/')) alts.push_back(literal("\\/"));  // JSON may escape '/' too
   if (alts.empty()) throw Error("JSON schema: a pattern's class matches no character");
@@ -148,7 +150,8 @@ class Parser {
     std::vector<std::string> branches;
     do {
       const bool start = eat('^');
-      std::string body = seq(true);
+      bool empty = false;
+      std::string body = seq(true, empty);
       const bool end = eat('$');
       if (more() && !peek('|')) refuse(peek(')') ? "has an unmatched ')'" : "has '$' before its end");
       branches.push_back((start ? "" : "char* ") + body + (end ? "" : " char*"));
@@ -170,32 +173,48 @@ class Parser {
     return true;
   }
 
-  std::string alt() {
-    std::string out = seq(false);
+  // `empty`: whether the expression can match the empty string (a repeat of one without end is
+  // refused: the grammar it would give recurses without consuming anything).
+  std::string alt(bool& empty) {
+    std::string out = seq(false, empty);
     if (!peek('|')) return out;
     out = "(" + out;
-    while (eat('|')) out += " | " + seq(false);
+    while (eat('|')) {
+      bool e = false;
+      out += " | " + seq(false, e);
+      empty = empty || e;
+    }
     return out + ")";
   }
 
   // Atoms with their quantifiers, up to '|', ')' or the end (or a final '$' at the top level).
-  std::string seq(bool top_level) {
+  std::string seq(bool top_level, bool& empty) {
     std::string out;
+    empty = true;
     while (more() && !peek('|') && !peek(')')) {
       if (peek('$') && top_level && (at_ + 1 == cps_.size() || cps_[at_ + 1] == '|')) break;
-      std::string a = atom();
-      a = quantified(a);
+      bool e = false;
+      std::string a = atom(e);
+      a = quantified(a, e);
+      empty = empty && e;
       out += (out.empty() ? "" : " ") + a;
     }
     return out.empty() ? "\"\"" : out;
   }
 
-  std::string quantified(const std::string& a) {
+  // The atom `a` with the quantifier that follows, if any; `empty` says on entry whether the atom
+  // can match nothing, and on return whether the quantified atom can.
+  std::string quantified(const std::string& a, bool& empty) {
+    const bool atom_empty = empty;
     std::string q;
-    if (eat('*')) q = "*";
-    else if (eat('+')) q = "+";
-    else if (eat('?')) q = "?";
-    else if (peek('{')) {
+    bool unbounded = false;
+    if (eat('*')) {
+      q = "*", unbounded = true, empty = true;
+    } else if (eat('+')) {
+      q = "+", unbounded = true;
+    } else if (eat('?')) {
+      q = "?", empty = true;
+    } else if (peek('{')) {
       const size_t back = at_;
       ++at_;
       const long lo = number();
@@ -207,9 +226,12 @@ class Parser {
       }
       if (lo > 1000 || hi > 1000 || (hi >= 0 && hi < lo)) refuse("has a repetition {m,n} outside 0 <= m <= n <= 1000");
       q = "{" + std::to_string(lo) + (hi == lo ? "" : "," + (hi < 0 ? std::string() : std::to_string(hi))) + "}";
+      unbounded = hi < 0;
+      empty = empty || lo == 0;
     } else {
       return a;
     }
+    if (unbounded && atom_empty) refuse("repeats without end something that can match nothing (as in (a*)*)");
     eat('?');  // a lazy quantifier matches the same strings
     if (peek('*') || peek('+') || peek('?') || peek('{')) refuse("has a quantifier after a quantifier");
     return "(" + a + ")" + q;
@@ -224,14 +246,18 @@ class Parser {
     return n;
   }
 
-  std::string atom() {
+  // One atom; `empty`: whether it can match nothing (only a group can).
+  std::string atom(bool& empty) {
+    empty = false;
     const uint32_t c = cps_[at_++];
     switch (c) {
       case '(': {
         if (eat('?')) {
           if (!eat(':')) refuse("uses lookaround or named groups, which a grammar cannot express");
         }
-        const std::string inner = alt();
+        if (++depth_ > kMaxDepth) refuse("nests groups more than " + std::to_string(kMaxDepth) + " deep");
+        const std::string inner = alt(empty);
+        --depth_;
         if (!eat(')')) refuse("has an unclosed '('");
         return "(" + inner + ")";
       }
@@ -339,9 +365,11 @@ class Parser {
     return set;
   }
 
+  static constexpr int kMaxDepth = 24;  // each group is two or three levels of the GBNF parser's 64
   std::string src_;
   std::vector<uint32_t> cps_;
   size_t at_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

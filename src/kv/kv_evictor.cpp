@@ -74,9 +74,17 @@ void KvEvictor::prefill_sre(int m, int layer, int P, const KvCache& cache, Threa
 }
 
 void KvEvictor::update_sre(int layer, int kvh, const KvHead& kh, int n_cand) {
-  // A row that left the window since: its error against the state with it absorbed.
   std::vector<float>& e = sre_[static_cast<size_t>(slot(layer))][static_cast<size_t>(kvh)];
-  for (int r = static_cast<int>(e.size()); r < n_cand; ++r) {
+  const int from = static_cast<int>(e.size());
+  if (n_cand - from > 1) {
+    // Several rows unscored at once (a prompt too short to evict at prefill): as prefill scores
+    // its candidates, against the state that would hold all of them.
+    e.resize(static_cast<size_t>(n_cand));
+    self_recall_errors(kh, from, n_cand, state_with_rows(kh, from, n_cand, kh.lin, s_.head_dim), s_.head_dim, e.data() + from);
+    return;
+  }
+  // A row that left the window since: its error against the state with it absorbed.
+  for (int r = from; r < n_cand; ++r) {
     float x = 0;
     self_recall_errors(kh, r, r + 1, state_with_rows(kh, r, r + 1, kh.lin, s_.head_dim), s_.head_dim, &x);
     e.push_back(x);

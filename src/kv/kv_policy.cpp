@@ -68,8 +68,9 @@ void validate(const KvPolicyParams& p) {
   const std::vector<std::string>& sel = kv_selector_names();
   if (std::find(sel.begin(), sel.end(), p.selector) == sel.end())
     fail("unknown KV selector '" + p.selector + "' (" + join_names(sel) + ")");
-  if (p.selector != "auto" && p.policy == "streaming")
-    fail("--kv-selector " + p.selector + ": streaming keeps the newest tokens by its own rule; choose an attention policy");
+  if ((p.selector != "auto" || p.sre_mass > 0) && p.policy == "streaming")
+    fail(std::string(p.sre_mass > 0 ? "--kv-sre-mass" : "--kv-selector " + p.selector) +
+         ": streaming keeps the newest tokens by its own rule; choose an attention policy");
   if (!(p.sre_mass >= 0 && p.sre_mass <= 1)) fail("--kv-sre-mass must be in 0..1, got " + std::to_string(p.sre_mass));
   if (p.sre_floor < 0) fail("--kv-sre-floor must not be negative");
   if (p.sre_mass > 0 && p.selector != "auto" && p.selector != "sre")
@@ -183,9 +184,12 @@ std::string kv_policy_label(const KvPolicyParams& p) {
   std::string label = p.policy;
   if (uses_sre(p)) {
     label += "@sre";
-    if (p.sre_mass > 0) {
-      char mass[32];
-      std::snprintf(mass, sizeof mass, ":%g", p.sre_mass);
+    if (p.sre_mass > 0) {  // the shortest spelling that reads back as the same number
+      char mass[40];
+      for (int digits = 1; digits <= 17; ++digits) {
+        std::snprintf(mass, sizeof mass, ":%.*g", digits, p.sre_mass);
+        if (std::strtod(mass + 1, nullptr) == p.sre_mass) break;
+      }
       label += mass;
     }
     return label;

@@ -253,7 +253,8 @@ TEST(JsonSchema, PatternsMatchWhatEcmaScriptFinds) {
            {"(a)\\1", "backreference"}, {"a(?=b)", "lookaround"}, {"\\ba", "word boundary"}, {"a^b", "'^' after"},
            {"a$b", "'$' before"}, {"(ab", "unclosed '('"}, {"ab)", "unmatched ')'"}, {"[ab", "unclosed '['"},
            {"*a", "nothing to repeat"}, {"a**", "quantifier after"}, {"a{5,2}", "repetition"}, {"[b-a]", "out of order"},
-           {"\\q", "unknown escape"}}) {
+           {"\\q", "unknown escape"}, {"(a*)*", "match nothing"}, {"(a|)+", "match nothing"}, {"(?:b?){2,}", "match nothing"},
+           {std::string(30, '(') + "a" + std::string(30, ')'), "nests groups"}}) {
     try {
       json_schema_to_gbnf(nlohmann::json{{"type", "string"}, {"pattern", pattern}}.dump());
       ADD_FAILURE() << pattern;
@@ -262,6 +263,14 @@ TEST(JsonSchema, PatternsMatchWhatEcmaScriptFinds) {
     }
   }
   EXPECT_THROW(json_schema_to_gbnf(R"({"type": "string", "pattern": "^a$", "maxLength": 3})"), Error);
+  // DEL, which the JSON grammars here take only escaped, and a bounded repeat of what may be empty.
+  const auto del = Grammar::parse(json_schema_to_gbnf(R"({"type": "string", "pattern": "^[\u007f-\u0080]\u007f$"})"));
+  EXPECT_TRUE(matches(del, f.vocab, "\"\\u007f\\u007f\""));
+  EXPECT_TRUE(matches(del, f.vocab, "\"\u0080\\u007f\""));
+  EXPECT_FALSE(matches(del, f.vocab, "\"a\\u007f\""));
+  const auto opt = Grammar::parse(json_schema_to_gbnf(R"({"type": "string", "pattern": "^(a?){2,3}$"})"));
+  for (const char* t : {"\"\"", "\"a\"", "\"aaa\""}) EXPECT_TRUE(matches(opt, f.vocab, t)) << t;
+  EXPECT_FALSE(matches(opt, f.vocab, "\"aaaa\""));
 }
 
 TEST(JsonSchema, ObjectsArraysStringsAndRefs) {

@@ -257,6 +257,62 @@ TEST(Sre, SelectorKeepsAndEvictsAsTheFormulaSays) {
   }
 }
 
+// A prompt too short to evict at prefill leaves its rows unscored; the first decode eviction
+// scores them together, as prefill would, against the state holding all of them (one row alone
+// against a state of itself would score 0 and evict the oldest).
+TEST(Sre, RowsUnscoredAtPrefillAreScoredTogether) {
+  const int n_heads = 2, n_kv = 1, d = 16, S = 20, C = 16, Sw = 4;
+  KvPolicyParams p;
+  p.policy = "snapkv";
+  p.compensate = "taylor";
+  p.selector = "sre";
+  p.budget = C;
+  p.window = Sw;
+  KvEvictor ev(p, 1, {n_heads, n_kv, d, 0});
+  KvCache cache(1, n_kv, d, S + 1, 0, KvType::F32, KvType::F32);
+  ThreadPool pool(2);
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Rows rows{d, {}, {}};
+  std::vector<float> k(static_cast<size_t>(d)), v(k.size()), q(static_cast<size_t>(n_heads * d));
+  auto append = [&](int at) {
+    for (float& x : k) x = 0.5f * nd(rng);
+    for (float& x : v) x = nd(rng) * (at % 3 == 0 ? 3.0f : 1.0f);
+    cache.append(0, k.data(), v.data(), at);
+    rows.k.push_back(k);
+    rows.v.push_back(v);
+  };
+  ev.begin_prompt(S);  // S = C + Sw: nothing evicted at prefill
+  std::vector<int32_t> pos(S);
+  std::vector<float> qs(static_cast<size_t>(S) * n_heads * d);
+  for (int j = 0; j < S; ++j) append(pos[static_cast<size_t>(j)] = j);
+  for (float& x : qs) x = nd(rng);
+  ev.observe(0, qs.data(), pos.data(), S, cache, pool);
+  ev.on_layer_done(0, cache, pool);
+  ev.finish(cache);
+  ASSERT_EQ(cache.head(0, 0).n, S);
+  append(S);
+  for (float& x : q) x = nd(rng);
+  ev.on_decode(0, q.data(), S, cache, pool);
+  const int n_cand = S + 1 - Sw;
+  std::vector<int> cand(static_cast<size_t>(n_cand));
+  std::iota(cand.begin(), cand.end(), 0);
+  std::vector<double> e(static_cast<size_t>(n_cand));
+  for (int j = 0; j < n_cand; ++j) e[static_cast<size_t>(j)] = sq_dist(taylor_out(rows, cand, rows.k[static_cast<size_t>(j)].data()), rows.v[static_cast<size_t>(j)]);
+  // The head holds S + 1 rows against C: it gives up the S + 1 - C lowest, one round each, with
+  // the scores of the first.
+  std::vector<int> order(static_cast<size_t>(n_cand));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return e[static_cast<size_t>(a)] < e[static_cast<size_t>(b)]; });
+  const std::vector<int> victims(order.begin(), order.begin() + (S + 1 - C));
+  ASSERT_NE(victims, std::vector<int>({0, 1, 2, 3, 4}));  // not the oldest: the scores are real
+  std::vector<int32_t> want;
+  for (int j = 0; j <= S; ++j)
+    if (std::find(victims.begin(), victims.end(), j) == victims.end()) want.push_back(j);
+  const KvHead& kh = cache.head(0, 0);
+  EXPECT_EQ(std::vector<int32_t>(kh.pos.begin(), kh.pos.begin() + kh.n), want);
+}
+
 TEST(Sre, Settings) {
   KvPolicyParams p;
   p.policy = "slake";  // taylor by default
@@ -280,6 +336,15 @@ TEST(Sre, Settings) {
   p.selector = "sre";
   p.prefill_chunk = 128;
   EXPECT_THROW(validate(p), Error);
+  p.prefill_chunk = 0;
+  p.selector = "auto";
+  p.policy = "streaming";  // SRE-mass replaces the selector: not streaming's own rule
+  EXPECT_THROW(validate(p), Error);
+  KvPolicyParams q;  // a share that %g would round reads back exactly
+  q.policy = "slake";
+  q.budget = 64;
+  q.sre_mass = 0.123456789;
+  EXPECT_EQ(with_policy_label({}, kv_policy_label(q)).sre_mass, q.sre_mass);
 }
 
 }  // namespace

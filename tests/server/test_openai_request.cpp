@@ -199,6 +199,18 @@ TEST_F(OpenAiRequest, KvFieldsResolveAsTheFlagsDo) {
   EXPECT_EQ(kv_policy_label(sre), "slake@sre:0.8");
   EXPECT_EQ(sre.sre_floor, 4);
 
+  // A server whose own policy ranks by AhaKV: a request naming another policy gets that policy's
+  // own scores (streaming is not refused), one naming none keeps the server's.
+  {
+    KvPolicyParams dflt;
+    dflt.policy = "cake";
+    dflt.budget = 64;
+    dflt.selector = "ahakv";
+    env_->kv_default = dflt;
+    EXPECT_EQ(completion(R"("kv_policy": "streaming", "kv_budget": 64)").gen.kv.selector, "auto");
+    EXPECT_EQ(completion(R"("kv_budget": 96)").gen.kv.selector, "ahakv");
+    env_->kv_default = KvPolicyParams{};
+  }
   // No KV field: the server's own flags, resolved.
   KvPolicyParams flags;
   flags.policy = "cake";

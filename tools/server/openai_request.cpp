@@ -430,6 +430,13 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
     return type;
   });
   kv.recall_score = get_named(body, "kv_recall_score", kv.recall_score, parse_recall_score);
+  // A request that names its policy gets that policy's own token scores unless it names a selector
+  // or SRE-mass too: the server's --kv-selector and --kv-sre-mass go with the server's policy.
+  if (policy_given && !field(body, "kv_selector") && !field(body, "kv_sre_mass")) {
+    kv.selector = "auto";
+    kv.sre_mass = 0.0;
+    kv.sre_floor = 0;
+  }
   kv.selector = get_string(body, "kv_selector", kv.selector);
   kv.aha = get_named(body, "kv_ahakv", kv.aha, parse_aha_parts);
   kv.sre_mass = get_number(body, "kv_sre_mass", kv.sre_mass, 0.0, 1.0);
@@ -461,8 +468,8 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
   if (!out.evicts()) {  // nothing evicted: the server's selector settings mean nothing here
     out.selector = "auto";
     out.sre_mass = 0.0;
-    out.sre_floor = 0;
   }
+  if (out.sre_mass <= 0) out.sre_floor = 0;
   // The server's --kv-recall-* apply to the requests that recall (evicting, with pages); a request
   // that sets a recall field where nothing is recalled is refused, and the others drop the
   // server's recall settings, so that equal policies compare equal.
