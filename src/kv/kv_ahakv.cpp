@@ -91,6 +91,14 @@ void AttentionSums::keep_rows(const std::vector<char>& keep) {
   compact(sum_);
   compact(v2);
   for (std::vector<float>& r : ring_) compact(r);
+  // A prompt's eviction leaves a fraction of its rows: give the rest back, so that the rings of
+  // the layers done hold their budget, not the prompt (one decode victim at a time keeps them).
+  auto release = [](auto& v) {
+    if (v.capacity() > 2 * v.size() + 64) v.shrink_to_fit();
+  };
+  release(sum_);
+  release(v2);
+  for (std::vector<float>& r : ring_) release(r);
 }
 
 }  // namespace slake

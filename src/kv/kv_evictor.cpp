@@ -293,6 +293,7 @@ KvCompaction KvEvictor::remove_rows(int layer, int kvh, const std::vector<char>&
   for (size_t r = 0; r < e.size(); ++r)
     if (keep[r]) e[w++] = e[r];
   e.resize(w);
+  if (e.capacity() > 2 * e.size() + 64) e.shrink_to_fit();  // a prompt's scores, down to its budget's
   return c;
 }
 
