@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "slake/error.h"
+#include "slake/tokenizer/utf8.h"
 
 namespace slake {
 
@@ -48,21 +49,7 @@ bool json_escaped(uint32_t c) { return c == '"' || c == '\\' || c < 0x20 || c ==
 
 std::string utf8(uint32_t c) {
   std::string s;
-  if (c < 0x80) {
-    s += static_cast<char>(c);
-  } else if (c < 0x800) {
-    s += static_cast<char>(0xC0 | (c >> 6));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    s += static_cast<char>(0xE0 | (c >> 12));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (c >> 18));
-    s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  }
+  append_utf8(s, c);
   return s;
 }
 
@@ -134,12 +121,9 @@ class Parser {
  public:
   explicit Parser(const std::string& p) : src_(p) {
     for (size_t i = 0; i < p.size();) {
-      const unsigned char c = static_cast<unsigned char>(p[i]);
-      const int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-      if (c >= 0x80 && (c < 0xC2 || c > 0xF4 || i + len > p.size())) refuse("is not valid UTF-8");
-      uint32_t cp = len == 1 ? c : c & (0x7F >> len);
-      for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(p[i + k]) & 0x3F);
-      cps_.push_back(cp);
+      const size_t len = utf8_sequence_length(p, i);
+      if (len == 0) refuse("is not valid UTF-8");
+      cps_.push_back(utf8_decode(p, i, len));
       i += len;
     }
   }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "slake/tokenizer/utf8.h"
 #include "value.h"
 
 namespace slake::jinja {
@@ -18,24 +19,6 @@ namespace {
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 [[noreturn]] void syntax_error(const std::string& msg, int line) { throw RenderError{msg, line}; }
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | cp >> 6);
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | cp >> 12);
-    out += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | cp >> 18);
-    out += static_cast<char>(0x80 | (cp >> 12 & 0x3F));
-    out += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // A string literal's body with Python's escapes decoded (jinja2 reads literals with
 // "unicode-escape"); an unknown escape stays as written, as Python leaves it.

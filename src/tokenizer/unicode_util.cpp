@@ -59,13 +59,6 @@ const Gpt2Alphabet& gpt2_alphabet() {
 
 }  // namespace
 
-size_t utf8_sequence_length(std::string_view s, size_t pos) {
-  if (pos >= s.size()) return 0;
-  const LeadRule rule = lead_rule(static_cast<unsigned char>(s[pos]));
-  if (rule.length == 0 || rule.length > s.size() - pos) return 0;
-  return valid_prefix(s, pos, rule.length, rule) ? rule.length : 0;
-}
-
 size_t utf8_incomplete_tail(std::string_view s) {
   const size_t n = s.size();
   // The last byte that is not a continuation byte, within the last three: only it can start an
@@ -78,6 +71,26 @@ size_t utf8_incomplete_tail(std::string_view s) {
     return rule.length > back && valid_prefix(s, pos, back, rule) ? back : 0;
   }
   return 0;
+}
+
+const std::string& byte_to_gpt2_char(uint8_t b) { return gpt2_alphabet().char_of_byte[b]; }
+
+int gpt2_char_to_byte(uint32_t cp) {
+  const auto& table = gpt2_alphabet().byte_of_char;
+  return cp < table.size() ? table[cp] : -1;
+}
+
+}  // namespace slake::detail
+
+namespace slake {
+
+using namespace detail;  // the lead-byte rules above
+
+size_t utf8_sequence_length(std::string_view s, size_t pos) {
+  if (pos >= s.size()) return 0;
+  const LeadRule rule = lead_rule(static_cast<unsigned char>(s[pos]));
+  if (rule.length == 0 || rule.length > s.size() - pos) return 0;
+  return valid_prefix(s, pos, rule.length, rule) ? rule.length : 0;
 }
 
 uint32_t utf8_decode(std::string_view s, size_t pos, size_t len) {
@@ -108,11 +121,4 @@ void append_utf8(std::string& out, uint32_t cp) {
   }
 }
 
-const std::string& byte_to_gpt2_char(uint8_t b) { return gpt2_alphabet().char_of_byte[b]; }
-
-int gpt2_char_to_byte(uint32_t cp) {
-  const auto& table = gpt2_alphabet().byte_of_char;
-  return cp < table.size() ? table[cp] : -1;
-}
-
-}  // namespace slake::detail
+}  // namespace slake
