@@ -59,10 +59,7 @@ void AttentionSums::add(const double* a, int n, int32_t qpos) {
     return;
   }
   ring_.resize(static_cast<size_t>(recent_));
-  filled_.resize(static_cast<size_t>(recent_), 0);
-  const size_t slot = static_cast<size_t>(qpos % recent_);
-  std::vector<float>& r = ring_[slot];
-  if (!filled_[slot]) r.clear();
+  std::vector<float>& r = ring_[static_cast<size_t>(qpos % recent_)];  // empty until a query fills it
   r.resize(static_cast<size_t>(n), 0.0f);
   // The sums take the rows as the ring stores them (fp32), so a row that leaves takes away
   // exactly what it added.
@@ -71,7 +68,6 @@ void AttentionSums::add(const double* a, int n, int32_t qpos) {
     sum_[static_cast<size_t>(j)] += static_cast<double>(v) - static_cast<double>(r[static_cast<size_t>(j)]);
     r[static_cast<size_t>(j)] = v;
   }
-  filled_[slot] = 1;
 }
 
 size_t AttentionSums::bytes() const {

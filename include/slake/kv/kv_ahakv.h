@@ -59,7 +59,6 @@ class AttentionSums {
   int recent_;
   std::vector<double> sum_;               // [row]
   std::vector<std::vector<float>> ring_;  // [slot][row]: the query at position p in slot p % recent
-  std::vector<char> filled_;              // [slot]: holds a query
 };
 
 }  // namespace slake
