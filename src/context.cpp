@@ -65,6 +65,17 @@ void Context::reset() {
   n_past_ = 0;
 }
 
+void Context::copy_state_from(const Context& o) {
+  if (&o == this) return;
+  if (&o.model_ != &model_) fail("copy_state_from: the contexts do not share one model");
+  if (o.n_ctx_ != n_ctx_ || o.params_.kv != params_.kv || o.params_.n_batch != params_.n_batch)
+    fail("copy_state_from: the contexts differ in size, KV policy or batch size");
+  // Copy assignment keeps the storage each head reserved up front (same shape, same capacity).
+  kv_ = o.kv_;
+  evictor_ = o.evictor_;
+  n_past_ = o.n_past_;
+}
+
 void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt, const std::vector<Context*>& also) {
   const ModelConfig& c = model_.cfg;
   const int64_t dim = c.dim, qd = c.q_dim(), kvd = c.kv_dim();

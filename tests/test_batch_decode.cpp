@@ -7,10 +7,15 @@
 // prefill_shared: one prompt into several contexts with different policies leaves each exactly
 // as its own eval(prompt) does (the kept tokens' bytes and positions, the linear states, the
 // logits), and the decode that follows stays equal.
+//
+// Context::copy_state_from: a context that takes another's state after its prompt decodes on
+// exactly as the original does (the server's n > 1 choices share one prefill this way), and the
+// two stay independent.
 #include <memory>
 #include <random>
 
 #include "slake/batch_decode.h"
+#include "slake/session.h"
 #include "slake/quant/dtype.h"
 #include "slake/model/synthetic_model.h"
 #include "test_util.h"
@@ -198,6 +203,52 @@ TEST(BatchDecode, PrefillSharedEqualsEachPrefill) {
   for (size_t i = 0; i < kvs.size(); ++i) expect_same_cache(*shared[i], *alone[i]);
 }
 
+TEST(BatchDecode, CopiedStateDecodesAsTheOriginal) {
+  SLAKE_STORIES_OR_SKIP(dir);
+  const auto m = load_model(dir + "stories260K.gguf");
+  std::vector<KvPolicyParams> kvs = {KvPolicyParams{}, policy("slake", 24, 8), policy("h2o", 32, 8), policy("ahakv", 32, 8),
+                                     policy("cake", 40, 8), policy("streaming", 24, 8)};
+  kvs[1].recall_pages = 2;  // evicted tokens kept in the recall store and attended by the query
+  kvs[1].recall_page = 4;
+  kvs[1].store_type = KvType::F32;
+  kvs[4].compensate = "centroids";
+  kvs[5].compensate = "taylor";
+  kvs[5].type_k = kvs[5].type_v = KvType::F16;
+  ThreadPool pool(2);
+  std::mt19937 rng(13);
+  const std::vector<int32_t> prompt = random_tokens(150, m->cfg.n_vocab, rng);
+  for (const KvPolicyParams& kv : kvs) {
+    SCOPED_TRACE(kv.policy);
+    ContextParams p;
+    p.n_ctx = 256;
+    p.n_batch = 32;
+    p.kv = kv;
+    p.pool = &pool;
+    Context orig(*m, p), copy(*m, p), fresh(*m, p);
+    copy.eval(random_tokens(20, m->cfg.n_vocab, rng), nullptr);  // what the copy held before is replaced
+    std::vector<float> a, b, c;
+    orig.eval(prompt, &a);
+    fresh.eval(prompt, nullptr);
+    copy.copy_state_from(orig);
+    ASSERT_EQ(copy.n_past(), orig.n_past());
+    ASSERT_EQ(copy.evictor().budgets(), orig.evictor().budgets());
+    expect_same_cache(copy, orig);
+    if (kv.evicts()) {
+      EXPECT_LT(copy.kv_cache().tokens_held(), 150LL * m->cfg.n_layers * m->cfg.n_kv_heads) << "nothing evicted";
+    }
+    // The two then take different tokens: each must decode as a context that prefilled alone.
+    for (int t = 0; t < 16; ++t) {
+      const int32_t x = prompt[static_cast<size_t>(t)], y = prompt[static_cast<size_t>(t + 40)];
+      copy.eval({x}, &a);
+      fresh.eval({x}, &b);
+      ASSERT_EQ(a, b) << "step " << t;
+      orig.eval({y}, &c);
+    }
+    expect_same_cache(copy, fresh);
+    EXPECT_EQ(copy.kv_cache().bytes_used(), fresh.kv_cache().bytes_used());
+  }
+}
+
 // The refusal tests' set-up: a tiny model, contexts of 8 tokens on `pool`, and a second pool for
 // the sets that mix pools.
 class BatchRefusal : public ::testing::Test {
@@ -236,6 +287,25 @@ TEST_F(BatchRefusal, PrefillSharedRefusesBadSets) {
   EXPECT_NE(error_of([&] { prefill_shared({&a, &b}, {1}, nullptr); }).find("already holds tokens"), std::string::npos);
   EXPECT_EQ(a.n_past(), 0);  // nothing changed by a refused set
   EXPECT_EQ(b.n_past(), 1);
+}
+
+TEST_F(BatchRefusal, CopyStateRefusesAnotherShape) {
+  Context a(*m, p);
+  ContextParams q = p;
+  q.kv = policy("slake", 4, 2);
+  Context b(*m, q);
+  ContextParams r = p;
+  r.n_ctx = 6;
+  Context c(*m, r);
+  const auto other = make_synthetic_model("tiny", DType::F32, 4);
+  Context d(*other, p);
+  a.eval({1, 2}, nullptr);
+  EXPECT_NE(error_of([&] { b.copy_state_from(a); }).find("KV policy"), std::string::npos);
+  EXPECT_NE(error_of([&] { c.copy_state_from(a); }).find("size"), std::string::npos);
+  EXPECT_NE(error_of([&] { d.copy_state_from(a); }).find("one model"), std::string::npos);
+  EXPECT_EQ(b.n_past(), 0);  // nothing changed by a refused copy
+  CpuSession s(*m, p);
+  EXPECT_TRUE(s.copy_state_from(CpuSession(*m, p)));
 }
 
 TEST_F(BatchRefusal, RefusesBadBatches) {

@@ -65,6 +65,11 @@ class Context {
   void eval_prompt_chunk(const std::vector<int32_t>& tokens, std::vector<float>* logits);
   ThreadPool& pool() { return *pool_; }
   void reset();
+  // Makes this context hold what `other` holds (its cache, evictor and position), as if it had
+  // evaluated the same tokens: n > 1 replies to one prompt share its prefill. Both must run one
+  // model with the same size, policy and chunk size; throws slake::Error otherwise, before
+  // anything is changed.
+  void copy_state_from(const Context& other);
 
   // One decode step of several sequences, and one prompt into several contexts (batch_decode.h).
   friend void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>& tokens,

@@ -34,6 +34,13 @@ class Session {
   virtual std::vector<int64_t> layer_budgets() const = 0;
   // The CPU context behind a cpu session (decode_batch, prefill_shared); null on other backends.
   virtual Context* cpu_context() { return nullptr; }
+  virtual const Context* cpu_context() const { return nullptr; }
+  // Takes over what `other` holds (Context::copy_state_from); false where this backend cannot
+  // (the caller evaluates the tokens itself).
+  virtual bool copy_state_from(const Session& other) {
+    (void)other;
+    return false;
+  }
 };
 
 class CpuSession final : public Session {
@@ -52,6 +59,13 @@ class CpuSession final : public Session {
   std::string describe() const override { return "backend cpu"; }
   std::vector<int64_t> layer_budgets() const override { return ctx_.evictor().budgets(); }
   Context* cpu_context() override { return &ctx_; }
+  const Context* cpu_context() const override { return &ctx_; }
+  bool copy_state_from(const Session& other) override {
+    const Context* o = other.cpu_context();
+    if (!o) return false;
+    ctx_.copy_state_from(*o);
+    return true;
+  }
 
  private:
   Context ctx_;

@@ -255,8 +255,9 @@ TEST_P(Policies, RecallingEveryPageOfALosslessStoreIsTheFullCache) {
       std::unique_ptr<Context> ctx;
       const std::vector<float> got = run(p, &ctx, 6);
       ASSERT_EQ(got.size(), full.size());
-      if (exact_prefill)
+      if (exact_prefill) {
         for (size_t i = 0; i < full.size(); ++i) ASSERT_NEAR(got[i], full[i], 2e-5 * max_abs) << comp << " chunk " << chunk << " logit " << i;
+      }
       for (int l = 0; l < ctx->kv_cache().n_layers(); ++l)
         for (int h = 0; h < ctx->kv_cache().n_kv_heads(); ++h) {
           const KvHead& kh = ctx->kv_cache().head(l, h);

@@ -26,7 +26,7 @@ sys.path.insert(0, HERE)
 from harness import STORIES, Server  # noqa: E402
 
 WORDS = "the a little girl dog cat park sun ball tree happy ran played saw big red bird went home".split()
-MALFORMED = [b"{not json", json.dumps({"prompt": "x", "n": 2}).encode(), json.dumps({"prompt": "x", "max_tokens": "ten"}).encode(),
+MALFORMED = [b"{not json", json.dumps({"prompt": "x", "n": 9}).encode(), json.dumps({"prompt": "x", "max_tokens": "ten"}).encode(),
              json.dumps({"prompt": "x", "model": 7}).encode(), b"[]"]
 ALLOWANCE = 96 << 20  # threads, HTTP buffers, allocator slack, the tokenizer and template
 

@@ -86,7 +86,11 @@ TEST_F(OpenAiRequest, EveryUnknownOrMisplacedFieldIsRefusedByName) {
   EXPECT_EQ(refused_param(R"("tools": [])"), "tools");                // chat only
   EXPECT_EQ(refused_param(R"("messages": [])"), "messages");          // chat only
   EXPECT_EQ(refused_param(R"("echo": true)"), "echo");
-  EXPECT_EQ(refused_param(R"("n": 2)"), "n");
+  EXPECT_EQ(refused_param(R"("n": 0)"), "n");
+  EXPECT_EQ(refused_param(R"("n": 9)"), "n");  // kMaxChoices
+  EXPECT_EQ(refused_param(R"("n": 1.5)"), "n");
+  EXPECT_EQ(completion(R"("n": 8)").n, 8);
+  EXPECT_EQ(completion("").n, 1);
   EXPECT_EQ(refused_param(R"("best_of": 2)"), "best_of");
 }
 

@@ -173,6 +173,38 @@ class Behaviour(unittest.TestCase):
         self.assertEqual(chunks[-1].usage.completion_tokens, 5)
         self.assertEqual(chunks[-1].usage.prompt_tokens, r.usage.prompt_tokens)
 
+    def test_n_choices_share_one_prefill(self):
+        """n > 1: choice i is what one request with seed + i gives; the prompt is prefilled once
+        while a slot is free for each choice (the server has 2; on cpu), and a choice that waited
+        for a slot prefills it alone, to the same result."""
+        c = client(self.server)
+        prompt = "Once upon a time, there was a little girl named Lily. She"
+        kw = dict(model=self.model, prompt=prompt, max_tokens=N, temperature=1.0)
+        single = [c.completions.create(seed=7 + i, **kw) for i in range(2)]
+        metrics = ("slake_prefill_chunks_total", "slake_prompt_tokens_cached_total")
+        before = [self.server.metric(m) for m in metrics]
+        r = c.completions.create(seed=7, n=2, **kw)
+        after = [self.server.metric(m) for m in metrics]
+        self.assertEqual([ch.index for ch in r.choices], [0, 1])
+        self.assertEqual([ch.text for ch in r.choices], [s.choices[0].text for s in single])
+        self.assertNotEqual(r.choices[0].text, r.choices[1].text)  # the seeds differ
+        self.assertEqual(r.usage.prompt_tokens, single[0].usage.prompt_tokens)
+        self.assertEqual(r.usage.completion_tokens, sum(s.usage.completion_tokens for s in single))
+        if BACKEND == "cpu":  # a device session cannot copy a cache yet: each choice prefills
+            self.assertEqual(after[0] - before[0], 1, "the follower prefilled the prompt again")
+            self.assertEqual(after[1] - before[1], r.usage.prompt_tokens, "the follower did not take the leader's cache")
+        # Streamed, three choices on two slots: each index streams its own reply and ends.
+        texts, finish = ["", "", ""], [None, None, None]
+        chunks = list(c.completions.create(seed=7, n=3, stream=True, stream_options={"include_usage": True}, **kw))
+        for ch in chunks[:-1]:
+            for x in ch.choices:
+                texts[x.index] += x.text
+                finish[x.index] = x.finish_reason or finish[x.index]
+        third = c.completions.create(seed=9, **kw)
+        self.assertEqual(texts, [r.choices[0].text, r.choices[1].text, third.choices[0].text])
+        self.assertTrue(all(f in ("length", "stop") for f in finish), finish)
+        self.assertEqual(chunks[-1].usage.completion_tokens, r.usage.completion_tokens + third.usage.completion_tokens)
+
     def test_conversation_reuses_the_cache(self):
         c = client(self.server)
         _, tok = post(self.server, "/tokenize", {"content": "Once upon a time, there was a dog", "add_special": True})
@@ -223,7 +255,7 @@ class Behaviour(unittest.TestCase):
             ({"prompt": "x", "temperature": "hot"}, "'temperature' must be a number", "temperature"),
             ({"prompt": "x", "stream": 1}, "'stream' must be a boolean", "stream"),
             ({"prompt": "x", "model": 4}, "'model' must be a string", "model"),
-            ({"prompt": "x", "n": 2}, "'n' must be 1", "n"),
+            ({"prompt": "x", "n": 9}, "'n' must be in [1, 8]", "n"),
             ({"prompt": "x", "top_p": 0}, "top_p", "top_p"),
             ({"prompt": "x", "stop": [1]}, "'stop' must hold strings", "stop"),
             ({"prompt": 5}, "'prompt' must be a string", "prompt"),
@@ -246,7 +278,7 @@ class Behaviour(unittest.TestCase):
         self.assertEqual((status, err["error"]["param"]), (400, "messages"))
         # Through the client: its BadRequestError.
         with self.assertRaises(openai.BadRequestError) as cm:
-            client(self.server).completions.create(model=self.model, prompt="x", n=3)
+            client(self.server).completions.create(model=self.model, prompt="x", n=9)
         self.assertEqual(cm.exception.status_code, 400)
         self.assertEqual(json.loads(self.server.get("/health")), {"status": "ok"})
 

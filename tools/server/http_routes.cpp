@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -45,103 +46,173 @@ void guarded(HttpReply& reply, HttpCounters& c, F&& f, Shape shape = Shape::Open
 
 std::atomic<uint64_t> next_id{0};
 
-// Queues a request's task; throws the 503 or 400 of a full queue or a request too large.
-std::shared_ptr<Task> submit(const ApiRequest& req, ServerEnv& env) {
-  auto task = std::make_shared<Task>(req.gen);
+// Queues tasks together; throws the 503 or 400 of a full queue or a request too large.
+void enqueue(std::vector<std::shared_ptr<Task>> tasks, ServerEnv& env) {
   std::string why;
-  switch (env.scheduler.submit(task, &why)) {
+  switch (env.scheduler.submit(std::move(tasks), &why)) {
     case Scheduler::Admit::Queued:
-      break;
+      return;
     case Scheduler::Admit::QueueFull:
       throw ApiError(503, why, "server_error", "", "server_busy");
     case Scheduler::Admit::TooLarge:
       throw ApiError(400, why, "invalid_request_error", "max_tokens", "kv_memory_exceeded");
   }
+}
+
+// Queues a request's task.
+std::shared_ptr<Task> submit(const ApiRequest& req, ServerEnv& env) {
+  auto task = std::make_shared<Task>(req.gen);
+  enqueue({task}, env);
   return task;
 }
 
-// Waits for the whole reply; false (the task cancelled) when the client left meanwhile.
-bool wait_all(Task& task, HttpReply& reply, std::vector<Piece>& pieces) {
-  while (!task.take(pieces, std::chrono::milliseconds(500)))
-    if (!reply.connected()) {
-      task.cancel();
-      return false;
-    }
-  if (!task.error().empty()) throw ApiError(500, task.error(), "server_error");
+// Queues a request's n choices, one task each: choice i samples with seed + i; the first keeps
+// the prompt's logits and the others take its prefilled cache (GenRequest::prefill_leader).
+std::vector<std::shared_ptr<Task>> submit_choices(const ApiRequest& req, ServerEnv& env) {
+  std::vector<std::shared_ptr<Task>> tasks;
+  for (int i = 0; i < req.n; ++i) {
+    GenRequest g = req.gen;
+    g.sampling.seed += static_cast<uint64_t>(i);
+    g.keeps_prompt = i == 0 && req.n > 1;
+    if (i > 0) g.prefill_leader = tasks[0];
+    tasks.push_back(std::make_shared<Task>(std::move(g)));
+  }
+  enqueue(tasks, env);
+  return tasks;
+}
+
+// Waits for the whole reply of every task; false (the tasks cancelled) when the client left
+// meanwhile.
+bool wait_all(const std::vector<Task*>& tasks, HttpReply& reply, std::vector<std::vector<Piece>>& pieces) {
+  pieces.assign(tasks.size(), {});
+  for (size_t i = 0; i < tasks.size(); ++i)
+    while (!tasks[i]->take(pieces[i], std::chrono::milliseconds(500)))
+      if (!reply.connected()) {
+        for (Task* t : tasks) t->cancel();
+        return false;
+      }
+  for (Task* t : tasks)
+    if (!t->error().empty()) throw ApiError(500, t->error(), "server_error");
   return true;
 }
 
-// Streams a task's reply as server-sent events: `head`, then what `on_pieces(pieces, out)` appends
-// after every wait and `on_done(out)` at the end, written as it comes. A client that has gone, or
-// a write that stalls past --timeout, cancels the task; the scheduler frees its slot before its
-// next step.
-template <typename OnPieces, typename OnDone>
-void stream_task(Task& task, HttpReply& reply, std::string head, OnPieces&& on_pieces, OnDone&& on_done) {
-  if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return task.cancel();
+bool wait_all(Task& task, HttpReply& reply, std::vector<Piece>& pieces) {
+  std::vector<std::vector<Piece>> all;
+  if (!wait_all(std::vector<Task*>{&task}, reply, all)) return false;
+  pieces = std::move(all[0]);
+  return true;
+}
+
+// Streams the replies of several tasks (a request's choices) as server-sent events: `head`, then
+// what `on_pieces(i, pieces, out)` appends after every wait on task i, `on_done(i, out)` when task
+// i ends and `on_end(out)` after the last, written as it comes. A client that has gone, or a write
+// that stalls past --timeout, cancels the tasks; the scheduler frees their slots before its next step.
+template <typename OnPieces, typename OnDone, typename OnEnd>
+void stream_tasks(const std::vector<Task*>& tasks, HttpReply& reply, std::string head, OnPieces&& on_pieces, OnDone&& on_done,
+                  OnEnd&& on_end) {
+  const auto cancel = [&] {
+    for (Task* t : tasks) t->cancel();
+  };
+  if (!reply.start(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) return cancel();
   std::string out = std::move(head);
+  std::vector<char> done(tasks.size(), 0);
+  size_t left = tasks.size();
   for (;;) {
-    std::vector<Piece> pieces;
-    const bool done = task.take(pieces, std::chrono::milliseconds(100));
-    on_pieces(pieces, out);
-    if (done) on_done(out);
-    if (!reply.write(out)) return task.cancel();
+    bool waited = false;  // one wait per round, on the first task still running; the rest are drained
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (done[i]) continue;
+      std::vector<Piece> pieces;
+      const bool d = tasks[i]->take(pieces, std::chrono::milliseconds(waited ? 0 : 100));
+      waited = true;
+      on_pieces(i, pieces, out);
+      if (d) {
+        done[i] = 1;
+        --left;
+        on_done(i, out);
+      }
+    }
+    if (left == 0) on_end(out);
+    if (!reply.write(out)) return cancel();
     out.clear();
-    if (done) {
+    if (left == 0) {
       reply.finish();
       return;
     }
   }
 }
 
+// One task's reply, as stream_tasks streams it: `on_done(out)` ends the stream.
+template <typename OnPieces, typename OnDone>
+void stream_task(Task& task, HttpReply& reply, std::string head, OnPieces&& on_pieces, OnDone&& on_done) {
+  stream_tasks(
+      {&task}, reply, std::move(head), [&](size_t, std::vector<Piece>& pieces, std::string& out) { on_pieces(pieces, out); },
+      [&](size_t, std::string& out) { on_done(out); }, [](std::string&) {});
+}
+
 void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool chat) {
   ++env.counters.requests;
   ApiRequest req = parse_request(http.body, chat, env.request);
-  auto task = submit(req, env);
+  const std::vector<std::shared_ptr<Task>> owned = submit_choices(req, env);
+  std::vector<Task*> tasks;
+  for (const auto& t : owned) tasks.push_back(t.get());
+  const std::vector<const Task*> done_tasks(tasks.begin(), tasks.end());
+  const size_t n = tasks.size();
   const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(++next_id);
   const long long created = static_cast<long long>(std::time(nullptr));
+  const ResponseBuilder rb(req, env.request.tokenizer, id, created);
   // A client that went away (the socket closed, or a write failed or stalled past --timeout): the
-  // task is cancelled, and the scheduler frees its slot before its next step.
+  // tasks are cancelled, and the scheduler frees their slots before its next step.
   if (!req.stream) {
-    std::vector<Piece> pieces;
-    if (wait_all(*task, reply, pieces))
-      reply.send(json_response(ResponseBuilder(req, env.request.tokenizer, id, created).full(pieces, *task)));
+    std::vector<std::vector<Piece>> pieces;
+    if (!wait_all(tasks, reply, pieces)) return;
+    std::vector<ResponseBuilder::Choice> choices;
+    for (size_t i = 0; i < n; ++i) choices.push_back({&pieces[i], tasks[i]});
+    reply.send(json_response(rb.full(choices)));
     return;
   }
-  ResponseBuilder rb(req, env.request.tokenizer, id, created);
   const bool hold = req.tools.active();  // a tool call is known only whole
-  std::string held;
-  std::optional<ReasoningSplitter> split;  // a thinking model's reasoning, streamed as reasoning_content
-  if (req.reasoning) split.emplace(req.think_open);
-  const auto emit = [&](std::string& out, Piece p, const std::string& reasoning) {
-    if (!reasoning.empty()) out += sse(rb.reasoning_chunk(reasoning));
-    if (hold) held += p.text;
-    else if (!p.text.empty() || !p.tokens.empty() || (req.return_tokens && !p.ids.empty())) out += sse(rb.piece_chunk(p));
+  std::vector<std::string> held(n);
+  std::vector<std::optional<ReasoningSplitter>> split(n);  // a thinking model's reasoning, streamed as reasoning_content
+  if (req.reasoning)
+    for (auto& s : split) s.emplace(req.think_open);
+  const auto emit = [&](size_t i, std::string& out, Piece p, const std::string& reasoning) {
+    const int index = static_cast<int>(i);
+    if (!reasoning.empty()) out += sse(rb.reasoning_chunk(reasoning, index));
+    if (hold) held[i] += p.text;
+    else if (!p.text.empty() || !p.tokens.empty() || (req.return_tokens && !p.ids.empty())) out += sse(rb.piece_chunk(p, index));
   };
-  stream_task(
-      *task, reply, req.chat ? sse(rb.first_chunk()) : "",
-      [&](std::vector<Piece>& pieces, std::string& out) {
+  std::string head;
+  if (req.chat)
+    for (size_t i = 0; i < n; ++i) head += sse(rb.first_chunk(static_cast<int>(i)));
+  stream_tasks(
+      tasks, reply, std::move(head),
+      [&](size_t i, std::vector<Piece>& pieces, std::string& out) {
         for (Piece& p : pieces) {
           std::string reasoning;
-          if (split) std::tie(reasoning, p.text) = split->push(p.text);
-          emit(out, std::move(p), reasoning);
+          if (split[i]) std::tie(reasoning, p.text) = split[i]->push(p.text);
+          emit(i, out, std::move(p), reasoning);
         }
       },
-      [&](std::string& out) {
-        if (split) {
+      [&](size_t i, std::string& out) {
+        const Task& task = *tasks[i];
+        if (split[i]) {
           Piece rest;
           std::string reasoning;
-          std::tie(reasoning, rest.text) = split->flush();
-          emit(out, std::move(rest), reasoning);
+          std::tie(reasoning, rest.text) = split[i]->flush();
+          emit(i, out, std::move(rest), reasoning);
         }
-        if (!task->error().empty()) {
-          out += sse(ApiError(500, task->error(), "server_error").body());
-        } else {
-          std::string finish = task->finish_reason();
-          if (hold)
-            for (const nlohmann::json& c : rb.tool_reply_chunks(held, &finish)) out += sse(c);
-          out += sse(rb.final_chunk(finish));
-          if (req.include_usage) out += sse(rb.usage_chunk(*task));
+        if (!task.error().empty()) {
+          out += sse(ApiError(500, task.error(), "server_error").body());
+          return;
         }
+        std::string finish = task.finish_reason();
+        if (hold)
+          for (const nlohmann::json& c : rb.tool_reply_chunks(held[i], &finish, static_cast<int>(i))) out += sse(c);
+        out += sse(rb.final_chunk(finish, static_cast<int>(i)));
+      },
+      [&](std::string& out) {
+        const bool failed = std::any_of(tasks.begin(), tasks.end(), [](const Task* t) { return !t->error().empty(); });
+        if (req.include_usage && !failed) out += sse(rb.usage_chunk(done_tasks));
         out += "data: [DONE]\n\n";
       });
 }

@@ -510,8 +510,7 @@ ApiRequest parse_request(const std::string& text, bool chat, const RequestEnv& e
   r.chat = chat;
   // As llama-server: one model is served whatever `model` names, and the reply names what was asked for.
   r.model = get_string(body, "model", env.model_id);
-  if (get_int(body, "n", 1, 1, std::numeric_limits<int>::max()) != 1)
-    throw bad_field("n", "'n' must be 1: slake-server generates one choice per request");
+  r.n = static_cast<int>(get_int(body, "n", 1, 1, kMaxChoices));
   if (!chat && get_bool(body, "echo", false)) throw bad_field("echo", "'echo' is not supported");
   if (field(body, "best_of") && get_int(body, "best_of", 1, 1, 1) != 1) throw bad_field("best_of", "'best_of' must be 1");
   r.stream = get_bool(body, "stream", false);

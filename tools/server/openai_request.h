@@ -17,8 +17,12 @@
 
 namespace slake::server {
 
+// The most choices (`n`) one request may ask for.
+constexpr int kMaxChoices = 8;
+
 struct ApiRequest {
   bool chat = false;
+  int n = 1;  // choices, each sampled with its own seed (seed + index) after one shared prefill
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
   bool logprobs = false;       // log probabilities in the reply (chat: logprobs; completions: logprobs >= 0)

@@ -15,11 +15,15 @@ json ResponseBuilder::base(const char* object) const {
   return {{"id", id_}, {"object", object}, {"created", created_}, {"model", req_.model}, {"system_fingerprint", "slake"}};
 }
 
-json ResponseBuilder::usage(const Task& done) const {
-  return {{"prompt_tokens", done.n_prompt()},
-          {"completion_tokens", done.n_gen()},
-          {"total_tokens", done.n_prompt() + done.n_gen()},
-          {"prompt_tokens_details", {{"cached_tokens", done.n_cached()}}}};
+json ResponseBuilder::usage(const std::vector<const Task*>& done) const {
+  // n > 1 choices: the prompt once (its prefill was shared), every choice's tokens.
+  int gen = 0;
+  for (const Task* t : done) gen += t->n_gen();
+  const Task& first = *done.front();
+  return {{"prompt_tokens", first.n_prompt()},
+          {"completion_tokens", gen},
+          {"total_tokens", first.n_prompt() + gen},
+          {"prompt_tokens_details", {{"cached_tokens", first.n_cached()}}}};
 }
 
 json ResponseBuilder::logprobs(const std::vector<TokenLogprob>& tokens, size_t text_offset) const {
@@ -53,6 +57,22 @@ json ResponseBuilder::logprobs(const std::vector<TokenLogprob>& tokens, size_t t
 }
 
 json ResponseBuilder::full(const std::vector<Piece>& pieces, const Task& done) const {
+  return full(std::vector<Choice>{{&pieces, &done}});
+}
+
+json ResponseBuilder::full(const std::vector<Choice>& choices) const {
+  json r = base(req_.chat ? "chat.completion" : "text_completion");
+  r["choices"] = json::array();
+  std::vector<const Task*> tasks;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    r["choices"].push_back(choice(*choices[i].pieces, *choices[i].task, static_cast<int>(i)));
+    tasks.push_back(choices[i].task);
+  }
+  r["usage"] = usage(tasks);
+  return r;
+}
+
+json ResponseBuilder::choice(const std::vector<Piece>& pieces, const Task& done, int index) const {
   std::string text;
   std::vector<TokenLogprob> lps;
   std::vector<int32_t> ids;
@@ -62,7 +82,7 @@ json ResponseBuilder::full(const std::vector<Piece>& pieces, const Task& done) c
     lps.insert(lps.end(), p.tokens.begin(), p.tokens.end());
   }
   json lp = req_.logprobs ? logprobs(lps, 0) : json();
-  json r = base(req_.chat ? "chat.completion" : "text_completion");
+  json c;
   if (req_.chat) {
     std::string answer = text, reasoning;
     if (req_.reasoning) {
@@ -85,54 +105,53 @@ json ResponseBuilder::full(const std::vector<Piece>& pieces, const Task& done) c
         if (finish != "length") finish = "tool_calls";  // a reply cut short says so
       }
     }
-    r["choices"] = json::array({{{"index", 0}, {"message", message}, {"logprobs", lp}, {"finish_reason", finish}}});
+    c = {{"index", index}, {"message", message}, {"logprobs", lp}, {"finish_reason", finish}};
+  } else {
+    c = {{"index", index}, {"text", text}, {"logprobs", lp}, {"finish_reason", done.finish_reason()}};
   }
-  else
-    r["choices"] = json::array({{{"index", 0}, {"text", text}, {"logprobs", lp}, {"finish_reason", done.finish_reason()}}});
-  if (req_.return_tokens) r["choices"][0]["tokens"] = ids;
-  r["usage"] = usage(done);
-  return r;
+  if (req_.return_tokens) c["tokens"] = ids;
+  return c;
 }
 
-json ResponseBuilder::first_chunk() const {
+json ResponseBuilder::first_chunk(int index) const {
   json r = base("chat.completion.chunk");
   r["choices"] = json::array(
-      {{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+      {{{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   return r;
 }
 
-json ResponseBuilder::piece_chunk(const Piece& p) const {
+json ResponseBuilder::piece_chunk(const Piece& p, int index) const {
   json lp = req_.logprobs ? logprobs(p.tokens, 0) : json();
   json r = base(req_.chat ? "chat.completion.chunk" : "text_completion");
   if (req_.chat)
-    r["choices"] = json::array({{{"index", 0}, {"delta", {{"content", p.text}}}, {"logprobs", lp}, {"finish_reason", nullptr}}});
+    r["choices"] = json::array({{{"index", index}, {"delta", {{"content", p.text}}}, {"logprobs", lp}, {"finish_reason", nullptr}}});
   else
-    r["choices"] = json::array({{{"index", 0}, {"text", p.text}, {"logprobs", lp}, {"finish_reason", nullptr}}});
+    r["choices"] = json::array({{{"index", index}, {"text", p.text}, {"logprobs", lp}, {"finish_reason", nullptr}}});
   if (req_.return_tokens) r["choices"][0]["tokens"] = p.ids;
   return r;
 }
 
-json ResponseBuilder::reasoning_chunk(const std::string& text) const {
+json ResponseBuilder::reasoning_chunk(const std::string& text, int index) const {
   json r = base("chat.completion.chunk");
-  r["choices"] = json::array({{{"index", 0}, {"delta", {{"reasoning_content", text}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+  r["choices"] = json::array({{{"index", index}, {"delta", {{"reasoning_content", text}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   return r;
 }
 
-json ResponseBuilder::final_chunk(const std::string& finish_reason) const {
+json ResponseBuilder::final_chunk(const std::string& finish_reason, int index) const {
   json r = base(req_.chat ? "chat.completion.chunk" : "text_completion");
   if (req_.chat)
-    r["choices"] = json::array({{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
+    r["choices"] = json::array({{{"index", index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
   else
-    r["choices"] = json::array({{{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
+    r["choices"] = json::array({{{"index", index}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}});
   return r;
 }
 
-std::vector<json> ResponseBuilder::tool_reply_chunks(const std::string& text, std::string* finish_reason) const {
+std::vector<json> ResponseBuilder::tool_reply_chunks(const std::string& text, std::string* finish_reason, int index) const {
   const ParsedReply p = parse_tool_calls(text, req_.tools);
   std::vector<json> out;
   const auto chunk = [&](json delta) {
     json r = base("chat.completion.chunk");
-    r["choices"] = json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+    r["choices"] = json::array({{{"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
     out.push_back(std::move(r));
   };
   if (p.calls.empty()) {
@@ -151,7 +170,7 @@ std::vector<json> ResponseBuilder::tool_reply_chunks(const std::string& text, st
   return out;
 }
 
-json ResponseBuilder::usage_chunk(const Task& done) const {
+json ResponseBuilder::usage_chunk(const std::vector<const Task*>& done) const {
   json r = base(req_.chat ? "chat.completion.chunk" : "text_completion");
   r["choices"] = json::array();
   r["usage"] = usage(done);

@@ -16,24 +16,31 @@ class ResponseBuilder {
   // `id` is the response's id ("chatcmpl-7", "cmpl-7").
   ResponseBuilder(const ApiRequest& req, const Tokenizer& tokenizer, std::string id, long long created);
 
-  // The whole reply, when not streamed.
+  // The whole reply, when not streamed: one choice, or several (n > 1: choice i is pieces[i] of
+  // task[i]; the usage counts the prompt once and every choice's tokens).
+  struct Choice {
+    const std::vector<Piece>* pieces;
+    const Task* task;
+  };
   nlohmann::json full(const std::vector<Piece>& pieces, const Task& done) const;
+  nlohmann::json full(const std::vector<Choice>& choices) const;
   // Streamed: the first chunk (chat: the assistant role), one per piece, the last (finish_reason),
-  // and the usage chunk (stream_options.include_usage).
-  nlohmann::json first_chunk() const;
-  nlohmann::json piece_chunk(const Piece& p) const;
-  nlohmann::json final_chunk(const std::string& finish_reason) const;
+  // and the usage chunk (stream_options.include_usage); `index` is the choice's.
+  nlohmann::json first_chunk(int index = 0) const;
+  nlohmann::json piece_chunk(const Piece& p, int index = 0) const;
+  nlohmann::json final_chunk(const std::string& finish_reason, int index = 0) const;
   // Chat, streamed: a delta of the reasoning (reasoning_content).
-  nlohmann::json reasoning_chunk(const std::string& text) const;
-  nlohmann::json usage_chunk(const Task& done) const;
+  nlohmann::json reasoning_chunk(const std::string& text, int index = 0) const;
+  nlohmann::json usage_chunk(const std::vector<const Task*>& done) const;
   // Streamed with tools: the reply is held until done (a call is known only whole), then sent as
   // its content, or as its calls (each one's id and name, then its arguments), setting
   // `finish_reason` to tool_calls when there are calls.
-  std::vector<nlohmann::json> tool_reply_chunks(const std::string& text, std::string* finish_reason) const;
+  std::vector<nlohmann::json> tool_reply_chunks(const std::string& text, std::string* finish_reason, int index = 0) const;
 
  private:
   nlohmann::json base(const char* object) const;
-  nlohmann::json usage(const Task& done) const;
+  nlohmann::json usage(const std::vector<const Task*>& done) const;
+  nlohmann::json choice(const std::vector<Piece>& pieces, const Task& done, int index) const;
   nlohmann::json logprobs(const std::vector<TokenLogprob>& tokens, size_t text_offset) const;
 
   const ApiRequest& req_;

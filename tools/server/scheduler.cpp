@@ -62,10 +62,15 @@ size_t Scheduler::plan(const GenRequest& r) const {
 }
 
 Scheduler::Admit Scheduler::submit(std::shared_ptr<Task> task, std::string* why) {
-  const size_t need = plan(task->req);
+  return submit(std::vector<std::shared_ptr<Task>>{std::move(task)}, why);
+}
+
+Scheduler::Admit Scheduler::submit(std::vector<std::shared_ptr<Task>> tasks, std::string* why) {
+  size_t need = 0;
+  for (const auto& t : tasks) need = std::max(need, plan(t->req));
   if (cfg_.kv_memory > 0 && need > cfg_.kv_memory) {
     if (why)
-      *why = "the request plans " + mib(need) + " MiB of KV cache (prompt " + std::to_string(task->req.prompt.size()) +
+      *why = "the request plans " + mib(need) + " MiB of KV cache (prompt " + std::to_string(tasks[0]->req.prompt.size()) +
              " tokens + max_tokens), more than --kv-memory " + mib(cfg_.kv_memory) +
              " MiB; lower max_tokens or use a KV budget";
     return Admit::TooLarge;
@@ -78,13 +83,13 @@ Scheduler::Admit Scheduler::submit(std::shared_ptr<Task> task, std::string* why)
   // Requests that an idle slot will take at once do not count against the queue; while the head of
   // the queue waits for KV memory, no idle slot takes anything.
   const int takers = memory_blocked_ ? 0 : idle_slots_;
-  if (static_cast<int>(queue_.size()) >= cfg_.queue_max + takers) {
+  if (queue_.size() + tasks.size() > static_cast<size_t>(cfg_.queue_max + takers)) {
     if (why)
       *why = "the server is busy: " + std::to_string(cfg_.n_slots - idle_slots_) + " slots busy and " +
              std::to_string(queue_.size()) + " requests waiting (--queue " + std::to_string(cfg_.queue_max) + "); retry later";
     return Admit::QueueFull;
   }
-  queue_.push_back(std::move(task));
+  for (auto& t : tasks) queue_.push_back(std::move(t));
   stats_.queue_length = static_cast<int>(queue_.size());
   cv_.notify_all();
   return Admit::Queued;
@@ -171,7 +176,7 @@ void Scheduler::loop() {
 }
 
 void Scheduler::step() {
-  uint64_t cancelled = 0, failed = 0, finished = 0, generated = 0, rows = 0, chunks = 0;
+  uint64_t cancelled = 0, failed = 0, finished = 0, generated = 0, rows = 0, chunks = 0, shared = 0;
   double decode_s = 0, prefill_s = 0;
   for (auto& s : slots_)
     if (s->busy() && s->task()->cancelled()) {
@@ -211,7 +216,7 @@ void Scheduler::step() {
   int budget = cfg_.n_batch;
   for (size_t k = 0; k < slots_.size() && budget > 0; ++k) {
     Slot& s = *slots_[(prefill_rr_ + k) % slots_.size()];
-    if (!s.prefilling()) continue;
+    if (!s.prefilling() || s.awaiting_leader()) continue;
     const auto t0 = std::chrono::steady_clock::now();
     try {
       budget -= s.prefill(cfg_.n_batch);
@@ -222,6 +227,27 @@ void Scheduler::step() {
     }
     prefill_s += seconds_since(t0);
     if (budget <= 0) prefill_rr_ = (prefill_rr_ + k + 1) % slots_.size();
+  }
+
+  // Followers of n > 1 choices take their leader's prompt once it is prefilled.
+  for (auto& s : slots_) {
+    if (!s->awaiting_leader()) continue;
+    const std::shared_ptr<const Task> leader = s->task()->req.prefill_leader.lock();
+    const Slot* from = nullptr;
+    for (auto& o : slots_)
+      if (leader && o->busy() && o->task() == leader.get()) from = o.get();
+    if (from && from->prefilling()) continue;
+    if (!from || !from->prompt_shareable()) {  // the leader is gone or has moved on: prefill alone
+      s->stop_awaiting();
+      continue;
+    }
+    try {
+      s->share_prompt_of(*from);
+      if (!s->prefilling()) shared += s->task()->req.prompt.size();
+    } catch (const std::exception& e) {
+      s->fail(std::string("sharing the prompt failed: ") + e.what());
+      ++failed;
+    }
   }
 
   for (auto& s : slots_)
@@ -239,6 +265,7 @@ void Scheduler::step() {
   stats_.decode_steps += rows > 0;
   stats_.decode_rows += rows;
   stats_.prefill_chunks += chunks;
+  stats_.cached_prompt_tokens += shared;
   stats_.decode_seconds += decode_s;
   stats_.prefill_seconds += prefill_s;
   idle_slots_ = 0;

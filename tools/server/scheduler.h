@@ -7,7 +7,9 @@
 //   3. decodes one token of every generating slot in one batched step (decode_batch: the weights
 //      are read once for all of them),
 //   4. prefills the next chunk (n_batch tokens) of waiting prompts, so a long prompt delays the
-//      running replies by one chunk per step, not by its whole length.
+//      running replies by one chunk per step, not by its whole length,
+//   5. gives the followers of a request's n > 1 choices a copy of their leader's cache once the
+//      leader has prefilled the prompt (GenRequest::prefill_leader).
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -62,6 +64,8 @@ class Scheduler {
   enum class Admit { Queued, QueueFull, TooLarge };
   // Queues a task. TooLarge: its planned KV memory exceeds --kv-memory even alone (`why` says so).
   Admit submit(std::shared_ptr<Task> task, std::string* why);
+  // Queues several tasks together, one after another (a request's n > 1 choices), or none.
+  Admit submit(std::vector<std::shared_ptr<Task>> tasks, std::string* why);
   // Stops the thread; every task not finished ends with an error.
   void stop();
 

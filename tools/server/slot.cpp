@@ -84,6 +84,8 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now) {
   detok_ = std::make_unique<StreamingDetokenizer>(tokenizer_);
   matcher_ = std::move(matcher);
   logits_.clear();
+  prompt_logits_.clear();
+  awaiting_ = !task_->req.prefill_leader.expired();
   pending_ = -1;
   n_gen_ = 0;
   held_.clear();
@@ -111,8 +113,25 @@ int Slot::prefill(int chunk) {
     ctx_->eval(tokens, last ? &logits_ : nullptr);
   history_.insert(history_.end(), tokens.begin(), tokens.end());
   next_prefill_ += n;
+  if (last && task_->req.keeps_prompt) prompt_logits_ = logits_;
   if (last) sample_and_emit();
   return static_cast<int>(n);
+}
+
+bool Slot::prompt_shareable() const {
+  return busy() && !prefilling() && !prompt_logits_.empty() && history_.size() == task_->req.prompt.size();
+}
+
+void Slot::share_prompt_of(const Slot& leader) {
+  awaiting_ = false;
+  if (!ctx_->copy_state_from(*leader.ctx_)) return;
+  history_ = leader.history_;
+  next_prefill_ = history_.size();
+  n_cached_ = static_cast<int>(history_.size());
+  chunked_ = false;
+  t_start_ = std::chrono::steady_clock::now();
+  logits_ = leader.prompt_logits_;
+  sample_and_emit();
 }
 
 void Slot::decoded(const std::vector<float>& logits) {

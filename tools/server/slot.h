@@ -62,6 +62,14 @@ class Slot {
   void drop_cache();
 
   bool prefilling() const { return busy() && next_prefill_ < task_->req.prompt.size(); }
+  // A follower of n > 1 choices waiting for its leader's prefill (GenRequest::prefill_leader).
+  bool awaiting_leader() const { return busy() && awaiting_; }
+  // A leader whose cache holds the prompt and nothing after it, and who kept the prompt's logits.
+  bool prompt_shareable() const;
+  // A follower takes the leader's cache and prompt logits and samples its first token; where the
+  // backend cannot copy a cache, it goes on to prefill the prompt itself.
+  void share_prompt_of(const Slot& leader);
+  void stop_awaiting() { awaiting_ = false; }
   bool decoding() const { return busy() && !prefilling() && pending_ >= 0; }
   // Evaluates the next `chunk` prompt tokens (the whole rest at once when the policy evicts at
   // prefill: it must see the whole prompt; the policy's own chunks under --prefill-chunk); the last
@@ -111,6 +119,8 @@ class Slot {
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<StreamingDetokenizer> detok_;
   std::vector<float> logits_;
+  std::vector<float> prompt_logits_;  // GenRequest::keeps_prompt: the prompt's, before sampling
+  bool awaiting_ = false;
   int32_t pending_ = -1;  // sampled, not yet evaluated
   int n_gen_ = 0;
   std::string held_;  // text that may be the start of a stop string

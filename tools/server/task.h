@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -17,6 +18,8 @@
 #include "slake/sampler.h"
 
 namespace slake::server {
+
+class Task;
 
 struct GenRequest {
   std::vector<int32_t> prompt;  // what the context must hold before the first sampled token
@@ -29,6 +32,12 @@ struct GenRequest {
   std::shared_ptr<const Grammar> grammar;  // the reply must match it (grammar, response_format); null: free
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits; -100 or less bans the token
   std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};  // DRY's, as llama.cpp's defaults
+  // n > 1 choices of one request share the prompt's prefill: the first choice's task keeps the
+  // prompt's logits (keeps_prompt), and each other's names it (prefill_leader). A slot serving
+  // such a follower copies the leader's cache once the leader has prefilled the prompt, if it
+  // is still as the prompt left it; else it prefills the prompt itself (the same result).
+  bool keeps_prompt = false;
+  std::weak_ptr<const Task> prefill_leader;
 };
 
 // One generated token's log probability, and the most probable alternatives at its place.
