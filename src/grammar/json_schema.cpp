@@ -4,6 +4,7 @@
 // it: a schema is never followed only in part.
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cctype>
 #include <climits>
 #include <cmath>
@@ -99,6 +100,112 @@ std::string uint_at_least(long long lo) {
   std::string g = uint_range(lo, top - 1);
   if (d < 16) g = "(" + g + " | [1-9] [0-9]{" + std::to_string(d) + "," + std::to_string(15) + "})";
   return g;
+}
+
+// Number ranges. A bound is read as the shortest decimal that parses back to its double, and a
+// number is taken when its decimal text lies within the bounds: a text at or above a decimal
+// parses to a double at or above that decimal's double, so every number taken validates. An
+// exclusive bound becomes an inclusive one just past it (the next double, and at least 1e-16
+// further, which keeps the decimal short). Numbers under a range are written without exponents.
+
+// A language of fraction digits (what follows a number's "."): `ne`, the GBNF of its non-empty
+// strings ("": none), and `eps`, whether it holds the empty string (the number has no fraction).
+struct Frac {
+  std::string ne;
+  bool eps = false;
+};
+
+std::string digit_class(char a, char b) { return a == b ? std::string("\"") + a + "\"" : std::string("[") + a + "-" + b + "]"; }
+
+Frac frac_any() { return {"[0-9]{1,16}", true}; }
+
+Frac frac_alt(Frac a, const Frac& b) {
+  a.ne = a.ne.empty() ? b.ne : b.ne.empty() ? a.ne : a.ne + " | " + b.ne;
+  a.eps = a.eps || b.eps;
+  return a;
+}
+
+// The digit d, then a string of `rest`.
+Frac frac_then(char d, const Frac& rest) {
+  std::string g = std::string("\"") + d + "\"";
+  if (!rest.ne.empty()) g += (rest.eps ? " (" + rest.ne + ")?" : " (" + rest.ne + ")");
+  return {g, false};
+}
+
+// The fractions f with 0.f >= 0.a (a: digits without trailing zeros).
+Frac frac_at_least(const std::string& a) {
+  if (a.empty()) return frac_any();
+  Frac f = frac_then(a[0], frac_at_least(a.substr(1)));
+  if (a[0] < '9') f = frac_alt({digit_class(static_cast<char>(a[0] + 1), '9') + " [0-9]{0,15}", false}, f);
+  return f;
+}
+
+// The fractions f with 0.f <= 0.b.
+Frac frac_at_most(const std::string& b) {
+  if (b.empty()) return {"\"0\"{1,16}", true};
+  Frac f = frac_then(b[0], frac_at_most(b.substr(1)));
+  if (b[0] > '0') f = frac_alt({digit_class('0', static_cast<char>(b[0] - 1)) + " [0-9]{0,15}", false}, f);
+  f.eps = true;
+  return f;
+}
+
+// The fractions f with 0.a <= 0.f <= 0.b, given 0.a <= 0.b.
+Frac frac_between(const std::string& a, const std::string& b) {
+  if (a.empty()) return frac_at_most(b);
+  if (a[0] == b[0]) return frac_then(a[0], frac_between(a.substr(1), b.substr(1)));
+  Frac f = frac_then(a[0], frac_at_least(a.substr(1)));
+  if (a[0] + 1 <= b[0] - 1) f = frac_alt(f, {digit_class(static_cast<char>(a[0] + 1), static_cast<char>(b[0] - 1)) + " [0-9]{0,15}", false});
+  return frac_alt(f, frac_then(b[0], frac_at_most(b.substr(1))));
+}
+
+// A number's "." and fraction, from the fraction's language.
+std::string frac_text(const Frac& f) {
+  if (f.ne.empty()) return "";
+  return f.eps ? "(\".\" (" + f.ne + "))?" : "\".\" (" + f.ne + ")";
+}
+
+// A magnitude as decimal digits: whole.frac, frac without trailing zeros.
+struct Decimal {
+  long long whole = 0;
+  std::string frac;
+};
+
+// v >= 0 and at most 10^15; nullopt when its shortest decimal needs more than 40 places.
+std::optional<Decimal> decimal_of(double v) {
+  char buf[512];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  const std::string s(buf, r.ptr);
+  Decimal d;
+  const size_t dot = s.find('.');
+  d.whole = std::stoll(s.substr(0, dot));
+  if (dot != std::string::npos) d.frac = s.substr(dot + 1);
+  while (!d.frac.empty() && d.frac.back() == '0') d.frac.pop_back();
+  if (d.frac.size() > 40) return std::nullopt;
+  return d;
+}
+
+// The unsigned decimal numbers x with lo <= x (<= hi, when given).
+std::string magnitude_range(const Decimal& lo, const std::optional<Decimal>& hi) {
+  std::vector<std::string> alts;
+  const auto part = [&](long long whole, const Frac& f) {
+    const std::string t = frac_text(f);
+    alts.push_back("\"" + std::to_string(whole) + "\"" + (t.empty() ? "" : " " + t));
+  };
+  const std::string any = frac_text(frac_any());
+  if (hi && hi->whole == lo.whole) {
+    part(lo.whole, frac_between(lo.frac, hi->frac));
+  } else {
+    part(lo.whole, frac_at_least(lo.frac));
+    if (!hi) {
+      alts.push_back(uint_at_least(lo.whole + 1) + " " + any);
+    } else {
+      if (lo.whole + 1 <= hi->whole - 1) alts.push_back(uint_range(lo.whole + 1, hi->whole - 1) + " " + any);
+      part(hi->whole, frac_at_most(hi->frac));
+    }
+  }
+  std::string g;
+  for (const std::string& a : alts) g += (g.empty() ? "" : " | ") + a;
+  return "(" + g + ")";
 }
 
 class Converter {
@@ -238,11 +345,11 @@ class Converter {
         return rule(name, alts);
       }
       if (!t->is_string()) refuse(name, "type must be a string or an array of strings");
-      result = typed(s, t->get<std::string>(), name, take);
+      result = typed(t->get<std::string>(), name, take);
     } else if (s.contains("properties")) {
-      result = typed(s, "object", name, take);
+      result = typed("object", name, take);
     } else if (s.contains("items") || s.contains("prefixItems")) {
-      result = typed(s, "array", name, take);
+      result = typed("array", name, take);
     } else {
       result = primitive("value");
     }
@@ -254,16 +361,12 @@ class Converter {
   }
 
   template <typename Take>
-  std::string typed(const json& s, const std::string& type, const std::string& name, Take&& take) {
+  std::string typed(const std::string& type, const std::string& name, Take&& take) {
     primitive("space");
     if (type == "null" || type == "boolean") return primitive(type);
     if (type == "string") return string_rule(name, take);
     if (type == "integer") return integer_rule(name, take);
-    if (type == "number") {
-      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
-        if (s.contains(k)) refuse(name, std::string("'") + k + "' is supported on integers, not on numbers");
-      return primitive("number");
-    }
+    if (type == "number") return number_rule(name, take);
     if (type == "array") return array_rule(name, take);
     if (type == "object") return object_rule(name, take);
     refuse(name, "unknown type '" + type + "'");
@@ -331,6 +434,47 @@ class Converter {
     } else {
       if (*hi >= 0) alts.push_back(uint_range(0, *hi)), alts.push_back("\"-\" " + any_pos);
       else alts.push_back("\"-\" " + uint_at_least(-*hi));
+    }
+    std::string body;
+    for (const std::string& a : alts) body += (body.empty() ? "" : " | ") + a;
+    return rule(name, "(" + body + ") space");
+  }
+
+  template <typename Take>
+  std::string number_rule(const std::string& name, Take&& take) {
+    std::optional<double> lo, hi;
+    const auto bound = [&](const char* key, bool lower, bool exclusive) {
+      const json* v = take(key);
+      if (!v) return;
+      if (!v->is_number()) refuse(name, std::string("'") + key + "' must be a number");
+      double d = v->get<double>();
+      if (!(std::fabs(d) <= 1e15)) refuse(name, std::string("'") + key + "' beyond 10^15");
+      if (exclusive)
+        d = lower ? std::max(std::nextafter(d, HUGE_VAL), d + 1e-16) : std::min(std::nextafter(d, -HUGE_VAL), d - 1e-16);
+      if (lower) lo = lo ? std::max(*lo, d) : d;
+      else hi = hi ? std::min(*hi, d) : d;
+    };
+    bound("minimum", true, false);
+    bound("exclusiveMinimum", true, true);
+    bound("maximum", false, false);
+    bound("exclusiveMaximum", false, true);
+    if (!lo && !hi) return primitive("number");
+    if (lo && hi && *lo > *hi) refuse(name, "the number range is empty");
+    const auto dec = [&](double v) {
+      const std::optional<Decimal> d = decimal_of(v);
+      if (!d) refuse(name, "a bound needs more than 40 decimal places");
+      return *d;
+    };
+    std::vector<std::string> alts;
+    if (!lo || *lo < 0) {  // "-" and a magnitude in [max(0, -hi), -lo]
+      std::optional<Decimal> top;
+      if (lo) top = dec(-*lo);
+      alts.push_back("\"-\" " + magnitude_range(dec(hi && *hi < 0 ? -*hi : 0.0), top));
+    }
+    if (!hi || *hi >= 0) {  // a magnitude in [max(0, lo), hi]
+      std::optional<Decimal> top;
+      if (hi) top = dec(*hi);
+      alts.push_back(magnitude_range(dec(lo && *lo > 0 ? *lo : 0.0), top));
     }
     std::string body;
     for (const std::string& a : alts) body += (body.empty() ? "" : " | ") + a;

@@ -216,6 +216,72 @@ TEST(JsonSchema, IntegerRangesAreExact) {
   EXPECT_TRUE(matches(at_least, f.vocab, "123456789012"));
 }
 
+// Number ranges against a validator's double comparisons: every text the grammar takes lies
+// within the bounds, and every number within them is taken (one past an exclusive bound by more
+// than 1e-9, written with at most 12 decimals and no exponent, as the grammar writes numbers).
+TEST(JsonSchema, NumberRangesTakeWhatLiesWithin) {
+  Fixture f;
+  struct Bound {
+    std::string key;
+    double v;
+  };
+  std::vector<std::vector<Bound>> cases = {
+      {{"minimum", 0}}, {{"exclusiveMinimum", 0}}, {{"minimum", 0.5}, {"maximum", 2.25}},
+      {{"exclusiveMinimum", -2.75}, {"exclusiveMaximum", 3}}, {{"minimum", -0.3}, {"maximum", -0.1}}, {{"maximum", 100.01}},
+      {{"exclusiveMaximum", -1e-3}}, {{"minimum", 12.125}, {"maximum", 12.5}}, {{"minimum", 0.1}, {"maximum", 0.1}},
+      {{"minimum", 1e-20}}, {{"exclusiveMinimum", 999999.999}, {"maximum", 1000001}}, {{"minimum", -7}, {"exclusiveMaximum", 0}},
+      {{"minimum", 0.07}, {"maximum", 0.7}}, {{"minimum", 3.14159}, {"exclusiveMinimum", 2}, {"maximum", 9.99}}};
+  std::mt19937 rng(5);
+  for (int i = 0; i < 24; ++i) {
+    const double lo = (static_cast<int>(rng() % 200000) - 100000) / 100.0, hi = lo + static_cast<int>(1 + rng() % 5000) / 1000.0;
+    cases.push_back({{rng() % 2 ? "minimum" : "exclusiveMinimum", lo}, {rng() % 2 ? "maximum" : "exclusiveMaximum", hi}});
+  }
+  for (const std::vector<Bound>& c : cases) {
+    std::string schema = R"({"type": "number")";
+    char buf[64];
+    for (const Bound& b : c) {
+      std::snprintf(buf, sizeof buf, "%.17g", b.v);
+      schema += ", \"" + b.key + "\": " + buf;
+    }
+    schema += "}";
+    SCOPED_TRACE(schema);
+    const auto g = Grammar::parse(json_schema_to_gbnf(schema));
+    std::vector<std::string> texts = {"0", "-0", "1", "-1", "0.0", "1e3"};
+    for (const Bound& b : c)
+      for (int j = 0; j <= 4; ++j)
+        for (int k = -25; k <= 25; ++k)
+          for (const int d : {j, j + 1, 6}) {
+            std::snprintf(buf, sizeof buf, "%.*f", d, b.v + k * std::pow(10.0, -j));
+            texts.push_back(buf);
+          }
+    for (int i = 0; i < 200; ++i) {
+      std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(rng() % 8), c[0].v + (static_cast<int>(rng() % 20001) - 10000) / 1000.0);
+      texts.push_back(buf);
+    }
+    int taken = 0;
+    for (const std::string& t : texts) {
+      const double x = std::strtod(t.c_str(), nullptr);
+      bool within = true, clear = t.find('e') == std::string::npos;
+      for (const Bound& b : c) {
+        if (b.key == "minimum") within &= x >= b.v;
+        if (b.key == "maximum") within &= x <= b.v;
+        if (b.key == "exclusiveMinimum") within &= x > b.v, clear &= x > b.v + 1e-9;
+        if (b.key == "exclusiveMaximum") within &= x < b.v, clear &= x < b.v - 1e-9;
+      }
+      clear &= !(x == 0 && t[0] == '-');  // -0: zero written with a sign the grammar may leave out
+      const bool m = matches(g, f.vocab, t);
+      taken += m;
+      if (m) {
+        ASSERT_TRUE(within) << t;
+      }
+      if (within && clear) {
+        ASSERT_TRUE(m) << t;
+      }
+    }
+    EXPECT_GT(taken, 0);
+  }
+}
+
 // A string's `pattern` against ECMAScript's own regular expressions (std::regex, the dialect JSON
 // Schema names): for every string over a small alphabet up to 5 characters, and random longer
 // ones, the grammar takes the string's JSON text exactly when the pattern is found in the string
@@ -305,7 +371,11 @@ TEST(JsonSchema, ObjectsArraysStringsAndRefs) {
   // Keywords that constrain but are not converted are refused by name.
   for (const auto& [s, word] : std::vector<std::pair<std::string, std::string>>{
            {R"({"allOf": [{"type": "string"}]})", "'allOf'"},
-           {R"({"type": "number", "minimum": 0.5})", "'minimum'"},
+           {R"({"type": "number", "multipleOf": 0.5})", "'multipleOf'"},
+           {R"({"type": "number", "minimum": 3, "maximum": 2.5})", "range is empty"},
+           {R"({"type": "number", "exclusiveMinimum": 1, "exclusiveMaximum": 1})", "range is empty"},
+           {R"({"type": "number", "minimum": "0"})", "'minimum' must be a number"},
+           {R"({"type": "number", "minimum": 1e-300})", "40 decimal places"},
            {R"({"type": "string", "format": "email"})", "format 'email'"},
            {R"({"$ref": "#/$defs/missing"})", "names no definition"},
            {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'b'"},

@@ -50,7 +50,15 @@ def random_schema(rng, depth=0):
             if rng.random() < 0.7:
                 s["maximum"] = lo + rng.randint(0, 2000)
         return s
-    if k in ("number", "boolean", "null"):
+    if k == "number":
+        s = {"type": "number"}
+        if rng.random() < 0.7:  # a range, its bounds inclusive or not, with up to 3 decimals
+            lo = round(rng.uniform(-50, 50), rng.randint(0, 3))
+            s[rng.choice(["minimum", "exclusiveMinimum"])] = lo
+            if rng.random() < 0.7:
+                s[rng.choice(["maximum", "exclusiveMaximum"])] = round(lo + rng.uniform(0.01, 20), rng.randint(2, 3))
+        return s
+    if k in ("boolean", "null"):
         return {"type": k}
     if k == "enum":
         return {"enum": rng.sample(["red", "green", 3, None, True, "a b"], rng.randint(1, 4))}
