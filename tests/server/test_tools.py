@@ -3,7 +3,8 @@ templates of three tool-call families (Qwen2.5's and Hermes 3's <tool_call>, Lla
 Mistral Nemo's [TOOL_CALLS]): with tool_choice "required" or a named function, every call names an
 offered function and its arguments validate against that function's parameters with the
 `jsonschema` package (a model this small writes no call unprompted); streamed calls arrive as
-OpenAI streams them and add up to the same kind of call; a two-step loop (the call, a `tool`
+OpenAI streams them, as they are generated, and add up to the call the same request gives
+unstreamed; a two-step loop (the call, a `tool`
 message with the answer, the reply) renders through the template; bad tool requests are 400s."""
 import json
 import os
@@ -67,20 +68,25 @@ class ToolCalls(unittest.TestCase):
                         self.assertEqual(len(c.message.tool_calls), 1)
                         self.check_call(c.message.tool_calls[0], None if seed % 2 else "add")
                 with self.subTest(family=family, stream=True):
-                    calls, finish = {}, None
-                    for chunk in client.chat.completions.create(model=MODEL, messages=QUESTION, tools=TOOLS,
-                                                                tool_choice="required", parallel_tool_calls=False,
-                                                                max_tokens=300, temperature=1.0, seed=7, stream=True):
+                    # Streamed as it is generated: the id and name first, the arguments in parts,
+                    # adding up to the call the same request gives unstreamed.
+                    kw = dict(model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
+                              max_tokens=300, temperature=1.0, seed=7)
+                    calls, finish, parts = {}, None, 0
+                    for chunk in client.chat.completions.create(stream=True, **kw):
                         ch = chunk.choices[0]
                         finish = ch.finish_reason or finish
                         for d in ch.delta.tool_calls or []:
-                            acc = calls.setdefault(d.index, {"id": None, "name": "", "arguments": ""})
-                            acc["id"] = d.id or acc["id"]
-                            acc["name"] += (d.function.name or "") if d.function else ""
-                            acc["arguments"] += (d.function.arguments or "") if d.function else ""
+                            acc = calls.setdefault(d.index, {"id": d.id, "name": d.function.name, "arguments": ""})
+                            self.assertTrue(acc["id"] and acc["name"], "a call's first delta names it")
+                            acc["arguments"] += d.function.arguments or ""
+                            parts += bool(d.function.arguments)
                     self.assertEqual(finish, "tool_calls")
                     self.assertEqual(len(calls), 1)
-                    self.assertIn(calls[0]["name"], PARAMS)
+                    self.assertGreater(parts, 2, "the arguments came whole, not as they were generated")
+                    whole = client.chat.completions.create(**kw).choices[0].message.tool_calls[0]
+                    self.assertEqual(calls[0]["name"], whole.function.name)
+                    self.assertEqual(json.loads(calls[0]["arguments"]), json.loads(whole.function.arguments))
                     jsonschema.validate(json.loads(calls[0]["arguments"]), PARAMS[calls[0]["name"]])
                 with self.subTest(family=family, loop=True):
                     first = client.chat.completions.create(model=MODEL, messages=QUESTION, tools=TOOLS,

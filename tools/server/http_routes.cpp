@@ -170,16 +170,19 @@ void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool 
     reply.send(json_response(rb.full(choices)));
     return;
   }
-  const bool hold = req.tools.active();  // a tool call is known only whole
-  std::vector<std::string> held(n);
+  // With tools, each reply goes through a ToolCallStream: its content and calls as they are read.
+  std::vector<std::optional<ToolCallStream>> tools(n);
+  if (req.tools.active())
+    for (auto& t : tools) t.emplace(req.tools);
   std::vector<std::optional<ReasoningSplitter>> split(n);  // a thinking model's reasoning, streamed as reasoning_content
   if (req.reasoning)
     for (auto& s : split) s.emplace(req.think_open);
   const auto emit = [&](size_t i, std::string& out, Piece p, const std::string& reasoning) {
     const int index = static_cast<int>(i);
     if (!reasoning.empty()) out += sse(rb.reasoning_chunk(reasoning, index));
-    if (hold) held[i] += p.text;
-    else if (!p.text.empty() || !p.tokens.empty() || (req.return_tokens && !p.ids.empty())) out += sse(rb.piece_chunk(p, index));
+    if (tools[i]) {
+      for (const ToolStreamEvent& e : tools[i]->push(p.text)) out += sse(rb.tool_chunk(e, index));
+    } else if (!p.text.empty() || !p.tokens.empty() || (req.return_tokens && !p.ids.empty())) out += sse(rb.piece_chunk(p, index));
   };
   std::string head;
   if (req.chat)
@@ -206,8 +209,10 @@ void completion(const HttpRequest& http, HttpReply& reply, ServerEnv& env, bool 
           return;
         }
         std::string finish = task.finish_reason();
-        if (hold)
-          for (const nlohmann::json& c : rb.tool_reply_chunks(held[i], &finish, static_cast<int>(i))) out += sse(c);
+        if (tools[i]) {
+          for (const ToolStreamEvent& e : tools[i]->finish()) out += sse(rb.tool_chunk(e, static_cast<int>(i)));
+          if (tools[i]->calls() > 0 && finish != "length") finish = "tool_calls";  // a reply cut short says so
+        }
         out += sse(rb.final_chunk(finish, static_cast<int>(i)));
       },
       [&](std::string& out) {

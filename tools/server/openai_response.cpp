@@ -96,9 +96,10 @@ json ResponseBuilder::choice(const std::vector<Piece>& pieces, const Task& done,
     if (!reasoning.empty()) message["reasoning_content"] = reasoning;
     std::string finish = done.finish_reason();
     if (req_.tools.active()) {
+      // The content outside the calls, trimmed (as a stream gives it); null beside calls when empty.
       const ParsedReply p = parse_tool_calls(answer, req_.tools);
+      message["content"] = p.calls.empty() || !p.content.empty() ? json(p.content) : json();
       if (!p.calls.empty()) {
-        message["content"] = p.content.empty() ? json() : json(p.content);
         message["tool_calls"] = json::array();
         for (const ToolCall& c : p.calls)
           message["tool_calls"].push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
@@ -146,28 +147,18 @@ json ResponseBuilder::final_chunk(const std::string& finish_reason, int index) c
   return r;
 }
 
-std::vector<json> ResponseBuilder::tool_reply_chunks(const std::string& text, std::string* finish_reason, int index) const {
-  const ParsedReply p = parse_tool_calls(text, req_.tools);
-  std::vector<json> out;
-  const auto chunk = [&](json delta) {
-    json r = base("chat.completion.chunk");
-    r["choices"] = json::array({{{"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
-    out.push_back(std::move(r));
-  };
-  if (p.calls.empty()) {
-    if (!text.empty()) chunk({{"content", text}});
-    return out;
-  }
-  if (!p.content.empty()) chunk({{"content", p.content}});
-  // As OpenAI streams a call: its id and name with empty arguments, then the arguments.
-  for (size_t i = 0; i < p.calls.size(); ++i) {
-    const ToolCall& c = p.calls[i];
-    chunk({{"tool_calls", json::array({{{"index", i}, {"id", c.id}, {"type", "function"},
-                                        {"function", {{"name", c.name}, {"arguments", ""}}}}})}});
-    chunk({{"tool_calls", json::array({{{"index", i}, {"function", {{"arguments", c.arguments}}}}})}});
-  }
-  if (*finish_reason != "length") *finish_reason = "tool_calls";
-  return out;
+json ResponseBuilder::tool_chunk(const ToolStreamEvent& e, int index) const {
+  json delta;
+  if (e.kind == ToolStreamEvent::Content)
+    delta = {{"content", e.text}};
+  else if (e.kind == ToolStreamEvent::CallStart)  // as OpenAI streams a call: its id and name, then its arguments
+    delta = {{"tool_calls", json::array({{{"index", e.index}, {"id", e.id}, {"type", "function"},
+                                          {"function", {{"name", e.name}, {"arguments", ""}}}}})}};
+  else
+    delta = {{"tool_calls", json::array({{{"index", e.index}, {"function", {{"arguments", e.text}}}}})}};
+  json r = base("chat.completion.chunk");
+  r["choices"] = json::array({{{"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+  return r;
 }
 
 json ResponseBuilder::usage_chunk(const std::vector<const Task*>& done) const {

@@ -32,10 +32,9 @@ class ResponseBuilder {
   // Chat, streamed: a delta of the reasoning (reasoning_content).
   nlohmann::json reasoning_chunk(const std::string& text, int index = 0) const;
   nlohmann::json usage_chunk(const std::vector<const Task*>& done) const;
-  // Streamed with tools: the reply is held until done (a call is known only whole), then sent as
-  // its content, or as its calls (each one's id and name, then its arguments), setting
-  // `finish_reason` to tool_calls when there are calls.
-  std::vector<nlohmann::json> tool_reply_chunks(const std::string& text, std::string* finish_reason, int index = 0) const;
+  // Streamed with tools: what the reply's ToolCallStream gives (content, a call's id and name, a
+  // part of its arguments) as a chunk.
+  nlohmann::json tool_chunk(const ToolStreamEvent& e, int index = 0) const;
 
  private:
   nlohmann::json base(const char* object) const;

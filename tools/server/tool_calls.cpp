@@ -188,7 +188,231 @@ ParsedReply parse_tool_calls(const std::string& text, const ToolRequest& req) {
       rest = text;
     }
   }
-  out.content = out.calls.empty() ? text : trim(rest);
+  out.content = trim(rest);
+  return out;
+}
+
+// ToolCallStream
+
+namespace {
+
+bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+size_t skip_ws(const std::string& s, size_t p) {
+  while (p < s.size() && is_ws(s[p])) ++p;
+  return p;
+}
+
+enum class Read { More, Bad, Ok };
+
+// `lit` at s[p]: Ok (p moved past it), More (s ends inside it) or Bad.
+Read literal(const std::string& s, size_t& p, const std::string& lit) {
+  const size_t n = std::min(lit.size(), s.size() - p);
+  if (s.compare(p, n, lit, 0, n) != 0) return Read::Bad;
+  if (n < lit.size()) return Read::More;
+  p += n;
+  return Read::Ok;
+}
+
+// The call object's head at s[p]: '{', "name": STRING, ',', "arguments" (llama3: "parameters")
+// ':', each after optional whitespace; p ends at the arguments' '{'.
+Read call_head(const std::string& s, size_t& p, const char* args_key, std::string* name) {
+  const auto lit = [&](const std::string& l) {
+    p = skip_ws(s, p);
+    return p == s.size() ? Read::More : literal(s, p, l);
+  };
+  for (const char* l : {"{", "\"name\"", ":"})
+    if (const Read r = lit(l); r != Read::Ok) return r;
+  p = skip_ws(s, p);
+  if (p == s.size()) return Read::More;
+  if (s[p] != '"') return Read::Bad;
+  size_t q = p + 1;
+  while (q < s.size() && s[q] != '"') q += s[q] == '\\' ? 2 : 1;
+  if (q >= s.size()) return Read::More;
+  const ojson n = ojson::parse(s.substr(p, q + 1 - p), nullptr, false);
+  if (n.is_discarded()) return Read::Bad;
+  *name = n.get<std::string>();
+  p = q + 1;
+  for (const std::string& l : {std::string(","), "\"" + std::string(args_key) + "\"", std::string(":"), std::string("{")})
+    if (const Read r = lit(l); r != Read::Ok) return r;
+  --p;  // at the arguments' '{'
+  return Read::Ok;
+}
+
+ToolStreamEvent text_event(std::string text) {
+  ToolStreamEvent e{ToolStreamEvent::Content, std::move(text), 0, "", ""};
+  return e;
+}
+
+ToolStreamEvent args_event(std::string text, int index) {
+  ToolStreamEvent e{ToolStreamEvent::CallArguments, std::move(text), index, "", ""};
+  return e;
+}
+
+// The longest suffix of s[from..] that is a proper prefix of `marker`.
+size_t marker_prefix(const std::string& s, size_t from, const std::string& marker) {
+  for (size_t n = std::min(marker.size() - 1, s.size() - from); n > 0; --n)
+    if (s.compare(s.size() - n, n, marker, 0, n) == 0) return n;
+  return 0;
+}
+
+}  // namespace
+
+ToolCallStream::ToolCallStream(const ToolRequest& req) : req_(req) {}
+
+void ToolCallStream::content(std::string text, std::vector<ToolStreamEvent>& out) {
+  if (!started_) {
+    const size_t a = skip_ws(text, 0);
+    text.erase(0, a);
+  }
+  size_t last = text.size();
+  while (last > 0 && is_ws(text[last - 1])) --last;
+  if (last == 0) {
+    if (started_) ws_ += text;
+    return;
+  }
+  out.push_back(text_event(ws_ + text.substr(0, last)));
+  ws_ = text.substr(last);
+  started_ = true;
+}
+
+std::vector<ToolStreamEvent> ToolCallStream::push(const std::string& text) {
+  buf_ += text;
+  std::vector<ToolStreamEvent> out;
+  run(out);
+  return out;
+}
+
+void ToolCallStream::run(std::vector<ToolStreamEvent>& out) {
+  const bool marked = req_.format == ToolFormat::Hermes || req_.format == ToolFormat::Mistral;
+  const std::string marker = req_.format == ToolFormat::Hermes ? "<tool_call>" : "[TOOL_CALLS]";
+  const char* args_key = req_.format == ToolFormat::Llama3 ? "parameters" : "arguments";
+  for (;;) {
+    switch (state_) {
+      case State::Plain:
+        content(buf_.substr(pos_), out);
+        pos_ = buf_.size();
+        return;
+      case State::Held:
+        return;
+      case State::Content: {
+        if (marked) {
+          const size_t at = buf_.find(marker, pos_);
+          if (at == std::string::npos) {
+            const size_t keep = marker_prefix(buf_, pos_, marker);
+            content(buf_.substr(pos_, buf_.size() - keep - pos_), out);
+            pos_ = buf_.size() - keep;
+            return;
+          }
+          content(buf_.substr(pos_, at - pos_), out);
+          pos_ = at + marker.size();
+          call_at_ = at;
+          if (req_.format == ToolFormat::Mistral) {  // [TOOL_CALLS] [ call, call ]
+            size_t p = skip_ws(buf_, pos_);
+            if (p == buf_.size()) {
+              pos_ = at;  // read again when more comes
+              return;
+            }
+            if (buf_[p] != '[') return hold(at);
+            pos_ = p + 1;
+          }
+          state_ = State::Header;
+          break;
+        }
+        // Llama 3 and the generic form: a call is the reply's start, after <|python_tag|> or not.
+        if (calls_ > 0 || started_) {
+          state_ = State::Plain;
+          break;
+        }
+        size_t p = skip_ws(buf_, 0);
+        if (p == buf_.size()) return;
+        size_t q = p;
+        const Read tag = literal(buf_, q, "<|python_tag|>");
+        if (tag == Read::More) return;
+        if (tag == Read::Ok) p = skip_ws(buf_, q);
+        if (p == buf_.size()) return;
+        if (buf_[p] != '{') {
+          state_ = State::Plain;
+          break;
+        }
+        pos_ = p;
+        call_at_ = 0;
+        state_ = State::Header;
+        break;
+      }
+      case State::Header: {
+        size_t p = pos_;
+        std::string name;
+        const Read r = call_head(buf_, p, args_key, &name);
+        if (r == Read::More) return;
+        if (r == Read::Bad || std::find(req_.names.begin(), req_.names.end(), name) == req_.names.end()) {
+          if (req_.format == ToolFormat::Mistral && calls_ > 0) {  // a later call of the list: the rest is text
+            state_ = State::Plain;
+            break;
+          }
+          return hold(marked ? call_at_ : 0);
+        }
+        out.push_back({ToolStreamEvent::CallStart, "", calls_++, new_tool_call_id(), name});
+        call_at_ = skip_ws(buf_, pos_);  // the call object's '{'
+        args_at_ = args_sent_ = p;
+        state_ = State::Arguments;
+        break;
+      }
+      case State::Arguments: {
+        const size_t end = json_end(buf_, args_at_);
+        const size_t upto = end == std::string::npos ? buf_.size() : end;
+        if (upto > args_sent_)
+          out.push_back(args_event(buf_.substr(args_sent_, upto - args_sent_), calls_ - 1));
+        args_sent_ = upto;
+        if (end == std::string::npos) return;
+        state_ = State::Trailer;
+        break;
+      }
+      case State::Trailer: {
+        const size_t close = json_end(buf_, call_at_);
+        if (close == std::string::npos) return;
+        size_t p = skip_ws(buf_, close);
+        if (req_.format == ToolFormat::Hermes) {
+          const Read r = p == buf_.size() ? Read::More : literal(buf_, p, "</tool_call>");
+          if (r == Read::More) return;
+          pos_ = r == Read::Ok ? p : close;
+          state_ = State::Content;
+        } else if (req_.format == ToolFormat::Mistral) {
+          if (p == buf_.size()) return;
+          if (buf_[p] == ',') {
+            pos_ = p + 1;
+            state_ = State::Header;
+          } else {
+            pos_ = buf_[p] == ']' ? p + 1 : close;
+            state_ = State::Plain;
+          }
+        } else {
+          pos_ = close;
+          state_ = State::Plain;
+        }
+        break;
+      }
+    }
+  }
+}
+
+std::vector<ToolStreamEvent> ToolCallStream::finish() {
+  std::vector<ToolStreamEvent> out;
+  if (state_ == State::Content && pos_ < buf_.size()) {  // a marker's start that never finished
+    content(buf_.substr(pos_), out);
+  } else if (state_ == State::Header) {
+    hold(req_.format == ToolFormat::Hermes || req_.format == ToolFormat::Mistral ? call_at_ : 0);
+  }
+  if (state_ == State::Held) {
+    ParsedReply p = parse_tool_calls(buf_.substr(held_from_), req_);
+    content(p.content, out);
+    for (ToolCall& c : p.calls) {
+      out.push_back({ToolStreamEvent::CallStart, "", calls_, c.id, c.name});
+      out.push_back(args_event(c.arguments, calls_++));
+    }
+  }
+  state_ = State::Held;
+  held_from_ = buf_.size();
   return out;
 }
 

@@ -48,6 +48,48 @@ struct ParsedReply {
 // well-formed call of a known function stays content.
 ParsedReply parse_tool_calls(const std::string& text, const ToolRequest& req);
 
+// A reply with tools read as it streams. Text that cannot be part of a call comes out as content
+// at once (trimmed as parse_tool_calls trims it: leading and trailing whitespace is held until
+// more text follows); a call comes out as soon as its name is read, when it is a known function
+// and comes first in the call's object (as the grammar of a required call writes it): its id and
+// name, then its arguments' text as it is generated. A call that does not read so is held to
+// the end and parsed with parse_tool_calls. For a reply whose calls are well-formed, the
+// content and the calls add up to what parse_tool_calls finds in the whole reply (arguments as
+// written, where parse_tool_calls writes them compactly).
+struct ToolStreamEvent {
+  enum Kind { Content, CallStart, CallArguments } kind;
+  std::string text;      // Content: the text; CallArguments: the next part of the arguments
+  int index = 0;         // the call's, in order (CallStart, CallArguments)
+  std::string id, name;  // CallStart
+};
+
+class ToolCallStream {
+ public:
+  explicit ToolCallStream(const ToolRequest& req);
+  std::vector<ToolStreamEvent> push(const std::string& text);
+  // The end of the reply: what was held.
+  std::vector<ToolStreamEvent> finish();
+  int calls() const { return calls_; }  // calls begun
+
+ private:
+  enum class State { Content, Plain, Header, Arguments, Trailer, Held };
+  void run(std::vector<ToolStreamEvent>& out);
+  void content(std::string text, std::vector<ToolStreamEvent>& out);
+  void hold(size_t from) {
+    state_ = State::Held;
+    held_from_ = from;
+  }
+
+  const ToolRequest& req_;
+  std::string buf_;  // the reply so far
+  size_t pos_ = 0;   // read up to here
+  State state_ = State::Content;
+  size_t call_at_ = 0, args_at_ = 0, args_sent_ = 0, held_from_ = 0;
+  int calls_ = 0;
+  bool started_ = false;  // content came out
+  std::string ws_;        // whitespace held after the last content
+};
+
 // The chat request's tools array from another API's `tools` (Anthropic's, the Responses API's):
 // `one(tool, "tools[i]")` gives each one's {"name", "description"?, "parameters"} or throws.
 template <typename F>
