@@ -3,7 +3,8 @@
 # -no-cnv, -sys, -sysf, -cnv, -st) and slake-server with llama-server's (-np, -ngl, -fa, --jinja,
 # --metrics, --cont-batching). Flags that change nothing here leave the output as it is and are
 # named once on stderr; -sysf reads the system prompt -sys gives; -st ends the chat after one
-# reply; -r ends a reply at its reverse prompt; a flag slake does not have is refused by name.
+# reply; -r ends a reply at its reverse prompt; -l biases a token; a flag slake does not have is
+# refused by name.
 # Exits 77 when ../shared lacks stories260K.
 set -u
 bin=$1
@@ -25,6 +26,19 @@ cli llama -m "$gguf" -p "Once upon a time" -n 24 --temp 0 --no-display-prompt -f
 check "-fa on -ngl 99 -no-cnv --no-mmap leave the text as it is" cmp -s "$tmp/plain.out" "$tmp/llama.out"
 check "-fa on is named once on stderr" test "$(grep -c '^slake-cli: -fa on: ignored' "$tmp/llama.err")" -eq 1
 check "-ngl 99 is named once on stderr" test "$(grep -c '^slake-cli: -ngl 99: ignored' "$tmp/llama.err")" -eq 1
+
+# -l / --logit-bias TOKEN(+|-)BIAS: -inf bans the greedy reply's first token (a SentencePiece ","),
+# +0 changes nothing; a malformed bias or a token outside the vocabulary is refused by name.
+comma=$("$bin/slake-tokenize" -m "$gguf" -p "," 2>/dev/null | tail -1 | tr -d '[] ' | awk -F, '{print $NF}')
+cli bias -m "$gguf" -p "Once upon a time" -n 24 --temp 0 --no-display-prompt -l "${comma}-inf"
+cli bias0 -m "$gguf" -p "Once upon a time" -n 24 --temp 0 --no-display-prompt --logit-bias "${comma}+0"
+check "the greedy reply starts with ','" grep -q '^,' "$tmp/plain.out"
+check "-l TOKEN-inf bans that token" sh -c "! grep -q '^,' '$tmp/bias.out' && test -s '$tmp/bias.out'"
+check "--logit-bias TOKEN+0 changes nothing" cmp -s "$tmp/plain.out" "$tmp/bias0.out"
+cli biasbad -m "$gguf" -p x -n 2 -l "${comma}x1"
+check "a malformed --logit-bias is refused by name" grep -q -- "--logit-bias: expected" "$tmp/biasbad.err"
+cli biasbig -m "$gguf" -p x -n 2 -l 99999+1
+check "a token outside the vocabulary is refused" grep -q "outside the vocabulary" "$tmp/biasbig.err"
 
 printf 'You tell short stories.' >"$tmp/system.txt"
 chat() {  # chat NAME ARGS...: a chat of two messages (-p and one line of standard input)

@@ -3,6 +3,8 @@
 // shell tests beside this file (cli_errors.sh, cli_llama_flags.sh) run the binary end to end.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <string>
 #include <vector>
 
@@ -127,6 +129,23 @@ TEST(CliOptions, WhatCannotRunIsRefusedBeforeTheModelLoads) {
   // And the same flags, well formed, are taken.
   EXPECT_EQ(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "cake/none/64,slake/auto/128"}), "");
   EXPECT_EQ(refused({"-m", "m.gguf", "-j", R"({"type": "object"})"}), "");
+}
+
+TEST(CliOptions, LogitBiasesAreLlamaCppsTokenSignBias) {
+  const Parsed p = parse({"-m", "m.gguf", "-l", "15043+1.5", "--logit-bias", "7-inf", "-l", "9-0.25"});
+  ASSERT_EQ(p.o.logit_bias.size(), 3u);
+  EXPECT_EQ(p.o.logit_bias[0], (std::pair<int32_t, float>{15043, 1.5f}));
+  EXPECT_EQ(p.o.logit_bias[1].first, 7);
+  EXPECT_TRUE(std::isinf(p.o.logit_bias[1].second) && p.o.logit_bias[1].second < 0);
+  EXPECT_EQ(p.o.logit_bias[2], (std::pair<int32_t, float>{9, -0.25f}));
+  for (const char* bad : {"abc", "15", "15*1", "15+", "+1", "15+x", "15--1", "15+1x", "15+nan", "1234567890+1"})
+    EXPECT_NE(refused({"-m", "m.gguf", "-l", bad}).find("--logit-bias"), std::string::npos) << bad;
+  EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "-l", "5+1"}).find("--logit-bias"), std::string::npos);
+  std::vector<float> logits = {1, 2, 3};
+  tools::apply_logit_bias(logits.data(), {{0, 0.5f}, {2, -100.0f}});
+  EXPECT_EQ(logits[0], 1.5f);
+  EXPECT_EQ(logits[1], 2.0f);
+  EXPECT_TRUE(std::isinf(logits[2]) && logits[2] < 0);
 }
 
 TEST(CliOptions, AJsonSchemaBecomesTheGrammarOfTheReply) {

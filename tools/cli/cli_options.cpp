@@ -68,6 +68,8 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
       ->capture_default_str();
   app.add_option("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence in the last --repeat-last-n, in [-2, 2] (0: off)")
       ->capture_default_str();
+  app.add_option("-l,--logit-bias", o.logit_bias_args,
+                 "TOKEN_ID+BIAS or TOKEN_ID-BIAS added to a token's logit (repeatable; -inf or -100 bans it)");
   app.add_option("--grammar", o.grammar, "GBNF grammar (llama.cpp's syntax, start rule root) the reply must match");
   app.add_option("--grammar-file", o.grammar_file, "the GBNF grammar read from a file");
   app.add_option("-j,--json-schema", o.json_schema, "a JSON schema the reply must match (converted to a grammar)");
@@ -139,6 +141,9 @@ void check_options(const CLI::App& app, CliOptions& o) {
   const int grammars = !o.grammar.empty() + !o.grammar_file.empty() + !o.json_schema.empty() + !o.json_schema_file.empty();
   if (grammars > 1) fail("give one of --grammar, --grammar-file, --json-schema and --json-schema-file");
   if (grammars && !o.batch_in.empty()) fail("--batch does not take a grammar; give it to the single prompt or the chat");
+  o.logit_bias.clear();
+  for (const std::string& b : o.logit_bias_args) o.logit_bias.push_back(tools::parse_logit_bias(b));
+  if (!o.logit_bias.empty() && !o.batch_in.empty()) fail("--batch decodes greedily; it does not take --logit-bias");
   const auto read = [](const std::string& path, const char* flag) {
     std::ifstream in(path, std::ios::binary);
     if (!in) fail(std::string(flag) + ": cannot read " + path);

@@ -9,6 +9,7 @@
 #include "slake/sampler.h"
 #include "../common/backend.h"
 #include "../common/kv_flags.h"
+#include "../common/logit_bias.h"
 
 namespace slake::cli {
 
@@ -40,6 +41,8 @@ struct CliOptions {
   std::string grammar, grammar_file, json_schema, json_schema_file;
   std::string gbnf;  // the grammar to follow, "" : none
   std::vector<std::string> dry_breakers;  // --dry-sequence-breaker (empty: llama.cpp's defaults)
+  std::vector<std::string> logit_bias_args;  // -l, --logit-bias TOKEN(+|-)BIAS, as given
+  tools::LogitBias logit_bias;               // parsed by check_options; token ids checked once the model loads
 };
 
 // The arguments with llama.cpp's one-dash spellings (-sys, -cnv, -ctk, -ctv) in their long forms,

@@ -76,6 +76,7 @@ Reply Generator::generate(int n_predict) {
     matcher = std::make_unique<GrammarMatcher>(grammar_, grammar_vocab_);
   }
   for (int n = 0; n_predict < 0 || n < n_predict;) {
+    tools::apply_logit_bias(logits_.data(), bias_);
     const int32_t tok = matcher ? sample_with_grammar(sampler_, *matcher, logits_.data(), n_vocab)
                                 : sampler_.sample(logits_.data(), n_vocab);
     if (tok < 0) fail("grammar: no token of the vocabulary continues the reply (nor ends it) here");

@@ -9,6 +9,7 @@
 
 #include "../common/backend.h"
 #include "../common/end_of_generation.h"
+#include "../common/logit_bias.h"
 #include "slake/context.h"
 #include "slake/grammar/grammar.h"
 #include "slake/sampler.h"
@@ -46,6 +47,8 @@ class Generator {
 
   // The grammar every later reply must match (each reply from its start); null: none.
   void set_grammar(std::shared_ptr<const Grammar> g) { grammar_ = std::move(g); }
+  // Biases added to the logits before every sample (--logit-bias); ids within the vocabulary.
+  void set_logit_bias(tools::LogitBias bias) { bias_ = std::move(bias); }
   // Strings that end a reply once its text ends with one (-r).
   void set_stops(std::vector<std::string> stops) { stops_ = std::move(stops); }
   // Empties the context, to start again from nothing (the counters go on).
@@ -68,6 +71,7 @@ class Generator {
   std::unordered_set<int32_t> eog_;
   std::shared_ptr<const Grammar> grammar_;
   std::vector<std::string> stops_;
+  tools::LogitBias bias_;
   std::shared_ptr<const GrammarVocab> grammar_vocab_;  // made for the first grammar
   std::vector<float> logits_;
   std::vector<int32_t> unevaluated_;  // the last sampled token, until the next feed

@@ -197,6 +197,11 @@ int run(CliOptions& o) {
     gen.set_grammar(std::move(grammar));
   }
   gen.set_stops(o.reverse_prompts);
+  for (const auto& [t, b] : o.logit_bias)
+    if (t >= model->cfg.n_vocab)
+      slake::fail("--logit-bias: token " + std::to_string(t) + " is outside the vocabulary of " +
+                  std::to_string(model->cfg.n_vocab) + " tokens");
+  gen.set_logit_bias(o.logit_bias);
 
   if (o.conversation) {
     chat(*session, gen, o, prompt);

@@ -1,6 +1,7 @@
 #include "slot.h"
 
 #include "../common/dry_breakers.h"
+#include "../common/logit_bias.h"
 
 #include <algorithm>
 #include <cmath>
@@ -171,7 +172,7 @@ void Slot::sample_and_emit() {
     return;
   }
   constexpr float kBanned = -std::numeric_limits<float>::infinity();
-  for (const auto& [t, b] : r.logit_bias) logits_[static_cast<size_t>(t)] = b <= -100.0f ? kBanned : logits_[static_cast<size_t>(t)] + b;
+  tools::apply_logit_bias(logits_.data(), r.logit_bias);
   if (r.ignore_eos && !(matcher_ && matcher_->accepting()))
     for (const int32_t t : eog_) logits_[static_cast<size_t>(t)] = kBanned;
   // Under a grammar, only tokens that keep the reply inside it (and an end token once it is whole);
