@@ -52,6 +52,7 @@ for t in "${targets[@]}"; do
                $'\x01{"type": "object", "properties": {"a": {"type": "integer", "minimum": -5, "maximum": 123}, "b": {"type": "array", "items": {"enum": ["x", 1, null]}, "minItems": 1, "maxItems": 3}, "c": {"type": "string", "format": "date"}}, "required": ["a"]}' \
                $'\x01{"$ref": "#/$defs/n", "$defs": {"n": {"type": "object", "properties": {"v": {"anyOf": [{"type": "string", "maxLength": 4}, {"$ref": "#/$defs/n"}]}}}}}' \
                $'\x01{"type": ["string", "null"], "minLength": 2}' \
+               $'\x01{"type": "object", "properties": {"x": {"type": "number", "exclusiveMinimum": -2.75, "maximum": 1e3}, "y": {"type": "number", "minimum": 0.001}}}' \
                $'\x01{"type": "object", "properties": {"p": {"type": "string", "pattern": "^(?:[a-z\\\\d]+|x{2,3})-\\\\w*\\\\.?[^\\"\\\\\\\\]$"}, "q": {"type": "string", "pattern": "b|c$"}}}'; do
         printf '%s' "$b" > "$corpus/seed$((i++)).txt"
       done ;;

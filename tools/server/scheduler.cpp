@@ -242,8 +242,7 @@ void Scheduler::step() {
       continue;
     }
     try {
-      s->share_prompt_of(*from);
-      if (!s->prefilling()) shared += s->task()->req.prompt.size();
+      shared += static_cast<uint64_t>(s->share_prompt_of(*from));
     } catch (const std::exception& e) {
       s->fail(std::string("sharing the prompt failed: ") + e.what());
       ++failed;

@@ -123,9 +123,10 @@ bool Slot::prompt_shareable() const {
   return busy() && !prefilling() && !prompt_logits_.empty() && history_.size() == task_->req.prompt.size();
 }
 
-void Slot::share_prompt_of(const Slot& leader) {
+int Slot::share_prompt_of(const Slot& leader) {
   awaiting_ = false;
-  if (!ctx_->copy_state_from(*leader.ctx_)) return;
+  if (!ctx_->copy_state_from(*leader.ctx_)) return 0;
+  const int had = n_cached_;
   history_ = leader.history_;
   next_prefill_ = history_.size();
   n_cached_ = static_cast<int>(history_.size());
@@ -133,6 +134,7 @@ void Slot::share_prompt_of(const Slot& leader) {
   t_start_ = std::chrono::steady_clock::now();
   logits_ = leader.prompt_logits_;
   sample_and_emit();
+  return n_cached_ - had;
 }
 
 void Slot::decoded(const std::vector<float>& logits) {

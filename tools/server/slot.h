@@ -67,8 +67,9 @@ class Slot {
   // A leader whose cache holds the prompt and nothing after it, and who kept the prompt's logits.
   bool prompt_shareable() const;
   // A follower takes the leader's cache and prompt logits and samples its first token; where the
-  // backend cannot copy a cache, it goes on to prefill the prompt itself.
-  void share_prompt_of(const Slot& leader);
+  // backend cannot copy a cache, it goes on to prefill the prompt itself. Returns the prompt
+  // tokens it took that its own cache did not hold.
+  int share_prompt_of(const Slot& leader);
   void stop_awaiting() { awaiting_ = false; }
   bool decoding() const { return busy() && !prefilling() && pending_ >= 0; }
   // Evaluates the next `chunk` prompt tokens (the whole rest at once when the policy evicts at
