@@ -79,7 +79,15 @@ with urllib.request.urlopen(req, timeout=30) as r:
 PY
 )
   check "and answers as slake-cli does" test "$text" = "$(head -c -1 "$tmp/plain.out")"
+  ctx=$(python3 -c "import json, sys, urllib.request; print(*[s['n_ctx'] for s in json.load(urllib.request.urlopen('http://127.0.0.1:$port/slots', timeout=10))])")
+  check "-c is the total, split over the slots as llama-server splits it (2 x 256)" test "$ctx" = "256 256"
 fi
+kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; server_pid=
+"$bin/slake-server" -m "$gguf" -c 512 -np 2 -kvu --port 0 -t 1 2>"$tmp/kvu.err" &
+server_pid=$!
+for _ in $(seq 100); do grep -q "listening on" "$tmp/kvu.err" && break; sleep 0.1; done
+check "-kvu: each slot may hold all of -c, the plans capped at its full cache" \
+  grep -q "2 slots of 512 tokens (-c 512 unified.*KV memory [0-9]* MiB" "$tmp/kvu.err"
 for f in "-ngl 99" "-fa on" "--jinja" "--metrics" "--cont-batching"; do
   check "slake-server names $f as ignored" grep -q -- "^slake-server: $f: ignored" "$tmp/server.err"
 done

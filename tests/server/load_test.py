@@ -97,7 +97,7 @@ def main():
     ap.add_argument("--only-full", action="store_true", help="no disconnects, no malformed requests (throughput runs)")
     args = ap.parse_args()
 
-    server = Server(args.model, "-c", str(args.ctx), "-np", str(args.parallel), "-t", str(args.threads),
+    server = Server(args.model, "-c", str(args.ctx * args.parallel), "-np", str(args.parallel), "-t", str(args.threads),
                     "--queue", str(args.clients))
     failures = []
     try:

@@ -22,6 +22,7 @@ check "no model" fails_with "model is required" --port 0
 check "a missing model file" fails_with "error: /nonexistent.gguf: no such file" -m /nonexistent.gguf --port 0
 check "an unknown KV policy" fails_with "error: .*nope" -m "$model" --kv-policy nope --port 0
 check "-np 0" fails_with "parallel" -m "$model" -np 0 --port 0
+check "-c too small to split over the slots" fails_with "leaves none a token" -m "$model" -c 3 -np 4 --port 0
 check "a port out of range" fails_with "port" -m "$model" --port 70000
 check "both template flags" fails_with "error: --chat-template and --chat-template-file" -m "$model" \
   --chat-template chatml --chat-template-file /dev/null --port 0

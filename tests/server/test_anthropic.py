@@ -28,7 +28,7 @@ WEATHER = {"name": "get_weather", "description": "The weather in a city",
 class Messages(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(STORIES, "-c", "1024", "-np", "2", "-t", "1", "--chat-template-file", CHATML, "--api-key", "sk-a")
+        cls.server = Server(STORIES, "-c", "2048", "-np", "2", "-t", "1", "--chat-template-file", CHATML, "--api-key", "sk-a")
         cls.client = anthropic.Anthropic(base_url=cls.server.url, api_key="sk-a", max_retries=0, timeout=60)
 
     @classmethod

@@ -43,7 +43,7 @@ def rss_mib(server):
 class HostileRequests(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(STORIES, "-c", str(CTX), "-np", "2", "-t", "1", "--chat-template-file", CHATML)
+        cls.server = Server(STORIES, "-c", str(2 * CTX), "-np", "2", "-t", "1", "--chat-template-file", CHATML)
         cls.greedy = cls.complete()
 
     @classmethod
@@ -136,7 +136,7 @@ class QueueUnderKvMemory(unittest.TestCase):
         # tokens (seconds of decoding) leaves no room for a second of 2000, though a second slot is
         # idle. That second request waits for memory and fills the queue (--queue 1): a third is a
         # 503 (before: queued behind it).
-        server = Server(STORIES, "-c", "16384", "-np", "2", "--queue", "1", "--kv-memory", "8", "-t", "1")
+        server = Server(STORIES, "-c", "32768", "-np", "2", "--queue", "1", "--kv-memory", "8", "-t", "1")
         try:
             c = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=60)
             stream = c.completions.create(model="stories260K.gguf", prompt="Once", max_tokens=10000, temperature=1.0,

@@ -107,7 +107,7 @@ def request(method, path, body=b"", extra=""):
 class HttpAttacks(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(STORIES, "-c", "256", "-np", "2", "--queue", "2", "-t", "1", "--api-key", KEY,
+        cls.server = Server(STORIES, "-c", "512", "-np", "2", "--queue", "2", "-t", "1", "--api-key", KEY,
                             "--timeout-headers", str(HEADER_TIMEOUT))
         cls.greedy = cls.complete()
         cls.rss0 = rss_mib(cls.server)

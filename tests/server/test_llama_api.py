@@ -35,7 +35,7 @@ def post(server, path, body, raw=False):
 class NativeApi(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(STORIES, "-c", str(CTX), "-np", "2", "-t", "1", "--chat-template-file", CHATML)
+        cls.server = Server(STORIES, "-c", str(2 * CTX), "-np", "2", "-t", "1", "--chat-template-file", CHATML)
         cls.greedy = cli_greedy(STORIES, "Once upon a time", 24, CTX)
 
     @classmethod

@@ -25,7 +25,7 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "The weathe
 class Responses(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(STORIES, "-c", "1024", "-np", "2", "-t", "1", "--chat-template-file", QWEN)
+        cls.server = Server(STORIES, "-c", "2048", "-np", "2", "-t", "1", "--chat-template-file", QWEN)
         cls.client = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="none", max_retries=0, timeout=60)
 
     @classmethod

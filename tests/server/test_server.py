@@ -73,7 +73,7 @@ class GreedyMatchesCli:
 
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(cls.MODEL, "-c", str(CTX), "-np", "8", "-t", "2", *cls.ARGS)
+        cls.server = Server(cls.MODEL, "-c", str(8 * CTX), "-np", "8", "-t", "2", *cls.ARGS)
         cls.model = os.path.basename(cls.MODEL)
         prompts = CHAT_MESSAGES if cls.CHAT else PROMPTS
         cls.want = {p: cli_greedy(cls.MODEL, p, N, CTX, *cls.CLI_ARGS) for p in prompts}
@@ -120,7 +120,7 @@ class SmolLM2Chat(GreedyMatchesCli, unittest.TestCase):
 class Behaviour(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(STORIES, "-c", str(CTX), "-np", "2", "-t", "2")
+        cls.server = Server(STORIES, "-c", str(2 * CTX), "-np", "2", "-t", "2")
         cls.model = os.path.basename(STORIES)
 
     @classmethod
@@ -308,7 +308,7 @@ class LongPromptsAndPolicies(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(STORIES, "-c", str(cls.CTX), "-np", "4", "-t", "2")
+        cls.server = Server(STORIES, "-c", str(4 * cls.CTX), "-np", "4", "-t", "2")
         cls.long = " ".join(PROMPTS * 9)  # about 600 tokens: chunks of 256, 256 and the rest
 
     @classmethod
@@ -336,7 +336,7 @@ class LongPromptsAndPolicies(unittest.TestCase):
         # with the same flags, given as server flags or as the request's kv fields.
         flags = ("--kv-policy", "snapkv", "--kv-budget", "64", "--kv-window", "16", "--prefill-chunk", "128")
         want = cli_greedy(STORIES, self.long, N, self.CTX, *flags)
-        server = Server(STORIES, "-c", str(self.CTX), "-np", "3", "-t", "2", *flags)
+        server = Server(STORIES, "-c", str(3 * self.CTX), "-np", "3", "-t", "2", *flags)
         try:
             before = server.metric("slake_prefill_chunks_total")
             self.assertEqual(self.beside_running_replies(server), want)
@@ -464,7 +464,7 @@ class AdmissionAndAuth(unittest.TestCase):
     def test_kv_memory_too_small_is_400_and_waits_otherwise(self):
         # 5 layers x 4 KV heads x (2 x 8 f16 values x 2 bytes + a 4-byte position) = 720 bytes a token:
         # 0.1 MiB is 145 tokens, one request of 5 + 96 at a time, not 5 + 200.
-        server = Server(STORIES, "-c", str(CTX), "-np", "4", "--kv-memory", "0.1", "-t", "1")
+        server = Server(STORIES, "-c", str(4 * CTX), "-np", "4", "--kv-memory", "0.1", "-t", "1")
         try:
             status, err = post(server, "/v1/completions", {"prompt": "Once", "max_tokens": 200})
             self.assertEqual(status, 400)

@@ -103,7 +103,7 @@ def format_ok(value, schema):
 class StoriesSchemas(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(STORIES, "-c", "1024", "-np", "4", "-t", "2")
+        cls.server = Server(STORIES, "-c", "4096", "-np", "4", "-t", "2")
 
     @classmethod
     def tearDownClass(cls):

@@ -54,7 +54,7 @@ class ToolCalls(unittest.TestCase):
 
     def test_required_and_named_calls_are_well_formed(self):
         for family in TEMPLATES:
-            server = Server(STORIES, "-c", "2048", "-np", "2", "-t", "1", "--chat-template-file", template(family))
+            server = Server(STORIES, "-c", "4096", "-np", "2", "-t", "1", "--chat-template-file", template(family))
             try:
                 client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
                 for seed in range(6):

@@ -144,7 +144,7 @@ def server_argv(config, args, n):
         return [args.llama_server, "-m", args.model, "-c", str(args.ctx * n), "-np", str(n), "-t", str(args.threads)]
     policy, _, rest = config.partition(":")
     budget, _, cache_type = rest.partition(":")
-    argv = [os.path.join(args.bin_dir, "slake-server"), "-m", args.model, "-c", str(args.ctx), "-np", str(n),
+    argv = [os.path.join(args.bin_dir, "slake-server"), "-m", args.model, "-c", str(args.ctx * n), "-np", str(n),
             "-t", str(args.threads), "--queue", str(max(64, n)), "--kv-policy", policy]
     argv += ["--kv-budget", budget] if budget else []
     return argv + (["-ctk", cache_type, "-ctv", cache_type] if cache_type else [])

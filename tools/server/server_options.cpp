@@ -15,16 +15,21 @@ std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<
   ignored.push_back({{"--jinja"}, 0, "the model's own Jinja chat template is the default"});
   ignored.push_back({{"--metrics"}, 0, "GET /metrics is always served"});
   ignored.push_back({{"-cb", "--cont-batching"}, 0, "batching is always continuous"});
-  return tools::llama_cpp_args(argc, argv, {{"-np", "--parallel"}, {"-to", "--timeout"}}, ignored, notes);
+  return tools::llama_cpp_args(argc, argv, {{"-np", "--parallel"}, {"-to", "--timeout"}, {"-kvu", "--kv-unified"}, {"-no-kvu", "--no-kv-unified"}}, ignored, notes);
 }
 
 void add_server_flags(CLI::App& app, ServerOptions& o) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("-m,--model", o.model_path, "GGUF file or Hugging Face model directory")->required();
   app.add_option("-a,--alias", o.alias, "the model's names in the API, comma-separated; the first is its id (default: the file name of -m)");
-  app.add_option("-c,--ctx-size", o.n_ctx, "context size of each slot in tokens (0: the model's training context)")
+  app.add_option("-c,--ctx-size", o.n_ctx,
+                 "context size in tokens of all slots together, split evenly over them as llama-server splits it "
+                 "(0: the model's training context)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--kv-unified,!--no-kv-unified", o.kv_unified,
+               "each slot may hold all -c tokens; what the slots plan together is capped at the full cache of -c "
+               "tokens unless --kv-memory says otherwise (-kvu, -no-kvu)");
   app.add_option("--parallel", o.n_parallel, "slots (-np): requests generated together, one decode step for all")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
@@ -106,6 +111,20 @@ void check_options(const CLI::App& app, ServerOptions& o) {
   }
   if (o.reasoning_budget == 0) kwargs["enable_thinking"] = false;
   o.chat_template_kwargs = kwargs.empty() ? "" : kwargs.dump();
+}
+
+int slot_context(const ServerOptions& o, int n_ctx_train) {
+  const int total = o.n_ctx > 0 ? o.n_ctx : n_ctx_train;
+  const int each = o.kv_unified ? total : total / o.n_parallel;
+  if (each < 1)
+    fail("-c " + std::to_string(total) + " split over " + std::to_string(o.n_parallel) +
+         " slots leaves none a token; raise -c (the total, as in llama-server) or lower -np");
+  return each;
+}
+
+size_t kv_memory_bytes(const ServerOptions& o, size_t full_bytes) {
+  if (o.kv_memory_mib > 0) return static_cast<size_t>(o.kv_memory_mib * 1048576.0);
+  return o.kv_unified ? full_bytes : 0;
 }
 
 std::vector<std::string> split_list(const std::string& s) {

@@ -16,7 +16,8 @@ struct ServerOptions {
   std::string alias;               // the model's id in /v1/models; "" : the model file's name
   std::string chat_template;       // a built-in format's name; "" : the model's own template
   std::string chat_template_file;  // a Jinja template to use instead of the model's
-  int n_ctx = 0;                   // tokens per slot; 0: the model's training context
+  int n_ctx = 0;                   // tokens of all slots together, as llama-server's -c; 0: the model's training context
+  bool kv_unified = false;         // -kvu: each slot may hold all -c tokens, their plans capped together
   int n_parallel = 1;              // slots: requests generated at the same time
   int n_threads = 0;               // 0: all hardware threads
   int n_batch = 256;               // prompt tokens prefilled per chunk between decode steps
@@ -50,6 +51,13 @@ void add_server_flags(CLI::App& app, ServerOptions& o);
 
 // Checks that need no model, after parsing: the KV flags, the ranges. Throws slake::Error.
 void check_options(const CLI::App& app, ServerOptions& o);
+
+// The tokens each slot holds. -c is the total, as llama-server reads it (0: the model's training
+// context), split evenly over the slots; with --kv-unified each slot may hold all of it. Throws
+// slake::Error when a slot would get no token.
+int slot_context(const ServerOptions& o, int n_ctx_train);
+// --kv-memory in bytes; with --kv-unified and no --kv-memory, the full cache of -c tokens (`full_bytes`).
+size_t kv_memory_bytes(const ServerOptions& o, size_t full_bytes);
 
 // "a, b,c" -> {"a", "b", "c"}: a comma-separated flag's items, trimmed, empty ones dropped.
 std::vector<std::string> split_list(const std::string& s);

@@ -38,20 +38,23 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
 
   slake::server::SchedulerConfig sc;
   sc.n_slots = o.n_parallel;
-  sc.n_ctx = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
+  sc.n_ctx = slake::server::slot_context(o, c.n_ctx_train);
   sc.n_batch = o.n_batch;
   sc.queue_max = o.queue_max;
   sc.n_threads = o.n_threads;
-  sc.kv_memory = static_cast<size_t>(o.kv_memory_mib * 1048576.0);
   sc.kv = slake::resolve_kv_policy(o.kv.params, false, &c);
+  const int total = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
+  sc.kv_memory = slake::server::kv_memory_bytes(
+      o, slake::KvCache::planned_bytes(c.n_layers, c.n_kv_heads, c.head_dim, total, sc.kv.type_k, sc.kv.type_v));
   sc.backend = o.backend;
   slake::server::Scheduler scheduler(*model, *tokenizer, sc);
   std::fprintf(stderr,
                "slake-server: %s: %d layers, dim %d, vocab %d, %.1f MiB of weights, loaded in %.0f ms\n"
-               "slake-server: %d slots of %d tokens (full KV cache %.1f MiB each, keys %s, values %s), KV policy %s, KV memory %s, chat template %s\n",
+               "slake-server: %d slots of %d tokens (-c %d %s; full KV cache %.1f MiB each, keys %s, values %s), KV policy %s, "
+               "KV memory %s, chat template %s\n",
                o.model_path.c_str(), c.n_layers, c.dim, c.n_vocab, model->weight_bytes() / 1048576.0,
                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), sc.n_slots,
-               sc.n_ctx, slake::KvCache::planned_bytes(c.n_layers, c.n_kv_heads, c.head_dim, sc.n_ctx, sc.kv.type_k, sc.kv.type_v) / 1048576.0,
+               sc.n_ctx, total, o.kv_unified ? "unified: each slot may hold it all" : "split evenly", slake::KvCache::planned_bytes(c.n_layers, c.n_kv_heads, c.head_dim, sc.n_ctx, sc.kv.type_k, sc.kv.type_v) / 1048576.0,
                slake::kv_type_name(sc.kv.type_k), slake::kv_type_name(sc.kv.type_v),
                sc.kv.evicts() ? (sc.kv.policy + " budget " + std::to_string(sc.kv.budget)).c_str() : "full",
                sc.kv_memory ? (std::to_string(sc.kv_memory >> 20) + " MiB").c_str() : "no limit", chat.describe().c_str());
