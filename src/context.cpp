@@ -65,15 +65,39 @@ void Context::reset() {
   n_past_ = 0;
 }
 
+namespace {
+void check_same_shape(const Model* a, const Model* b, int ctx_a, int ctx_b, const KvPolicyParams& kv_a,
+                      const KvPolicyParams& kv_b, int batch_a, int batch_b) {
+  if (a != b) fail("copy_state_from: the contexts do not share one model");
+  if (ctx_a != ctx_b || kv_a != kv_b || batch_a != batch_b)
+    fail("copy_state_from: the contexts differ in size, KV policy or batch size");
+}
+}  // namespace
+
 void Context::copy_state_from(const Context& o) {
   if (&o == this) return;
-  if (&o.model_ != &model_) fail("copy_state_from: the contexts do not share one model");
-  if (o.n_ctx_ != n_ctx_ || o.params_.kv != params_.kv || o.params_.n_batch != params_.n_batch)
-    fail("copy_state_from: the contexts differ in size, KV policy or batch size");
+  check_same_shape(&o.model_, &model_, o.n_ctx_, n_ctx_, o.params_.kv, params_.kv, o.params_.n_batch, params_.n_batch);
   // Copy assignment keeps the storage each head reserved up front (same shape, same capacity).
   kv_ = o.kv_;
   evictor_ = o.evictor_;
   n_past_ = o.n_past_;
+}
+
+std::shared_ptr<const ContextState> Context::save_state() const {
+  return std::make_shared<const ContextState>(ContextState{kv_, evictor_, n_past_, &model_, n_ctx_, params_.n_batch, params_.kv});
+}
+
+void Context::restore_state(const ContextState& s) {
+  check_same_shape(s.model, &model_, s.n_ctx, n_ctx_, s.params, params_.kv, s.n_batch, params_.n_batch);
+  kv_ = s.kv;
+  evictor_ = s.evictor;
+  n_past_ = s.n_past;
+}
+
+bool Context::truncate(int n) {
+  if (n > n_past_ || params_.kv.evicts() || !kv_.truncate(n)) return false;
+  n_past_ = n;
+  return true;
 }
 
 void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt, const std::vector<Context*>& also) {

@@ -41,6 +41,19 @@ void eval_one_at_a_time(const std::vector<int32_t>& tokens, std::vector<float>* 
   }
 }
 
+// What a context holds after evaluating tokens (its cache, its evictor's state, its position), kept
+// apart from it: the server's prompt cache saves these and restores one into any context of the
+// same model, size, policy and chunk size. Its storage is tight (what is held, not the capacity).
+struct ContextState {
+  KvCache kv;
+  KvEvictor evictor;
+  int n_past = 0;
+  const Model* model = nullptr;
+  int n_ctx = 0, n_batch = 0;
+  KvPolicyParams params;
+  size_t bytes() const { return kv.bytes_allocated() + kv.store_bytes_used(); }
+};
+
 class Context {
  public:
   Context(const Model& model, const ContextParams& params);
@@ -70,6 +83,14 @@ class Context {
   // model with the same size, policy and chunk size; throws slake::Error otherwise, before
   // anything is changed.
   void copy_state_from(const Context& other);
+  // The same through a saved state (save_state: a copy of what this context holds).
+  std::shared_ptr<const ContextState> save_state() const;
+  void restore_state(const ContextState& state);
+  // Keeps the first n tokens, as if only they had been evaluated, where nothing was evicted,
+  // dropped or summarised (a full cache of a non-KIVI type, KvCache::truncate). Returns false,
+  // changing nothing, otherwise.
+  bool truncate(int n);
+  bool can_truncate() const { return !params_.kv.evicts() && kv_.can_truncate(); }
 
   // One decode step of several sequences, and one prompt into several contexts (batch_decode.h).
   friend void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>& tokens,

@@ -41,6 +41,18 @@ class Session {
     (void)other;
     return false;
   }
+  // Context::save_state / restore_state / truncate where the backend has them; null or false
+  // (nothing changed) where it does not.
+  virtual std::shared_ptr<const ContextState> save_state() const { return nullptr; }
+  virtual bool restore_state(const ContextState& state) {
+    (void)state;
+    return false;
+  }
+  virtual bool truncate(int n) {
+    (void)n;
+    return false;
+  }
+  virtual bool can_truncate() const { return false; }
 };
 
 class CpuSession final : public Session {
@@ -66,6 +78,13 @@ class CpuSession final : public Session {
     ctx_.copy_state_from(*o);
     return true;
   }
+  std::shared_ptr<const ContextState> save_state() const override { return ctx_.save_state(); }
+  bool restore_state(const ContextState& state) override {
+    ctx_.restore_state(state);
+    return true;
+  }
+  bool truncate(int n) override { return ctx_.truncate(n); }
+  bool can_truncate() const override { return ctx_.can_truncate(); }
 
  private:
   Context ctx_;

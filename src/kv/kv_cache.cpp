@@ -210,6 +210,30 @@ void KvCache::release_unused(int layer, int h) {
   release_tail(kh.pos);
 }
 
+bool KvCache::can_truncate() const {
+  if (kivi_) return false;
+  const int n = heads_.empty() ? 0 : heads_[0].n;
+  for (const KvHead& h : heads_) {
+    if (h.n != n || h.lin.n != 0 || h.recall.n() != 0) return false;
+    for (int i = 0; i < h.n; ++i)
+      if (h.pos[static_cast<size_t>(i)] != i) return false;
+  }
+  return true;
+}
+
+bool KvCache::truncate(int n) {
+  if (n < 0 || !can_truncate() || (!heads_.empty() && heads_[0].n < n)) return false;
+  for (KvHead& h : heads_) {
+    h.n = n;
+    h.k.resize(static_cast<size_t>(n) * h.k_row);
+    h.v.resize(static_cast<size_t>(n) * h.v_row);
+    h.pos.resize(static_cast<size_t>(n));
+  }
+  held_ = static_cast<int64_t>(n) * static_cast<int64_t>(heads_.size());
+  note_usage();
+  return true;
+}
+
 int64_t KvCache::tokens_held() const { return held_; }
 
 size_t KvCache::bytes_used() const {

@@ -37,7 +37,7 @@ class SlotReuse : public ::testing::Test {
     pool_ = std::make_unique<ThreadPool>(1);
   }
   std::unique_ptr<Slot> slot(const KvPolicyParams& kv) {
-    return std::make_unique<Slot>(0, *model_, *tokenizer_, eog_, *grammar_vocab_, 256, *pool_, kv, "cpu");
+    return std::make_unique<Slot>(0, *model_, *tokenizer_, eog_, *grammar_vocab_, 256, *pool_, kv, "cpu", cache_);
   }
   KvPolicyParams policy(const std::string& name, int budget, int window, int observe = 0) const {
     KvPolicyParams p;
@@ -58,9 +58,9 @@ class SlotReuse : public ::testing::Test {
     return r;
   }
   // One request through the slot, as the scheduler steps it.
-  Served serve(Slot& s, const GenRequest& r) {
+  Served serve(Slot& s, const GenRequest& r, const PrefixSource& from = {}) {
     auto task = std::make_shared<Task>(r);
-    s.start(task, 0, ++now_);
+    s.start(task, 0, ++now_, from);
     while (s.prefilling()) s.prefill(16);
     std::vector<float> logits;
     while (s.decoding()) {
@@ -84,6 +84,7 @@ class SlotReuse : public ::testing::Test {
   std::unordered_set<int32_t> eog_;
   std::unique_ptr<GrammarVocabSource> grammar_vocab_;
   std::unique_ptr<ThreadPool> pool_;
+  PromptCache cache_{size_t{1} << 30};
   uint64_t now_ = 0;
 };
 
@@ -108,12 +109,58 @@ TEST_F(SlotReuse, AContinuationUnderTheSamePolicyPrefillsOnlyWhatIsNew) {
   // (Its tokens are not compared with a fresh slot's: a prompt prefilled in other pieces may round
   // differently, as slot.h says.)
 
-  // Not a continuation: the prompt differs inside the history, or is the history itself.
+  // Not a continuation: the prompt differs inside the history, or is the history itself. The full
+  // cache is then cut back to the common prefix, on a multiple of kReevaluate and leaving at least
+  // that many tokens to prefill.
   std::vector<int32_t> other = next;
-  other[1] = other[1] == 5 ? 6 : 5;
-  EXPECT_EQ(s->reusable(request(other, full)), 0);
+  other[20] = other[20] == 5 ? 6 : 5;
+  EXPECT_EQ(s->reusable(request(other, full)), std::min(20, static_cast<int>(other.size()) - kReevaluate) / 16 * 16);
   const std::vector<int32_t> same(next.begin(), next.begin() + s->history_size());
-  EXPECT_EQ(s->reusable(request(same, full)), 0);
+  EXPECT_EQ(s->reusable(request(same, full)), static_cast<int>(same.size() - kReevaluate) / 16 * 16);
+  EXPECT_EQ(usable_prefix({1, 2, 3}, {1, 2, 3}, false), 0);  // an evicting policy's cache is not cut
+}
+
+// A prompt that shares a prefix with what a slot holds (an edited last message, another user
+// after the same system prompt, a regenerated reply) takes that prefix, from the slot's own cache
+// or from another's, and gives the tokens a fresh slot gives; what the slot held goes to the
+// prompt cache, from which a third prompt takes it back.
+TEST_F(SlotReuse, ASharedPrefixIsCutBackToAndGivesAFreshSlotsTokens) {
+  const KvPolicyParams full = policy("full", 0, 32);
+  const std::vector<int32_t> system = prompt(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends and "
+      "her dog, who was big and brown.");
+  const auto with = [&](const std::string& text) {
+    std::vector<int32_t> p = system;
+    const std::vector<int32_t> more = tokenizer_->tokenize(text, false, true);
+    p.insert(p.end(), more.begin(), more.end());
+    return p;
+  };
+  const std::vector<int32_t> p1 = with(" One day, Lily found a red ball under a big tree."), p2 = with(" Tom had a cat.");
+  auto a = slot(full);
+  serve(*a, request(p1, full));
+  const Served b = serve(*a, request(p2, full, 12));
+  EXPECT_EQ(b.n_cached, static_cast<int>(std::min(system.size(), p2.size() - kReevaluate)) / 16 * 16);
+  EXPECT_GT(b.n_cached, 16);
+  auto fresh = slot(full);
+  EXPECT_EQ(b.ids, serve(*fresh, request(p2, full, 12)).ids);
+  // p1's history went to the prompt cache; its regeneration takes most of it back from there.
+  ASSERT_GE(cache_.entries(), 1u);
+  int usable = 0;
+  const CachedPrompt* e = cache_.find(p1, full, &usable);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(usable, static_cast<int>(p1.size() - kReevaluate) / 16 * 16);
+  auto c = slot(full);
+  const Served again = serve(*c, request(p1, full, 12), PrefixSource{nullptr, e, &e->tokens, usable});
+  EXPECT_EQ(again.n_cached, usable);
+  auto fresh1 = slot(full);
+  EXPECT_EQ(again.ids, serve(*fresh1, request(p1, full, 12)).ids);
+  // Another slot's live cache is a source too.
+  auto d = slot(full);
+  const int from_a = a->reusable(request(p1, full));
+  EXPECT_GT(from_a, 16);
+  const Served live = serve(*d, request(p1, full, 12), PrefixSource{&a->session(), nullptr, &a->history(), from_a});
+  EXPECT_EQ(live.n_cached, from_a);
+  EXPECT_EQ(live.ids, again.ids);
 }
 
 // A token whose text is held back (here: every token, since the reply so far is always the start of

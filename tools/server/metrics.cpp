@@ -26,8 +26,12 @@ std::string prometheus_text(const SchedulerStats& s, const SchedulerConfig& cfg,
   o << "slake_requests_total{outcome=\"unauthorized\"} " << http.unauthorized << '\n';
   o << "slake_requests_total{outcome=\"busy\"} " << http.rejected_busy << '\n';
   metric(o, "slake_prompt_tokens_total", "counter", "prompt tokens of admitted requests", static_cast<double>(s.prompt_tokens));
-  metric(o, "slake_prompt_tokens_cached_total", "counter", "prompt tokens found in a slot's cache (not prefilled again)",
+  metric(o, "slake_prompt_tokens_cached_total", "counter", "prompt tokens found in a slot's cache or the prompt cache (not prefilled again)",
          static_cast<double>(s.cached_prompt_tokens));
+  metric(o, "slake_prefix_hits_total", "counter", "requests whose prompt prefix came from another slot's cache or the prompt cache",
+         static_cast<double>(s.prefix_hits));
+  metric(o, "slake_prompt_cache_bytes", "gauge", "saved prompts' KV state (--cache-ram)", static_cast<double>(s.prompt_cache_bytes));
+  metric(o, "slake_prompt_cache_entries", "gauge", "saved prompts", static_cast<double>(s.prompt_cache_entries));
   metric(o, "slake_generated_tokens_total", "counter", "tokens generated", static_cast<double>(s.generated_tokens));
   metric(o, "slake_decode_steps_total", "counter", "batched decode steps", static_cast<double>(s.decode_steps));
   metric(o, "slake_decode_rows_total", "counter", "sequences decoded, summed over steps (rows / steps = mean batch)",

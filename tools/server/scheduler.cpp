@@ -31,10 +31,12 @@ Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer, const Sched
       cfg_(cfg),
       eog_(tools::end_of_generation_tokens(tokenizer.vocab())),
       grammar_vocab_(tokenizer, eog_),
+      prompt_cache_(cfg.cache_ram),
       pool_(cfg.n_threads > 0 ? cfg.n_threads : default_thread_count()),
       idle_slots_(cfg.n_slots) {
   for (int i = 0; i < cfg_.n_slots; ++i)
-    slots_.push_back(std::make_unique<Slot>(i, model, tokenizer, eog_, grammar_vocab_, cfg_.n_ctx, pool_, cfg_.kv, cfg_.backend));
+    slots_.push_back(std::make_unique<Slot>(i, model, tokenizer, eog_, grammar_vocab_, cfg_.n_ctx, pool_, cfg_.kv, cfg_.backend,
+                                            prompt_cache_));
   stats_.kv_bytes.assign(slots_.size(), 0);
   stats_.kv_store_bytes.assign(slots_.size(), 0);
   stats_.history.assign(slots_.size(), 0);
@@ -95,6 +97,19 @@ Scheduler::Admit Scheduler::submit(std::vector<std::shared_ptr<Task>> tasks, std
   return Admit::Queued;
 }
 
+PrefixSource Scheduler::best_source(const GenRequest& r, const Slot* to, int own) const {
+  PrefixSource best;
+  best.usable = own;
+  for (const auto& s : slots_) {
+    if (s.get() == to || s->prefilling() || s->history().empty()) continue;
+    const int u = s->reusable(r);
+    if (u > best.usable) best = {&const_cast<Slot&>(*s).session(), nullptr, &s->history(), u};
+  }
+  int u = 0;
+  if (const CachedPrompt* e = prompt_cache_.find(r.prompt, r.kv, &u); e && u > best.usable) best = {nullptr, e, &e->tokens, u};
+  return best;
+}
+
 void Scheduler::admit() {
   memory_blocked_ = false;
   while (!queue_.empty()) {
@@ -119,13 +134,15 @@ void Scheduler::admit() {
     const size_t need = plan(task->req);
     if (cfg_.kv_memory > 0) {
       auto in_use = [&] {
-        size_t used = 0;
+        size_t used = prompt_cache_.bytes();
         for (auto& s : slots_)
           if (s->busy()) used += s->planned_bytes();
           else if (s.get() != best) used += s->kv_bytes();
         return used;
       };
-      // Idle caches give way to a waiting request, least recently used first.
+      // Saved prompts, then idle caches, give way to a waiting request, least recently used first.
+      while (in_use() + need > cfg_.kv_memory && prompt_cache_.drop_oldest()) {
+      }
       while (in_use() + need > cfg_.kv_memory) {
         Slot* victim = nullptr;
         for (auto& s : slots_)
@@ -139,8 +156,14 @@ void Scheduler::admit() {
         return;
       }
     }
+    const PrefixSource from = best_source(task->req, best, best_reuse);
+    if (from.usable > best_reuse) {
+      if (from.saved) prompt_cache_.touch(from.saved, clock_ + 1);
+      best_reuse = from.usable;
+      ++stats_.prefix_hits;
+    }
     try {
-      best->start(task, need, ++clock_);
+      best->start(task, need, ++clock_, from);
     } catch (const std::exception& e) {  // a policy's context that cannot be built
       task->finish("", static_cast<int>(task->req.prompt.size()), 0, 0, e.what());
       ++stats_.requests_failed;
@@ -264,6 +287,8 @@ void Scheduler::step() {
   stats_.decode_steps += rows > 0;
   stats_.decode_rows += rows;
   stats_.prefill_chunks += chunks;
+  stats_.prompt_cache_bytes = prompt_cache_.bytes();
+  stats_.prompt_cache_entries = prompt_cache_.entries();
   stats_.cached_prompt_tokens += shared;
   stats_.decode_seconds += decode_s;
   stats_.prefill_seconds += prefill_s;

@@ -1,7 +1,8 @@
 // The scheduler: one thread that owns the slots and runs the model. Each step it
 //   1. drops the requests whose clients went away (their slots are free for this step),
-//   2. admits waiting requests, first come first served, into a slot whose cache they extend, else
-//      the least recently used idle slot, when their planned KV memory (kv_plan.h) fits under
+//   2. admits waiting requests, first come first served, into the idle slot whose cache serves the
+//      most of the prompt, else the least recently used one, taking a longer prefix from another
+//      slot's cache or the prompt cache (prompt_cache.h) where one holds it, when their planned KV memory (kv_plan.h) fits under
 //      --kv-memory beside what the busy slots planned (idle slots' caches are dropped, least
 //      recently used first, to make room),
 //   3. decodes one token of every generating slot in one batched step (decode_batch: the weights
@@ -37,6 +38,7 @@ struct SchedulerConfig {
   int queue_max = 64;
   int n_threads = 0;
   size_t kv_memory = 0;  // bytes; 0: no limit
+  size_t cache_ram = 0;  // the prompt cache's bytes (prompt_cache.h); 0: off
   KvPolicyParams kv;     // the slots' initial policy
   std::string backend = "cpu";  // where the slots' sessions run (tools/common/backend.h)
 };
@@ -46,6 +48,8 @@ struct SchedulerStats {
   uint64_t requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
   uint64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
   uint64_t decode_steps = 0, decode_rows = 0, prefill_chunks = 0;
+  uint64_t prefix_hits = 0;  // requests that took their prefix from another slot or the prompt cache
+  size_t prompt_cache_bytes = 0, prompt_cache_entries = 0;
   double decode_seconds = 0, prefill_seconds = 0;
   int slots_busy = 0, queue_length = 0;
   std::vector<size_t> kv_bytes;     // per slot, held now
@@ -77,12 +81,16 @@ class Scheduler {
   void admit();                  // under mu_
   void step();                   // outside mu_
   size_t plan(const GenRequest& r) const;
+  // What serves the most of r's prompt beyond what slot `to` holds itself (`own` tokens): another
+  // slot's cache (not one mid-prefill) or a saved prompt.
+  PrefixSource best_source(const GenRequest& r, const Slot* to, int own) const;
 
   const Model& model_;
   const Tokenizer& tokenizer_;
   SchedulerConfig cfg_;
   std::unordered_set<int32_t> eog_;
   GrammarVocabSource grammar_vocab_;  // the vocabulary's trie, made for the first grammar
+  PromptCache prompt_cache_;
   ThreadPool pool_;
   std::vector<std::unique_ptr<Slot>> slots_;
   uint64_t clock_ = 0;  // for least recently used

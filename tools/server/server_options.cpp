@@ -15,7 +15,7 @@ std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<
   ignored.push_back({{"--jinja"}, 0, "the model's own Jinja chat template is the default"});
   ignored.push_back({{"--metrics"}, 0, "GET /metrics is always served"});
   ignored.push_back({{"-cb", "--cont-batching"}, 0, "batching is always continuous"});
-  return tools::llama_cpp_args(argc, argv, {{"-np", "--parallel"}, {"-to", "--timeout"}, {"-kvu", "--kv-unified"}, {"-no-kvu", "--no-kv-unified"}}, ignored, notes);
+  return tools::llama_cpp_args(argc, argv, {{"-np", "--parallel"}, {"-to", "--timeout"}, {"-kvu", "--kv-unified"}, {"-no-kvu", "--no-kv-unified"}, {"-cram", "--cache-ram"}}, ignored, notes);
 }
 
 void add_server_flags(CLI::App& app, ServerOptions& o) {
@@ -66,6 +66,11 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
                  "MiB of KV cache all slots together may plan for (0: no limit); a request that does not fit waits")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--cache-ram", o.cache_ram_mib,
+                 "MiB of saved prompts (-cram): a slot's state kept when it moves on to an unrelated prompt, for a "
+                 "later request sharing its prefix (0: off, -1: no limit); with --kv-memory, counted in it")
+      ->capture_default_str()
+      ->check(CLI::Range(-1.0, 1e9));
   app.add_option("--host", o.host, "address to listen on")->capture_default_str();
   app.add_option("--port", o.port, "port to listen on (0: any free port, printed)")
       ->capture_default_str()

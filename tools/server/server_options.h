@@ -29,6 +29,7 @@ struct ServerOptions {
   int max_body_mib = 64;
   int max_connections = 512;
   double kv_memory_mib = 0;        // KV memory all slots together may plan; 0: no limit
+  double cache_ram_mib = 8192;     // the prompt cache (prompt_cache.h), as llama-server's --cache-ram; 0: off, -1: no limit
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;  // "" : no key needed

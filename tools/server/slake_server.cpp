@@ -43,6 +43,7 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
   sc.queue_max = o.queue_max;
   sc.n_threads = o.n_threads;
   sc.kv = slake::resolve_kv_policy(o.kv.params, false, &c);
+  sc.cache_ram = o.cache_ram_mib < 0 ? SIZE_MAX : static_cast<size_t>(o.cache_ram_mib * 1048576.0);
   const int total = o.n_ctx > 0 ? o.n_ctx : c.n_ctx_train;
   sc.kv_memory = slake::server::kv_memory_bytes(
       o, slake::KvCache::planned_bytes(c.n_layers, c.n_kv_heads, c.head_dim, total, sc.kv.type_k, sc.kv.type_v));

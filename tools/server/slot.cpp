@@ -27,8 +27,10 @@ size_t stop_prefix_suffix(const std::string& text, const std::vector<std::string
 }  // namespace
 
 Slot::Slot(int id, const Model& model, const Tokenizer& tokenizer, const std::unordered_set<int32_t>& eog,
-           GrammarVocabSource& grammar_vocab, int n_ctx, ThreadPool& pool, const KvPolicyParams& kv, const std::string& backend)
-    : id_(id), model_(model), tokenizer_(tokenizer), eog_(eog), grammar_vocab_(grammar_vocab), n_ctx_(n_ctx), pool_(pool),
+           GrammarVocabSource& grammar_vocab, int n_ctx, ThreadPool& pool, const KvPolicyParams& kv, const std::string& backend,
+           PromptCache& prompt_cache)
+    : id_(id), model_(model), tokenizer_(tokenizer), eog_(eog), grammar_vocab_(grammar_vocab), prompt_cache_(prompt_cache),
+      n_ctx_(n_ctx), pool_(pool),
       backend_(backend), kv_(kv) {
   ctx_ = make_session(kv);
 }
@@ -42,23 +44,54 @@ std::unique_ptr<Session> Slot::make_session(const KvPolicyParams& kv) {
 }
 
 int Slot::reusable(const GenRequest& r) const {
-  if (kv_ != r.kv || history_.empty() || history_.size() >= r.prompt.size()) return 0;
-  return std::equal(history_.begin(), history_.end(), r.prompt.begin()) ? static_cast<int>(history_.size()) : 0;
+  if (kv_ != r.kv || history_.empty()) return 0;
+  return usable_prefix(history_, r.prompt, ctx_->can_truncate());
 }
+
 
 void Slot::drop_cache() {
   ctx_->reset();
   history_.clear();
 }
 
-void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now) {
+void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now, const PrefixSource& from) {
   const GenRequest& r = task->req;
   // What can fail is made first: a throw leaves the slot idle, not holding a task that was refused.
   auto sampler = std::make_unique<Sampler>(r.sampling);
   if (r.sampling.dry_multiplier > 0.0f) sampler->set_dry_breakers(tools::dry_breaker_tokens(tokenizer_, r.dry_sequence_breakers));
   std::unique_ptr<GrammarMatcher> matcher;
   if (r.grammar) matcher = std::make_unique<GrammarMatcher>(r.grammar, grammar_vocab_.get());
-  const int reuse = reusable(r);
+  int reuse = reusable(r);
+  const bool take = from.usable > reuse;
+  // What is not kept whole goes to the prompt cache (a later request may want it back), once the
+  // source is read: putting may drop saved prompts, the source among them.
+  std::shared_ptr<const ContextState> mine;
+  std::vector<int32_t> mine_tokens;
+  const bool cut_mine = ctx_->can_truncate();
+  if ((take || static_cast<size_t>(reuse) < history_.size()) && prompt_cache_.on() &&
+      static_cast<int>(history_.size()) > kReevaluate) {
+    mine = ctx_->save_state();
+    mine_tokens = history_;
+  }
+  if (take) {
+    if (kv_ != r.kv) {
+      ctx_.reset();
+      ctx_ = make_session(r.kv);  // the source runs this policy on this backend: it cannot fail
+      kv_ = r.kv;
+    }
+    const bool loaded = from.live ? ctx_->copy_state_from(*from.live) : ctx_->restore_state(*from.saved->state);
+    history_ = loaded ? *from.tokens : std::vector<int32_t>();
+    reuse = loaded ? from.usable : 0;
+    if (!loaded) drop_cache();
+  }
+  if (mine) prompt_cache_.put(std::move(mine_tokens), std::move(mine), cut_mine, now);
+  if (reuse > 0 && static_cast<size_t>(reuse) < history_.size()) {
+    if (ctx_->truncate(reuse)) {
+      history_.resize(static_cast<size_t>(reuse));
+    } else {
+      reuse = 0;
+    }
+  }
   if (reuse == 0) {
     if (kv_ != r.kv) {
       ctx_.reset();  // the old cache goes before the new one is reserved
@@ -104,7 +137,9 @@ int Slot::prefill(int chunk) {
   const size_t n = chunked_ ? static_cast<size_t>(prefill_chunk_length(cpu->evictor().params(), static_cast<int>(next_prefill_),
                                                                       static_cast<int>(p.size())))
                    : whole  ? rest
-                            : std::min(rest, static_cast<size_t>(chunk));
+                            // on the grid of chunks a fresh prefill takes: after a reused prefix,
+                            // the prompt's last chunk is the same as a fresh request's
+                            : std::min(rest, static_cast<size_t>(chunk) - next_prefill_ % static_cast<size_t>(chunk));
   const std::vector<int32_t> tokens(p.begin() + static_cast<std::ptrdiff_t>(next_prefill_),
                                     p.begin() + static_cast<std::ptrdiff_t>(next_prefill_ + n));
   const bool last = next_prefill_ + n == p.size();

@@ -15,6 +15,7 @@
 #include "slake/session.h"
 #include "slake/sampler.h"
 #include "slake/tokenizer/tokenizer.h"
+#include "prompt_cache.h"
 #include "task.h"
 
 namespace slake::server {
@@ -35,12 +36,22 @@ class GrammarVocabSource {
   std::shared_ptr<const GrammarVocab> vocab_;
 };
 
+// Where a request's prompt prefix may come from besides the slot's own cache: another slot's
+// cache (live) or a saved prompt (saved), holding `tokens`, of which `usable` serve the prompt.
+struct PrefixSource {
+  const Session* live = nullptr;
+  const CachedPrompt* saved = nullptr;
+  const std::vector<int32_t>* tokens = nullptr;
+  int usable = 0;
+};
+
 class Slot {
  public:
   // `model`, `tokenizer`, `eog`, `grammar_vocab` and `pool` must outlive the slot; `backend` names
   // where its session runs (cpu or cuda, tools/common/backend.h).
   Slot(int id, const Model& model, const Tokenizer& tokenizer, const std::unordered_set<int32_t>& eog,
-       GrammarVocabSource& grammar_vocab, int n_ctx, ThreadPool& pool, const KvPolicyParams& kv, const std::string& backend);
+       GrammarVocabSource& grammar_vocab, int n_ctx, ThreadPool& pool, const KvPolicyParams& kv, const std::string& backend,
+       PromptCache& prompt_cache);
 
   int id() const { return id_; }
   bool busy() const { return task_ != nullptr; }
@@ -51,13 +62,18 @@ class Slot {
   uint64_t last_used() const { return last_used_; }
   int history_size() const { return static_cast<int>(history_.size()); }
 
-  // Tokens of `r`'s prompt that this slot's cache holds already: its whole history, when that is a
-  // proper prefix of the prompt under the same KV policy; else 0. (Only whole histories: a cache
-  // cut back to a shorter common prefix would make a reply depend on what the slot served before,
-  // since a prompt prefilled in other pieces rounds differently.)
+  // Tokens of `r`'s prompt that this slot's cache serves under the same KV policy
+  // (usable_prefix): its whole history when the prompt extends it; or, where nothing was evicted
+  // or summarised (the full policy), the common prefix it is cut back to. The prompt's last
+  // kReevaluate tokens are then prefilled as a fresh request's are (same chunks, same kernels), so
+  // the reply is the one a fresh server gives.
   int reusable(const GenRequest& r) const;
-  // Takes a task, keeping the cache when it is reusable (else emptied, rebuilt for another policy).
-  void start(std::shared_ptr<Task> task, size_t planned, uint64_t now);
+  // Takes a task, keeping what the cache serves of it, or taking `from` when that serves more
+  // (another slot's cache or a saved prompt). A history it does not keep whole is first saved to
+  // the prompt cache.
+  void start(std::shared_ptr<Task> task, size_t planned, uint64_t now, const PrefixSource& from = {});
+  const std::vector<int32_t>& history() const { return history_; }
+  bool can_cut() const { return ctx_->can_truncate(); }
   // Empties the cache of an idle slot (memory for other requests).
   void drop_cache();
 
@@ -101,6 +117,7 @@ class Slot {
   const Tokenizer& tokenizer_;
   const std::unordered_set<int32_t>& eog_;
   GrammarVocabSource& grammar_vocab_;
+  PromptCache& prompt_cache_;
   int n_ctx_;
   ThreadPool& pool_;
   std::string backend_;

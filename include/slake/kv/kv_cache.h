@@ -111,6 +111,12 @@ class KvCache {
   // that no later query sees), without absorbing them.
   void drop_before(int layer, int32_t min_pos);
 
+  // Cuts every head back to its first n tokens, when each holds exactly positions 0, 1, ... in
+  // order (nothing evicted or dropped, no linear state, no recall store, no KIVI type) and at least
+  // n of them. Returns false, changing nothing, otherwise.
+  bool truncate(int n);
+  bool can_truncate() const;  // whether truncate may cut back to any n up to what is held
+
   // Returns to the OS the memory pages of head (layer, h) beyond the tokens it holds, keeping the
   // reservation: after a large eviction, resident memory then follows what is held.
   void release_unused(int layer, int h);

@@ -1,0 +1,57 @@
+#include "prompt_cache.h"
+
+#include <algorithm>
+
+namespace slake::server {
+
+int usable_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt, bool cut) {
+  const size_t n = std::min(held.size(), prompt.size());
+  const size_t common = static_cast<size_t>(std::mismatch(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n), prompt.begin()).first -
+                                            held.begin());
+  if (common == held.size() && common < prompt.size()) return static_cast<int>(common);
+  if (!cut || prompt.size() <= static_cast<size_t>(kReevaluate)) return 0;
+  // Cut on a multiple of kReevaluate: the kept rows then come from whole tiles of the prefill that
+  // made them (a prompt's last piece, when shorter, goes through the one-row kernels).
+  return static_cast<int>(std::min(common, prompt.size() - kReevaluate) / kReevaluate * kReevaluate);
+}
+
+void PromptCache::put(std::vector<int32_t> tokens, std::shared_ptr<const ContextState> state, bool cut, uint64_t now) {
+  if (!on() || !state || tokens.empty()) return;
+  for (auto it = entries_.begin(); it != entries_.end(); ++it)
+    if (it->tokens == tokens && it->state->params == state->params) {
+      bytes_ -= it->state->bytes();
+      entries_.erase(it);
+      break;
+    }
+  bytes_ += state->bytes();
+  entries_.push_back({std::move(tokens), std::move(state), cut, now});
+  while (bytes_ > limit_ && drop_oldest()) {
+  }
+}
+
+const CachedPrompt* PromptCache::find(const std::vector<int32_t>& prompt, const KvPolicyParams& kv, int* usable) const {
+  const CachedPrompt* best = nullptr;
+  *usable = 0;
+  for (const CachedPrompt& e : entries_) {
+    if (e.state->params != kv) continue;
+    const int u = usable_prefix(e.tokens, prompt, e.cut);
+    if (u > *usable) best = &e, *usable = u;
+  }
+  return best;
+}
+
+void PromptCache::touch(const CachedPrompt* e, uint64_t now) {
+  for (CachedPrompt& x : entries_)
+    if (&x == e) x.last_used = now;
+}
+
+bool PromptCache::drop_oldest() {
+  if (entries_.empty()) return false;
+  auto oldest = std::min_element(entries_.begin(), entries_.end(),
+                                 [](const CachedPrompt& a, const CachedPrompt& b) { return a.last_used < b.last_used; });
+  bytes_ -= oldest->state->bytes();
+  entries_.erase(oldest);
+  return true;
+}
+
+}  // namespace slake::server
