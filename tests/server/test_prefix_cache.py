@@ -1,0 +1,95 @@
+"""The prefix cache shared by the slots (tools/server/prompt_cache.h) through the openai client:
+a regenerated reply, an edited last message and eight users after the same long system text take
+their prefix from a slot's cache or the prompt cache (usage's cached_tokens says how much), and
+every reply equals slake-cli --temp 0's for the same prompt, with stories260K and, where
+scripts/fetch-models.sh fetched it, SmolLM2 (quantised: bit for bit). Under memory pressure (a
+prompt cache of 1 MiB that keeps dropping entries, slots of a tight --kv-memory) every reply is
+still the fresh one and the cache stays within its bound."""
+import os
+import random
+import unittest
+
+import openai
+
+from harness import BACKEND, SMOLLM2, STORIES, Server, cli_greedy
+
+N = 16
+SYSTEM = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+          "friends and her dog, who was big and brown and liked to run after the ball. Every morning Lily and her "
+          "mother walked to the market to buy bread, apples and milk, and on the way home they sang songs. ")
+USERS = ["One day, Lily found a red ball under the big old tree next to the river, and she ran all the way home to "
+         "show it to her mother and her little brother Tom, who were baking bread in the kitchen.", "Tom had a cat.", "The sun was hot.", "A bird sang in the tree.",
+         "Mom baked a cake.", "The dog ran away.", "It started to rain.", "Ben wanted to fly a kite."]
+
+
+class PrefixCache:
+    """Mixed into a TestCase with MODEL and CTX (each slot's)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.model = os.path.basename(cls.MODEL)
+        cls.want = {}
+
+    def fresh(self, prompt):
+        if prompt not in self.want:
+            self.want[prompt] = cli_greedy(self.MODEL, prompt, N, self.CTX)
+        return self.want[prompt]
+
+    def ask(self, server, prompt):
+        c = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
+        r = c.completions.create(model=self.model, prompt=prompt, max_tokens=N, temperature=0)
+        return r.choices[0].text, r.usage.prompt_tokens_details.cached_tokens
+
+    def test_regenerate_edit_and_eight_users(self):
+        server = Server(self.MODEL, "-c", str(2 * self.CTX), "-np", "2", "-t", "2")
+        try:
+            first = SYSTEM + USERS[0]
+            text, cached = self.ask(server, first)
+            self.assertEqual((text, cached), (self.fresh(first), 0))
+            text, cached = self.ask(server, first)  # regenerate
+            self.assertEqual(text, self.fresh(first))
+            self.assertGreater(cached, 0, "the regenerated prompt was prefilled again")
+            edited = SYSTEM + USERS[0].replace("red", "blue")  # an edited last message
+            text, cached = self.ask(server, edited)
+            self.assertEqual(text, self.fresh(edited))
+            self.assertGreater(cached, 0)
+            for u in USERS[1:]:  # more users after the same system text
+                text, user_cached = self.ask(server, SYSTEM + u)
+                self.assertEqual(text, self.fresh(SYSTEM + u), u)
+                self.assertGreater(user_cached, 0, u)
+            # The first user's prompt left its slot long ago: it comes back from the prompt cache,
+            # with more than the system text another user's request took (its own long message).
+            text, cached = self.ask(server, first)
+            self.assertEqual(text, self.fresh(first))
+            self.assertGreater(cached, user_cached)
+            if BACKEND == "cpu":
+                self.assertGreater(server.metric("slake_prefix_hits_total"), 0)
+                self.assertGreater(server.metric("slake_prompt_cache_entries"), 0)
+        finally:
+            server.stop()
+
+    def test_memory_pressure_never_gives_wrong_tokens(self):
+        server = Server(self.MODEL, "-c", str(3 * self.CTX), "-np", "3", "-t", "2", "--cache-ram", "1")
+        try:
+            rng = random.Random(4)
+            prompts = [SYSTEM[:rng.randrange(40, len(SYSTEM))] + u for u in USERS] + [SYSTEM + u for u in USERS[:4]]
+            for p in rng.sample(prompts * 2, 16):
+                text, _ = self.ask(server, p)
+                self.assertEqual(text, self.fresh(p), p)
+                self.assertLessEqual(server.metric("slake_prompt_cache_bytes"), 1 << 20)
+        finally:
+            server.stop()
+
+
+@unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
+class Stories(PrefixCache, unittest.TestCase):
+    MODEL, CTX = STORIES, 512
+
+
+@unittest.skipUnless(os.path.exists(SMOLLM2), f"model missing: {SMOLLM2} (scripts/fetch-models.sh fetches it)")
+class SmolLM2(PrefixCache, unittest.TestCase):
+    MODEL, CTX = SMOLLM2, 1024
+
+
+if __name__ == "__main__":
+    unittest.main()
