@@ -20,6 +20,9 @@ prompt tokens/s, and the server's peak RSS (VmHWM of its process).
       --llama-server ../llamacpp/build/bin/llama-server -o docs/bench/server-smollm2.json
   .venv/bin/python tools/server/bench_server.py --plot docs/bench/server-smollm2.json -o docs/bench/server.png
 
+--prefix times the prefix cache instead (prefix_ttft): time to first token for a regenerated reply,
+an edited last message and other users after one system prompt, against a cold prompt.
+
 A configuration is `POLICY[:BUDGET[:CACHE_TYPE]]` for slake-server (`full`, `slake:256`,
 `cake:256:q8_0`, `full::q8_0`, ...) or `llama-server`; the cache type is each server's default
 (f16) unless given. Every run is bounded: a server
@@ -239,6 +242,33 @@ def plot(records, out):
     fig.savefig(out, dpi=110)
 
 
+def prefix_ttft(config, args):
+    """Time to first token with the prefix cache: a fresh 2-slot server; a system prompt of
+    --system tokens and users' messages of 64 (token ids from ../shared/text). cold: the system
+    prompt and user 1 (nothing cached: what every one of these requests cost before the prefix
+    cache); regenerate: the same again; edit: user 1's message with its last 16 tokens changed;
+    users: seven other users after the same system prompt, one after another (median)."""
+    server = Server(server_argv(config, args, 2), args.timeout)
+    try:
+        ps = prompts(server, 10, args.system)
+        system = ps[0]
+        users = [p[:64] for p in ps[1:]]
+
+        def ttft(prompt):
+            body = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "ignore_eos": True, "stream": True}
+            t0 = time.time()
+            return stream_times(server.port, body, args.timeout)[0] - t0
+
+        r = {"config": config, "system_tokens": args.system, "cold_s": ttft(system + users[0])}
+        r["regenerate_s"] = ttft(system + users[0])
+        r["edit_s"] = ttft(system + users[0][:48] + users[8][:16])
+        r["users_s"] = statistics.median(ttft(system + u) for u in users[1:8])
+        r["prefix_hits"] = metric(server, "slake_prefix_hits_total") if config != "llama-server" else None
+        return r
+    finally:
+        server.stop()
+
+
 def table(records):
     print("| model | config | slots | aggregate tokens/s | ms/token per stream (median / max) | fill prompt tokens/s | peak RSS MiB |")
     print("|---|---|---:|---:|---:|---:|---:|")
@@ -260,6 +290,11 @@ def main():
     ap.add_argument("--timeout", type=float, default=1800, help="seconds any one request or start may take")
     ap.add_argument("--conversations", type=float, metavar="MIB",
                     help="instead: how many conversations of -c tokens fit in MIB of KV memory, per configuration")
+    ap.add_argument("--prefix", action="store_true",
+                    help="instead: time to first token for a regenerated reply, an edited message and other users "
+                         "after one system prompt, per configuration (prefix_ttft)")
+    ap.add_argument("--system", type=int, default=2048, help="--prefix: tokens of the shared system prompt")
+    ap.add_argument("--rounds", type=int, default=3, help="--prefix: rounds, configurations interleaved (median)")
     ap.add_argument("-o", "--output", help="JSON lines to append to (with --plot: the image)")
     ap.add_argument("--plot", nargs="+", help="JSON files to plot (-o) and tabulate instead of running")
     args = ap.parse_args()
@@ -274,6 +309,18 @@ def main():
     configs = args.config or ["full", "slake:256"]
     if "llama-server" in configs and not args.llama_server:
         ap.error("the llama-server configuration needs --llama-server PATH")
+    if args.prefix:
+        print(f"| config | cold (before) | regenerate | edit the last message | another user, same {args.system}-token system prompt |")
+        print("|---|---:|---:|---:|---:|")
+        runs = {c: [] for c in configs}
+        for _ in range(args.rounds):
+            for config in configs:
+                runs[config].append(prefix_ttft(config, args))
+        for config in configs:
+            med = {k: statistics.median(r[k] for r in runs[config]) for k in ("cold_s", "regenerate_s", "edit_s", "users_s")}
+            print(f"| {config} | {med['cold_s']:.2f} s | {med['regenerate_s']:.2f} s | {med['edit_s']:.2f} s | "
+                  f"{med['users_s']:.2f} s |", flush=True)
+        return 0
     if args.conversations:
         print(f"| config | KV planned per {args.ctx}-token conversation (MiB) | held when idle (MiB) | "
               f"running at once in {args.conversations:.0f} MiB | held in {args.conversations:.0f} MiB |")
