@@ -2,7 +2,8 @@
 a regenerated reply, an edited last message and eight users after the same long system text take
 their prefix from a slot's cache or the prompt cache (usage's cached_tokens says how much), and
 every reply equals slake-cli --temp 0's for the same prompt, with stories260K and, where
-scripts/fetch-models.sh fetched it, SmolLM2 (quantised: bit for bit). Under memory pressure (a
+scripts/fetch-models.sh fetched it, SmolLM2 (quantised: bit for bit); under SLAKE a regenerated
+reply takes the saved compressed prompt whole. Under memory pressure (a
 prompt cache of 1 MiB that keeps dropping entries, slots of a tight --kv-memory) every reply is
 still the fresh one and the cache stays within its bound."""
 import os
@@ -30,15 +31,34 @@ class PrefixCache:
         cls.model = os.path.basename(cls.MODEL)
         cls.want = {}
 
-    def fresh(self, prompt):
-        if prompt not in self.want:
-            self.want[prompt] = cli_greedy(self.MODEL, prompt, N, self.CTX)
-        return self.want[prompt]
+    def fresh(self, prompt, *flags):
+        if (prompt, flags) not in self.want:
+            self.want[prompt, flags] = cli_greedy(self.MODEL, prompt, N, self.CTX, *flags)
+        return self.want[prompt, flags]
 
-    def ask(self, server, prompt):
+    def ask(self, server, prompt, usage=False):
         c = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
         r = c.completions.create(model=self.model, prompt=prompt, max_tokens=N, temperature=0)
+        if usage:
+            return r.choices[0].text, r.usage
         return r.choices[0].text, r.usage.prompt_tokens_details.cached_tokens
+
+    def test_an_evicting_policy_regenerates_from_the_saved_prompt(self):
+        """SLAKE's compressed prompt cannot be cut, but an identical prompt takes it whole with its
+        logits: nothing prefilled, the reply slake-cli gives under the same policy."""
+        flags = ("--kv-policy", "slake", "--kv-budget", "64")
+        server = Server(self.MODEL, "-c", str(2 * self.CTX), "-np", "2", "-t", "2", *flags)
+        try:
+            for u in USERS[:3]:
+                text, usage = self.ask(server, SYSTEM + u, usage=True)
+                self.assertEqual(text, self.fresh(SYSTEM + u, *flags), u)
+            for u in USERS[:3]:  # regenerated: each from the prompt cache, whole
+                text, usage = self.ask(server, SYSTEM + u, usage=True)
+                self.assertEqual(text, self.fresh(SYSTEM + u, *flags), u)
+                if BACKEND == "cpu":
+                    self.assertEqual(usage.prompt_tokens_details.cached_tokens, usage.prompt_tokens, u)
+        finally:
+            server.stop()
 
     def test_regenerate_edit_and_eight_users(self):
         server = Server(self.MODEL, "-c", str(2 * self.CTX), "-np", "2", "-t", "2")

@@ -163,6 +163,34 @@ TEST_F(SlotReuse, ASharedPrefixIsCutBackToAndGivesAFreshSlotsTokens) {
   EXPECT_EQ(live.ids, again.ids);
 }
 
+// Under an evicting policy nothing can be cut from a compressed prompt, but the state its prefill
+// left is saved with its logits: an identical prompt (a regenerated reply) takes it whole, prefills
+// nothing and gives the tokens a fresh slot gives.
+TEST_F(SlotReuse, AnEvictingPolicysPromptIsTakenWholeByAnIdenticalOne) {
+  const KvPolicyParams slake = policy("slake", 24, 8);
+  const std::vector<int32_t> p = prompt(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends and "
+      "her dog, who was big and brown and liked to run after the ball every day.");
+  ASSERT_GT(p.size(), 48u);
+  auto a = slot(slake);
+  const Served first = serve(*a, request(p, slake, 12));
+  int usable = 0;
+  const CachedPrompt* e = cache_.find(p, slake, &usable);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(usable, static_cast<int>(p.size()));
+  EXPECT_FALSE(e->logits.empty());
+  EXPECT_LT(e->state->kv.tokens_held(), static_cast<int64_t>(p.size()) * model_->cfg.n_layers * model_->cfg.n_kv_heads)
+      << "nothing was evicted: the test would not cover a compressed prompt";
+  auto b = slot(slake);
+  const Served again = serve(*b, request(p, slake, 12), PrefixSource{nullptr, e, &e->tokens, usable});
+  EXPECT_EQ(again.n_cached, static_cast<int>(p.size()));
+  EXPECT_EQ(again.ids, first.ids);
+  // One token more or less is another prompt: nothing of it is served.
+  std::vector<int32_t> shorter(p.begin(), p.end() - 1);
+  EXPECT_EQ(cache_.find(shorter, slake, &usable), nullptr);
+  EXPECT_EQ(usable, 0);
+}
+
 // A token whose text is held back (here: every token, since the reply so far is always the start of
 // the stop string) still comes back with its id, in order, when no log probabilities are asked for.
 TEST_F(SlotReuse, TokensWhoseTextIsHeldStillReturnTheirIds) {

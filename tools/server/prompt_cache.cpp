@@ -15,16 +15,21 @@ int usable_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& 
   return static_cast<int>(std::min(common, prompt.size() - kReevaluate) / kReevaluate * kReevaluate);
 }
 
-void PromptCache::put(std::vector<int32_t> tokens, std::shared_ptr<const ContextState> state, bool cut, uint64_t now) {
+namespace {
+size_t entry_bytes(const CachedPrompt& e) { return e.state->bytes() + e.logits.size() * sizeof(float); }
+}  // namespace
+
+void PromptCache::put(std::vector<int32_t> tokens, std::shared_ptr<const ContextState> state, bool cut, uint64_t now,
+                      std::vector<float> logits) {
   if (!on() || !state || tokens.empty()) return;
   for (auto it = entries_.begin(); it != entries_.end(); ++it)
-    if (it->tokens == tokens && it->state->params == state->params) {
-      bytes_ -= it->state->bytes();
+    if (it->tokens == tokens && it->state->params == state->params && it->logits.empty() == logits.empty()) {
+      bytes_ -= entry_bytes(*it);
       entries_.erase(it);
       break;
     }
-  bytes_ += state->bytes();
-  entries_.push_back({std::move(tokens), std::move(state), cut, now});
+  entries_.push_back({std::move(tokens), std::move(state), cut, std::move(logits), now});
+  bytes_ += entry_bytes(entries_.back());
   while (bytes_ > limit_ && drop_oldest()) {
   }
 }
@@ -34,7 +39,7 @@ const CachedPrompt* PromptCache::find(const std::vector<int32_t>& prompt, const 
   *usable = 0;
   for (const CachedPrompt& e : entries_) {
     if (e.state->params != kv) continue;
-    const int u = usable_prefix(e.tokens, prompt, e.cut);
+    const int u = !e.logits.empty() && e.tokens == prompt ? static_cast<int>(prompt.size()) : usable_prefix(e.tokens, prompt, e.cut);
     if (u > *usable) best = &e, *usable = u;
   }
   return best;
@@ -49,7 +54,7 @@ bool PromptCache::drop_oldest() {
   if (entries_.empty()) return false;
   auto oldest = std::min_element(entries_.begin(), entries_.end(),
                                  [](const CachedPrompt& a, const CachedPrompt& b) { return a.last_used < b.last_used; });
-  bytes_ -= oldest->state->bytes();
+  bytes_ -= entry_bytes(*oldest);
   entries_.erase(oldest);
   return true;
 }

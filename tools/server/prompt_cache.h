@@ -28,6 +28,10 @@ struct CachedPrompt {
   std::vector<int32_t> tokens;  // what the state holds, in order
   std::shared_ptr<const ContextState> state;
   bool cut = false;  // the state can be cut back (ContextState of a cache KvCache::can_truncate)
+  // Not empty: the state is exactly what prefilling `tokens` as a prompt left (an evicting
+  // policy's compressed cache included) and these are that prompt's last logits, so an identical
+  // prompt takes it whole and samples from them: a fresh request's reply, nothing prefilled.
+  std::vector<float> logits;
   uint64_t last_used = 0;
 };
 
@@ -38,7 +42,8 @@ class PromptCache {
   bool on() const { return limit_ > 0; }
   // Saves a state (replacing one of the same tokens and policy); drops the least recently used
   // entries while over the limit (the new one too, when it alone exceeds it).
-  void put(std::vector<int32_t> tokens, std::shared_ptr<const ContextState> state, bool cut, uint64_t now);
+  void put(std::vector<int32_t> tokens, std::shared_ptr<const ContextState> state, bool cut, uint64_t now,
+           std::vector<float> logits = {});
   // The entry serving the most of `prompt` under `kv`, and how many tokens (*usable); null: none.
   const CachedPrompt* find(const std::vector<int32_t>& prompt, const KvPolicyParams& kv, int* usable) const;
   void touch(const CachedPrompt* e, uint64_t now);

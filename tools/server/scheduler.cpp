@@ -242,8 +242,9 @@ void Scheduler::step() {
     if (!s.prefilling() || s.awaiting_leader()) continue;
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      budget -= s.prefill(cfg_.n_batch);
-      ++chunks;
+      const int n = s.prefill(cfg_.n_batch);
+      budget -= n;
+      chunks += n > 0;
     } catch (const std::exception& e) {
       s.fail(std::string("prefill failed: ") + e.what());
       ++failed;

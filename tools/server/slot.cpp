@@ -67,6 +67,7 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now, const
   // source is read: putting may drop saved prompts, the source among them.
   std::shared_ptr<const ContextState> mine;
   std::vector<int32_t> mine_tokens;
+  std::vector<float> first_logits;  // a saved prompt taken whole: its logits
   const bool cut_mine = ctx_->can_truncate();
   if ((take || static_cast<size_t>(reuse) < history_.size()) && prompt_cache_.on() &&
       static_cast<int>(history_.size()) > kReevaluate) {
@@ -83,6 +84,7 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now, const
     history_ = loaded ? *from.tokens : std::vector<int32_t>();
     reuse = loaded ? from.usable : 0;
     if (!loaded) drop_cache();
+    if (loaded && from.saved && static_cast<size_t>(reuse) == r.prompt.size()) first_logits = from.saved->logits;
   }
   if (mine) prompt_cache_.put(std::move(mine_tokens), std::move(mine), cut_mine, now);
   if (reuse > 0 && static_cast<size_t>(reuse) < history_.size()) {
@@ -117,7 +119,8 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now, const
   for (const int32_t t : r.prompt) sampler_->accept(t);  // as slake-cli: the penalty sees the prompt
   detok_ = std::make_unique<StreamingDetokenizer>(tokenizer_);
   matcher_ = std::move(matcher);
-  logits_.clear();
+  logits_ = std::move(first_logits);
+  sample_first_ = !logits_.empty();
   prompt_logits_.clear();
   awaiting_ = !task_->req.prefill_leader.expired();
   pending_ = -1;
@@ -129,6 +132,12 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now, const
 int Slot::prefill(int chunk) {
   const std::vector<int32_t>& p = task_->req.prompt;
   if (next_prefill_ == static_cast<size_t>(n_cached_)) t_start_ = std::chrono::steady_clock::now();
+  if (sample_first_) {  // the whole prompt came from a saved one, with its logits
+    sample_first_ = false;
+    if (task_->req.keeps_prompt) prompt_logits_ = logits_;
+    sample_and_emit();
+    return 0;
+  }
   const size_t rest = p.size() - next_prefill_;
   // A prompt into an empty cache of an evicting policy is scored and evicted as a whole, or in the
   // policy's own chunks (--prefill-chunk), each evicted before the next, as slake-cli takes them.
@@ -150,6 +159,10 @@ int Slot::prefill(int chunk) {
   history_.insert(history_.end(), tokens.begin(), tokens.end());
   next_prefill_ += n;
   if (last && task_->req.keeps_prompt) prompt_logits_ = logits_;
+  // An evicting policy's compressed prompt serves only an identical prompt (nothing can be cut
+  // from it): saved with its logits, a regenerated reply takes it whole.
+  if (last && n_cached_ == 0 && kv_.evicts() && prompt_cache_.on() && static_cast<int>(p.size()) > kReevaluate)
+    if (auto state = ctx_->save_state()) prompt_cache_.put(history_, std::move(state), false, last_used_, logits_);
   if (last) sample_and_emit();
   return static_cast<int>(n);
 }
@@ -160,6 +173,7 @@ bool Slot::prompt_shareable() const {
 
 int Slot::share_prompt_of(const Slot& leader) {
   awaiting_ = false;
+  sample_first_ = false;
   if (!ctx_->copy_state_from(*leader.ctx_)) return 0;
   const int had = n_cached_;
   history_ = leader.history_;

@@ -77,7 +77,8 @@ class Slot {
   // Empties the cache of an idle slot (memory for other requests).
   void drop_cache();
 
-  bool prefilling() const { return busy() && next_prefill_ < task_->req.prompt.size(); }
+  // The prompt is still to be evaluated, or (taken whole from a saved prompt) its first token sampled.
+  bool prefilling() const { return busy() && (next_prefill_ < task_->req.prompt.size() || sample_first_); }
   // A follower of n > 1 choices waiting for its leader's prefill (GenRequest::prefill_leader).
   bool awaiting_leader() const { return busy() && awaiting_; }
   // A leader whose cache holds the prompt and nothing after it, and who kept the prompt's logits.
@@ -139,6 +140,7 @@ class Slot {
   std::vector<float> logits_;
   std::vector<float> prompt_logits_;  // GenRequest::keeps_prompt: the prompt's, before sampling
   bool awaiting_ = false;
+  bool sample_first_ = false;  // logits_ hold a saved prompt's: the next prefill samples from them
   int32_t pending_ = -1;  // sampled, not yet evaluated
   int n_gen_ = 0;
   std::string held_;  // text that may be the start of a stop string
