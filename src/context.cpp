@@ -87,6 +87,14 @@ std::shared_ptr<const ContextState> Context::save_state() const {
   return std::make_shared<const ContextState>(ContextState{kv_, evictor_, n_past_, &model_, n_ctx_, params_.n_batch, params_.kv});
 }
 
+std::shared_ptr<ContextState> Context::empty_state() const {
+  const ModelConfig& c = model_.cfg;
+  const KvPolicyParams& kv = params_.kv;
+  return std::make_shared<ContextState>(ContextState{
+      KvCache(c.n_layers, c.n_kv_heads, c.head_dim, 0, kv.centroid_count(), kv.type_k, kv.type_v, kv.recall()),
+      KvEvictor(resolve_kv_policy(kv, false, &c), c.kv_policy_layers(), shape_), 0, &model_, n_ctx_, params_.n_batch, kv});
+}
+
 void Context::restore_state(const ContextState& s) {
   check_same_shape(s.model, &model_, s.n_ctx, n_ctx_, s.params, params_.kv, s.n_batch, params_.n_batch);
   kv_ = s.kv;

@@ -10,12 +10,13 @@
 //
 // Context::copy_state_from: a context that takes another's state after its prompt decodes on
 // exactly as the original does (the server's n > 1 choices share one prefill this way), and the
-// two stay independent.
+// two stay independent. write_state_file / read_state_file carry the same state through bytes.
 #include <memory>
 #include <random>
 
 #include "slake/batch_decode.h"
 #include "slake/session.h"
+#include "slake/state_file.h"
 #include "slake/quant/dtype.h"
 #include "slake/model/synthetic_model.h"
 #include "test_util.h"
@@ -249,6 +250,54 @@ TEST(BatchDecode, CopiedStateDecodesAsTheOriginal) {
   }
 }
 
+// A context saved to a state file and read into a fresh one decodes on bit for bit as the original,
+// under every policy (recall stores, attention sums, linear states) and cache type (q8_0, KIVI).
+TEST(BatchDecode, StateFileRoundTripsEveryPolicyAndCacheType) {
+  SLAKE_STORIES_OR_SKIP(dir);
+  const auto stories = load_model(dir + "stories260K.gguf");
+  const auto tiny = make_synthetic_model("tiny", DType::Q8_0, 5);  // head dimension 32: q8_0 and KIVI rows
+  std::vector<std::pair<const Model*, KvPolicyParams>> cases;
+  for (KvPolicyParams kv : {KvPolicyParams{}, policy("slake", 24, 8), policy("h2o", 32, 8), policy("ahakv", 32, 8), policy("cake", 40, 8)}) {
+    if (kv.policy == "slake") kv.recall_pages = 2, kv.recall_page = 4, kv.store_type = KvType::F32;
+    if (kv.policy == "cake") kv.compensate = "centroids";
+    cases.emplace_back(stories.get(), kv);
+  }
+  KvPolicyParams q8 = policy("slake", 40, 8), kivi = policy("streaming", 40, 8);
+  q8.type_k = q8.type_v = KvType::Q8_0;
+  kivi.type_k = kivi.type_v = KvType::KIVI4;
+  kivi.compensate = "taylor";
+  cases.emplace_back(tiny.get(), q8);
+  cases.emplace_back(tiny.get(), kivi);
+  ThreadPool pool(2);
+  std::mt19937 rng(17);
+  for (const auto& [m, kv] : cases) {
+    SCOPED_TRACE(kv.policy + " " + kv_type_name(kv.type_k));
+    ContextParams p;
+    p.n_ctx = 256;
+    p.n_batch = 32;
+    p.kv = kv;
+    p.pool = &pool;
+    const std::vector<int32_t> prompt = random_tokens(150, m->cfg.n_vocab, rng);
+    Context orig(*m, p), fresh(*m, p);
+    std::vector<float> a, b;
+    orig.eval(prompt, &a);
+    const std::string bytes = write_state_file(*orig.save_state(), prompt, model_fingerprint(*m));
+    std::vector<int32_t> tokens;
+    fresh.restore_state(*read_state_file(bytes, fresh, &tokens));
+    EXPECT_EQ(tokens, prompt);
+    ASSERT_EQ(fresh.n_past(), orig.n_past());
+    EXPECT_EQ(fresh.kv_cache().bytes_used(), orig.kv_cache().bytes_used());
+    if (kv.evicts()) {
+      EXPECT_LT(fresh.kv_cache().tokens_held(), 150LL * m->cfg.n_layers * m->cfg.n_kv_heads) << "nothing evicted";
+    }
+    for (int t = 0; t < 12; ++t) {
+      orig.eval({prompt[static_cast<size_t>(t)]}, &a);
+      fresh.eval({prompt[static_cast<size_t>(t)]}, &b);
+      ASSERT_EQ(a, b) << "step " << t;
+    }
+  }
+}
+
 // The refusal tests' set-up: a tiny model, contexts of 8 tokens on `pool`, and a second pool for
 // the sets that mix pools.
 class BatchRefusal : public ::testing::Test {
@@ -306,6 +355,30 @@ TEST_F(BatchRefusal, CopyStateRefusesAnotherShape) {
   EXPECT_EQ(b.n_past(), 0);  // nothing changed by a refused copy
   CpuSession s(*m, p);
   EXPECT_TRUE(s.copy_state_from(CpuSession(*m, p)));
+}
+
+TEST_F(BatchRefusal, StateFileRefusesDamageAndOtherShapes) {
+  Context a(*m, p);
+  a.eval({1, 2, 3}, nullptr);
+  const std::string bytes = write_state_file(*a.save_state(), {1, 2, 3}, model_fingerprint(*m));
+  Context fresh(*m, p);
+  std::vector<int32_t> tokens;
+  EXPECT_NO_THROW(read_state_file(bytes, fresh, &tokens));
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] ^= 0x10;
+  EXPECT_NE(error_of([&] { read_state_file(flipped, fresh, &tokens); }).find("checksum"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_state_file(bytes.substr(0, bytes.size() - 3), fresh, &tokens); }).find("checksum"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_state_file("GGUF" + bytes, fresh, &tokens); }).find("not a slake state file"), std::string::npos);
+  const auto other = make_synthetic_model("tiny", DType::F32, 4);
+  Context foreign(*other, p);
+  EXPECT_NE(error_of([&] { read_state_file(bytes, foreign, &tokens); }).find("another model"), std::string::npos);
+  ContextParams q = p;
+  q.kv = policy("slake", 4, 2);
+  Context policy_ctx(*m, q);
+  EXPECT_NE(error_of([&] { read_state_file(bytes, policy_ctx, &tokens); }).find("KV policy"), std::string::npos);
+  std::string later = bytes;
+  later[8] = 9;  // the version
+  EXPECT_NE(error_of([&] { read_state_file(later, fresh, &tokens); }).find("version 9"), std::string::npos);
 }
 
 TEST_F(BatchRefusal, RefusesBadBatches) {

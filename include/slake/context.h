@@ -85,6 +85,9 @@ class Context {
   void copy_state_from(const Context& other);
   // The same through a saved state (save_state: a copy of what this context holds).
   std::shared_ptr<const ContextState> save_state() const;
+  // A state of this context's shape that holds nothing (what a state file is read into).
+  std::shared_ptr<ContextState> empty_state() const;
+  const ContextParams& params() const { return params_; }
   void restore_state(const ContextState& state);
   // Keeps the first n tokens, as if only they had been evaluated, where nothing was evicted,
   // dropped or summarised (a full cache of a non-KIVI type, KvCache::truncate). Returns false,

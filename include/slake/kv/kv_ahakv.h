@@ -15,6 +15,12 @@ struct AhaParts {
   bool gain = true;    // step-gain softmax (step_gain)
   bool recent = true;  // sums over the most recent r queries, not every query
   bool value = true;   // times the value prior (value_prior)
+  // Every field, for state files (state_archive.h).
+  template <class A>
+  void io(A& a) {
+    a(gain, recent, value);
+  }
+
 };
 bool operator==(const AhaParts& a, const AhaParts& b);
 inline bool operator!=(const AhaParts& a, const AhaParts& b) { return !(a == b); }
@@ -54,6 +60,11 @@ class AttentionSums {
   const double* sums() const { return sum_.data(); }
   // Squared value norms per row, for the value prior: the owner appends one per new row.
   std::vector<float> v2;
+  // Every field, for state files (state_archive.h).
+  template <class A>
+  void io(A& a) {
+    a(recent_, sum_, ring_, v2);
+  }
 
  private:
   int recent_;

@@ -48,6 +48,11 @@ struct KvHead {
   // The fp32 rows in place; only for an f32 cache (tests and references).
   const float* key(int i, int d) const { return f32_rows(type_k, key_row(i), d); }
   const float* value(int i, int d) const { return f32_rows(type_v, value_row(i), d); }
+  // Every field, for state files (state_archive.h).
+  template <class A>
+  void io(A& a) {
+    a(k, v, pos, n, lin, recall, type_k, type_v, k_row, v_row, kivi_k, kivi_v);
+  }
 
  private:
   static const float* f32_rows(KvType t, const uint8_t* p, int d);
@@ -131,6 +136,12 @@ class KvCache {
   size_t peak_bytes_used() const { return peak_bytes_; }
   // Bytes allocated for the heads' rows (KIVI storage included), held or not.
   size_t bytes_allocated() const;
+
+  // Every field, for state files (state_archive.h).
+  template <class A>
+  void io(A& a) {
+    a(n_layers_, n_kv_heads_, head_dim_, capacity_, centroids_, type_k_, type_v_, kivi_, held_, lin_heads_, store_bytes_, recall_, peak_bytes_, heads_);
+  }
 
  private:
   void note_usage();

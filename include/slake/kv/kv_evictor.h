@@ -57,6 +57,14 @@ class KvEvictor {
   // Evicts every layer seen so far down to `budgets`, keeping its best prefix tokens.
   void evict_to(const std::vector<int64_t>& budgets, KvCache& cache);
 
+  // The state that evaluating tokens changes, for state files (state_archive.h); the rest follows
+  // from the policy and the model. Reading it forgets the last decode step's scores.
+  template <class A>
+  void io(A& a) {
+    a(S_, prompt_evicts_, continues_, q_window_, scores_, budgets_, token_scores_, sums_, sre_, head_budgets_);
+    decode_x_layer_ = -1;
+  }
+
  private:
   bool uses_window() const;  // the selector or the allocator reads the observation window
   bool accumulating() const;  // h2o, ahakv: scores are attention sums per row (sums_)

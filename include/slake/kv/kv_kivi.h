@@ -60,6 +60,11 @@ class KiviRows {
   // and minima are shared out (kivi4 keys: 4 + d/2 + 2 * 4d/32 bytes a row <= 2d), plus two
   // groups' worth for a head with fewer rows than a group (keys).
   static size_t bound_bytes(bool per_channel, int head_dim, int64_t n);
+  // Every field, for state files (state_archive.h).
+  template <class A>
+  void io(A& a) {
+    a(d_, bits_, per_channel_, row_, rows_, residual_, params_, group_rows_, free_groups_, nq_, nr_);
+  }
 
  private:
   void quantise_keys(const float* x, int rows);     // one new group of `rows` tokens

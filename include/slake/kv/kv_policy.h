@@ -66,6 +66,12 @@ struct KvPolicyParams {
   // budget stays the cap that memory is planned for). 0: off.
   double sre_mass = 0.0;
   int sre_floor = 0;
+  // Every field (as operator==), for state files (state_archive.h).
+  template <class A>
+  void io(A& a) {
+    a(policy, budget, window, observe, compensate, centroids, gamma, tau1, tau2, alpha, beta, delta, cascade, evict_every,
+      prefill_chunk, type_k, type_v, recall_pages, recall_page, store_type, recall_score, selector, aha, sre_mass, sre_floor);
+  }
 
   // Evicted tokens go to the Taylor state (algorithm.md §3.1).
   bool taylor() const { return compensate == "taylor" || (compensate == "auto" && policy == "slake"); }

@@ -36,6 +36,12 @@ struct RecallConfig {
   KvType type = KvType::Q8_0;
   RecallScore score = RecallScore::Keys;
   bool on() const { return pages > 0; }
+  // Every field, for state files (state_archive.h).
+  template <class A>
+  void io(A& a) {
+    a(pages, page, type, score);
+  }
+
 };
 
 // What one recall attended for one query row, for the Taylor state of the rest (ptaa.h): the
@@ -95,6 +101,11 @@ class RecallStore {
   const float* page_min(int p) const { return summary_.data() + static_cast<size_t>(p) * 2 * d_; }
   const float* page_max(int p) const { return page_min(p) + d_; }
 
+  // Every field, for state files (state_archive.h).
+  template <class A>
+  void io(A& a) {
+    a(d_, page_, type_, score_, row_, n_, k_, v_, pos_, summary_);
+  }
  private:
   int d_ = 0, page_ = 0;
   KvType type_ = KvType::Q8_0;

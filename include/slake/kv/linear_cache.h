@@ -27,6 +27,12 @@ struct LinearState {
 
   // n += 1; ksum += k; vsum += v; M += k v^T (centroid mode: the nearest centroid takes k and v).
   void absorb(const float* k, const float* v);
+  // Every field, for state files (state_archive.h).
+  template <class A>
+  void io(A& a) {
+    a(head_dim, n, ksum, vsum, M, centroids, cn, ck, cv);
+  }
+
   // Absorbs `count` tokens at once: rows of k and v (each head_dim long, `stride` floats apart).
   void absorb_batch(const float* k, const float* v, int count, size_t stride);
   void clear();
