@@ -213,10 +213,11 @@ void KvCache::release_unused(int layer, int h) {
 bool KvCache::can_truncate() const {
   if (kivi_) return false;
   const int n = heads_.empty() ? 0 : heads_[0].n;
+  // Rows are kept in increasing position order (appends in order, compaction keeps it), so a
+  // head of n rows from position 0 to n - 1 holds exactly 0, 1, ..., n - 1.
   for (const KvHead& h : heads_) {
     if (h.n != n || h.lin.n != 0 || h.recall.n() != 0) return false;
-    for (int i = 0; i < h.n; ++i)
-      if (h.pos[static_cast<size_t>(i)] != i) return false;
+    if (n > 0 && (h.pos.front() != 0 || h.pos.back() != n - 1)) return false;
   }
   return true;
 }

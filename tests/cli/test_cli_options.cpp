@@ -138,7 +138,7 @@ TEST(CliOptions, LogitBiasesAreLlamaCppsTokenSignBias) {
   EXPECT_EQ(p.o.logit_bias[1].first, 7);
   EXPECT_TRUE(std::isinf(p.o.logit_bias[1].second) && p.o.logit_bias[1].second < 0);
   EXPECT_EQ(p.o.logit_bias[2], (std::pair<int32_t, float>{9, -0.25f}));
-  for (const char* bad : {"abc", "15", "15*1", "15+", "+1", "15+x", "15--1", "15+1x", "15+nan", "1234567890+1"})
+  for (const char* bad : {"abc", "15", "15*1", "15+", "+1", "15+x", "15--1", "15+1x", "15+nan", "15+inf", "1234567890+1"})
     EXPECT_NE(refused({"-m", "m.gguf", "-l", bad}).find("--logit-bias"), std::string::npos) << bad;
   EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "-l", "5+1"}).find("--logit-bias"), std::string::npos);
   std::vector<float> logits = {1, 2, 3};

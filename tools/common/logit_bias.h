@@ -36,7 +36,7 @@ inline std::pair<int32_t, float> parse_logit_bias(const std::string& s) {
   } catch (const std::exception&) {
     return bad();
   }
-  if (used != v.size() || std::isnan(b)) return bad();
+  if (used != v.size() || std::isnan(b) || (std::isinf(b) && s[i] == '+')) return bad();  // +inf: no distribution left
   return {static_cast<int32_t>(std::stol(s.substr(0, i))), static_cast<float>(s[i] == '-' ? -b : b)};
 }
 

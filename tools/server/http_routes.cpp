@@ -56,6 +56,8 @@ void enqueue(std::vector<std::shared_ptr<Task>> tasks, ServerEnv& env) {
       throw ApiError(503, why, "server_error", "", "server_busy");
     case Scheduler::Admit::TooLarge:
       throw ApiError(400, why, "invalid_request_error", "max_tokens", "kv_memory_exceeded");
+    case Scheduler::Admit::TooManyChoices:
+      throw ApiError(400, why, "invalid_request_error", "n");
   }
 }
 

@@ -21,7 +21,7 @@ size_t entry_bytes(const CachedPrompt& e) { return e.state->bytes() + e.logits.s
 
 void PromptCache::put(std::vector<int32_t> tokens, std::shared_ptr<const ContextState> state, bool cut, uint64_t now,
                       std::vector<float> logits) {
-  if (!on() || !state || tokens.empty()) return;
+  if (!on() || !state || tokens.empty() || state->bytes() + logits.size() * sizeof(float) > limit_) return;
   for (auto it = entries_.begin(); it != entries_.end(); ++it)
     if (it->tokens == tokens && it->state->params == state->params && it->logits.empty() == logits.empty()) {
       bytes_ -= entry_bytes(*it);
@@ -50,10 +50,11 @@ void PromptCache::touch(const CachedPrompt* e, uint64_t now) {
     if (&x == e) x.last_used = now;
 }
 
-bool PromptCache::drop_oldest() {
-  if (entries_.empty()) return false;
-  auto oldest = std::min_element(entries_.begin(), entries_.end(),
-                                 [](const CachedPrompt& a, const CachedPrompt& b) { return a.last_used < b.last_used; });
+bool PromptCache::drop_oldest(const CachedPrompt* keep) {
+  auto oldest = entries_.end();
+  for (auto it = entries_.begin(); it != entries_.end(); ++it)
+    if (&*it != keep && (oldest == entries_.end() || it->last_used < oldest->last_used)) oldest = it;
+  if (oldest == entries_.end()) return false;
   bytes_ -= entry_bytes(*oldest);
   entries_.erase(oldest);
   return true;

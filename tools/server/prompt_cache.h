@@ -41,13 +41,13 @@ class PromptCache {
   explicit PromptCache(size_t limit) : limit_(limit) {}
   bool on() const { return limit_ > 0; }
   // Saves a state (replacing one of the same tokens and policy); drops the least recently used
-  // entries while over the limit (the new one too, when it alone exceeds it).
+  // entries while over the limit. A state larger than the whole limit is not saved.
   void put(std::vector<int32_t> tokens, std::shared_ptr<const ContextState> state, bool cut, uint64_t now,
            std::vector<float> logits = {});
   // The entry serving the most of `prompt` under `kv`, and how many tokens (*usable); null: none.
   const CachedPrompt* find(const std::vector<int32_t>& prompt, const KvPolicyParams& kv, int* usable) const;
   void touch(const CachedPrompt* e, uint64_t now);
-  bool drop_oldest();  // false when empty
+  bool drop_oldest(const CachedPrompt* keep = nullptr);  // the least recently used but `keep`; false: none
   size_t bytes() const { return bytes_; }
   size_t entries() const { return entries_.size(); }
 

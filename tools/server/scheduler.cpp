@@ -77,6 +77,12 @@ Scheduler::Admit Scheduler::submit(std::vector<std::shared_ptr<Task>> tasks, std
              " MiB; lower max_tokens or use a KV budget";
     return Admit::TooLarge;
   }
+  if (tasks.size() > static_cast<size_t>(cfg_.queue_max + cfg_.n_slots)) {
+    if (why)
+      *why = std::to_string(tasks.size()) + " choices cannot all wait: " + std::to_string(cfg_.n_slots) + " slots and --queue " +
+             std::to_string(cfg_.queue_max) + "; ask for fewer";
+    return Admit::TooManyChoices;
+  }
   std::lock_guard<std::mutex> l(mu_);
   if (stop_) {
     if (why) *why = "the server is shutting down";
@@ -100,6 +106,7 @@ Scheduler::Admit Scheduler::submit(std::vector<std::shared_ptr<Task>> tasks, std
 PrefixSource Scheduler::best_source(const GenRequest& r, const Slot* to, int own) const {
   PrefixSource best;
   best.usable = own;
+  if (!to->can_load()) return best;
   for (const auto& s : slots_) {
     if (s.get() == to || s->prefilling() || s->history().empty()) continue;
     const int u = s->reusable(r);
@@ -108,6 +115,17 @@ PrefixSource Scheduler::best_source(const GenRequest& r, const Slot* to, int own
   int u = 0;
   if (const CachedPrompt* e = prompt_cache_.find(r.prompt, r.kv, &u); e && u > best.usable) best = {nullptr, e, &e->tokens, u};
   return best;
+}
+
+void Scheduler::trim_prompt_cache() {
+  if (cfg_.kv_memory == 0) return;
+  size_t used = prompt_cache_.bytes();
+  for (auto& s : slots_) used += s->busy() ? std::max(s->planned_bytes(), s->kv_bytes()) : s->kv_bytes();
+  while (used > cfg_.kv_memory && prompt_cache_.bytes() > 0) {
+    const size_t before = prompt_cache_.bytes();
+    if (!prompt_cache_.drop_oldest()) break;
+    used -= before - prompt_cache_.bytes();
+  }
 }
 
 void Scheduler::admit() {
@@ -133,15 +151,23 @@ void Scheduler::admit() {
     if (!best) return;  // every slot is busy
     const size_t need = plan(task->req);
     if (cfg_.kv_memory > 0) {
+      size_t busy = 0;
+      for (auto& s : slots_)
+        if (s->busy()) busy += s->planned_bytes();
+      if (busy + need > cfg_.kv_memory) {  // nothing idle can make room: wait for busy slots to finish
+        memory_blocked_ = true;
+        return;
+      }
       auto in_use = [&] {
-        size_t used = prompt_cache_.bytes();
+        size_t used = busy + prompt_cache_.bytes();
         for (auto& s : slots_)
-          if (s->busy()) used += s->planned_bytes();
-          else if (s.get() != best) used += s->kv_bytes();
+          if (!s->busy() && s.get() != best) used += s->kv_bytes();
         return used;
       };
-      // Saved prompts, then idle caches, give way to a waiting request, least recently used first.
-      while (in_use() + need > cfg_.kv_memory && prompt_cache_.drop_oldest()) {
+      // Saved prompts (but the one that would serve this request), then idle caches, give way to
+      // a waiting request, least recently used first.
+      const PrefixSource wanted = best_source(task->req, best, best_reuse);
+      while (in_use() + need > cfg_.kv_memory && prompt_cache_.drop_oldest(wanted.saved)) {
       }
       while (in_use() + need > cfg_.kv_memory) {
         Slot* victim = nullptr;
@@ -151,6 +177,7 @@ void Scheduler::admit() {
         if (!victim) break;
         victim->drop_cache();
       }
+      if (in_use() + need > cfg_.kv_memory) prompt_cache_.drop_oldest();  // the wanted one, last
       if (in_use() + need > cfg_.kv_memory) {  // waits for busy slots to finish
         memory_blocked_ = true;
         return;
@@ -170,6 +197,7 @@ void Scheduler::admit() {
       queue_.pop_front();
       continue;
     }
+    trim_prompt_cache();  // the slot may have saved what it held
     --idle_slots_;
     stats_.prompt_tokens += task->req.prompt.size();
     stats_.cached_prompt_tokens += static_cast<uint64_t>(best_reuse);
@@ -252,6 +280,8 @@ void Scheduler::step() {
     prefill_s += seconds_since(t0);
     if (budget <= 0) prefill_rr_ = (prefill_rr_ + k + 1) % slots_.size();
   }
+
+  trim_prompt_cache();  // a prefill may have saved its prompt
 
   // Followers of n > 1 choices take their leader's prompt once it is prefilled.
   for (auto& s : slots_) {

@@ -65,7 +65,7 @@ class Scheduler {
   Scheduler(const Model& model, const Tokenizer& tokenizer, const SchedulerConfig& cfg);
   ~Scheduler();
 
-  enum class Admit { Queued, QueueFull, TooLarge };
+  enum class Admit { Queued, QueueFull, TooLarge, TooManyChoices };
   // Queues a task. TooLarge: its planned KV memory exceeds --kv-memory even alone (`why` says so).
   Admit submit(std::shared_ptr<Task> task, std::string* why);
   // Queues several tasks together, one after another (a request's n > 1 choices), or none.
@@ -84,6 +84,9 @@ class Scheduler {
   // What serves the most of r's prompt beyond what slot `to` holds itself (`own` tokens): another
   // slot's cache (not one mid-prefill) or a saved prompt.
   PrefixSource best_source(const GenRequest& r, const Slot* to, int own) const;
+  // Under --kv-memory: drops saved prompts, least recently used first, while they and the slots
+  // (busy ones at their plans) hold more than it.
+  void trim_prompt_cache();
 
   const Model& model_;
   const Tokenizer& tokenizer_;

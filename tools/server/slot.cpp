@@ -75,16 +75,22 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now, const
     mine_tokens = history_;
   }
   if (take) {
-    if (kv_ != r.kv) {
-      ctx_.reset();
-      ctx_ = make_session(r.kv);  // the source runs this policy on this backend: it cannot fail
-      kv_ = r.kv;
+    try {
+      if (kv_ != r.kv) {
+        ctx_.reset();
+        ctx_ = make_session(r.kv);
+        kv_ = r.kv;
+      }
+      const bool loaded = from.live ? ctx_->copy_state_from(*from.live) : ctx_->restore_state(*from.saved->state);
+      history_ = loaded ? *from.tokens : std::vector<int32_t>();
+      reuse = loaded ? from.usable : 0;
+      if (!loaded) drop_cache();
+      if (loaded && from.saved && static_cast<size_t>(reuse) == r.prompt.size()) first_logits = from.saved->logits;
+    } catch (...) {  // no session (memory) or a half-copied cache: the slot is left empty, of a policy it can run
+      if (!ctx_) ctx_ = make_session(kv_);
+      drop_cache();
+      throw;
     }
-    const bool loaded = from.live ? ctx_->copy_state_from(*from.live) : ctx_->restore_state(*from.saved->state);
-    history_ = loaded ? *from.tokens : std::vector<int32_t>();
-    reuse = loaded ? from.usable : 0;
-    if (!loaded) drop_cache();
-    if (loaded && from.saved && static_cast<size_t>(reuse) == r.prompt.size()) first_logits = from.saved->logits;
   }
   if (mine) prompt_cache_.put(std::move(mine_tokens), std::move(mine), cut_mine, now);
   if (reuse > 0 && static_cast<size_t>(reuse) < history_.size()) {

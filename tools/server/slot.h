@@ -74,6 +74,8 @@ class Slot {
   void start(std::shared_ptr<Task> task, size_t planned, uint64_t now, const PrefixSource& from = {});
   const std::vector<int32_t>& history() const { return history_; }
   bool can_cut() const { return ctx_->can_truncate(); }
+  // Whether this slot can take another's cache or a saved prompt (cpu sessions).
+  bool can_load() const { return ctx_->cpu_context() != nullptr; }
   // Empties the cache of an idle slot (memory for other requests).
   void drop_cache();
 

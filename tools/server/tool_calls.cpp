@@ -295,6 +295,13 @@ void ToolCallStream::run(std::vector<ToolStreamEvent>& out) {
         return;
       case State::Held:
         return;
+      case State::Skip: {  // what parse_tool_calls drops: up to the list's ']'
+        const size_t close = buf_.find(']', pos_);
+        if (close == std::string::npos) return;
+        pos_ = close + 1;
+        state_ = State::Plain;
+        break;
+      }
       case State::Content: {
         if (marked) {
           const size_t at = buf_.find(marker, pos_);
@@ -346,8 +353,8 @@ void ToolCallStream::run(std::vector<ToolStreamEvent>& out) {
         const Read r = call_head(buf_, p, args_key, &name);
         if (r == Read::More) return;
         if (r == Read::Bad || std::find(req_.names.begin(), req_.names.end(), name) == req_.names.end()) {
-          if (req_.format == ToolFormat::Mistral && calls_ > 0) {  // a later call of the list: the rest is text
-            state_ = State::Plain;
+          if (req_.format == ToolFormat::Mistral && calls_ > 0) {  // a later call of the list: dropped to its ']'
+            state_ = State::Skip;
             break;
           }
           return hold(marked ? call_at_ : 0);
@@ -377,15 +384,11 @@ void ToolCallStream::run(std::vector<ToolStreamEvent>& out) {
           if (r == Read::More) return;
           pos_ = r == Read::Ok ? p : close;
           state_ = State::Content;
-        } else if (req_.format == ToolFormat::Mistral) {
-          if (p == buf_.size()) return;
-          if (buf_[p] == ',') {
-            pos_ = p + 1;
-            state_ = State::Header;
-          } else {
-            pos_ = buf_[p] == ']' ? p + 1 : close;
-            state_ = State::Plain;
-          }
+        } else if (req_.format == ToolFormat::Mistral) {  // as parse_tool_calls: commas and spaces, then a call or ']'
+          p = buf_.find_first_not_of(" \n\t,", close);
+          if (p == std::string::npos) return;
+          pos_ = buf_[p] == ']' ? p + 1 : p;
+          state_ = buf_[p] == '{' ? State::Header : buf_[p] == ']' ? State::Plain : State::Skip;
         } else {
           pos_ = close;
           state_ = State::Plain;
@@ -400,8 +403,10 @@ std::vector<ToolStreamEvent> ToolCallStream::finish() {
   std::vector<ToolStreamEvent> out;
   if (state_ == State::Content && pos_ < buf_.size()) {  // a marker's start that never finished
     content(buf_.substr(pos_), out);
-  } else if (state_ == State::Header) {
+  } else if (state_ == State::Header && !(req_.format == ToolFormat::Mistral && calls_ > 0)) {
     hold(req_.format == ToolFormat::Hermes || req_.format == ToolFormat::Mistral ? call_at_ : 0);
+  } else if (state_ == State::Trailer) {  // the call's object or its closing tag never came
+    content(buf_.substr(args_sent_), out);
   }
   if (state_ == State::Held) {
     ParsedReply p = parse_tool_calls(buf_.substr(held_from_), req_);

@@ -55,7 +55,8 @@ ParsedReply parse_tool_calls(const std::string& text, const ToolRequest& req);
 // name, then its arguments' text as it is generated. A call that does not read so is held to
 // the end and parsed with parse_tool_calls. For a reply whose calls are well-formed, the
 // content and the calls add up to what parse_tool_calls finds in the whole reply (arguments as
-// written, where parse_tool_calls writes them compactly).
+// written, where parse_tool_calls writes them compactly). A call once begun is not taken back: one
+// whose object never closes (a reply cut short) stays a call, its text after the arguments content.
 struct ToolStreamEvent {
   enum Kind { Content, CallStart, CallArguments } kind;
   std::string text;      // Content: the text; CallArguments: the next part of the arguments
@@ -72,7 +73,7 @@ class ToolCallStream {
   int calls() const { return calls_; }  // calls begun
 
  private:
-  enum class State { Content, Plain, Header, Arguments, Trailer, Held };
+  enum class State { Content, Plain, Header, Arguments, Trailer, Skip, Held };
   void run(std::vector<ToolStreamEvent>& out);
   void content(std::string text, std::vector<ToolStreamEvent>& out);
   void hold(size_t from) {
