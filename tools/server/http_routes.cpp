@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <tuple>
@@ -394,6 +396,84 @@ void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
       });
 }
 
+// A value of the query string (?a=b&c=d); "" when absent.
+std::string query_value(const std::string& target, const std::string& key) {
+  const size_t q = target.find('?');
+  if (q == std::string::npos) return "";
+  size_t at = q + 1;
+  while (at <= target.size()) {
+    const size_t end = std::min(target.find('&', at), target.size());
+    const std::string pair = target.substr(at, end - at);
+    if (pair.compare(0, key.size() + 1, key + "=") == 0) return pair.substr(key.size() + 1);
+    at = end + 1;
+  }
+  return "";
+}
+
+// llama-server's slot actions (POST /slots/N?action=save|restore|erase): a slot's state to a file
+// of --slot-save-path (slake/state_file.h), back, or dropped. The slot must be idle.
+void slot_action(int id, const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
+  if (env.slot_save_path.empty())
+    throw ApiError(501, "slot actions need the server started with --slot-save-path DIR", "not_supported_error");
+  const std::string action = query_value(http.target, "action");
+  const auto timed = [](auto&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const auto on_slot = [&](std::function<void(Slot&)> job) {
+    try {
+      env.scheduler.with_idle_slot(id, std::move(job));
+    } catch (const Error& e) {
+      throw ApiError(400, e.what());
+    }
+  };
+  if (action == "erase") {
+    int n = 0;
+    on_slot([&](Slot& s) { n = s.erase(); });
+    reply.send(json_response({{"id_slot", id}, {"n_erased", n}}));
+    return;
+  }
+  if (action != "save" && action != "restore")
+    throw ApiError(400, "action must be save, restore or erase, got '" + action + "'", "invalid_request_error", "action");
+  const json body = parse_object(http.body);
+  const auto f = body.find("filename");
+  if (f == body.end() || !f->is_string()) throw bad_field("filename", "'filename' must be a string");
+  const std::string name = f->get<std::string>();
+  const bool plain = !name.empty() && name.size() <= 255 && name[0] != '.' &&
+                     std::none_of(name.begin(), name.end(), [](char c) { return c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20; });
+  if (!plain) throw bad_field("filename", "'filename' must be a plain file name (no directories, not hidden), got " + json(name).dump());
+  const std::string path = env.slot_save_path + "/" + name;
+  if (action == "save") {
+    std::string bytes;
+    int n = 0;
+    const double ms = timed([&] {
+      on_slot([&](Slot& s) {
+        bytes = s.save_file();
+        n = s.history_size();
+      });
+      const std::string tmp = path + ".part";
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      out.close();
+      if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw ApiError(500, "cannot write " + path, "server_error");
+      }
+    });
+    reply.send(json_response({{"id_slot", id}, {"filename", name}, {"n_saved", n}, {"n_written", bytes.size()},
+                              {"timings", {{"save_ms", ms}}}}));
+    return;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw bad_field("filename", "no slot file " + json(name).dump() + " in --slot-save-path");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int n = 0;
+  const double ms = timed([&] { on_slot([&](Slot& s) { n = s.restore_file(bytes); }); });
+  reply.send(json_response({{"id_slot", id}, {"filename", name}, {"n_restored", n}, {"n_read", bytes.size()},
+                            {"timings", {{"restore_ms", ms}}}}));
+}
+
 json read_tokens(const json& body, int n_vocab) {
   const auto it = body.find("tokens");
   if (it == body.end() || !it->is_array()) throw bad_field("tokens", "'tokens' must be an array of token ids");
@@ -444,6 +524,10 @@ OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
                        {"kv_planned_bytes", st.kv_planned[i]}});
     reply.send(json_response(slots));
   });
+  for (int i = 0; i < env.scheduler.config().n_slots; ++i)
+    add("POST", ("/slots/" + std::to_string(i)).c_str(), false, [&env, i](const HttpRequest& req, HttpReply& reply) {
+      guarded(reply, env.counters, [&] { slot_action(i, req, reply, env); });
+    });
   add("POST", "/apply-template", false, [&env](const HttpRequest& req, HttpReply& reply) {
     guarded(reply, env.counters, [&] { reply.send(json_response({{"prompt", apply_template(req.body, env.request)}})); });
   });

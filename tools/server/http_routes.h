@@ -40,6 +40,7 @@ struct ServerEnv {
   std::vector<std::string> aliases = {};       // --alias: the model's names, its id first
   Embedder* embedder = nullptr;                // /v1/embeddings
   bool webui = true;                           // the chat page at / (--no-webui: none)
+  std::string slot_save_path = "";             // slot state files (--slot-save-path; "": none)
 };
 
 class OpenAiService final : public HttpService {

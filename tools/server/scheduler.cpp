@@ -205,13 +205,55 @@ void Scheduler::admit() {
   }
 }
 
+void Scheduler::with_idle_slot(int id, std::function<void(Slot&)> job) {
+  auto j = std::make_shared<SlotJob>();
+  j->id = id;
+  j->run = std::move(job);
+  std::future<void> done = j->done.get_future();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stop_) fail("the server is shutting down");
+    jobs_.push_back(j);
+    cv_.notify_all();
+  }
+  done.get();
+}
+
+void Scheduler::run_jobs() {
+  std::deque<std::shared_ptr<SlotJob>> jobs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    jobs.swap(jobs_);
+  }
+  for (auto& j : jobs) {
+    try {
+      if (j->id < 0 || j->id >= static_cast<int>(slots_.size())) fail("no slot " + std::to_string(j->id));
+      Slot& s = *slots_[static_cast<size_t>(j->id)];
+      if (s.busy()) fail("slot " + std::to_string(j->id) + " is serving a request; retry when it is idle");
+      j->run(s);
+      j->done.set_value();
+    } catch (...) {
+      j->done.set_exception(std::current_exception());
+    }
+  }
+  if (!jobs.empty()) {
+    std::lock_guard<std::mutex> l(mu_);
+    refresh_slot_stats();
+  }
+}
+
 void Scheduler::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> l(mu_);
       const auto busy = [&] { return std::any_of(slots_.begin(), slots_.end(), [](auto& s) { return s->busy(); }); };
-      if (!busy()) cv_.wait_for(l, std::chrono::milliseconds(100), [&] { return stop_ || !queue_.empty(); });
+      if (!busy()) cv_.wait_for(l, std::chrono::milliseconds(100), [&] { return stop_ || !queue_.empty() || !jobs_.empty(); });
       if (stop_) break;
+    }
+    run_jobs();  // slot files, on idle slots, before anything new is admitted
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      const auto busy = [&] { return std::any_of(slots_.begin(), slots_.end(), [](auto& s) { return s->busy(); }); };
       admit();
       stats_.queue_length = static_cast<int>(queue_.size());
       if (!busy()) continue;
@@ -220,6 +262,8 @@ void Scheduler::loop() {
   }
   // Shutting down: every request still running or waiting ends with an error.
   std::lock_guard<std::mutex> l(mu_);
+  for (auto& j : jobs_) j->done.set_exception(std::make_exception_ptr(Error("the server is shutting down")));
+  jobs_.clear();
   for (auto& s : slots_)
     if (s->busy()) s->fail("the server is shutting down");
   for (auto& t : queue_) t->finish("", static_cast<int>(t->req.prompt.size()), 0, 0, "the server is shutting down");
@@ -323,6 +367,10 @@ void Scheduler::step() {
   stats_.cached_prompt_tokens += shared;
   stats_.decode_seconds += decode_s;
   stats_.prefill_seconds += prefill_s;
+  refresh_slot_stats();
+}
+
+void Scheduler::refresh_slot_stats() {
   idle_slots_ = 0;
   stats_.slots_busy = 0;
   for (size_t i = 0; i < slots_.size(); ++i) {

@@ -16,6 +16,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -73,11 +75,23 @@ class Scheduler {
   // Stops the thread; every task not finished ends with an error.
   void stop();
 
+  // Runs `job` on the scheduler thread with slot `id`, before the next admission, and waits for
+  // it (llama-server's slot save, restore and erase). Throws slake::Error for a slot that does not
+  // exist or is serving a request, and what the job throws.
+  void with_idle_slot(int id, std::function<void(Slot&)> job);
+
   SchedulerStats stats() const;
   const SchedulerConfig& config() const { return cfg_; }
 
  private:
+  struct SlotJob {
+    int id = 0;
+    std::function<void(Slot&)> run;
+    std::promise<void> done;
+  };
   void loop();
+  void run_jobs();
+  void refresh_slot_stats();  // under mu_
   void admit();                  // under mu_
   void step();                   // outside mu_
   size_t plan(const GenRequest& r) const;
@@ -101,6 +115,7 @@ class Scheduler {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> queue_;
+  std::deque<std::shared_ptr<SlotJob>> jobs_;
   bool stop_ = false;
   int idle_slots_;  // under mu_
   bool memory_blocked_ = false;  // under mu_: the queue's head waits for KV memory, not for a slot

@@ -1,5 +1,6 @@
 #include "server_options.h"
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "embeddings.h"
@@ -71,6 +72,8 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
                  "later request sharing its prefix (0: off, -1: no limit); with --kv-memory, counted in it")
       ->capture_default_str()
       ->check(CLI::Range(-1.0, 1e9));
+  app.add_option("--slot-save-path", o.slot_save_path,
+                 "directory of slot state files: POST /slots/N?action=save|restore|erase, as llama-server's");
   app.add_option("--host", o.host, "address to listen on")->capture_default_str();
   app.add_option("--port", o.port, "port to listen on (0: any free port, printed)")
       ->capture_default_str()
@@ -107,6 +110,8 @@ void check_options(const CLI::App& app, ServerOptions& o) {
     fail("--chat-template and --chat-template-file: give one of them");
   reasoning_format_from_name(o.reasoning_format);
   pooling_from_name(o.pooling);
+  if (!o.slot_save_path.empty() && !std::filesystem::is_directory(o.slot_save_path))
+    fail("--slot-save-path " + o.slot_save_path + ": not a directory");
   if (o.reasoning_budget != -1 && o.reasoning_budget != 0)
     fail("--reasoning-budget must be -1 (no limit) or 0 (no thinking), as llama-server's, got " + std::to_string(o.reasoning_budget));
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();

@@ -39,6 +39,7 @@ struct ServerOptions {
   std::string cors_origins;               // comma-separated origins that may call the API from a browser ("*": any)
   std::string pooling = "mean";           // /v1/embeddings: mean or last
   bool no_webui = false;                  // no chat page at /
+  std::string slot_save_path;             // a directory for POST /slots/N?action=save|restore ("": off)
   tools::KvFlags kv;
   std::string backend = "cpu";  // --backend: where the slots run
 };

@@ -76,6 +76,7 @@ int run(const ServerOptions& o, const sigset_t& stop_signals) {
   slake::server::Embedder embedder(*model, sc.n_ctx, o.n_threads, slake::server::pooling_from_name(o.pooling));
   env.embedder = &embedder;
   env.webui = !o.no_webui;
+  env.slot_save_path = o.slot_save_path;
   slake::server::OpenAiService service(env);
   slake::server::HttpLimits limits;
   limits.workers = o.http_threads > 0 ? o.http_threads : o.n_parallel + o.queue_max + 8;

@@ -2,6 +2,8 @@
 
 #include "../common/dry_breakers.h"
 #include "../common/logit_bias.h"
+#include "slake/error.h"
+#include "slake/state_file.h"
 
 #include <algorithm>
 #include <cmath>
@@ -297,6 +299,41 @@ void Slot::finish(const std::string& reason) {
   done_ = true;
   pending_ = -1;
   task_->finish(reason, static_cast<int>(task_->req.prompt.size()), n_cached_, n_gen_);
+}
+
+std::string Slot::save_file() const {
+  const std::shared_ptr<const ContextState> st = ctx_->save_state();
+  if (!st) slake::fail("saving a slot needs the cpu backend");
+  if (history_.empty()) slake::fail("slot " + std::to_string(id_) + " holds nothing to save");
+  return write_state_file(*st, history_, model_fingerprint(model_));
+}
+
+int Slot::restore_file(const std::string& bytes) {
+  const StateFileHead head = read_state_head(bytes);
+  if (head.model != model_fingerprint(model_)) slake::fail("the file was saved with another model");
+  if (!can_load()) slake::fail("restoring a slot needs the cpu backend");
+  try {
+    if (head.params != kv_) {  // the file's policy, as the request that made it had
+      ctx_.reset();
+      ctx_ = make_session(head.params);
+      kv_ = head.params;
+    }
+    std::vector<int32_t> tokens;
+    const auto st = read_state_file(bytes, *ctx_->cpu_context(), &tokens);
+    ctx_->restore_state(*st);
+    history_ = std::move(tokens);
+  } catch (...) {
+    if (!ctx_) ctx_ = make_session(kv_);
+    drop_cache();
+    throw;
+  }
+  return static_cast<int>(history_.size());
+}
+
+int Slot::erase() {
+  const int n = static_cast<int>(history_.size());
+  drop_cache();
+  return n;
 }
 
 void Slot::release() {

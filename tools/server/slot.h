@@ -106,6 +106,13 @@ class Slot {
   // Ends the task with an engine error; the cache is emptied, since it may be half-updated.
   void fail(const std::string& error);
 
+  // State files (slake/state_file.h): what the cache holds, as bytes; a file's state taken in its
+  // place (the slot rebuilt for the file's policy); the cache emptied. Throw slake::Error (a slot
+  // that holds nothing, a device session, a damaged file or one of another model or shape).
+  std::string save_file() const;
+  int restore_file(const std::string& bytes);  // the tokens restored
+  int erase();                                  // the tokens dropped
+
   // Counters for /metrics.
   int n_generated() const { return n_gen_; }
 
