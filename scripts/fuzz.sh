@@ -2,13 +2,13 @@
 # Builds the libFuzzer targets with clang + ASan/UBSan into build-fuzz/ and runs each for
 # SECONDS (default 300), seeded with the committed GGUF and safetensors fixtures and, for jinja,
 # the Jinja snippets of the chat-template fixture and ../shared/chat-templates when present.
-# Usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors|jinja|request|http|grammar ...]
+# Usage: scripts/fuzz.sh [SECONDS] [gguf|safetensors|jinja|request|http|grammar|state ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-300}
 shift || true
 targets=("${@:-gguf safetensors}")
-[ $# -eq 0 ] && targets=(gguf safetensors jinja request http grammar)
+[ $# -eq 0 ] && targets=(gguf safetensors jinja request http grammar state)
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLAKE_FUZZ=ON \
   -DSLAKE_CUDA=OFF -DSLAKE_BUILD_TESTS=OFF -DSLAKE_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-fuzz -j "$(nproc)"

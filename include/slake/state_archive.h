@@ -43,8 +43,9 @@ class StateWriter {
   template <class T>
   void put(const std::vector<T>& v) {
     put(static_cast<uint64_t>(v.size()));
-    if constexpr (std::is_arithmetic_v<T>)
-      out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    if constexpr (std::is_arithmetic_v<T>) {
+      if (!v.empty()) out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    }
     else
       for (const T& x : v) put(x);
   }
@@ -94,7 +95,7 @@ class StateReader {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
       const size_t n = count(sizeof(T));
       v.resize(n);
-      std::memcpy(v.data(), p_, n * sizeof(T));
+      if (n > 0) std::memcpy(v.data(), p_, n * sizeof(T));
       p_ += n * sizeof(T);
     } else {
       const size_t n = count(1);  // every element takes at least one byte
