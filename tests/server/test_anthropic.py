@@ -114,6 +114,18 @@ class ToolUse(unittest.TestCase):
                     self.assertEqual(len(use), 1)
                     self.assertEqual(use[0].name, "get_weather")
                     jsonschema.validate(use[0].input, WEATHER["input_schema"])
+            # Streamed as it is generated: the tool_use block's input in several input_json_delta
+            # parts, adding up to the greedy unstreamed call's input.
+            kw = dict(model=MODEL, max_tokens=200, extra_body=GREEDY, tools=[WEATHER], messages=question,
+                      tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True})
+            whole = client.messages.create(**kw)
+            with client.messages.stream(**kw) as s:
+                parts = sum(1 for e in s if e.type == "content_block_delta" and e.delta.type == "input_json_delta")
+                streamed = s.get_final_message()
+            self.assertGreater(parts, 2, "the input came whole, not as it was generated")
+            self.assertEqual(streamed.stop_reason, "tool_use")
+            self.assertEqual([b.input for b in streamed.content if b.type == "tool_use"],
+                             [b.input for b in whole.content if b.type == "tool_use"])
             follow = question + [{"role": "assistant", "content": [{"type": "tool_use", "id": use[0].id, "name": use[0].name,
                                                                     "input": use[0].input}]},
                                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use[0].id,

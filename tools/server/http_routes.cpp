@@ -350,17 +350,53 @@ void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
                                                                    {"model", req.model}, {"content", json::array()},
                                                                    {"stop_reason", nullptr}, {"stop_sequence", nullptr},
                                                                    {"usage", usage0}}}});
-  // Text streams as it comes in block 0; with tools or a reasoning split the reply is held (a call
-  // and the end of the reasoning are known only whole).
-  const bool hold = req.tools.active() || req.reasoning;
-  if (!hold) out += anthropic_event("content_block_start", {{"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+  // Text streams as it comes; with tools, through a ToolCallStream: text blocks and tool_use
+  // blocks (input_json_delta parts) as they are read. With a reasoning split the reply is held
+  // (the end of the reasoning is known only whole).
+  const bool hold = req.reasoning;
+  std::optional<ToolCallStream> tools;
+  if (req.tools.active() && !hold) tools.emplace(req.tools);
+  int open = -1, next = 0;  // the block open (-1: none), the next block's index
+  bool open_text = false;
+  const auto close = [&](std::string& o) {
+    if (open >= 0) o += anthropic_event("content_block_stop", {{"index", open}});
+    open = -1;
+  };
+  const auto start_text = [&](std::string& o) {
+    if (open >= 0 && open_text) return;
+    close(o);
+    open = next++;
+    open_text = true;
+    o += anthropic_event("content_block_start", {{"index", open}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+  };
+  const auto text = [&](std::string& o, const std::string& t) {
+    if (t.empty()) return;
+    start_text(o);
+    o += anthropic_event("content_block_delta", {{"index", open}, {"delta", {{"type", "text_delta"}, {"text", t}}}});
+  };
+  const auto event = [&](std::string& o, const ToolStreamEvent& e) {
+    if (e.kind == ToolStreamEvent::Content) return text(o, e.text);
+    if (e.kind == ToolStreamEvent::CallStart) {
+      close(o);
+      open = next++;
+      open_text = false;
+      o += anthropic_event("content_block_start", {{"index", open}, {"content_block", {{"type", "tool_use"}, {"id", "toolu_" + e.id},
+                                                                                         {"name", e.name}, {"input", json::object()}}}});
+      return;
+    }
+    o += anthropic_event("content_block_delta", {{"index", open}, {"delta", {{"type", "input_json_delta"}, {"partial_json", e.text}}}});
+  };
+  if (!hold && !tools) start_text(out);
   std::vector<Piece> all;
   stream_task(
       *task, reply, std::move(out),
       [&](std::vector<Piece>& pieces, std::string& o) {
         for (const Piece& p : pieces) {
-          if (!hold && !p.text.empty())
-            o += anthropic_event("content_block_delta", {{"index", 0}, {"delta", {{"type", "text_delta"}, {"text", p.text}}}});
+          if (tools) {
+            for (const ToolStreamEvent& e : tools->push(p.text)) event(o, e);
+          } else if (!hold) {
+            text(o, p.text);
+          }
           all.push_back(p);
         }
       },
@@ -369,8 +405,15 @@ void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
           o += anthropic_event("error", {{"error", anthropic_error(ApiError(500, task->error(), "server_error"))["error"]}});
           return;
         }
-        if (!hold) o += anthropic_event("content_block_stop", {{"index", 0}});
+        if (tools)
+          for (const ToolStreamEvent& e : tools->finish()) event(o, e);
+        if (!hold) {
+          if (next == 0) start_text(o);  // an empty reply still has its text block
+          close(o);
+        }
         const json m = anthropic_message(rb.full(all, *task), task->stop_word());
+        json stop = m["stop_reason"];
+        if (tools && tools->calls() > 0 && stop != "max_tokens") stop = "tool_use";  // as the blocks streamed say
         if (hold) {
           for (size_t i = 0; i < m["content"].size(); ++i) {
             const json& b = m["content"][i];
@@ -390,7 +433,7 @@ void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
             o += anthropic_event("content_block_stop", {{"index", i}});
           }
         }
-        o += anthropic_event("message_delta", {{"delta", {{"stop_reason", m["stop_reason"]}, {"stop_sequence", m["stop_sequence"]}}},
+        o += anthropic_event("message_delta", {{"delta", {{"stop_reason", stop}, {"stop_sequence", m["stop_sequence"]}}},
                                                {"usage", {{"output_tokens", m["usage"]["output_tokens"]}}}});
         o += anthropic_event("message_stop", json::object());
       });
