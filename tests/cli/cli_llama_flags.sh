@@ -54,6 +54,10 @@ check "-sysf FILE is -sys with the file's text" cmp -s "$tmp/sys.out" "$tmp/sysf
 check "-st answers the first message only" test "$(wc -c <"$tmp/single.out")" -lt "$(wc -c <"$tmp/sysf.out")"
 check "-st's reply is the chat's first" test "$(head -c "$(wc -c <"$tmp/single.out")" "$tmp/sysf.out")" = "$(cat "$tmp/single.out")"
 
+printf 'hello there\n' | "$bin/slake-cli" -m "$gguf" -c 48 -cnv --chat-template chatml -p hi -n -1 --temp 0 >/dev/null 2>"$tmp/full.err"
+check "a chat that fills the full cache says so" grep -q "the context is full (-c 48)" "$tmp/full.err"
+check "and names an evicting policy that holds a long chat" grep -q -- "--kv-policy slake --kv-budget" "$tmp/full.err"
+
 "$bin/slake-cli" -m "$gguf" -c 512 -p "" -n 100 --temp 0 -r " little" -r "never there" >"$tmp/r.out" 2>"$tmp/r.err"
 check "-r (a reverse prompt, llama-cli's spelling) ends the reply with it" grep -q " little$" "$tmp/r.out"
 "$bin/slake-cli" -m "$gguf" -p x --lora adapter.gguf >/dev/null 2>"$tmp/lora.err"

@@ -87,7 +87,14 @@ bool chat_turn(slake::cli::ChatSession& session, slake::cli::Generator& gen, con
   std::fputs("\n", stdout);
   std::fflush(stdout);
   session.assistant_reply(r.text);
-  if (r.ctx_full) std::fprintf(stderr, "the context is full (-c %d); the chat ends here\n", o.n_ctx);
+  if (r.ctx_full) {
+    std::fprintf(stderr, "the context is full (-c %d); the chat ends here\n", o.n_ctx);
+    if (!o.kv.params.evicts())
+      std::fputs("  the full KV cache keeps every token: an evicting policy holds a long chat in a fixed cache\n"
+                 "  (--kv-policy slake --kv-budget 512, with a larger -c for the positions)\n", stderr);
+    else
+      std::fputs("  the cache evicts, but every token still takes a position: a larger -c goes further\n", stderr);
+  }
   return !r.ctx_full;
 }
 
