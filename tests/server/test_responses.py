@@ -69,6 +69,23 @@ class Responses(unittest.TestCase):
                 self.assertEqual(len(calls), 1)
                 self.assertEqual(calls[0].name, "get_weather")
                 jsonschema.validate(json.loads(calls[0].arguments), WEATHER["parameters"])
+        # Streamed greedily: the call's item opens when its name is read, its arguments come in
+        # several deltas that add up to the done event's and to the unstreamed call's.
+        kwargs = dict(model=MODEL, input="Weather in Paris?", tools=[WEATHER], tool_choice="required",
+                      parallel_tool_calls=False, max_output_tokens=200, temperature=0)
+        whole = [o for o in self.client.responses.create(**kwargs).output if o.type == "function_call"]
+        events = list(self.client.responses.create(stream=True, **kwargs))
+        self.assertEqual([e.sequence_number for e in events], list(range(len(events))))
+        deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+        done = [e.arguments for e in events if e.type == "response.function_call_arguments.done"]
+        self.assertGreater(len(deltas), 2, "the arguments came whole, not as they were generated")
+        self.assertEqual(done, ["".join(deltas)])
+        added = [e for e in events if e.type == "response.output_item.added"]
+        self.assertLess(events.index(added[0]), events.index(next(e for e in events if e.type.endswith("arguments.delta"))))
+        streamed = [o for o in events[-1].response.output if o.type == "function_call"]
+        self.assertEqual([o.name for o in streamed], [o.name for o in whole])
+        self.assertEqual([json.loads(o.arguments) for o in streamed], [json.loads(o.arguments) for o in whole])
+        self.assertEqual(streamed[0].id, added[0].item.id)
         c = calls[0]
         follow = self.client.responses.create(
             model=MODEL, tools=[WEATHER], max_output_tokens=8, temperature=0,

@@ -299,8 +299,8 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
   // takes the next sequence number.
   std::string out = response_event({{"type", "response.created"}, {"response", start}}, seq);
   out += response_event({{"type", "response.in_progress"}, {"response", start}}, seq);
-  // The text streams as it comes when it is all the reply is; a call or a reasoning split is known
-  // only at the end, so then the reply is held.
+  // The text streams as it comes when it is all the reply is (with tools, below); a reasoning split
+  // is known only at the end, so then the reply is held.
   const bool live = !req.tools.active() && !req.reasoning;
   if (live) {
     out += response_event({{"type", "response.output_item.added"}, {"output_index", 0},
@@ -309,14 +309,74 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
     out += response_event({{"type", "response.content_part.added"}, {"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
                            {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}}, seq);
   }
+  // With tools (and no reasoning split), the reply goes through a ToolCallStream: message items
+  // and function_call items (their arguments in function_call_arguments.delta parts) as they are
+  // read; the response's output is then the items streamed.
+  std::optional<ToolCallStream> tools;
+  if (req.tools.active() && !req.reasoning) tools.emplace(req.tools);
+  json items = json::array();  // the output streamed so far; the last one open until `closed`
+  bool closed = true;
+  const auto close_item = [&](std::string& o) {
+    if (closed) return;
+    closed = true;
+    json& item = items.back();
+    const size_t i = items.size() - 1;
+    item["status"] = "completed";
+    if (item["type"] == "message") {
+      const json part = item["content"][0];
+      o += response_event({{"type", "response.output_text.done"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
+                           {"text", part["text"]}}, seq);
+      o += response_event({{"type", "response.content_part.done"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
+                           {"part", part}}, seq);
+    } else {
+      o += response_event({{"type", "response.function_call_arguments.done"}, {"item_id", item["id"]}, {"output_index", i},
+                           {"arguments", item["arguments"]}}, seq);
+    }
+    o += response_event({{"type", "response.output_item.done"}, {"output_index", i}, {"item", item}}, seq);
+  };
+  const auto open_item = [&](std::string& o, json item) {
+    close_item(o);
+    items.push_back(item);
+    closed = false;
+    const size_t i = items.size() - 1;
+    item["status"] = "in_progress";
+    if (item["type"] == "message") item["content"] = json::array();
+    o += response_event({{"type", "response.output_item.added"}, {"output_index", i}, {"item", item}}, seq);
+    if (item["type"] == "message")
+      o += response_event({{"type", "response.content_part.added"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
+                           {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}}, seq);
+  };
+  const auto tool_event = [&](std::string& o, const ToolStreamEvent& e) {
+    if (e.kind == ToolStreamEvent::CallStart) {
+      open_item(o, {{"type", "function_call"}, {"id", "fc_" + e.id}, {"call_id", e.id}, {"name", e.name}, {"arguments", ""}});
+      return;
+    }
+    if (e.kind == ToolStreamEvent::Content && (closed || items.back()["type"] != "message"))
+      open_item(o, {{"type", "message"}, {"id", msg_id + (items.empty() ? "" : "_" + std::to_string(items.size()))}, {"role", "assistant"},
+                    {"content", json::array({{{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}})}});
+    json& item = items.back();
+    const size_t i = items.size() - 1;
+    if (e.kind == ToolStreamEvent::Content) {
+      item["content"][0]["text"] = item["content"][0]["text"].get<std::string>() + e.text;
+      o += response_event({{"type", "response.output_text.delta"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
+                           {"delta", e.text}}, seq);
+    } else {
+      item["arguments"] = item["arguments"].get<std::string>() + e.text;
+      o += response_event({{"type", "response.function_call_arguments.delta"}, {"item_id", item["id"]}, {"output_index", i},
+                           {"delta", e.text}}, seq);
+    }
+  };
   std::vector<Piece> all;
   stream_task(
       *task, reply, std::move(out),
       [&](std::vector<Piece>& pieces, std::string& o) {
         for (const Piece& p : pieces) {
-          if (live && !p.text.empty())
+          if (tools) {
+            for (const ToolStreamEvent& e : tools->push(p.text)) tool_event(o, e);
+          } else if (live && !p.text.empty()) {
             o += response_event({{"type", "response.output_text.delta"}, {"item_id", msg_id}, {"output_index", 0},
                                  {"content_index", 0}, {"delta", p.text}}, seq);
+          }
           all.push_back(p);
         }
       },
@@ -326,6 +386,13 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
           return;
         }
         json r = response_object(rb.full(all, *task), http.body);
+        if (tools) {
+          for (const ToolStreamEvent& e : tools->finish()) tool_event(o, e);
+          close_item(o);
+          r["output"] = items;  // what was streamed, ids and all
+          o += response_event({{"type", r["status"] == "completed" ? "response.completed" : "response.incomplete"}, {"response", r}}, seq);
+          return;
+        }
         if (live && (r["output"].empty() || r["output"][0]["type"] != "message"))  // an empty reply still has its message
           r["output"].insert(r["output"].begin(), json{{"type", "message"}, {"id", msg_id}, {"status", "completed"}, {"role", "assistant"},
                                                      {"content", json::array({{{"type", "output_text"}, {"text", ""},
