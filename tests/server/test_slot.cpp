@@ -191,6 +191,29 @@ TEST_F(SlotReuse, AnEvictingPolicysPromptIsTakenWholeByAnIdenticalOne) {
   EXPECT_EQ(usable, 0);
 }
 
+// A request that extends another slot's history (a prompt still being prefilled or decoded
+// beside it) takes nothing from it under an evicting policy: it must be prefilled whole, as a
+// fresh request is. A full cache shares its cut prefix.
+TEST_F(SlotReuse, OnlyACacheThatCanBeCutIsSharedWithAnotherRequest) {
+  const std::vector<int32_t> p = prompt(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends.");
+  std::vector<int32_t> longer = p;
+  const std::vector<int32_t> more = tokenizer_->tokenize(" One day she found a red ball under a big tree.", false, true);
+  longer.insert(longer.end(), more.begin(), more.end());
+  for (const KvPolicyParams& kv : {policy("snapkv", 16, 4), policy("full", 0, 32)}) {
+    SCOPED_TRACE(kv.policy);
+    auto s = slot(kv);
+    auto task = std::make_shared<Task>(request(p, kv, 4));
+    s->start(task, 0, ++now_);
+    while (s->prefilling()) s->prefill(16);
+    ASSERT_EQ(s->history_size(), static_cast<int>(p.size()));
+    EXPECT_EQ(s->reusable(request(longer, kv)), static_cast<int>(p.size()));  // its own continuation
+    EXPECT_EQ(s->shareable(request(longer, kv)), kv.evicts() ? 0 : cut_prefix(p, longer));
+    s->release();
+  }
+  EXPECT_GT(cut_prefix(p, longer), 0);
+}
+
 // A token whose text is held back (here: every token, since the reply so far is always the start of
 // the stop string) still comes back with its id, in order, when no log probabilities are asked for.
 TEST_F(SlotReuse, TokensWhoseTextIsHeldStillReturnTheirIds) {

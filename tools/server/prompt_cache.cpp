@@ -4,15 +4,25 @@
 
 namespace slake::server {
 
-int usable_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt, bool cut) {
+namespace {
+size_t common_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt) {
   const size_t n = std::min(held.size(), prompt.size());
-  const size_t common = static_cast<size_t>(std::mismatch(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n), prompt.begin()).first -
-                                            held.begin());
-  if (common == held.size() && common < prompt.size()) return static_cast<int>(common);
-  if (!cut || prompt.size() <= static_cast<size_t>(kReevaluate)) return 0;
+  return static_cast<size_t>(std::mismatch(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(n), prompt.begin()).first -
+                             held.begin());
+}
+}  // namespace
+
+int cut_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt) {
+  if (prompt.size() <= static_cast<size_t>(kReevaluate)) return 0;
   // Cut on a multiple of kReevaluate: the kept rows then come from whole tiles of the prefill that
   // made them (a prompt's last piece, when shorter, goes through the one-row kernels).
-  return static_cast<int>(std::min(common, prompt.size() - kReevaluate) / kReevaluate * kReevaluate);
+  return static_cast<int>(std::min(common_prefix(held, prompt), prompt.size() - kReevaluate) / kReevaluate * kReevaluate);
+}
+
+int usable_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt, bool cut) {
+  const size_t common = common_prefix(held, prompt);
+  if (common == held.size() && common < prompt.size()) return static_cast<int>(common);
+  return cut ? cut_prefix(held, prompt) : 0;
 }
 
 namespace {

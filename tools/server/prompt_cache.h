@@ -23,6 +23,9 @@ constexpr int kReevaluate = 16;
 // extends it; where the cache can be cut back (`cut`), the longest common prefix, leaving at least
 // kReevaluate tokens to evaluate, rounded down to a multiple of kReevaluate. 0: none.
 int usable_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt, bool cut);
+// The prefix a cache that can be cut back serves when cut: the common prefix, leaving at least
+// kReevaluate tokens, on a multiple of kReevaluate (0: none).
+int cut_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt);
 
 struct CachedPrompt {
   std::vector<int32_t> tokens;  // what the state holds, in order

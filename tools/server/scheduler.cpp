@@ -109,7 +109,7 @@ PrefixSource Scheduler::best_source(const GenRequest& r, const Slot* to, int own
   if (!to->can_load()) return best;
   for (const auto& s : slots_) {
     if (s.get() == to || s->prefilling() || s->history().empty()) continue;
-    const int u = s->reusable(r);
+    const int u = s->shareable(r);
     if (u > best.usable) best = {&const_cast<Slot&>(*s).session(), nullptr, &s->history(), u};
   }
   int u = 0;

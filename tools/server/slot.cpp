@@ -45,6 +45,11 @@ std::unique_ptr<Session> Slot::make_session(const KvPolicyParams& kv) {
   return tools::make_session(backend_, model_, p);
 }
 
+int Slot::shareable(const GenRequest& r) const {
+  if (kv_ != r.kv || history_.empty() || !ctx_->can_truncate()) return 0;
+  return cut_prefix(history_, r.prompt);
+}
+
 int Slot::reusable(const GenRequest& r) const {
   if (kv_ != r.kv || history_.empty()) return 0;
   return usable_prefix(history_, r.prompt, ctx_->can_truncate());

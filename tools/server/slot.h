@@ -68,6 +68,11 @@ class Slot {
   // kReevaluate tokens are then prefilled as a fresh request's are (same chunks, same kernels), so
   // the reply is the one a fresh server gives.
   int reusable(const GenRequest& r) const;
+  // What this slot's cache serves another slot's request: only a cache that can be cut back, cut
+  // (cut_prefix). A history a prompt merely extends is a conversation's continuation for the slot
+  // that holds it; under an evicting policy another request that happens to extend it (a prompt
+  // still being prefilled beside it) must be prefilled whole, as a fresh request is.
+  int shareable(const GenRequest& r) const;
   // Takes a task, keeping what the cache serves of it, or taking `from` when that serves more
   // (another slot's cache or a saved prompt). A history it does not keep whole is first saved to
   // the prompt cache.
