@@ -11,7 +11,9 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'L', 'A', 'K', 'E', 'S', 'T', 'A'};
 
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+constexpr uint64_t kFnvBasis = 1469598103934665603ull;
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnvBasis) {
   const auto* p = static_cast<const unsigned char*>(data);
   for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
   return h;
@@ -43,7 +45,7 @@ void read_head(StateReader& r, StateFileHead& h) { r(h.model, h.n_ctx, h.n_batch
 }  // namespace
 
 uint64_t model_fingerprint(const Model& m) {
-  uint64_t h = fnv1a(m.vocab.tokens.data(), 0);
+  uint64_t h = kFnvBasis;
   for (const std::string& t : m.vocab.tokens) h = fnv1a(t.data(), t.size(), fnv1a_of(t.size(), h));
   for (const TensorView* w : m.weights()) {
     h = fnv1a(w->name.data(), w->name.size(), h);

@@ -19,6 +19,18 @@
 namespace slake {
 namespace {
 
+// snapkv's budgets with the SRE selector over a Taylor state (and SRE-mass when mass > 0).
+KvPolicyParams sre_snapkv(int budget, int window, double mass = 0.0) {
+  KvPolicyParams p;
+  p.policy = "snapkv";
+  p.compensate = "taylor";
+  p.selector = "sre";
+  p.sre_mass = mass;
+  p.budget = budget;
+  p.window = window;
+  return p;
+}
+
 struct Rows {
   int d;
   std::vector<std::vector<float>> k, v;  // [position][d]
@@ -159,13 +171,7 @@ TEST(Sre, SelectorKeepsAndEvictsAsTheFormulaSays) {
   const int n_heads = 4, n_kv = 2, d = 16, S = 60, steps = 16, C = 40, Sw = 4;
   for (double mass : {0.0, 0.5}) {
     SCOPED_TRACE(mass);
-    KvPolicyParams p;
-    p.policy = "snapkv";
-    p.compensate = "taylor";
-    p.selector = "sre";
-    p.sre_mass = mass;
-    p.budget = C;
-    p.window = Sw;
+    const KvPolicyParams p = sre_snapkv(C, Sw, mass);
     KvEvictor ev(p, 1, {n_heads, n_kv, d, 0});
     KvCache cache(1, n_kv, d, S + steps, 0, KvType::F32, KvType::F32);
     ThreadPool pool(2);
@@ -262,12 +268,7 @@ TEST(Sre, SelectorKeepsAndEvictsAsTheFormulaSays) {
 // against a state of itself would score 0 and evict the oldest).
 TEST(Sre, RowsUnscoredAtPrefillAreScoredTogether) {
   const int n_heads = 2, n_kv = 1, d = 16, S = 20, C = 16, Sw = 4;
-  KvPolicyParams p;
-  p.policy = "snapkv";
-  p.compensate = "taylor";
-  p.selector = "sre";
-  p.budget = C;
-  p.window = Sw;
+  const KvPolicyParams p = sre_snapkv(C, Sw);
   KvEvictor ev(p, 1, {n_heads, n_kv, d, 0});
   KvCache cache(1, n_kv, d, S + 1, 0, KvType::F32, KvType::F32);
   ThreadPool pool(2);

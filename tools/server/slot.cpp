@@ -45,6 +45,19 @@ std::unique_ptr<Session> Slot::make_session(const KvPolicyParams& kv) {
   return tools::make_session(backend_, model_, p);
 }
 
+void Slot::use_policy(const KvPolicyParams& kv) {
+  if (kv == kv_) return;
+  ctx_.reset();  // the old cache goes before the new one is reserved
+  try {
+    ctx_ = make_session(kv);
+  } catch (...) {  // a policy this backend lacks (cuda: h2o), or no memory: an empty slot of its old policy
+    ctx_ = make_session(kv_);
+    history_.clear();
+    throw;
+  }
+  kv_ = kv;
+}
+
 int Slot::shareable(const GenRequest& r) const {
   if (kv_ != r.kv || history_.empty() || !ctx_->can_truncate()) return 0;
   return cut_prefix(history_, r.prompt);
@@ -82,19 +95,14 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now, const
     mine_tokens = history_;
   }
   if (take) {
+    use_policy(r.kv);
     try {
-      if (kv_ != r.kv) {
-        ctx_.reset();
-        ctx_ = make_session(r.kv);
-        kv_ = r.kv;
-      }
       const bool loaded = from.live ? ctx_->copy_state_from(*from.live) : ctx_->restore_state(*from.saved->state);
       history_ = loaded ? *from.tokens : std::vector<int32_t>();
       reuse = loaded ? from.usable : 0;
       if (!loaded) drop_cache();
       if (loaded && from.saved && static_cast<size_t>(reuse) == r.prompt.size()) first_logits = from.saved->logits;
-    } catch (...) {  // no session (memory) or a half-copied cache: the slot is left empty, of a policy it can run
-      if (!ctx_) ctx_ = make_session(kv_);
+    } catch (...) {  // a half-copied cache: the slot is left empty
       drop_cache();
       throw;
     }
@@ -108,17 +116,7 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now, const
     }
   }
   if (reuse == 0) {
-    if (kv_ != r.kv) {
-      ctx_.reset();  // the old cache goes before the new one is reserved
-      try {
-        ctx_ = make_session(r.kv);
-      } catch (...) {  // a policy this backend lacks (cuda: h2o): the slot keeps one of its old policy
-        ctx_ = make_session(kv_);
-        history_.clear();
-        throw;
-      }
-      kv_ = r.kv;
-    }
+    use_policy(r.kv);
     drop_cache();
   }
   task_ = std::move(task);
@@ -317,18 +315,13 @@ int Slot::restore_file(const std::string& bytes) {
   const StateFileHead head = read_state_head(bytes);
   if (head.model != model_fingerprint(model_)) slake::fail("the file was saved with another model");
   if (!can_load()) slake::fail("restoring a slot needs the cpu backend");
+  use_policy(head.params);  // the file's policy, as the request that made it had
   try {
-    if (head.params != kv_) {  // the file's policy, as the request that made it had
-      ctx_.reset();
-      ctx_ = make_session(head.params);
-      kv_ = head.params;
-    }
     std::vector<int32_t> tokens;
     const auto st = read_state_file(bytes, *ctx_->cpu_context(), &tokens);
     ctx_->restore_state(*st);
     history_ = std::move(tokens);
   } catch (...) {
-    if (!ctx_) ctx_ = make_session(kv_);
     drop_cache();
     throw;
   }

@@ -78,7 +78,6 @@ class Slot {
   // the prompt cache.
   void start(std::shared_ptr<Task> task, size_t planned, uint64_t now, const PrefixSource& from = {});
   const std::vector<int32_t>& history() const { return history_; }
-  bool can_cut() const { return ctx_->can_truncate(); }
   // Whether this slot can take another's cache or a saved prompt (cpu sessions).
   bool can_load() const { return ctx_->cpu_context() != nullptr; }
   // Empties the cache of an idle slot (memory for other requests).
@@ -123,6 +122,10 @@ class Slot {
 
  private:
   std::unique_ptr<Session> make_session(const KvPolicyParams& kv);
+  // Rebuilds the session for `kv` (nothing when it runs it already), the old cache dropped first.
+  // A policy the backend lacks, or memory that is not there: the slot is left empty under its old
+  // policy, and this throws.
+  void use_policy(const KvPolicyParams& kv);
   void sample_and_emit();
   void finish(const std::string& reason);
   TokenLogprob logprob_of(int32_t token) const;
