@@ -244,16 +244,15 @@ void Scheduler::run_jobs() {
 
 void Scheduler::loop() {
   for (;;) {
+    const auto busy = [&] { return std::any_of(slots_.begin(), slots_.end(), [](auto& s) { return s->busy(); }); };
     {
       std::unique_lock<std::mutex> l(mu_);
-      const auto busy = [&] { return std::any_of(slots_.begin(), slots_.end(), [](auto& s) { return s->busy(); }); };
       if (!busy()) cv_.wait_for(l, std::chrono::milliseconds(100), [&] { return stop_ || !queue_.empty() || !jobs_.empty(); });
       if (stop_) break;
     }
     run_jobs();  // slot files, on idle slots, before anything new is admitted
     {
       std::unique_lock<std::mutex> l(mu_);
-      const auto busy = [&] { return std::any_of(slots_.begin(), slots_.end(), [](auto& s) { return s->busy(); }); };
       admit();
       stats_.queue_length = static_cast<int>(queue_.size());
       if (!busy()) continue;
