@@ -226,19 +226,24 @@ void Scheduler::run_jobs() {
     jobs.swap(jobs_);
   }
   for (auto& j : jobs) {
+    std::exception_ptr error;
     try {
       if (j->id < 0 || j->id >= static_cast<int>(slots_.size())) fail("no slot " + std::to_string(j->id));
       Slot& s = *slots_[static_cast<size_t>(j->id)];
       if (s.busy()) fail("slot " + std::to_string(j->id) + " is serving a request; retry when it is idle");
       j->run(s);
-      j->done.set_value();
     } catch (...) {
-      j->done.set_exception(std::current_exception());
+      error = std::current_exception();
     }
-  }
-  if (!jobs.empty()) {
-    std::lock_guard<std::mutex> l(mu_);
-    refresh_slot_stats();
+    // /slots reads the stats: they show the job's effect before its caller gets the answer.
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      refresh_slot_stats();
+    }
+    if (error)
+      j->done.set_exception(error);
+    else
+      j->done.set_value();
   }
 }
 
