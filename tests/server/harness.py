@@ -2,12 +2,14 @@
 to compare with. The server listens on 127.0.0.1 with --port 0 (a free port, read back from its
 log), and is stopped with SIGTERM at the end (killed if it does not stop within its time)."""
 import ctypes
+import json
 import os
 import re
 import signal
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 BIN = os.environ.get("SLAKE_BIN_DIR", "")
@@ -36,8 +38,10 @@ def _die_with_parent():
 
 class Server:
     def __init__(self, model, *args, timeout=30):
+        """`model`: -m; None for router mode (--models-dir or --models-preset in `args`)."""
         self.log = tempfile.NamedTemporaryFile(prefix="slake-server-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([os.path.join(BIN, "slake-server" + EMU), "-m", model, "--port", "0", *BACKEND_ARGS, *args],
+        self.proc = subprocess.Popen([os.path.join(BIN, "slake-server" + EMU), *(("-m", model) if model else ()), "--port", "0",
+                                      *BACKEND_ARGS, *args],
                                      stdout=subprocess.DEVNULL, stderr=self.log, preexec_fn=_die_with_parent)
         self.log.close()  # the server writes it; it is read back by name
         deadline = time.time() + timeout
@@ -62,6 +66,16 @@ class Server:
     def get(self, path):
         with urllib.request.urlopen(self.url + path, timeout=10) as r:
             return r.read().decode()
+
+    def call(self, path, body=None, timeout=120):
+        """(status, parsed JSON reply) of a GET (no body) or a POST of `body` as JSON; errors too."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
 
     def metric(self, name):
         """The value of an unlabelled metric, or of `name{label}` given whole."""

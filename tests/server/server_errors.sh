@@ -18,7 +18,8 @@ fails_with() {  # fails_with PATTERN ARGS...
   [ "$rc" -ne 0 ] && [ "$rc" -lt 124 ] && grep -q -- "$pattern" "$tmp/err"
 }
 
-check "no model" fails_with "model is required" --port 0
+check "no model" fails_with "give -m MODEL, or --models-dir" --port 0
+check "-m with --models-dir" fails_with "give one or the other" -m "$model" --models-dir /tmp --port 0
 check "a missing model file" fails_with "error: /nonexistent.gguf: no such file" -m /nonexistent.gguf --port 0
 check "an unknown KV policy" fails_with "error: .*nope" -m "$model" --kv-policy nope --port 0
 check "-np 0" fails_with "parallel" -m "$model" -np 0 --port 0

@@ -9,7 +9,6 @@ import os
 import shutil
 import tempfile
 import unittest
-import urllib.error
 import urllib.request
 
 from harness import BACKEND, SMOLLM2, STORIES, Server
@@ -19,12 +18,7 @@ FIRST = ("Once upon a time, there was a little girl named Lily. She loved to pla
 
 
 def post(server, path, body):
-    req = urllib.request.Request(server.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return server.call(path, body)
 
 
 def complete(server, prompt, n=16):

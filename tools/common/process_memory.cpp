@@ -24,6 +24,7 @@ size_t status_kib(const char* key) {
 
 size_t current_rss_bytes() { return status_kib("VmRSS") * 1024; }
 size_t peak_rss_bytes() { return status_kib("VmHWM") * 1024; }
+size_t anon_rss_bytes() { return status_kib("RssAnon") * 1024; }
 
 bool reset_peak_rss() {
   std::FILE* f = std::fopen("/proc/self/clear_refs", "w");

@@ -8,6 +8,7 @@ namespace slake::bench {
 
 size_t current_rss_bytes();  // VmRSS; 0 when unavailable
 size_t peak_rss_bytes();     // VmHWM; 0 when unavailable
+size_t anon_rss_bytes();     // RssAnon: resident memory not backed by a file; 0 when unavailable
 // Resets the peak to the current resident set; false when the kernel does not allow it (then the
 // peak is the process's since it started).
 bool reset_peak_rss();

@@ -506,20 +506,6 @@ void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
       });
 }
 
-// A value of the query string (?a=b&c=d); "" when absent.
-std::string query_value(const std::string& target, const std::string& key) {
-  const size_t q = target.find('?');
-  if (q == std::string::npos) return "";
-  size_t at = q + 1;
-  while (at <= target.size()) {
-    const size_t end = std::min(target.find('&', at), target.size());
-    const std::string pair = target.substr(at, end - at);
-    if (pair.compare(0, key.size() + 1, key + "=") == 0) return pair.substr(key.size() + 1);
-    at = end + 1;
-  }
-  return "";
-}
-
 // llama-server's slot actions (POST /slots/N?action=save|restore|erase): a slot's state to a file
 // of --slot-save-path (slake/state_file.h), back, or dropped. The slot must be idle.
 void slot_action(int id, const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
@@ -594,6 +580,35 @@ json read_tokens(const json& body, int n_vocab) {
 }
 
 }  // namespace
+
+std::string query_value(const std::string& target, const std::string& key) {
+  const size_t q = target.find('?');
+  if (q == std::string::npos) return "";
+  const auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  size_t at = q + 1;
+  while (at <= target.size()) {
+    const size_t end = std::min(target.find('&', at), target.size());
+    if (target.compare(at, key.size() + 1, key + "=") == 0) {
+      std::string v;
+      for (size_t i = at + key.size() + 1; i < end; ++i) {
+        const char c = target[i];
+        if (c == '+') {
+          v += ' ';
+        } else if (c == '%' && i + 2 < end && hex(target[i + 1]) >= 0 && hex(target[i + 2]) >= 0) {
+          v += static_cast<char>(hex(target[i + 1]) * 16 + hex(target[i + 2]));
+          i += 2;
+        } else {
+          v += c;
+        }
+      }
+      return v;
+    }
+    at = end + 1;
+  }
+  return "";
+}
 
 OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
   // Memory a large request used goes back to the system: buffers of 8 MiB and more are mapped on
@@ -749,16 +764,11 @@ std::string allowed_origin(const HttpRequest& head, const std::vector<std::strin
 
 }  // namespace
 
-HttpHeaders OpenAiService::reply_headers(const HttpRequest& head) const {
-  const std::string origin = allowed_origin(head, env_.cors_origins);
-  if (origin.empty()) return {};
-  return {{"Access-Control-Allow-Origin", origin}, {"Vary", "Origin"}};
-}
-
-std::optional<HttpResponse> OpenAiService::check_head(const HttpRequest& head) {
+std::optional<HttpResponse> check_access(const HttpRequest& head, const std::string& api_key,
+                                         const std::vector<std::string>& cors_origins, bool open, HttpCounters& counters) {
   // A browser's preflight comes without the key: answered before the key is checked.
   if (head.method == "OPTIONS") {
-    if (allowed_origin(head, env_.cors_origins).empty())
+    if (allowed_origin(head, cors_origins).empty())
       return json_response(ApiError(403, "this origin may not call the API (--cors-origins)", "invalid_request_error", "",
                                     "origin_not_allowed").body(), 403);
     const std::string* asked = head.header("Access-Control-Request-Headers");
@@ -767,25 +777,38 @@ std::optional<HttpResponse> OpenAiService::check_head(const HttpRequest& head) {
                          {"Access-Control-Allow-Headers", asked ? *asked : "Authorization, Content-Type, x-api-key"},
                          {"Access-Control-Max-Age", "600"}}};
   }
-  // The health checks and the chat page need no key (the page asks for it and sends it with its calls).
-  const bool open = head.path == "/health" || head.path == "/v1/health" || (env_.webui && head.path == "/" && head.method == "GET");
-  if (!env_.api_key.empty() && !open) {
+  if (!api_key.empty() && !open) {
     // "Authorization: Bearer KEY" (OpenAI's clients), or "x-api-key: KEY" (Anthropic's).
     const std::string* bearer = head.header("Authorization");
     const std::string* x_key = head.header("x-api-key");
     const std::string given = bearer ? *bearer : x_key ? "Bearer " + *x_key : "";
     const std::string* auth = bearer || x_key ? &given : nullptr;
-    const std::string want = "Bearer " + env_.api_key;
+    const std::string want = "Bearer " + api_key;
     // Compared in time that does not depend on where the key first differs.
     unsigned diff = auth == nullptr || auth->size() != want.size();
     for (size_t i = 0; auth != nullptr && i < std::min(auth->size(), want.size()); ++i)
       diff |= static_cast<unsigned char>((*auth)[i] ^ want[i]);
     if (diff) {
-      ++env_.counters.unauthorized;
+      ++counters.unauthorized;
       return json_response(ApiError(401, "invalid API key: send 'Authorization: Bearer KEY' with the server's --api-key",
                                     "authentication_error", "", "invalid_api_key").body(), 401);
     }
   }
+  return std::nullopt;
+}
+
+HttpHeaders cors_headers(const HttpRequest& head, const std::vector<std::string>& cors_origins) {
+  const std::string origin = allowed_origin(head, cors_origins);
+  if (origin.empty()) return {};
+  return {{"Access-Control-Allow-Origin", origin}, {"Vary", "Origin"}};
+}
+
+HttpHeaders OpenAiService::reply_headers(const HttpRequest& head) const { return cors_headers(head, env_.cors_origins); }
+
+std::optional<HttpResponse> OpenAiService::check_head(const HttpRequest& head) {
+  // The health checks and the chat page need no key (the page asks for it and sends it with its calls).
+  const bool open = head.path == "/health" || head.path == "/v1/health" || (env_.webui && head.path == "/" && head.method == "GET");
+  if (auto refused = check_access(head, env_.api_key, env_.cors_origins, open, env_.counters)) return refused;
   if (find(head)) return std::nullopt;
   std::string allow;
   for (const Route& r : routes_)

@@ -16,6 +16,7 @@
 // request without it is answered 401 before its body is read.
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,16 @@ struct ServerEnv {
   bool webui = true;                           // the chat page at / (--no-webui: none)
   std::string slot_save_path = "";             // slot state files (--slot-save-path; "": none)
 };
+
+// The API key and CORS checks of a request's head, before its body: an OPTIONS preflight is
+// answered (204, or 403 for an origin not in `cors_origins`); without the key (`api_key` not "",
+// the path not `open`) a 401. nullopt: the request goes on.
+std::optional<HttpResponse> check_access(const HttpRequest& head, const std::string& api_key,
+                                         const std::vector<std::string>& cors_origins, bool open, HttpCounters& counters);
+// Access-Control-Allow-Origin for an origin in `cors_origins`.
+HttpHeaders cors_headers(const HttpRequest& head, const std::vector<std::string>& cors_origins);
+// The value of `key` in the target's query string (?a=b&c=d), percent-decoded; "" when absent.
+std::string query_value(const std::string& target, const std::string& key);
 
 class OpenAiService final : public HttpService {
  public:

@@ -54,4 +54,19 @@ std::string prometheus_text(const SchedulerStats& s, const SchedulerConfig& cfg,
   return o.str();
 }
 
+std::string router_prometheus_text(const RouterStats& r) {
+  std::ostringstream o;
+  o.precision(12);
+  metric(o, "slake_models_loaded", "gauge", "models loaded", r.loaded);
+  metric(o, "slake_models_max", "gauge", "models that may be loaded at once (--models-max; 0: no limit)", r.models_max);
+  metric(o, "slake_models_planned_bytes", "gauge", "memory the loaded models plan: weights, KV caches, prompt caches",
+         static_cast<double>(r.planned_bytes));
+  metric(o, "slake_models_memory_limit_bytes", "gauge", "--models-memory (0: no limit)", static_cast<double>(r.memory_limit_bytes));
+  metric(o, "slake_model_loads_total", "counter", "models loaded", static_cast<double>(r.loads));
+  metric(o, "slake_model_unloads_total", "counter", "models unloaded, on request or to make room", static_cast<double>(r.unloads));
+  metric(o, "slake_process_resident_bytes", "gauge", "resident memory (VmRSS)", static_cast<double>(bench::current_rss_bytes()));
+  metric(o, "slake_process_peak_resident_bytes", "gauge", "peak resident memory (VmHWM)", static_cast<double>(bench::peak_rss_bytes()));
+  return o.str();
+}
+
 }  // namespace slake::server

@@ -19,4 +19,13 @@ struct HttpCounters {
 
 std::string prometheus_text(const SchedulerStats& s, const SchedulerConfig& cfg, const HttpCounters& http);
 
+// Router mode's own gauges (model_router.h): the models loaded and what they plan.
+struct RouterStats {
+  int loaded = 0, models_max = 0;
+  size_t planned_bytes = 0, memory_limit_bytes = 0;
+  uint64_t loads = 0, unloads = 0;
+};
+
+std::string router_prometheus_text(const RouterStats& r);
+
 }  // namespace slake::server

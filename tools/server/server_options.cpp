@@ -21,7 +21,7 @@ std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<
 
 void add_server_flags(CLI::App& app, ServerOptions& o) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("-m,--model", o.model_path, "GGUF file or Hugging Face model directory")->required();
+  app.add_option("-m,--model", o.model_path, "GGUF file or Hugging Face model directory (none: router mode, --models-dir)");
   app.add_option("-a,--alias", o.alias, "the model's names in the API, comma-separated; the first is its id (default: the file name of -m)");
   app.add_option("-c,--ctx-size", o.n_ctx,
                  "context size in tokens of all slots together, split evenly over them as llama-server splits it "
@@ -96,11 +96,47 @@ void add_server_flags(CLI::App& app, ServerOptions& o) {
       ->capture_default_str();
   app.add_option("--reasoning-budget", o.reasoning_budget, "-1: think freely; 0: no thinking (enable_thinking = false)")
       ->capture_default_str();
+  app.add_option("--models-dir", o.models_dir,
+                 "router mode (no -m): serve the models of this folder, each .gguf file or model folder by its name");
+  app.add_option("--models-preset", o.models_preset,
+                 "router mode (no -m): an INI file of models and their flags, as llama-server's presets");
+  app.add_option("--models-max", o.models_max, "router mode: models loaded at once; the least recently used idle one "
+                                               "is unloaded to load another (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--models-memory", o.models_memory_mib,
+                 "router mode: MiB the loaded models may plan together (weights, KV caches, prompt caches); idle "
+                 "ones are unloaded, least recently used first, to load another (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--models-autoload,!--no-models-autoload", o.models_autoload,
+               "router mode: load a model on its first request (default); without, POST /models/load first");
   tools::add_kv_flags(app, o.kv);
   tools::add_backend_flag(app, o.backend);
 }
 
+ServerOptions parse_server_args(const std::vector<std::string>& args, std::vector<std::string>* notes) {
+  std::vector<std::string> all = {"slake-server"};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  CLI::App app;
+  ServerOptions o;
+  add_server_flags(app, o);
+  try {
+    std::vector<std::string> parsed = llama_cpp_spellings(static_cast<int>(argv.size()), argv.data(), notes);
+    app.parse(parsed);
+  } catch (const CLI::ParseError& e) {
+    fail(e.what());
+  }
+  check_options(app, o);
+  return o;
+}
+
 void check_options(const CLI::App& app, ServerOptions& o) {
+  const bool router = !o.models_dir.empty() || !o.models_preset.empty();
+  if (o.model_path.empty() && !router)
+    fail("give -m MODEL, or --models-dir DIR / --models-preset FILE to serve several models (router mode)");
   tools::finish_kv_flags(app, o.kv);
   tools::check_backend(o.backend);
   tools::kv_types_for_backend(o.kv.params, o.backend);

@@ -42,6 +42,12 @@ struct ServerOptions {
   std::string slot_save_path;             // a directory for POST /slots/N?action=save|restore ("": off)
   tools::KvFlags kv;
   std::string backend = "cpu";  // --backend: where the slots run
+  // Router mode (no -m; model_router.h, model_catalog.h).
+  std::string models_dir;
+  std::string models_preset;
+  int models_max = 4;            // loaded at once; 0: no limit
+  double models_memory_mib = 0;  // weights and caches the loaded models plan together; 0: no limit
+  bool models_autoload = true;
 };
 
 // The arguments with llama-server's one-dash spellings (-np, -ctk, -ctv) in their long forms, in
@@ -50,6 +56,10 @@ struct ServerOptions {
 std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<std::string>* notes);
 
 void add_server_flags(CLI::App& app, ServerOptions& o);
+
+// slake-server's arguments (without the program's name, in command-line order) parsed and checked
+// as its command line is. Throws slake::Error.
+ServerOptions parse_server_args(const std::vector<std::string>& args, std::vector<std::string>* notes);
 
 // Checks that need no model, after parsing: the KV flags, the ranges. Throws slake::Error.
 void check_options(const CLI::App& app, ServerOptions& o);
