@@ -63,7 +63,17 @@ class Reasoning(unittest.TestCase):
                 if stream:
                     events = list(client.responses.create(stream=True, **kwargs))
                     r = events[-1].response
-                    self.assertIn("response.reasoning_text.done", [e.type for e in events])
+                    types = [e.type for e in events]
+                    # Streamed as generated: the reasoning item's deltas, closed, then the message's.
+                    runs = [t for i, t in enumerate(types) if i == 0 or types[i - 1] != t]
+                    self.assertEqual(runs[:8], ["response.created", "response.in_progress", "response.output_item.added",
+                                                "response.reasoning_text.delta", "response.reasoning_text.done",
+                                                "response.output_item.done", "response.output_item.added",
+                                                "response.content_part.added"])
+                    self.assertGreater(types.count("response.reasoning_text.delta"), 1)
+                    self.assertEqual([e.sequence_number for e in events], list(range(len(events))))
+                    deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+                    self.assertEqual(deltas, want.reasoning_content)
                 else:
                     r = client.responses.create(**kwargs)
                 self.assertEqual(r.output[0].type, "reasoning")

@@ -299,8 +299,7 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
   // takes the next sequence number.
   std::string out = response_event({{"type", "response.created"}, {"response", start}}, seq);
   out += response_event({{"type", "response.in_progress"}, {"response", start}}, seq);
-  // The text streams as it comes when it is all the reply is (with tools, below); a reasoning split
-  // is known only at the end, so then the reply is held.
+  // The text streams as it comes when it is all the reply is (with tools or reasoning, below).
   const bool live = !req.tools.active() && !req.reasoning;
   if (live) {
     out += response_event({{"type", "response.output_item.added"}, {"output_index", 0},
@@ -309,11 +308,15 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
     out += response_event({{"type", "response.content_part.added"}, {"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
                            {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}}, seq);
   }
-  // With tools (and no reasoning split), the reply goes through a ToolCallStream: message items
-  // and function_call items (their arguments in function_call_arguments.delta parts) as they are
-  // read; the response's output is then the items streamed.
+  // Otherwise the reply streams as output items: a thinking model's reasoning first, as a reasoning
+  // item (response.reasoning_text.delta parts), then its answer, through a ToolCallStream with
+  // tools: message items and function_call items (their arguments in
+  // function_call_arguments.delta parts) as they are read. The response's output is then the
+  // items streamed.
   std::optional<ToolCallStream> tools;
-  if (req.tools.active() && !req.reasoning) tools.emplace(req.tools);
+  if (req.tools.active()) tools.emplace(req.tools);
+  std::optional<ReasoningSplitter> split;
+  if (req.reasoning) split.emplace(req.think_open);
   json items = json::array();  // the output streamed so far; the last one open until `closed`
   bool closed = true;
   const auto close_item = [&](std::string& o) {
@@ -321,8 +324,11 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
     closed = true;
     json& item = items.back();
     const size_t i = items.size() - 1;
-    item["status"] = "completed";
-    if (item["type"] == "message") {
+    if (item["type"] != "reasoning") item["status"] = "completed";
+    if (item["type"] == "reasoning") {
+      o += response_event({{"type", "response.reasoning_text.done"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
+                           {"text", item["content"][0]["text"]}}, seq);
+    } else if (item["type"] == "message") {
       const json part = item["content"][0];
       o += response_event({{"type", "response.output_text.done"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
                            {"text", part["text"]}}, seq);
@@ -339,8 +345,8 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
     items.push_back(item);
     closed = false;
     const size_t i = items.size() - 1;
-    item["status"] = "in_progress";
-    if (item["type"] == "message") item["content"] = json::array();
+    if (item["type"] != "reasoning") item["status"] = "in_progress";
+    if (item["type"] != "function_call") item["content"] = json::array();
     o += response_event({{"type", "response.output_item.added"}, {"output_index", i}, {"item", item}}, seq);
     if (item["type"] == "message")
       o += response_event({{"type", "response.content_part.added"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
@@ -366,16 +372,39 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
                            {"delta", e.text}}, seq);
     }
   };
+  const auto reasoning_text = [&](std::string& o, const std::string& t) {
+    if (t.empty()) return;
+    if (closed || items.back()["type"] != "reasoning")
+      open_item(o, {{"type", "reasoning"}, {"id", "rs_" + id}, {"summary", json::array()},
+                    {"content", json::array({{{"type", "reasoning_text"}, {"text", ""}}})}});
+    json& item = items.back();
+    item["content"][0]["text"] = item["content"][0]["text"].get<std::string>() + t;
+    o += response_event({{"type", "response.reasoning_text.delta"}, {"item_id", item["id"]}, {"output_index", items.size() - 1},
+                         {"content_index", 0}, {"delta", t}}, seq);
+  };
+  // The answer's text, not live: to the ToolCallStream, or a message item.
+  const auto answer = [&](std::string& o, const std::string& t) {
+    if (tools) {
+      for (const ToolStreamEvent& e : tools->push(t)) tool_event(o, e);
+    } else if (!t.empty()) {
+      tool_event(o, ToolStreamEvent{ToolStreamEvent::Content, t});
+    }
+  };
   std::vector<Piece> all;
   stream_task(
       *task, reply, std::move(out),
       [&](std::vector<Piece>& pieces, std::string& o) {
         for (const Piece& p : pieces) {
-          if (tools) {
-            for (const ToolStreamEvent& e : tools->push(p.text)) tool_event(o, e);
-          } else if (live && !p.text.empty()) {
-            o += response_event({{"type", "response.output_text.delta"}, {"item_id", msg_id}, {"output_index", 0},
-                                 {"content_index", 0}, {"delta", p.text}}, seq);
+          if (live) {
+            if (!p.text.empty())
+              o += response_event({{"type", "response.output_text.delta"}, {"item_id", msg_id}, {"output_index", 0},
+                                   {"content_index", 0}, {"delta", p.text}}, seq);
+          } else if (split) {
+            const auto [reasoning, content] = split->push(p.text);
+            reasoning_text(o, reasoning);
+            answer(o, content);
+          } else {
+            answer(o, p.text);
           }
           all.push_back(p);
         }
@@ -386,18 +415,24 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
           return;
         }
         json r = response_object(rb.full(all, *task), http.body);
-        if (tools) {
-          for (const ToolStreamEvent& e : tools->finish()) tool_event(o, e);
+        if (!live) {
+          if (split) {
+            const auto [reasoning, content] = split->flush();
+            reasoning_text(o, reasoning);
+            answer(o, content);
+          }
+          if (tools)
+            for (const ToolStreamEvent& e : tools->finish()) tool_event(o, e);
           close_item(o);
           r["output"] = items;  // what was streamed, ids and all
           o += response_event({{"type", r["status"] == "completed" ? "response.completed" : "response.incomplete"}, {"response", r}}, seq);
           return;
         }
-        if (live && (r["output"].empty() || r["output"][0]["type"] != "message"))  // an empty reply still has its message
+        if (r["output"].empty() || r["output"][0]["type"] != "message")  // an empty reply still has its message
           r["output"].insert(r["output"].begin(), json{{"type", "message"}, {"id", msg_id}, {"status", "completed"}, {"role", "assistant"},
                                                      {"content", json::array({{{"type", "output_text"}, {"text", ""},
                                                                                {"annotations", json::array()}}})}});
-        for (const json& e : response_item_events(r, live)) o += response_event(e, seq);
+        for (const json& e : response_text_done_events(r)) o += response_event(e, seq);
       });
 }
 
@@ -418,51 +453,60 @@ void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
                                                                    {"stop_reason", nullptr}, {"stop_sequence", nullptr},
                                                                    {"usage", usage0}}}});
   // Text streams as it comes; with tools, through a ToolCallStream: text blocks and tool_use
-  // blocks (input_json_delta parts) as they are read. With a reasoning split the reply is held
-  // (the end of the reasoning is known only whole).
-  const bool hold = req.reasoning;
+  // blocks (input_json_delta parts) as they are read. A thinking model's reasoning streams first,
+  // as a thinking block (thinking_delta parts, then an empty signature_delta).
   std::optional<ToolCallStream> tools;
-  if (req.tools.active() && !hold) tools.emplace(req.tools);
-  int open = -1, next = 0;  // the block open (-1: none), the next block's index
-  bool open_text = false;
+  if (req.tools.active()) tools.emplace(req.tools);
+  std::optional<ReasoningSplitter> split;
+  if (req.reasoning) split.emplace(req.think_open);
+  enum class Block { None, Text, Thinking, ToolUse };
+  Block open = Block::None;
+  int index = -1, next = 0;  // the open block's index, the next block's
   const auto close = [&](std::string& o) {
-    if (open >= 0) o += anthropic_event("content_block_stop", {{"index", open}});
-    open = -1;
+    if (open == Block::Thinking)
+      o += anthropic_event("content_block_delta", {{"index", index}, {"delta", {{"type", "signature_delta"}, {"signature", ""}}}});
+    if (open != Block::None) o += anthropic_event("content_block_stop", {{"index", index}});
+    open = Block::None;
   };
-  const auto start_text = [&](std::string& o) {
-    if (open >= 0 && open_text) return;
+  const auto start = [&](std::string& o, Block kind, const json& block) {
     close(o);
-    open = next++;
-    open_text = true;
-    o += anthropic_event("content_block_start", {{"index", open}, {"content_block", {{"type", "text"}, {"text", ""}}}});
+    open = kind;
+    index = next++;
+    o += anthropic_event("content_block_start", {{"index", index}, {"content_block", block}});
   };
   const auto text = [&](std::string& o, const std::string& t) {
     if (t.empty()) return;
-    start_text(o);
-    o += anthropic_event("content_block_delta", {{"index", open}, {"delta", {{"type", "text_delta"}, {"text", t}}}});
+    if (open != Block::Text) start(o, Block::Text, {{"type", "text"}, {"text", ""}});
+    o += anthropic_event("content_block_delta", {{"index", index}, {"delta", {{"type", "text_delta"}, {"text", t}}}});
+  };
+  const auto thinking = [&](std::string& o, const std::string& t) {
+    if (t.empty()) return;
+    if (open != Block::Thinking) start(o, Block::Thinking, {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+    o += anthropic_event("content_block_delta", {{"index", index}, {"delta", {{"type", "thinking_delta"}, {"thinking", t}}}});
   };
   const auto event = [&](std::string& o, const ToolStreamEvent& e) {
     if (e.kind == ToolStreamEvent::Content) return text(o, e.text);
-    if (e.kind == ToolStreamEvent::CallStart) {
-      close(o);
-      open = next++;
-      open_text = false;
-      o += anthropic_event("content_block_start", {{"index", open}, {"content_block", {{"type", "tool_use"}, {"id", "toolu_" + e.id},
-                                                                                         {"name", e.name}, {"input", json::object()}}}});
-      return;
-    }
-    o += anthropic_event("content_block_delta", {{"index", open}, {"delta", {{"type", "input_json_delta"}, {"partial_json", e.text}}}});
+    if (e.kind == ToolStreamEvent::CallStart)
+      return start(o, Block::ToolUse, {{"type", "tool_use"}, {"id", "toolu_" + e.id}, {"name", e.name}, {"input", json::object()}});
+    o += anthropic_event("content_block_delta", {{"index", index}, {"delta", {{"type", "input_json_delta"}, {"partial_json", e.text}}}});
   };
-  if (!hold && !tools) start_text(out);
+  // The answer's text: to the ToolCallStream, or a text block.
+  const auto answer = [&](std::string& o, const std::string& t) {
+    if (!tools) return text(o, t);
+    for (const ToolStreamEvent& e : tools->push(t)) event(o, e);
+  };
+  if (!tools && !split) start(out, Block::Text, {{"type", "text"}, {"text", ""}});
   std::vector<Piece> all;
   stream_task(
       *task, reply, std::move(out),
       [&](std::vector<Piece>& pieces, std::string& o) {
         for (const Piece& p : pieces) {
-          if (tools) {
-            for (const ToolStreamEvent& e : tools->push(p.text)) event(o, e);
-          } else if (!hold) {
-            text(o, p.text);
+          if (split) {
+            const auto [reasoning, content] = split->push(p.text);
+            thinking(o, reasoning);
+            answer(o, content);
+          } else {
+            answer(o, p.text);
           }
           all.push_back(p);
         }
@@ -472,34 +516,18 @@ void messages(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
           o += anthropic_event("error", {{"error", anthropic_error(ApiError(500, task->error(), "server_error"))["error"]}});
           return;
         }
+        if (split) {
+          const auto [reasoning, content] = split->flush();
+          thinking(o, reasoning);
+          answer(o, content);
+        }
         if (tools)
           for (const ToolStreamEvent& e : tools->finish()) event(o, e);
-        if (!hold) {
-          if (next == 0) start_text(o);  // an empty reply still has its text block
-          close(o);
-        }
+        if (next == 0) start(o, Block::Text, {{"type", "text"}, {"text", ""}});  // an empty reply still has its text block
+        close(o);
         const json m = anthropic_message(rb.full(all, *task), task->stop_word());
         json stop = m["stop_reason"];
         if (tools && tools->calls() > 0 && stop != "max_tokens") stop = "tool_use";  // as the blocks streamed say
-        if (hold) {
-          for (size_t i = 0; i < m["content"].size(); ++i) {
-            const json& b = m["content"][i];
-            if (b["type"] == "text") {
-              o += anthropic_event("content_block_start", {{"index", i}, {"content_block", {{"type", "text"}, {"text", ""}}}});
-              o += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "text_delta"}, {"text", b["text"]}}}});
-            } else if (b["type"] == "thinking") {
-              o += anthropic_event("content_block_start",
-                                   {{"index", i}, {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
-              o += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "thinking_delta"}, {"thinking", b["thinking"]}}}});
-              o += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "signature_delta"}, {"signature", ""}}}});
-            } else {
-              o += anthropic_event("content_block_start", {{"index", i}, {"content_block", {{"type", "tool_use"}, {"id", b["id"]},
-                                                                                               {"name", b["name"]}, {"input", json::object()}}}});
-              o += anthropic_event("content_block_delta", {{"index", i}, {"delta", {{"type", "input_json_delta"}, {"partial_json", b["input"].dump()}}}});
-            }
-            o += anthropic_event("content_block_stop", {{"index", i}});
-          }
-        }
         o += anthropic_event("message_delta", {{"delta", {{"stop_reason", stop}, {"stop_sequence", m["stop_sequence"]}}},
                                                {"usage", {{"output_tokens", m["usage"]["output_tokens"]}}}});
         o += anthropic_event("message_stop", json::object());

@@ -196,48 +196,15 @@ json response_object(const json& c, const std::string& request_body) {
             {"total_tokens", c["usage"]["total_tokens"]}}}};
 }
 
-std::vector<json> response_item_events(const json& response, bool text_streamed) {
+std::vector<json> response_text_done_events(const json& response) {
   std::vector<json> ev;
-  const json& output = response["output"];
-  for (size_t i = 0; i < output.size(); ++i) {
-    const json& item = output[i];
-    if (item["type"] == "reasoning") {
-      json added = item;
-      added["content"] = json::array();
-      ev.push_back({{"type", "response.output_item.added"}, {"output_index", i}, {"item", added}});
-      const json& text = item["content"][0]["text"];
-      ev.push_back({{"type", "response.reasoning_text.delta"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
-                    {"delta", text}});
-      ev.push_back({{"type", "response.reasoning_text.done"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
-                    {"text", text}});
-    } else if (item["type"] == "message") {
-      const json part = item["content"][0];
-      if (!text_streamed) {
-        json added = item;
-        added["status"] = "in_progress";
-        added["content"] = json::array();
-        ev.push_back({{"type", "response.output_item.added"}, {"output_index", i}, {"item", added}});
-        ev.push_back({{"type", "response.content_part.added"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
-                      {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
-        ev.push_back({{"type", "response.output_text.delta"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
-                      {"delta", part["text"]}});
-      }
-      ev.push_back({{"type", "response.output_text.done"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
-                    {"text", part["text"]}});
-      ev.push_back({{"type", "response.content_part.done"}, {"item_id", item["id"]}, {"output_index", i}, {"content_index", 0},
-                    {"part", part}});
-    } else {
-      json added = item;
-      added["status"] = "in_progress";
-      added["arguments"] = "";
-      ev.push_back({{"type", "response.output_item.added"}, {"output_index", i}, {"item", added}});
-      ev.push_back({{"type", "response.function_call_arguments.delta"}, {"item_id", item["id"]}, {"output_index", i},
-                    {"delta", item["arguments"]}});
-      ev.push_back({{"type", "response.function_call_arguments.done"}, {"item_id", item["id"]}, {"output_index", i},
-                    {"arguments", item["arguments"]}});
-    }
-    ev.push_back({{"type", "response.output_item.done"}, {"output_index", i}, {"item", item}});
-  }
+  const json& item = response["output"][0];
+  const json part = item["content"][0];
+  ev.push_back({{"type", "response.output_text.done"}, {"item_id", item["id"]}, {"output_index", 0}, {"content_index", 0},
+                {"text", part["text"]}});
+  ev.push_back({{"type", "response.content_part.done"}, {"item_id", item["id"]}, {"output_index", 0}, {"content_index", 0},
+                {"part", part}});
+  ev.push_back({{"type", "response.output_item.done"}, {"output_index", 0}, {"item", item}});
   ev.push_back({{"type", response["status"] == "completed" ? "response.completed" : "response.incomplete"}, {"response", response}});
   return ev;
 }

@@ -19,10 +19,10 @@ std::string responses_to_chat(const std::string& body);
 // `status`: "completed", or "in_progress" for response.created's copy (no output yet).
 nlohmann::json response_object(const nlohmann::json& completion, const std::string& request_body);
 
-// The events that stream `response` (a finished response object) after response.created: its
-// output items, each added, filled and done, and response.completed. `text_streamed`: the
-// message's text went out already as deltas (only its done events remain).
-std::vector<nlohmann::json> response_item_events(const nlohmann::json& response, bool text_streamed);
+// The events that end a streamed text reply whose message item (the only output of `response`, a
+// finished response object) was added and its text sent as deltas: the text, part and item done,
+// then response.completed (or .incomplete).
+std::vector<nlohmann::json> response_text_done_events(const nlohmann::json& response);
 
 // One server-sent event, "event: TYPE\ndata: JSON\n\n", with the stream's sequence_number.
 std::string response_event(nlohmann::json event, int& sequence);
