@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "anthropic.h"
@@ -609,6 +610,18 @@ json read_tokens(const json& body, int n_vocab) {
 
 }  // namespace
 
+bool model_endpoint(const std::string& method, const std::string& path) {
+  static const std::set<std::pair<std::string, std::string>> endpoints = {
+      {"POST", "/v1/chat/completions"}, {"POST", "/chat/completions"}, {"POST", "/v1/completions"}, {"POST", "/completion"},
+      {"POST", "/completions"}, {"POST", "/v1/embeddings"}, {"GET", "/slots"}, {"POST", "/apply-template"}, {"GET", "/props"},
+      {"GET", "/v1/models"}, {"GET", "/models"}, {"POST", "/v1/responses"}, {"POST", "/responses"}, {"POST", "/v1/messages"},
+      {"POST", "/v1/messages/count_tokens"}, {"GET", "/"}, {"GET", "/health"}, {"GET", "/v1/health"}, {"GET", "/metrics"},
+      {"POST", "/tokenize"}, {"POST", "/detokenize"}};
+  if (method == "POST" && path.rfind("/slots/", 0) == 0 && path.size() > 7 && path.size() <= 10)
+    return path.find_first_not_of("0123456789", 7) == std::string::npos;
+  return endpoints.count({method, path}) > 0;
+}
+
 std::string query_value(const std::string& target, const std::string& key) {
   const size_t q = target.find('?');
   if (q == std::string::npos) return "";
@@ -646,6 +659,7 @@ OpenAiService::OpenAiService(ServerEnv& env) : env_(env) {
   // layer returns the heaps' free pages after a body over 1 MiB.
   mallopt(M_MMAP_THRESHOLD, 8 << 20);
   const auto add = [this](const char* method, const char* path, bool quick, auto&& f) {
+    if (!model_endpoint(method, path)) throw std::logic_error(std::string("model_endpoint does not list ") + method + " " + path);
     routes_.push_back({method, path, quick, std::forward<decltype(f)>(f)});
   };
   for (const char* path : {"/v1/chat/completions", "/chat/completions"})

@@ -51,6 +51,9 @@ std::optional<HttpResponse> check_access(const HttpRequest& head, const std::str
                                          const std::vector<std::string>& cors_origins, bool open, HttpCounters& counters);
 // Access-Control-Allow-Origin for an origin in `cors_origins`.
 HttpHeaders cors_headers(const HttpRequest& head, const std::vector<std::string>& cors_origins);
+// Whether a model's endpoints (OpenAiService) include `method` `path` (POST /slots/N for any N), so
+// that router mode can refuse an unknown endpoint before it loads a model for it.
+bool model_endpoint(const std::string& method, const std::string& path);
 // The value of `key` in the target's query string (?a=b&c=d), percent-decoded; "" when absent.
 std::string query_value(const std::string& target, const std::string& key);
 

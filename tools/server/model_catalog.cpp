@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 
+#include "server_options.h"
 #include "slake/error.h"
 
 namespace slake::server {
@@ -23,22 +24,20 @@ bool is_model_file(const fs::path& p) {
   return ends_with(name, ".gguf") && name.rfind("mmproj", 0) != 0;
 }
 
-// The model a folder of --models-dir holds: itself (Hugging Face), its one .gguf file, or the first
-// shard of a split file; "" when it holds none.
+// The model a folder of --models-dir holds: itself (Hugging Face) or its one .gguf file; "" when
+// it holds none. Throws for several files (split GGUF files are not read).
 std::string model_in_folder(const fs::path& dir) {
   if (fs::exists(dir / "config.json")) return dir.string();
   std::vector<std::string> files;
   for (const auto& f : fs::directory_iterator(dir))
     if (f.is_regular_file() && is_model_file(f.path())) files.push_back(f.path().string());
-  std::sort(files.begin(), files.end());
-  if (files.empty()) return "";
-  if (files.size() > 1 && files.front().find("-00001-of-") == std::string::npos)
+  if (files.size() > 1)
     fail(dir.string() + " holds " + std::to_string(files.size()) +
-         " .gguf files: a folder of --models-dir holds one model (one file, or the shards of one)");
-  return files.front();
+         " .gguf files: a folder of --models-dir holds one model in one file (split GGUF files are not read)");
+  return files.empty() ? "" : files.front();
 }
 
-std::vector<ModelEntry> models_in_dir(const std::string& dir) {
+std::vector<ModelEntry> models_in_dir(const std::string& dir, std::vector<std::string>* notes) {
   std::vector<ModelEntry> out;
   if (dir.empty()) return out;
   std::error_code ec;
@@ -49,66 +48,94 @@ std::vector<ModelEntry> models_in_dir(const std::string& dir) {
     if (e.is_regular_file() && is_model_file(e.path())) {
       out.push_back({name.substr(0, name.size() - 5), e.path().string(), {}, false});
     } else if (e.is_directory()) {
-      const std::string p = model_in_folder(e.path());
+      std::string p;
+      try {
+        p = model_in_folder(e.path());
+      } catch (const Error& err) {
+        if (notes) notes->push_back(std::string("--models-dir: skipped ") + err.what());
+      }
       if (!p.empty()) out.push_back({name, p, {}, false});
     }
   }
   return out;
 }
 
-// Flags that belong to the router, not to one model.
-const std::set<std::string>& router_keys() {
-  static const std::set<std::string> keys = {
-      "host", "port", "api-key", "a", "alias", "models-dir", "models-preset", "models-max", "models-memory",
-      "models-autoload", "no-models-autoload", "cors-origins", "threads-http", "timeout", "to", "timeout-headers",
-      "max-headers", "max-body", "max-connections", "no-webui", "stop-timeout"};
-  return keys;
+// Flags that belong to the router, not to one model (their long names).
+const std::set<std::string>& router_flags() {
+  static const std::set<std::string> names = {
+      "host", "port", "api-key", "alias", "models-dir", "models-preset", "models-max", "models-memory", "models-autoload",
+      "no-models-autoload", "cors-origins", "threads-http", "timeout", "timeout-headers", "max-headers", "max-body",
+      "max-connections", "no-webui"};
+  return names;
 }
 
-bool truthy(const std::string& key, const std::string& v) {
+bool truthy(const std::string& where, const std::string& v) {
   if (v == "true" || v == "1" || v == "on") return true;
   if (v == "false" || v == "0" || v == "off") return false;
-  fail("--models-preset: " + key + " must be true or false, got '" + v + "'");
+  fail("--models-preset " + where + " must be true or false, got '" + v + "'");
 }
 
-// A preset section's keys as command-line arguments, in the file's order.
-std::vector<std::string> section_args(const std::string& section, const boost::property_tree::ptree& keys,
-                                      const CLI::App& flags, std::vector<std::string>* notes) {
+// One preset key as arguments, with what identifies its flag (so that a model's section replaces
+// what [*] set for the same flag, whichever spelling each used); `flag` null: a key that is not
+// passed on (the router's own, dropped with a note).
+struct PresetArg {
+  const void* flag = nullptr;
   std::vector<std::string> args;
-  for (const auto& [key, value] : keys) {
-    const std::string v = value.data();
-    if (key == "model" || key == "m" || key == "load-on-startup") continue;  // read by the caller
-    if (router_keys().count(key)) {
-      if (notes) notes->push_back("--models-preset [" + section + "] " + key + ": dropped (the router's own flag)");
-      continue;
-    }
-    if (key.rfind("LLAMA_ARG_", 0) == 0)
-      fail("--models-preset [" + section + "] " + key + ": environment-variable keys are not read; write the flag's name");
-    const std::string dashed = key.size() == 1 ? "-" + key : "--" + key;
-    const CLI::Option* opt = flags.get_option_no_throw(dashed);
-    if (opt == nullptr) {
-      // llama.cpp's one-dash spellings (np, ctk, kvu, ngl...): turned into their long forms, or
-      // dropped with a note, by llama_cpp_spellings; anything else fails when the model is parsed.
-      const std::string one = "-" + key;
-      if (v == "true") {
-        args.push_back(one);
-      } else if (v != "false") {
-        args.push_back(one);
-        args.push_back(v);
+};
+
+PresetArg preset_arg(const std::string& section, const std::string& key, const std::string& v, const CLI::App& flags,
+                     std::vector<std::string>* notes) {
+  const std::string where = "[" + section + "] " + key;
+  if (key.rfind("LLAMA_ARG_", 0) == 0)
+    fail("--models-preset " + where + ": environment-variable keys are not read; write the flag's name");
+  // The long form the key names: itself, its one-letter form, or llama.cpp's one-dash spelling.
+  std::string name = key.size() == 1 ? "-" + key : "--" + key;
+  const auto& spelled = server_spellings();
+  if (const auto it = spelled.find("-" + key); it != spelled.end()) name = it->second;
+  if (const CLI::Option* opt = flags.get_option_no_throw(name)) {
+    for (const std::string& l : opt->get_lnames())
+      if (router_flags().count(l)) {
+        if (notes) notes->push_back("--models-preset " + where + ": dropped (the router's own flag)");
+        return {};
       }
-      continue;
-    }
-    if (opt->get_items_expected_max() == 0) {  // a flag
-      if (truthy(key, v)) {
-        args.push_back(dashed);
-      } else if (flags.get_option_no_throw("--no-" + key)) {
-        args.push_back("--no-" + key);
-      }
-    } else {
-      args.push_back(dashed);
-      args.push_back(v);
-    }
+    if (opt->get_items_expected_max() > 0) return {opt, {name, v}};
+    if (truthy(where, v)) return {opt, {name}};
+    // false: the flag's negation where it has one (--no-kv-unified), else nothing.
+    const std::string base = name.substr(name.find_first_not_of('-'));
+    const std::string no = base.rfind("no-", 0) == 0 ? "--" + base.substr(3) : "--no-" + base;
+    return {opt, flags.get_option_no_throw(no) == opt ? std::vector<std::string>{no} : std::vector<std::string>{}};
   }
+  for (const tools::IgnoredFlag& f : server_ignored_flags())
+    for (const std::string& n : f.names)
+      if (n == "--" + key || n == "-" + key) {
+        if (f.values > 0) return {&f, {n, v}};
+        return {&f, truthy(where, v) ? std::vector<std::string>{n} : std::vector<std::string>{}};
+      }
+  fail("--models-preset " + where + ": no flag of slake-server is named so (see slake-server --help)");
+}
+
+std::vector<PresetArg> section_args(const std::string& section, const boost::property_tree::ptree& keys, const CLI::App& flags,
+                                    std::vector<std::string>* notes) {
+  std::vector<PresetArg> out;
+  for (const auto& [key, value] : keys) {
+    if (key == "model" || key == "m" || key == "load-on-startup") continue;  // read by the caller
+    if (key == "stop-timeout") {
+      if (notes) notes->push_back("--models-preset [" + section + "] stop-timeout: dropped (models run in this process)");
+      continue;
+    }
+    PresetArg a = preset_arg(section, key, value.data(), flags, notes);
+    if (a.flag) out.push_back(std::move(a));
+  }
+  return out;
+}
+
+// [*]'s flags, those of the model's section replacing them flag by flag, as arguments.
+std::vector<std::string> merged(const std::vector<PresetArg>& global, const std::vector<PresetArg>& own) {
+  std::vector<std::string> args;
+  for (const PresetArg& g : global)
+    if (std::none_of(own.begin(), own.end(), [&](const PresetArg& o) { return o.flag == g.flag; }))
+      args.insert(args.end(), g.args.begin(), g.args.end());
+  for (const PresetArg& o : own) args.insert(args.end(), o.args.begin(), o.args.end());
   return args;
 }
 
@@ -116,7 +143,7 @@ std::vector<std::string> section_args(const std::string& section, const boost::p
 
 std::vector<ModelEntry> find_models(const std::string& dir, const std::string& preset, const CLI::App& flags,
                                     std::vector<std::string>* notes) {
-  std::vector<ModelEntry> models = models_in_dir(dir);
+  std::vector<ModelEntry> models = models_in_dir(dir, notes);
   if (!preset.empty()) {
     boost::property_tree::ptree ini;
     try {
@@ -124,7 +151,8 @@ std::vector<ModelEntry> find_models(const std::string& dir, const std::string& p
     } catch (const boost::property_tree::ini_parser_error& e) {
       fail("--models-preset " + preset + ": " + e.what());
     }
-    std::vector<std::string> global;
+    std::vector<PresetArg> global;
+    std::vector<std::vector<PresetArg>> own(models.size());
     for (const auto& [name, node] : ini) {
       if (node.empty()) {  // a key before any section
         if (name != "version")
@@ -146,11 +174,13 @@ std::vector<ModelEntry> find_models(const std::string& dir, const std::string& p
       } else if (!path.empty()) {
         it->path = path;
       }
-      it->preset_args = section_args(name, node, flags, notes);
+      own.resize(models.size());
+      own[static_cast<size_t>(it - models.begin())] = section_args(name, node, flags, notes);
       const std::string on_start = node.get<std::string>("load-on-startup", "false");
       it->load_on_startup = truthy("[" + name + "] load-on-startup", on_start);
     }
-    for (ModelEntry& m : models) m.preset_args.insert(m.preset_args.begin(), global.begin(), global.end());
+    own.resize(models.size());
+    for (size_t i = 0; i < models.size(); ++i) models[i].preset_args = merged(global, own[i]);
   }
   std::sort(models.begin(), models.end(), [](const ModelEntry& a, const ModelEntry& b) { return a.id < b.id; });
   for (size_t i = 1; i < models.size(); ++i)

@@ -28,11 +28,8 @@ size_t ModelInstance::planned_bytes(const Model& m, const ServerOptions& o) {
   const size_t weights = ec ? m.weight_bytes() : static_cast<size_t>(file);
   const size_t limit = kv_memory_bytes(o, full_cache_bytes(c, kv, total));
   if (limit > 0) return weights + limit;  // the prompt cache is counted in it
-  if (o.cache_ram_mib < 0)
-    fail(model_id(o) + ": --cache-ram -1 sets no bound on the prompt cache, so the memory this model needs cannot be "
-                       "planned; give --cache-ram MiB or --kv-memory");
   const size_t slots = static_cast<size_t>(o.n_parallel) * full_cache_bytes(c, kv, slot_context(o, c.n_ctx_train));
-  return weights + slots + static_cast<size_t>(o.cache_ram_mib * 1048576.0);
+  return weights + slots + (o.cache_ram_mib > 0 ? static_cast<size_t>(o.cache_ram_mib * 1048576.0) : 0);
 }
 
 ModelInstance::ModelInstance(const ServerOptions& o, std::unique_ptr<Model> model) : o_(o), model_(std::move(model)) {

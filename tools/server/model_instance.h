@@ -28,9 +28,8 @@ class ModelInstance {
   // The memory serving `m` with options `o` plans for before it is built: its file (mapped whole:
   // weights and vocabulary; a Hugging Face folder: its weights), the KV caches of its slots (all of
   // --kv-memory when given, else every slot's full cache) and the prompt cache (--cache-ram, inside
-  // --kv-memory when that is given). What building it takes besides (the tokenizer's tables, each
-  // slot's prefill scratch) is measured by the router. Throws slake::Error when --cache-ram has no
-  // bound.
+  // --kv-memory when that is given; --cache-ram -1, no bound, is not counted). What building it
+  // takes besides (the tokenizer's tables, each slot's prefill scratch) is measured by the router.
   static size_t planned_bytes(const Model& m, const ServerOptions& o);
 
   HttpService& service() { return *service_; }

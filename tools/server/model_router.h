@@ -17,9 +17,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "api_error.h"
 #include "http_server.h"
 #include "metrics.h"
 #include "model_catalog.h"
@@ -63,16 +65,22 @@ class ModelRouter final : public HttpService {
     State state = State::Unloaded;
     std::shared_ptr<ModelInstance> instance;  // while Loaded
     size_t planned = 0;                       // while Loading or Loaded
-    size_t overhead = 0;                      // what building it took, measured (anonymous memory)
+    size_t overhead = 0;                      // what building it took last, measured (anonymous memory)
+    bool admitted = false;                    // while Loading: its room is made and counted
     uint64_t last_used = 0;
-    std::string error;  // the last load's failure
+    uint64_t attempt = 0;                     // loads begun
+    std::optional<ApiError> failure;          // how the last load ended when it failed, for its waiters
+    std::string error;                        // the last load's failure, for /models
   };
   Served& find(const std::string& id);  // throws ApiError 404
   // The model `id`, loaded if it is not (and `autoload`): throws ApiError.
   std::shared_ptr<ModelInstance> acquire(const std::string& id, bool autoload);
-  // Under mu_: unloads idle models, least recently used first, until `need` more bytes and one more
-  // model fit; returns them, to be destroyed outside the lock. Throws ApiError when they cannot.
-  std::vector<std::shared_ptr<ModelInstance>> make_room(const Served& loading, size_t need);
+  // Under mu_ (held by `l`): unloads idle models, least recently used first, until `need` more
+  // bytes and one more model fit; returns them, to be destroyed outside the lock. Only when the
+  // idle models can make room do any go; busy ones get a second to finish. Throws ApiError: 400
+  // when `own` (the model's file and caches) alone exceeds --models-memory, 503 when no room comes.
+  std::vector<std::shared_ptr<ModelInstance>> make_room(std::unique_lock<std::mutex>& l, const Served& loading, size_t own,
+                                                        size_t need);
   void unload(const std::string& id);
   std::string list() const;
   std::string metrics() const;
@@ -84,6 +92,7 @@ class ModelRouter final : public HttpService {
   std::mutex load_mu_;                   // held through a load
   uint64_t clock_ = 0;                   // under mu_
   uint64_t loads_ = 0, unloads_ = 0;     // under mu_
+  bool stopping_ = false;                // under mu_: stop() was called; nothing more loads
   HttpCounters counters_;                // the router's own 401s
 };
 

@@ -53,6 +53,8 @@ void Scheduler::stop() {
     stop_ = true;
     cv_.notify_all();
   }
+  // Callable from several threads at once (a router's unload and its shutdown): one joins.
+  std::lock_guard<std::mutex> j(join_mu_);
   if (thread_.joinable()) thread_.join();
 }
 

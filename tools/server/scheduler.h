@@ -72,7 +72,7 @@ class Scheduler {
   Admit submit(std::shared_ptr<Task> task, std::string* why);
   // Queues several tasks together, one after another (a request's n > 1 choices), or none.
   Admit submit(std::vector<std::shared_ptr<Task>> tasks, std::string* why);
-  // Stops the thread; every task not finished ends with an error.
+  // Stops the thread; every task not finished ends with an error. Thread-safe; idempotent.
   void stop();
 
   // Runs `job` on the scheduler thread with slot `id`, before the next admission, and waits for
@@ -122,6 +122,7 @@ class Scheduler {
   SchedulerStats stats_;  // under mu_
   size_t prefill_rr_ = 0;
   std::thread thread_;
+  std::mutex join_mu_;  // stop()'s join of thread_
 };
 
 }  // namespace slake::server

@@ -11,12 +11,26 @@
 
 namespace slake::server {
 
+const std::vector<tools::IgnoredFlag>& server_ignored_flags() {
+  static const std::vector<tools::IgnoredFlag> ignored = [] {
+    std::vector<tools::IgnoredFlag> v = tools::common_ignored_flags();
+    v.push_back({{"--jinja"}, 0, "the model's own Jinja chat template is the default"});
+    v.push_back({{"--metrics"}, 0, "GET /metrics is always served"});
+    v.push_back({{"-cb", "--cont-batching"}, 0, "batching is always continuous"});
+    return v;
+  }();
+  return ignored;
+}
+
+const std::map<std::string, std::string>& server_spellings() {
+  static const std::map<std::string, std::string> own = {{"-np", "--parallel"}, {"-to", "--timeout"}, {"-kvu", "--kv-unified"},
+                                                         {"-no-kvu", "--no-kv-unified"}, {"-cram", "--cache-ram"},
+                                                         {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}};
+  return own;
+}
+
 std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<std::string>* notes) {
-  std::vector<tools::IgnoredFlag> ignored = tools::common_ignored_flags();
-  ignored.push_back({{"--jinja"}, 0, "the model's own Jinja chat template is the default"});
-  ignored.push_back({{"--metrics"}, 0, "GET /metrics is always served"});
-  ignored.push_back({{"-cb", "--cont-batching"}, 0, "batching is always continuous"});
-  return tools::llama_cpp_args(argc, argv, {{"-np", "--parallel"}, {"-to", "--timeout"}, {"-kvu", "--kv-unified"}, {"-no-kvu", "--no-kv-unified"}, {"-cram", "--cache-ram"}}, ignored, notes);
+  return tools::llama_cpp_args(argc, argv, server_spellings(), server_ignored_flags(), notes);
 }
 
 void add_server_flags(CLI::App& app, ServerOptions& o) {

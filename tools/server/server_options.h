@@ -3,11 +3,13 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstddef>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "../common/backend.h"
 #include "../common/kv_flags.h"
+#include "../common/llama_spellings.h"
 
 namespace slake::server {
 
@@ -54,6 +56,9 @@ struct ServerOptions {
 // CLI11's order (common/llama_spellings.h).
 // Flags of llama-server that change nothing here are dropped and described in `notes`.
 std::vector<std::string> llama_cpp_spellings(int argc, char** argv, std::vector<std::string>* notes);
+// The tables it uses: one-dash spellings and their long forms, and llama-server's flags ignored here.
+const std::map<std::string, std::string>& server_spellings();
+const std::vector<tools::IgnoredFlag>& server_ignored_flags();
 
 void add_server_flags(CLI::App& app, ServerOptions& o);
 
