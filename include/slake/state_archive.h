@@ -40,8 +40,8 @@ class StateWriter {
     put(x.has_value());
     if (x) put(*x);
   }
-  template <class T>
-  void put(const std::vector<T>& v) {
+  template <class T, class Al>
+  void put(const std::vector<T, Al>& v) {
     put(static_cast<uint64_t>(v.size()));
     if constexpr (std::is_arithmetic_v<T>) {
       if (!v.empty()) out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
@@ -90,8 +90,8 @@ class StateReader {
     x.reset();
     if (has) get(x.emplace());
   }
-  template <class T>
-  void get(std::vector<T>& v) {
+  template <class T, class Al>
+  void get(std::vector<T, Al>& v) {
     if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
       const size_t n = count(sizeof(T));
       v.resize(n);

@@ -40,7 +40,7 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, int capacity, int c
   try {
     for (KvHead& h : heads_) {
       h.lin = LinearState(head_dim, centroids);
-      if (recall.on()) h.recall = RecallStore(head_dim, recall.page, recall.type, recall.score);
+      if (recall.on()) h.recall = RecallStore(head_dim, recall.page, recall.type, recall.score, recall.file_dir);
       h.type_k = type_k;
       h.type_v = type_v;
       h.k_row = k_row;

@@ -30,23 +30,49 @@ RecallScore parse_recall_score(const std::string& name) {
 
 const char* recall_score_name(RecallScore s) { return s == RecallScore::Quest ? "quest" : "keys"; }
 
-RecallStore::RecallStore(int head_dim, int page, KvType type, RecallScore score)
-    : d_(head_dim), page_(page), type_(type), score_(score) {
+RecallStore::RecallStore(int head_dim, int page, KvType type, RecallScore score, std::shared_ptr<const std::string> file_dir)
+    : d_(head_dim), page_(page), type_(type), score_(score), k_(StoreAllocator<uint8_t>(file_dir)), v_(StoreAllocator<uint8_t>(file_dir)) {
   if (page < 1) fail("recall page size must be positive, got " + std::to_string(page));
   if (kv_is_kivi(type)) fail(std::string("the recall store keeps rows; ") + kv_type_name(type) + " is not a row type");
   check_kv_type(type, head_dim, "--kv-store-type");
   row_ = kv_row_bytes(type, head_dim);
 }
 
+void RecallStore::keep_rows_in(std::shared_ptr<const std::string> dir) {
+  StoreAllocator<uint8_t> alloc(std::move(dir));
+  if (alloc == k_.get_allocator()) return;
+  StoreBytes k(k_.begin(), k_.end(), alloc), v(v_.begin(), v_.end(), alloc);
+  k_.swap(k);
+  v_.swap(v);
+  release_pages(0, n_pages());
+}
+
+void RecallStore::release_pages(int p0, int p1) const {
+  if (!file_backed() || p1 <= p0) return;
+  const size_t at = static_cast<size_t>(p0) * static_cast<size_t>(page_) * row_;
+  const size_t bytes = std::min(static_cast<size_t>(p1) * static_cast<size_t>(page_) * row_, v_.size()) - at;
+  release_store_pages(v_, at, bytes);
+  if (score_ == RecallScore::Quest) release_store_pages(k_, at, bytes);
+}
+
 void RecallStore::add(const float* k, const float* v, int32_t pos) {
   const size_t n = static_cast<size_t>(n_);
+  const uint8_t* was = v_.data();
   k_.resize((n + 1) * row_);
   v_.resize((n + 1) * row_);
   kv_store_row(type_, k, k_.data() + n * row_, d_);
   kv_store_row(type_, v, v_.data() + n * row_, d_);
   pos_.push_back(pos);
   ++n_;
-  if (score_ != RecallScore::Quest) return;
+  if (score_ == RecallScore::Quest) summarise(n);
+  // A mapped store: a grown mapping was filled by the copy; a page just completed was written.
+  if (file_backed() && v_.data() != was)
+    release_pages(0, n_pages());
+  else if (file_backed() && n_ % page_ == 0)
+    release_pages(n_pages() - 1, n_pages());
+}
+
+void RecallStore::summarise(size_t n) {
   // The summary bounds the keys as they are read back, so that the bound holds for what is attended.
   thread_local std::vector<float> back;
   back.resize(static_cast<size_t>(d_));
@@ -242,6 +268,8 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
       m[r] = m_new;
     }
   }
+  // One call for the pages read: the mapping's pages a query recalled go back to the page cache.
+  if (!pages.empty()) release_pages(pages.front(), pages.back() + 1);
 }
 
 void RecallStore::load(int j, float* k, float* v) const {

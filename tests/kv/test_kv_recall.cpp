@@ -2,16 +2,23 @@
 // summaries bound every key's score from above, the pages chosen are the ones the float64 bounds
 // rank first, and attention over the exact cache plus the recalled pages (with the Taylor state of
 // the rest) equals float64 attention over exactly those rows.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "reference_math.h"
 #include "slake/error.h"
 #include "slake/kv/attention.h"
 #include "slake/kv/kv_recall.h"
 #include "slake/kv/kv_scores.h"
+#include "slake/state_archive.h"
 #include "test_util.h"
 
 namespace slake {
@@ -100,8 +107,8 @@ struct Case {
 
 // A cache of one layer that held n_keys tokens, of which each head kept `kept` (its own random
 // choice, the newest 16 always) and sent the rest to its store (and its Taylor state).
-KvCache evicted_cache(const Case& c, std::mt19937& rng) {
-  KvCache cache(1, c.n_kv, c.d, c.n_keys, 0, KvType::F32, KvType::F32, RecallConfig{c.pages, c.page, c.store, c.score});
+KvCache evicted_cache(const Case& c, std::mt19937& rng, std::shared_ptr<const std::string> file_dir = nullptr) {
+  KvCache cache(1, c.n_kv, c.d, c.n_keys, 0, KvType::F32, KvType::F32, RecallConfig{c.pages, c.page, c.store, c.score, file_dir});
   for (int j = 0; j < c.n_keys; ++j) {
     const std::vector<float> k = randn(static_cast<size_t>(c.n_kv * c.d), 1.5f, rng), v = randn(k.size(), 1.0f, rng);
     cache.append(0, k.data(), v.data(), j);
@@ -194,6 +201,71 @@ TEST(Recall, StoreBytesCountInTheCache) {
   EXPECT_EQ(RecallStore::planned_bytes(64, 16, KvType::Q8_0, 60, RecallScore::Keys), size_t{60} * (2 * 68 + 4));
   const KvCache keys = evicted_cache(Case{4, 2, 64, 100, 40, 2, 16, KvType::Q4_0, false, RecallScore::Keys}, rng);
   EXPECT_EQ(keys.store_bytes_used(), size_t{2} * 60 * (2 * 36 + 4));
+}
+
+// Resident bytes of file pages mapped by this process (RssFile + RssShmem of /proc/self/status).
+size_t resident_file_bytes() {
+  std::ifstream f("/proc/self/status");
+  size_t kib = 0;
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("RssFile:", 0) == 0 || line.rfind("RssShmem:", 0) == 0) kib += std::stoul(line.substr(line.find(':') + 1));
+  return kib * 1024;
+}
+
+// --kv-store-file: a store in mapped files of a directory attends exactly as one on the heap (the
+// same rows, pages and outputs), gives its pages back once written and read (the mapped rows do
+// not stay resident), and a state file read into such a cache puts the rows back in files.
+TEST(Recall, StoreInMappedFilesAttendsAsOnTheHeapAndStaysOutOfMemory) {
+  char tmpl[] = "/tmp/slake-store-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const auto dir = std::make_shared<const std::string>(tmpl);
+  for (const RecallScore score : {RecallScore::Keys, RecallScore::Quest}) {
+    // 24000 evicted tokens of 68-byte q8_0 rows: 1.6 MB of keys and of values, past kStoreFileMinBytes.
+    const Case c{2, 1, 64, 24500, 500, 16, 16, KvType::Q8_0, false, score};
+    std::mt19937 rng_heap(5), rng_file(5), rng(9);
+    const std::vector<float> q = randn(static_cast<size_t>(c.n_heads * c.d), 1.0f, rng);
+    const int32_t qpos = c.n_keys;
+    const AttentionShape shape{c.n_heads, c.n_kv, c.d, 0};
+    ThreadPool pool(2);
+    std::vector<float> out_heap(q.size()), out_file(q.size());
+    const KvCache heap = evicted_cache(c, rng_heap);
+    attention_prefill(out_heap.data(), q.data(), &qpos, 1, heap, 0, shape, pool);
+    const size_t before = resident_file_bytes();  // after the same code ran on the heap store
+    const KvCache file = evicted_cache(c, rng_file, dir);
+    attention_prefill(out_file.data(), q.data(), &qpos, 1, file, 0, shape, pool);
+    const size_t kept = resident_file_bytes() - std::min(before, resident_file_bytes());
+    const KvHead& a = heap.head(0, 0);
+    const KvHead& b = file.head(0, 0);
+    ASSERT_FALSE(a.recall.file_backed());
+    ASSERT_TRUE(b.recall.file_backed());
+    ASSERT_EQ(a.recall.n(), b.recall.n());
+    ASSERT_EQ(heap.store_bytes_used(), file.store_bytes_used());
+    EXPECT_EQ(out_heap, out_file) << recall_score_name(score);
+    // Written and read, the mapped rows went back to the page cache: of the 3.3 MB the store
+    // holds, under 0.5 MB stays resident, and 2 MB when pages are ranked by their keys (1.6 MB,
+    // read by every query).
+    EXPECT_LT(kept, score == RecallScore::Quest ? 512u << 10 : 2u << 20) << recall_score_name(score) << ": " << kept << " bytes";
+    // A state file read into a cache that keeps its store in files: the rows go back to files.
+    StateWriter w;
+    const_cast<KvCache&>(file).io(w);
+    KvCache back(1, c.n_kv, c.d, c.n_keys, 0, KvType::F32, KvType::F32, RecallConfig{c.pages, c.page, c.store, c.score, dir});
+    StateReader r(w.bytes().data(), w.bytes().size());
+    back.io(r);
+    ASSERT_TRUE(back.head(0, 0).recall.file_backed());
+    std::vector<float> k1(64), v1(64), k2(64), v2(64);
+    for (int j = 0; j < a.recall.n(); j += 997) {
+      a.recall.load(j, k1.data(), v1.data());
+      back.head(0, 0).recall.load(j, k2.data(), v2.data());
+      ASSERT_EQ(k1, k2);
+      ASSERT_EQ(v1, v2);
+    }
+  }
+  // A directory that cannot hold files is a clear error.
+  std::mt19937 rng(1);
+  EXPECT_THROW(evicted_cache(Case{2, 1, 64, 24500, 500, 16, 16, KvType::Q8_0, false, RecallScore::Keys}, rng,
+                             std::make_shared<const std::string>("/nonexistent-dir")),
+               Error);
+  rmdir(tmpl);
 }
 
 }  // namespace

@@ -88,6 +88,10 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
       ->check(CLI::IsMember(recall_score_names()));
   app.add_option("--kv-store-type", f.store_type, "row type of the recall store: f32, f16, bf16, q8_0, q4_0 (default: q8_0)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  app.add_option("--kv-store-file", kv.store_file,
+                 "keep the recall store's rows in memory-mapped files of this directory (unlinked at once; on a disk, "
+                 "not tmpfs), given back to the page cache once written or read, so resident memory stays near the exact cache")
+      ->check(CLI::ExistingDirectory);
   std::string types;
   for (const std::string& t : kv_type_names()) types += (types.empty() ? "" : ", ") + t;
   app.add_option("--cache-type-k", f.cache_type_k, "KV cache type for keys (-ctk): " + types + " (default: f16)")
@@ -114,7 +118,7 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
   const CLI::Option* sweep = app.get_option_no_throw("--kv-sweep");
   if (kv.recall_pages > 0 && !kv.evicts() && !(sweep && sweep->count() > 0))
     fail("--kv-recall-pages recalls evicted tokens: it needs an evicting policy and a --kv-budget");
-  for (const char* flag : {"--kv-recall-page", "--kv-recall-score", "--kv-store-type"})
+  for (const char* flag : {"--kv-recall-page", "--kv-recall-score", "--kv-store-type", "--kv-store-file"})
     if (app.count(flag) > 0 && kv.recall_pages == 0) fail(std::string(flag) + " sets the recall store: it needs --kv-recall-pages");
   if (app.count("--kv-ahakv") > 0 && !uses_aha(kv) && !(sweep && sweep->count() > 0))
     fail("--kv-ahakv sets AhaKV's parts: it needs --kv-policy ahakv or --kv-selector ahakv");

@@ -4,12 +4,14 @@
 // are stored rows of their KV types (kv_type.h), read back a few rows at a time; a KIVI-typed
 // tensor is stored per head by KiviRows (kv_kivi.h) instead of as rows.
 #pragma once
+#include <type_traits>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "slake/kv/kv_kivi.h"
 #include "slake/kv/kv_recall.h"
+#include "slake/state_archive.h"
 #include "slake/kv/kv_type.h"
 #include "slake/kv/linear_cache.h"
 
@@ -141,6 +143,10 @@ class KvCache {
   template <class A>
   void io(A& a) {
     a(n_layers_, n_kv_heads_, head_dim_, capacity_, centroids_, type_k_, type_v_, kivi_, held_, lin_heads_, store_bytes_, recall_, peak_bytes_, heads_);
+    // The stores read back go where this cache keeps them (--kv-store-file), not on the heap.
+    if constexpr (std::is_same_v<A, StateReader>)
+      for (KvHead& h : heads_)
+        if (h.recall.active()) h.recall.keep_rows_in(recall_.file_dir);
   }
 
  private:

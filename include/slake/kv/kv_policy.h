@@ -55,6 +55,9 @@ struct KvPolicyParams {
   int recall_page = 16;
   KvType store_type = KvType::Q8_0;
   RecallScore recall_score = RecallScore::Keys;  // how pages are ranked (kv_recall.h)
+  // --kv-store-file: a directory whose memory-mapped files hold the stores' rows (store_memory.h);
+  // "": the heap. Where the rows live, not the policy: not in operator== or state files.
+  std::string store_file;
   // The token selector: "auto" (the policy's own), "ahakv" (AhaKV's scores with the policy's
   // allocator and compensator, algorithm.md §2.3) or "sre" (the compensator's self-recall error,
   // §2.8; a compensated policy). `aha`: the parts of AhaKV's scores used by the ahakv policy or
@@ -84,7 +87,10 @@ struct KvPolicyParams {
   bool evicts() const { return policy != "full" && budget > 0; }
   // The cache's recall settings: off unless recall_pages > 0 and the policy evicts (a --kv-sweep
   // applies --kv-recall-pages to the settings that evict; the tools refuse it alone without one).
-  RecallConfig recall() const { return RecallConfig{evicts() ? recall_pages : 0, recall_page, store_type, recall_score}; }
+  RecallConfig recall() const {
+    return RecallConfig{evicts() ? recall_pages : 0, recall_page, store_type, recall_score,
+                        store_file.empty() ? nullptr : std::make_shared<const std::string>(store_file)};
+  }
   // The observing queries at prefill: Sobs, or the whole window.
   int observed() const { return observe > 0 ? observe : window; }
 };

@@ -10,10 +10,12 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "slake/kv/kv_type.h"
+#include "slake/kv/store_memory.h"
 
 namespace slake {
 
@@ -35,13 +37,15 @@ struct RecallConfig {
   int page = 16;
   KvType type = KvType::Q8_0;
   RecallScore score = RecallScore::Keys;
+  // --kv-store-file: the stores' rows in mapped files of this directory (store_memory.h); null:
+  // on the heap. Where the rows live, not what they are: not in state files.
+  std::shared_ptr<const std::string> file_dir = nullptr;
   bool on() const { return pages > 0; }
-  // Every field, for state files (state_archive.h).
+  // The fields that say what the store holds, for state files (state_archive.h).
   template <class A>
   void io(A& a) {
     a(pages, page, type, score);
   }
-
 };
 
 // What one recall attended for one query row, for the Taylor state of the rest (ptaa.h): the
@@ -57,8 +61,12 @@ class RecallStore {
  public:
   RecallStore() = default;
   // page tokens per page, rows stored as `type` (a row type: f32, f16, bf16, q8_0 or q4_0), pages
-  // ranked by `score`.
-  RecallStore(int head_dim, int page, KvType type, RecallScore score = RecallScore::Keys);
+  // ranked by `score`; the rows in mapped files of `file_dir` when given (store_memory.h).
+  RecallStore(int head_dim, int page, KvType type, RecallScore score = RecallScore::Keys,
+              std::shared_ptr<const std::string> file_dir = nullptr);
+  // Moves the rows to mapped files of `dir` (null: the heap), e.g. after a state file was read.
+  void keep_rows_in(std::shared_ptr<const std::string> dir);
+  bool file_backed() const { return k_.get_allocator().file_backed(); }
   bool active() const { return page_ > 0; }
   int n() const { return n_; }
   int page() const { return page_; }
@@ -112,7 +120,12 @@ class RecallStore {
   RecallScore score_ = RecallScore::Keys;
   size_t row_ = 0;
   int n_ = 0;
-  std::vector<uint8_t> k_, v_;     // [n][row_]
+  // Gives pages [p0, p1) of a mapped store back to the page cache once read or written: their
+  // values, and their keys when queries read only summaries (Quest).
+  void release_pages(int p0, int p1) const;
+  // Quest: row n's key (as stored) into its page's summary.
+  void summarise(size_t n);
+  StoreBytes k_, v_;               // [n][row_]
   std::vector<int32_t> pos_;       // [n]
   // Quest only: [pages][2 d]: per channel, the minimum then the maximum of the page's keys as
   // stored; side by side, so that a page's bound is one dot product, [min(q, 0), max(q, 0)] . [min, max].
