@@ -268,8 +268,8 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
       m[r] = m_new;
     }
   }
-  // One call for the pages read: the mapping's pages a query recalled go back to the page cache.
-  if (!pages.empty()) release_pages(pages.front(), pages.back() + 1);
+  // The mapping's pages queries recalled go back to the page cache every kReleaseEvery reads.
+  if (file_backed() && ++reads_ % kReleaseEvery == 0) release_pages(0, n_pages());
 }
 
 void RecallStore::load(int j, float* k, float* v) const {

@@ -109,6 +109,10 @@ TEST(CliOptions, WhatCannotRunIsRefusedBeforeTheModelLoads) {
             std::string::npos);
   EXPECT_EQ(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "full/none/0,cake/none/64", "--kv-recall-pages", "8"}), "");
   EXPECT_EQ(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-recall-pages", "8", "--kv-recall-score", "quest", "--kv-store-type", "q4_0"}), "");
+  // --kv-store-file: a directory that exists, and a store to keep in it.
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-store-file", "/tmp"}).find("needs --kv-recall-pages"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-recall-pages", "8", "--kv-store-file", "/nonexistent-dir"}), "");
+  EXPECT_EQ(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-recall-pages", "8", "--kv-store-file", "/tmp"}), "");
   // AhaKV: its parts only where it scores, spelled as they are named.
   EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-ahakv", "gain"}).find("needs --kv-policy ahakv"), std::string::npos);
   EXPECT_NE(refused({"-m", "m.gguf", "--kv-policy", "ahakv", "--kv-budget", "256", "--kv-ahakv", "gain,value"}), "");

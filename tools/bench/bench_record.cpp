@@ -40,6 +40,7 @@ nlohmann::ordered_json BenchRecord::to_json() const {
     j["kv_recall_pages"] = kv_recall_pages;
     j["kv_store_type"] = kv_store_type;
     j["kv_recall_score"] = kv_recall_score;
+    j["kv_store_file"] = kv_store_file;
   }
   j["type_k"] = type_k;
   j["type_v"] = type_v;
@@ -139,7 +140,8 @@ void write_records(std::ostream& out, const std::vector<BenchRecord>& records, c
       const std::string kv = (r.kv_policy == "full" || r.kv_budget == 0 ? r.kv_policy : r.kv_policy + " " + std::to_string(r.kv_budget)) +
                              (r.kv_evict_every > 1 ? " every " + std::to_string(r.kv_evict_every) : "") +
                              (r.kv_prefill_chunk > 0 ? " chunk " + std::to_string(r.kv_prefill_chunk) : "") +
-                             (r.kv_recall_pages > 0 ? " recall " + std::to_string(r.kv_recall_pages) + " " + r.kv_recall_score + " " + r.kv_store_type : "") +
+                             (r.kv_recall_pages > 0 ? " recall " + std::to_string(r.kv_recall_pages) + " " + r.kv_recall_score + " " + r.kv_store_type +
+                                                              (r.kv_store_file ? " in files" : "") : "") +
                              (r.type_k == r.type_v ? " " + r.type_k : " " + r.type_k + "/" + r.type_v);
       std::string lat = "", gbps = "";
       if (j.contains("token_p50_ns")) {

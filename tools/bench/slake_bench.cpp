@@ -105,6 +105,7 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
   rec.kv_recall_pages = t.kv.recall().pages;
   rec.kv_store_type = slake::kv_type_name(t.kv.store_type);
   rec.kv_recall_score = slake::recall_score_name(t.kv.recall_score);
+  rec.kv_store_file = !t.kv.store_file.empty();
   rec.type_k = slake::kv_type_name(t.kv.type_k);
   rec.type_v = slake::kv_type_name(t.kv.type_v);
   rec.mem_bandwidth_gbps = bandwidth_gbps;
@@ -186,7 +187,7 @@ struct Options {
   std::vector<int> prompts{512}, gens{128}, depths{0}, threads{slake::default_thread_count()}, budgets{0}, evict_every{1}, chunks{0}, recall{0};
   int reps = 5, window = 32, observe = 0;
   uint64_t seed = 42;
-  std::string format = "md", synth_type = "q4_0", store_type = "q8_0", recall_score = "keys";
+  std::string format = "md", synth_type = "q4_0", store_type = "q8_0", recall_score = "keys", store_file;
   bool no_warmup = false, beyond_train = false;
   double bandwidth = 0;  // GB/s; <= 0: measured at start
 };
@@ -232,6 +233,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--kv-store-type", o.store_type, "row type of the recall store")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  app.add_option("--kv-store-file", o.store_file, "the recall store's rows in memory-mapped files of this directory")
+      ->check(CLI::ExistingDirectory);
   app.add_option("--cache-type-k", o.types_k, "KV cache types for keys (-ctk): f32, f16, bf16, q8_0, q4_0, kivi2, kivi4")
       ->delimiter(',')
       ->capture_default_str();
@@ -276,6 +279,7 @@ std::vector<slake::KvPolicyParams> kv_settings(const Options& o) {
               if (!kv.evicts()) kv.recall_pages = 0;  // nothing evicted, nothing to recall
               kv.store_type = slake::parse_kv_type(o.store_type);
               kv.recall_score = slake::parse_recall_score(o.recall_score);
+              kv.store_file = o.store_file;
               kv.type_k = slake::parse_kv_type(tk);
               kv.type_v = slake::parse_kv_type(tv);
               kv = slake::resolve_kv_policy(kv, false);

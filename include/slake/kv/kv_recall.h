@@ -67,6 +67,10 @@ class RecallStore {
   // Moves the rows to mapped files of `dir` (null: the heap), e.g. after a state file was read.
   void keep_rows_in(std::shared_ptr<const std::string> dir);
   bool file_backed() const { return k_.get_allocator().file_backed(); }
+  // A mapped store gives the pages queries read back to the page cache every this many reads
+  // (attend calls), in one call: each costs a page-table walk and a TLB flush on every core the
+  // process runs on, and a read faults in its neighbours as well (the kernel's fault-around).
+  static constexpr int kReleaseEvery = 16;
   bool active() const { return page_ > 0; }
   int n() const { return n_; }
   int page() const { return page_; }
@@ -126,6 +130,9 @@ class RecallStore {
   // Quest: row n's key (as stored) into its page's summary.
   void summarise(size_t n);
   StoreBytes k_, v_;               // [n][row_]
+  // A mapped store: attend() calls since its pages were last given back (one query at a time reads
+  // a store).
+  mutable int reads_ = 0;
   std::vector<int32_t> pos_;       // [n]
   // Quest only: [pages][2 d]: per channel, the minimum then the maximum of the page's keys as
   // stored; side by side, so that a page's bound is one dot product, [min(q, 0), max(q, 0)] . [min, max].
