@@ -67,9 +67,10 @@ class Server:
         with urllib.request.urlopen(self.url + path, timeout=10) as r:
             return r.read().decode()
 
-    def call(self, path, body=None, timeout=120):
-        """(status, parsed JSON reply) of a GET (no body) or a POST of `body` as JSON; errors too."""
-        data = json.dumps(body).encode() if body is not None else None
+    def call(self, path, body=None, timeout=120, raw=None):
+        """(status, parsed JSON reply) of a GET (no body) or a POST of `body` as JSON (or of the
+        bytes `raw`); errors too."""
+        data = raw if raw is not None else json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:

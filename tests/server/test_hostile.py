@@ -11,8 +11,6 @@ import os
 import re
 import time
 import unittest
-import urllib.error
-import urllib.request
 
 import openai
 
@@ -22,12 +20,7 @@ CTX = 256
 
 
 def post_raw(server, path, data: bytes, timeout=60):
-    req = urllib.request.Request(server.url + path, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return server.call(path, timeout=timeout, raw=data)
 
 
 def post(server, path, body):
