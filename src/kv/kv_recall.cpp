@@ -38,13 +38,55 @@ RecallStore::RecallStore(int head_dim, int page, KvType type, RecallScore score,
   row_ = kv_row_bytes(type, head_dim);
 }
 
+RecallStore::RecallStore(const RecallStore& o)
+    : d_(o.d_), page_(o.page_), type_(o.type_), score_(o.score_), row_(o.row_), n_(o.n_), k_(o.k_), v_(o.v_), pos_(o.pos_),
+      summary_(o.summary_) {
+  release_all();
+  o.release_all();  // read whole to copy it
+}
+
+RecallStore& RecallStore::operator=(const RecallStore& o) {
+  if (this == &o) return *this;
+  d_ = o.d_, page_ = o.page_, type_ = o.type_, score_ = o.score_, row_ = o.row_, n_ = o.n_;
+  k_ = o.k_, v_ = o.v_, pos_ = o.pos_, summary_ = o.summary_;
+  reads_ = 0, written_ = 0;
+  release_all();
+  o.release_all();
+  return *this;
+}
+
+RecallStore::RecallStore(RecallStore&& o) noexcept
+    : d_(o.d_), page_(o.page_), type_(o.type_), score_(o.score_), row_(o.row_), n_(o.n_), k_(std::move(o.k_)),
+      v_(std::move(o.v_)), pos_(std::move(o.pos_)), summary_(std::move(o.summary_)), reads_(o.reads_.load()), written_(o.written_) {}
+
+RecallStore& RecallStore::operator=(RecallStore&& o) noexcept {
+  d_ = o.d_, page_ = o.page_, type_ = o.type_, score_ = o.score_, row_ = o.row_, n_ = o.n_;
+  k_ = std::move(o.k_), v_ = std::move(o.v_), pos_ = std::move(o.pos_), summary_ = std::move(o.summary_);
+  reads_ = o.reads_.load(), written_ = o.written_;
+  return *this;
+}
+
+void RecallStore::check_read() const {
+  if (page_ == 0 && n_ == 0 && k_.empty() && v_.empty() && pos_.empty() && summary_.empty()) return;  // no store
+  const size_t n = static_cast<size_t>(n_);
+  const bool ok = d_ > 0 && page_ > 0 && n_ >= 0 && !kv_is_kivi(type_) && row_ == kv_row_bytes(type_, d_) &&
+                  k_.size() == n * row_ && v_.size() == n * row_ && pos_.size() == n &&
+                  summary_.size() == (score_ == RecallScore::Quest ? static_cast<size_t>(n_pages()) * 2 * d_ : 0);
+  if (!ok) fail("state file: a recall store whose sizes disagree with each other");
+}
+
+void RecallStore::release_all() const {
+  release_store_pages(k_, 0, k_.size());
+  release_store_pages(v_, 0, v_.size());
+}
+
 void RecallStore::keep_rows_in(std::shared_ptr<const std::string> dir) {
   StoreAllocator<uint8_t> alloc(std::move(dir));
   if (alloc == k_.get_allocator()) return;
   StoreBytes k(k_.begin(), k_.end(), alloc), v(v_.begin(), v_.end(), alloc);
   k_.swap(k);
   v_.swap(v);
-  release_pages(0, n_pages());
+  release_all();
 }
 
 void RecallStore::release_pages(int p0, int p1) const {
@@ -65,11 +107,15 @@ void RecallStore::add(const float* k, const float* v, int32_t pos) {
   pos_.push_back(pos);
   ++n_;
   if (score_ == RecallScore::Quest) summarise(n);
-  // A mapped store: a grown mapping was filled by the copy; a page just completed was written.
-  if (file_backed() && v_.data() != was)
+  // A mapped store: a grown mapping was filled by the copy; the pages written go back in batches.
+  if (!file_backed()) return;
+  if (v_.data() != was) {
     release_pages(0, n_pages());
-  else if (file_backed() && n_ % page_ == 0)
-    release_pages(n_pages() - 1, n_pages());
+    written_ = 0;
+  } else if (n_ % page_ == 0 && ++written_ >= kReleaseEvery) {
+    release_pages(n_pages() - written_, n_pages());
+    written_ = 0;
+  }
 }
 
 void RecallStore::summarise(size_t n) {
@@ -92,6 +138,7 @@ void RecallStore::summarise(size_t n) {
 }
 
 void RecallStore::clear() {
+  written_ = 0;
   k_.clear();
   v_.clear();
   pos_.clear();
@@ -269,7 +316,7 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
     }
   }
   // The mapping's pages queries recalled go back to the page cache every kReleaseEvery reads.
-  if (file_backed() && ++reads_ % kReleaseEvery == 0) release_pages(0, n_pages());
+  if (file_backed() && (reads_.fetch_add(1, std::memory_order_relaxed) + 1) % kReleaseEvery == 0) release_pages(0, n_pages());
 }
 
 void RecallStore::load(int j, float* k, float* v) const {

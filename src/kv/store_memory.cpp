@@ -22,19 +22,30 @@ void* map_store_file(const std::string& dir, size_t bytes) {
     if (fd >= 0) unlink(name.c_str());
   }
   if (fd < 0) fail("--kv-store-file " + dir + ": cannot create a file there (" + std::strerror(errno) + ")");
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int e = errno;
+  // Blocks reserved now, so that a full disk is an error here rather than a SIGBUS at a write.
+  int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (e == EOPNOTSUPP || e == EINVAL) e = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+  if (e != 0) {
     close(fd);
-    fail("--kv-store-file " + dir + ": cannot size a file of " + std::to_string(bytes) + " bytes (" + std::strerror(e) + ")");
+    fail("--kv-store-file " + dir + ": cannot reserve a file of " + std::to_string(bytes) + " bytes (" + std::strerror(e) + ")");
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int e = errno;
+  e = errno;
   close(fd);  // the mapping keeps the file
   if (p == MAP_FAILED) fail("--kv-store-file " + dir + ": cannot map " + std::to_string(bytes) + " bytes (" + std::strerror(e) + ")");
   return p;
 }
 
 void unmap_store_file(void* p, size_t bytes) { munmap(p, bytes); }
+
+}  // namespace detail
+
+void check_store_dir(const std::string& dir) {
+  const size_t bytes = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  detail::unmap_store_file(detail::map_store_file(dir, bytes), bytes);
+}
+
+namespace detail {
 
 }  // namespace detail
 

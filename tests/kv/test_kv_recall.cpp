@@ -248,6 +248,13 @@ TEST(Recall, StoreInMappedFilesAttendsAsOnTheHeapAndStaysOutOfMemory) {
     // holds, under 0.5 MB stays resident, and 2 MB when pages are ranked by their keys (1.6 MB,
     // read by every query).
     EXPECT_LT(kept, score == RecallScore::Quest ? 512u << 10 : 2u << 20) << recall_score_name(score) << ": " << kept << " bytes";
+    // ... and they were in files: ranked by their keys, the keys every query reads are file pages.
+    if (score == RecallScore::Keys) EXPECT_GT(kept, 1u << 20) << kept;
+    // A copy (a saved state) is made in files of its own and given back whole.
+    const size_t before_copy = resident_file_bytes();
+    const KvCache copy = file;
+    ASSERT_TRUE(copy.head(0, 0).recall.file_backed());
+    EXPECT_LT(resident_file_bytes() - std::min(before_copy, resident_file_bytes()), 256u << 10);
     // A state file read into a cache that keeps its store in files: the rows go back to files.
     StateWriter w;
     const_cast<KvCache&>(file).io(w);

@@ -7,6 +7,7 @@
 
 #include "slake/error.h"
 #include "slake/kv/kv_policy.h"
+#include "slake/kv/store_memory.h"
 
 namespace slake::tools {
 
@@ -90,7 +91,8 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   app.add_option("--kv-store-file", kv.store_file,
                  "keep the recall store's rows in memory-mapped files of this directory (unlinked at once; on a disk, "
-                 "not tmpfs), given back to the page cache once written or read, so resident memory stays near the exact cache")
+                 "not tmpfs), given back to the page cache in batches once written or read, so resident memory stays near "
+                 "the exact cache")
       ->check(CLI::ExistingDirectory);
   std::string types;
   for (const std::string& t : kv_type_names()) types += (types.empty() ? "" : ", ") + t;
@@ -120,6 +122,7 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
     fail("--kv-recall-pages recalls evicted tokens: it needs an evicting policy and a --kv-budget");
   for (const char* flag : {"--kv-recall-page", "--kv-recall-score", "--kv-store-type", "--kv-store-file"})
     if (app.count(flag) > 0 && kv.recall_pages == 0) fail(std::string(flag) + " sets the recall store: it needs --kv-recall-pages");
+  if (!kv.store_file.empty()) check_store_dir(kv.store_file);
   if (app.count("--kv-ahakv") > 0 && !uses_aha(kv) && !(sweep && sweep->count() > 0))
     fail("--kv-ahakv sets AhaKV's parts: it needs --kv-policy ahakv or --kv-selector ahakv");
   if (app.count("--kv-sre-floor") > 0 && kv.sre_mass <= 0 && !(sweep && sweep->count() > 0))

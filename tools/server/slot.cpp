@@ -315,7 +315,9 @@ int Slot::restore_file(const std::string& bytes) {
   const StateFileHead head = read_state_head(bytes);
   if (head.model != model_fingerprint(model_)) slake::fail("the file was saved with another model");
   if (!can_load()) slake::fail("restoring a slot needs the cpu backend");
-  use_policy(head.params);  // the file's policy, as the request that made it had
+  KvPolicyParams kv = head.params;  // the file's policy, as the request that made it had,
+  kv.store_file = kv_.store_file;   // its store where this server keeps stores (not in the file)
+  use_policy(kv);
   try {
     std::vector<int32_t> tokens;
     const auto st = read_state_file(bytes, *ctx_->cpu_context(), &tokens);

@@ -8,14 +8,17 @@
 // The rest of the store is left out, or covered by the Taylor state of the head minus what was
 // recalled (RecallCover, ptaa.h).
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "slake/kv/kv_type.h"
 #include "slake/kv/store_memory.h"
+#include "slake/state_archive.h"
 
 namespace slake {
 
@@ -64,12 +67,19 @@ class RecallStore {
   // ranked by `score`; the rows in mapped files of `file_dir` when given (store_memory.h).
   RecallStore(int head_dim, int page, KvType type, RecallScore score = RecallScore::Keys,
               std::shared_ptr<const std::string> file_dir = nullptr);
+  // A copy of a mapped store (a saved state, a slot's copy) is made in files of its own; it and
+  // the store it was read from are given back to the page cache whole: nothing reads them yet.
+  RecallStore(const RecallStore& o);
+  RecallStore& operator=(const RecallStore& o);
+  RecallStore(RecallStore&& o) noexcept;
+  RecallStore& operator=(RecallStore&& o) noexcept;
   // Moves the rows to mapped files of `dir` (null: the heap), e.g. after a state file was read.
   void keep_rows_in(std::shared_ptr<const std::string> dir);
   bool file_backed() const { return k_.get_allocator().file_backed(); }
   // A mapped store gives the pages queries read back to the page cache every this many reads
-  // (attend calls), in one call: each costs a page-table walk and a TLB flush on every core the
-  // process runs on, and a read faults in its neighbours as well (the kernel's fault-around).
+  // (attend calls), and the pages it wrote every this many pages, in one call: each costs a
+  // page-table walk and a TLB flush on every core the process runs on, and a read faults in its
+  // neighbours as well (the kernel's fault-around).
   static constexpr int kReleaseEvery = 16;
   bool active() const { return page_ > 0; }
   int n() const { return n_; }
@@ -117,6 +127,7 @@ class RecallStore {
   template <class A>
   void io(A& a) {
     a(d_, page_, type_, score_, row_, n_, k_, v_, pos_, summary_);
+    if constexpr (std::is_same_v<A, StateReader>) check_read();
   }
  private:
   int d_ = 0, page_ = 0;
@@ -129,14 +140,19 @@ class RecallStore {
   void release_pages(int p0, int p1) const;
   // Quest: row n's key (as stored) into its page's summary.
   void summarise(size_t n);
+  // Gives back every page of a mapped store, keys and values.
+  void release_all() const;
+  // After a state file was read: throws slake::Error when the fields disagree with each other.
+  void check_read() const;
   StoreBytes k_, v_;               // [n][row_]
-  // A mapped store: attend() calls since its pages were last given back (one query at a time reads
-  // a store).
-  mutable int reads_ = 0;
   std::vector<int32_t> pos_;       // [n]
   // Quest only: [pages][2 d]: per channel, the minimum then the maximum of the page's keys as
   // stored; side by side, so that a page's bound is one dot product, [min(q, 0), max(q, 0)] . [min, max].
   std::vector<float> summary_;
+  // A mapped store: attend() calls since its pages were last given back (the work items of one
+  // KV head's query blocks may read it at once), and the pages written and not given back yet.
+  mutable std::atomic<int> reads_{0};
+  int written_ = 0;
 };
 
 // Merges the unnormalised softmax part (m2, l2, acc2) of one row into (m, l, acc) (d values).

@@ -1,9 +1,10 @@
 // Where a recall store (kv_recall.h) keeps its rows: on the heap, or, with --kv-store-file DIR, in
-// memory-mapped files of DIR (created and unlinked at once: nothing outlives the process). A mapped
-// store's rows live in the page cache, where the kernel may write them out and drop them; the store
-// gives back the pages of its mapping (release_store_pages) once it has written or read them, so
-// they leave the process's resident set and are read back from the page cache (or the disk) when
-// a query recalls them. DIR should be on a disk's file system: on tmpfs the pages stay in memory.
+// memory-mapped files of DIR (created and unlinked at once: nothing outlives the process; blocks
+// under kStoreFileMinBytes stay on the heap). A mapped store's rows live in the page cache, where
+// the kernel may write them out and drop them; the store gives the pages of its mapping back
+// (release_store_pages) in batches after writing and reading them (kv_recall.h), so they leave the
+// process's resident set and are read back from the page cache (or the disk) when a query recalls
+// them. DIR should be on a disk's file system: on tmpfs the pages stay in memory.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -20,8 +21,11 @@ void* map_store_file(const std::string& dir, size_t bytes);
 void unmap_store_file(void* p, size_t bytes);
 }  // namespace detail
 
+// Throws slake::Error unless a store file can be made and mapped in `dir` (checked at start-up).
+void check_store_dir(const std::string& dir);
+
 // Allocations below this many bytes stay on the heap even for a mapped store.
-inline constexpr size_t kStoreFileMinBytes = size_t{1} << 20;
+inline constexpr size_t kStoreFileMinBytes = size_t{64} << 10;
 
 // A std::allocator for a store's rows: the heap, or mapped files of `dir` for blocks of
 // kStoreFileMinBytes or more. Copies (and containers copied with it) keep the directory.
