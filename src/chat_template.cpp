@@ -110,6 +110,25 @@ std::string render_mistral_family(ChatFormat f, const std::vector<ChatMessage>& 
   return out;
 }
 
+// google/gemma-7b-it as llama.cpp builds it: no system turn (a system message opens the next user
+// turn, followed by a blank line), "model" for the assistant, every content trimmed. The official
+// template has bos_token before this; the tokenizer adds it here.
+std::string render_gemma(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  std::string out, system;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      system += strip(m.content);
+      continue;
+    }
+    const std::string role = m.role == "assistant" ? "model" : m.role;
+    out += "<start_of_turn>" + role + "\n";
+    if (!system.empty() && role != "model") out += system + "\n\n", system.clear();
+    out += strip(m.content) + "<end_of_turn>\n";
+  }
+  if (add_generation_prompt) out += "<start_of_turn>model\n";
+  return out;
+}
+
 std::string render_simple(ChatFormat f, const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
   std::string out;
   for (const ChatMessage& m : messages) {
@@ -159,7 +178,8 @@ std::string render_simple(ChatFormat f, const std::vector<ChatMessage>& messages
 const ChatFormat kAllFormats[] = {ChatFormat::Llama2,    ChatFormat::Llama3,          ChatFormat::Mistral,
                                   ChatFormat::MistralV1, ChatFormat::MistralV3Tekken, ChatFormat::MistralV7,
                                   ChatFormat::ChatML,    ChatFormat::Zephyr,          ChatFormat::Vicuna,
-                                  ChatFormat::DeepSeek,  ChatFormat::Falcon3,         ChatFormat::Alpaca};
+                                  ChatFormat::DeepSeek,  ChatFormat::Falcon3,         ChatFormat::Alpaca,
+                                  ChatFormat::Gemma};
 
 }  // namespace
 
@@ -177,6 +197,7 @@ const char* chat_format_name(ChatFormat f) {
     case ChatFormat::DeepSeek: return "deepseek";
     case ChatFormat::Falcon3: return "falcon3";
     case ChatFormat::Alpaca: return "alpaca";
+    case ChatFormat::Gemma: return "gemma";
   }
   return "?";
 }
@@ -239,6 +260,7 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
     case ChatFormat::Mistral: return render_mistral(messages, special);
     case ChatFormat::MistralV1:
     case ChatFormat::MistralV3Tekken: return render_mistral_family(format, messages);
+    case ChatFormat::Gemma: return render_gemma(messages, add_generation_prompt);
     default: return render_simple(format, messages, add_generation_prompt);
   }
 }

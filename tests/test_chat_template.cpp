@@ -122,9 +122,10 @@ TEST(ChatTemplate, Names) {
   EXPECT_EQ(chat_format_from_name("mistral"), ChatFormat::Mistral);
   EXPECT_EQ(chat_format_from_name("mistral-v3"), ChatFormat::Mistral);
   EXPECT_EQ(chat_format_from_name("chatml"), ChatFormat::ChatML);
-  EXPECT_EQ(test::error_of([] { chat_format_from_name("gemma"); }),
-            "unknown chat template 'gemma' (known: llama2, llama3, mistral-v3, mistral-v1, mistral-v3-tekken, mistral-v7, "
-            "chatml, zephyr, vicuna, deepseek, falcon3, alpaca)");
+  EXPECT_EQ(chat_format_from_name("gemma"), ChatFormat::Gemma);
+  EXPECT_EQ(test::error_of([] { chat_format_from_name("gemma4"); }),
+            "unknown chat template 'gemma4' (known: llama2, llama3, mistral-v3, mistral-v1, mistral-v3-tekken, mistral-v7, "
+            "chatml, zephyr, vicuna, deepseek, falcon3, alpaca, gemma)");
 }
 
 TEST(ChatTemplate, DetectsTheOfficialTemplates) {
@@ -214,13 +215,33 @@ TEST(ChatTemplate, LlamaCppFormats) {
   EXPECT_EQ(r(ChatFormat::MistralV1), " [INST] S\n\nU1 [/INST] A1</s> [INST] U2 [/INST]");
   EXPECT_EQ(r(ChatFormat::MistralV3Tekken), "[INST]S\n\nU1[/INST]A1</s>[INST]U2[/INST]");
   EXPECT_EQ(r(ChatFormat::MistralV7), "[SYSTEM_PROMPT] S[/SYSTEM_PROMPT][INST] U1[/INST] A1</s>[INST] U2[/INST]");
+  EXPECT_EQ(r(ChatFormat::Gemma),
+            "<start_of_turn>user\nS\n\nU1<end_of_turn>\n<start_of_turn>model\nA1<end_of_turn>\n<start_of_turn>user\nU2"
+            "<end_of_turn>\n<start_of_turn>model\n");
   for (ChatFormat f : {ChatFormat::ChatML, ChatFormat::Zephyr, ChatFormat::Falcon3, ChatFormat::Vicuna,
                        ChatFormat::DeepSeek, ChatFormat::Alpaca, ChatFormat::MistralV1, ChatFormat::MistralV3Tekken,
-                       ChatFormat::MistralV7}) {
+                       ChatFormat::MistralV7, ChatFormat::Gemma}) {
     EXPECT_EQ(chat_format_from_name(chat_format_name(f)), f);
     const std::string before = render_chat(f, {c[0], c[1], c[2]}, false, kSpm);
     EXPECT_EQ(r(f).compare(0, before.size(), before), 0) << chat_format_name(f) << ": each turn extends the last";
   }
+}
+
+TEST(ChatTemplate, GemmaRendersAsGemma2sOwnTemplate) {
+  // Gemma 2's official template (which refuses a system message) through the Jinja engine: the
+  // bos_token, then the built-in format.
+  SLAKE_SHARED_OR_SKIP(path, "chat-templates/google-gemma-2-2b-it.jinja");
+  std::ifstream f(path);
+  const std::string src((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const ChatTemplate j = ChatTemplate::jinja(src, "gemma-2");
+  std::vector<ChatMessage> history = conversation();
+  history.erase(history.begin());
+  history[0].content = "  Hello!\n";  // trimmed by both
+  for (bool agp : {false, true})
+    for (size_t n = 1; n <= history.size(); ++n) {
+      const std::vector<ChatMessage> h(history.begin(), history.begin() + static_cast<std::ptrdiff_t>(n));
+      EXPECT_EQ(j.render(h, agp, kSpm), kSpm.bos + render_chat(ChatFormat::Gemma, h, agp, kSpm)) << n;
+    }
 }
 
 TEST(ChatTemplate, HuggingFaceTokenizerConfigGivesTheTemplate) {

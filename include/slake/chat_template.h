@@ -19,9 +19,11 @@ namespace slake {
 // mistral-v3-tekken, mistral-v7 ([SYSTEM_PROMPT]), chatml (<|im_start|>role\n...<|im_end|>\n),
 // zephyr (<|role|>\n...<|endoftext|>\n), vicuna (USER: / ASSISTANT:), deepseek (### Instruction: /
 // ### Response:, deepseek-coder), falcon3 (<|role|>\n...\n) and alpaca (### Instruction: /
-// ### Response: with blank lines, Stanford Alpaca's).
+// ### Response: with blank lines, Stanford Alpaca's) and gemma (<start_of_turn>role\n...<end_of_turn>\n,
+// by name only: a model's own Gemma template is rendered by the Jinja engine).
 enum class ChatFormat {
-  Llama2, Llama3, Mistral /* v3 */, MistralV1, MistralV3Tekken, MistralV7, ChatML, Zephyr, Vicuna, DeepSeek, Falcon3, Alpaca
+  Llama2, Llama3, Mistral /* v3 */, MistralV1, MistralV3Tekken, MistralV7, ChatML, Zephyr, Vicuna, DeepSeek, Falcon3, Alpaca,
+  Gemma
 };
 
 struct ChatMessage {

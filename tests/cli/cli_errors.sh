@@ -59,7 +59,7 @@ expect_error "error: sampling: top-k must be >= 0" "$bin/slake-cli" -m "$model_o
 expect_error "error: sampling: min-p must be in \[0, 1\]" "$bin/slake-cli" -m "$model_ok" --min-p 2
 expect_error "error: sampling: repeat penalty must be a positive number" "$bin/slake-cli" -m "$model_ok" --repeat-penalty 0
 expect_error "error: sampling: repeat-last-n must be >= -1" "$bin/slake-cli" -m "$model_ok" --repeat-last-n -2
-expect_error "error: unknown chat template 'bogus' (known: llama2, llama3, mistral-v3, mistral-v1, mistral-v3-tekken, mistral-v7, chatml, zephyr, vicuna, deepseek, falcon3, alpaca)" "$bin/slake-cli" -m "$model_ok" --chat-template bogus
+expect_error "error: unknown chat template 'bogus' (known: llama2, llama3, mistral-v3, mistral-v1, mistral-v3-tekken, mistral-v7, chatml, zephyr, vicuna, deepseek, falcon3, alpaca, gemma)" "$bin/slake-cli" -m "$model_ok" --chat-template bogus
 expect_error "error: the model has no chat template; choose one with --chat-template" "$bin/slake-cli" -m "$model_ok" -cnv </dev/null
 expect_error "error: give --chat-template NAME or --chat-template-file FILE, not both" "$bin/slake-cli" -m "$model_ok" \
   --chat-template chatml --chat-template-file "$tmp/none.jinja"

@@ -40,6 +40,30 @@ check "a malformed --logit-bias is refused by name" grep -q -- "--logit-bias: ex
 cli biasbig -m "$gguf" -p x -n 2 -l 99999+1
 check "a token outside the vocabulary is refused" grep -q "outside the vocabulary" "$tmp/biasbig.err"
 
+# The sampler flags reach the sampler (tests/test_sampler.cpp checks each one's arithmetic): each
+# changes the reply of the same seed, its "off" value leaves it as it is, and a value out of range
+# is refused by name. The penalties act on the greedy reply, the samplers on a drawn one.
+for f in "--presence-penalty 1.5" "--frequency-penalty 1.5" "--dry-multiplier 2 --dry-allowed-length 1" \
+         "--typical 0.2" "--xtc-probability 1 --xtc-threshold 0.05" "--mirostat 2 --mirostat-ent 1"; do
+  case $f in --typical*|--xtc*|--mirostat*) draw="--temp 0.8 --seed 5" ;; *) draw="--temp 0" ;; esac
+  # shellcheck disable=SC2086
+  "$bin/slake-cli" -m "$gguf" -p "Once upon a time" -n 64 --no-display-prompt $draw >"$tmp/s0.out" 2>/dev/null
+  # shellcheck disable=SC2086
+  "$bin/slake-cli" -m "$gguf" -p "Once upon a time" -n 64 --no-display-prompt $draw $f >"$tmp/s1.out" 2>/dev/null
+  check "$f changes the reply" sh -c "test -s '$tmp/s1.out' && ! cmp -s '$tmp/s0.out' '$tmp/s1.out'"
+done
+for f in "--presence-penalty 0" "--frequency-penalty 0" "--dry-multiplier 0" "--typical 1" "--xtc-probability 0" "--mirostat 0"; do
+  # shellcheck disable=SC2086
+  "$bin/slake-cli" -m "$gguf" -p "Once upon a time" -n 64 --no-display-prompt --temp 0.8 --seed 5 $f >"$tmp/s1.out" 2>/dev/null
+  "$bin/slake-cli" -m "$gguf" -p "Once upon a time" -n 64 --no-display-prompt --temp 0.8 --seed 5 >"$tmp/s0.out" 2>/dev/null
+  check "$f changes nothing" cmp -s "$tmp/s0.out" "$tmp/s1.out"
+done
+for f in "--presence-penalty 3:presence penalty" "--typical 0:typical-p" "--mirostat 1:mirostat" "--xtc-probability 2:xtc"; do
+  # shellcheck disable=SC2086
+  "$bin/slake-cli" -m "$gguf" -p x -n 2 ${f%%:*} >/dev/null 2>"$tmp/bad.err"
+  check "${f%%:*} is refused, naming ${f#*:}" sh -c "test \$(grep -c . '$tmp/bad.err') -eq 1 && grep -qi '${f#*:}' '$tmp/bad.err'"
+done
+
 printf 'You tell short stories.' >"$tmp/system.txt"
 chat() {  # chat NAME ARGS...: a chat of two messages (-p and one line of standard input)
   local name=$1; shift

@@ -1,8 +1,9 @@
 """Structured output through slake-server, against independent references: replies under 240
 generated JSON schemas (stories260K, a model that never writes JSON unprompted) and under a
-Pydantic model through the official openai client (SmolLM2) each validate with the `jsonschema`
-package; `response_format: json_object` gives a JSON object; a GBNF grammar's replies match the
-equivalent Python regex; `logit_bias` changes the greedy reply as it should; bad grammars, schemas
+Pydantic model and 200 generated schemas through the official openai client (SmolLM2) each
+validate with the `jsonschema` package; `response_format: json_object` gives a JSON object; a GBNF grammar's replies match the
+equivalent Python regex; `logit_bias` changes the greedy reply as it should (-100 on SmolLM2's " Paris" through the
+openai client); n = 8 choices share one prefill; bad grammars, schemas
 and fields are 400s that name what is wrong, and the server keeps serving. slake-cli's --json-schema
 and --grammar-file follow the same checks."""
 import json
@@ -203,11 +204,26 @@ reason ::= [a-z]{1,12} (" " [a-z]{1,12}){0,3}'''
                 self.assertEqual(status, 400, body)
                 self.assertEqual(body["error"]["param"], param, body)
                 self.assertIn(needle, body["error"]["message"])
-        # llama.cpp's other samplers are taken (their arithmetic is checked in tests/test_sampler.cpp).
-        for extra in ({"typical_p": 0.5}, {"xtc_probability": 0.5, "xtc_threshold": 0.1}, {"mirostat": 2, "mirostat_tau": 4.0},
-                      {"dry_multiplier": 0.8, "dry_allowed_length": 2, "dry_sequence_breakers": ["\n", "."]}):
-            status, body = post(self.server, "/v1/completions", {"prompt": "Once", "max_tokens": 8, "seed": 1, **extra})
+        # llama.cpp's other samplers and the penalties are taken and reach the sampler (their
+        # arithmetic is checked in tests/test_sampler.cpp): each changes the reply of the same seed,
+        # and its "off" value leaves it as it is. The penalties act on the greedy reply.
+        def text(temp, extra):
+            status, body = post(self.server, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 64,
+                                                                 "temperature": temp, "seed": 5, **extra})
             self.assertEqual(status, 200, (extra, body))
+            return body["choices"][0]["text"]
+
+        for temp, on, off in [(0.8, {"typical_p": 0.2}, {"typical_p": 1}),
+                              (0.8, {"xtc_probability": 1, "xtc_threshold": 0.05}, {"xtc_probability": 0}),
+                              (0.8, {"mirostat": 2, "mirostat_tau": 1.0}, {"mirostat": 0}),
+                              (0, {"dry_multiplier": 2, "dry_allowed_length": 1, "dry_sequence_breakers": ["\n", "."]},
+                               {"dry_multiplier": 0}),
+                              (0, {"presence_penalty": 1.5}, {"presence_penalty": 0}),
+                              (0, {"frequency_penalty": 1.5}, {"frequency_penalty": 0})]:
+            with self.subTest(sampler=on):
+                plain = text(temp, {})
+                self.assertNotEqual(text(temp, on), plain)
+                self.assertEqual(text(temp, off), plain)
         # Fields that change nothing by design are taken.
         status, body = post(self.server, "/v1/completions", {"prompt": "Once", "max_tokens": 2, "user": "u",
                                                              "metadata": {"a": "b"}, "store": False})
@@ -250,20 +266,85 @@ class Answer(pydantic.BaseModel):
 
 
 @unittest.skipUnless(os.path.exists(SMOLLM2), f"test model missing: {SMOLLM2} (scripts/fetch-models.sh)")
-class SmolLM2Parse(unittest.TestCase):
+class SmolLM2(unittest.TestCase):
+    MODEL = os.path.basename(SMOLLM2)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(SMOLLM2, "-c", "8192", "-np", "8", "-t", "2")
+        cls.client = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
     def test_openai_parse_returns_the_pydantic_object(self):
-        server = Server(SMOLLM2, "-c", "2048", "-np", "1", "-t", "2")
-        try:
-            client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
-            r = client.beta.chat.completions.parse(
-                model=os.path.basename(SMOLLM2), temperature=0, max_tokens=300, response_format=Answer,
-                messages=[{"role": "user", "content": "Describe Paris as JSON: city, country, population, landmarks."}])
-            parsed = r.choices[0].message.parsed
-            self.assertIsInstance(parsed, Answer)
-            jsonschema.validate(json.loads(r.choices[0].message.content), Answer.model_json_schema())
-            self.assertEqual(r.choices[0].finish_reason, "stop")
-        finally:
-            server.stop()
+        r = self.client.beta.chat.completions.parse(
+            model=self.MODEL, temperature=0, max_tokens=300, response_format=Answer,
+            messages=[{"role": "user", "content": "Describe Paris as JSON: city, country, population, landmarks."}])
+        parsed = r.choices[0].message.parsed
+        self.assertIsInstance(parsed, Answer)
+        jsonschema.validate(json.loads(r.choices[0].message.content), Answer.model_json_schema())
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+
+    def test_200_generated_schemas_validate(self):
+        # A chat model asked for JSON, held to each schema through the openai client: every reply
+        # validates, whatever the model would have written.
+        rng = random.Random(2)
+        asks = ["Describe a city.", "Give me a user record.", "List some colours.", "Make up a product.",
+                "What is the weather like?", "Summarise a book.", "Invent a game character.", "Plan a trip."]
+        cases = [(random_schema(rng), rng.choice(asks), rng.choice([0, 0.8]), i) for i in range(200)]
+
+        def run(case):
+            schema, ask, temp, seed = case
+            try:
+                r = self.client.chat.completions.create(
+                    model=self.MODEL, messages=[{"role": "user", "content": ask + " Answer in JSON."}], max_tokens=800,
+                    temperature=temp, seed=seed,
+                    response_format={"type": "json_schema", "json_schema": {"name": "t", "schema": schema, "strict": True}})
+                return case, r.choices[0], None
+            except openai.APIError as e:
+                return case, None, e
+
+        import concurrent.futures
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            for (schema, ask, temp, _), choice, error in ex.map(run, cases):
+                with self.subTest(schema=schema, ask=ask, temp=temp):
+                    self.assertIsNone(error)
+                    self.assertEqual(choice.finish_reason, "stop", choice)
+                    value = json.loads(choice.message.content)
+                    jsonschema.validate(value, schema)
+                    format_ok(value, schema)
+
+    def test_logit_bias_through_the_openai_client(self):
+        kw = dict(model=self.MODEL, prompt="The capital of France is", max_tokens=3, temperature=0)
+        base = self.client.completions.create(**kw).choices[0].text
+        self.assertTrue(base.startswith(" Paris"), base)
+        _, tok = post(self.server, "/tokenize", {"content": " Paris"})
+        self.assertEqual(len(tok["tokens"]), 1, tok)
+        banned = self.client.completions.create(logit_bias={str(tok["tokens"][0]): -100}, **kw).choices[0].text
+        self.assertFalse(banned.startswith(" Paris"), banned)
+        self.assertEqual(self.client.completions.create(logit_bias={str(tok["tokens"][0]): 0}, **kw).choices[0].text, base)
+
+    def test_eight_choices_share_one_prefill(self):
+        # n = 8 on 8 free slots: one prefill of the prompt, seven copies of its cache; choice i is
+        # what seed + i gives alone.
+        kw = dict(model=self.MODEL, messages=[{"role": "user", "content": "Name a fruit and say why you like it."}],
+                  max_tokens=12, temperature=1.0)
+        metrics = ("slake_prefill_chunks_total", "slake_prompt_tokens_cached_total")
+        before = [self.server.metric(m) for m in metrics]
+        r = self.client.chat.completions.create(n=8, seed=11, **kw)
+        after = [self.server.metric(m) for m in metrics]
+        self.assertEqual([c.index for c in r.choices], list(range(8)))
+        self.assertEqual(after[0] - before[0], 1, "a follower prefilled the prompt again")
+        # Each follower takes the whole prompt from the leader (which may itself have found the
+        # chat template's opening in the prefix cache).
+        cached = after[1] - before[1] - 7 * r.usage.prompt_tokens
+        self.assertTrue(0 <= cached < r.usage.prompt_tokens, f"a follower did not take the leader's cache ({cached})")
+        for i in (0, 5):
+            alone = self.client.chat.completions.create(seed=11 + i, **kw).choices[0].message.content
+            self.assertEqual(r.choices[i].message.content, alone)
+        self.assertGreater(len({c.message.content for c in r.choices}), 1)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ Mistral Nemo's [TOOL_CALLS]): with tool_choice "required" or a named function, e
 offered function and its arguments validate against that function's parameters with the
 `jsonschema` package (a model this small writes no call unprompted); streamed calls arrive as
 OpenAI streams them, as they are generated, and add up to the call the same request gives
-unstreamed; a two-step loop (the call, a `tool`
-message with the answer, the reply) renders through the template; bad tool requests are 400s."""
+unstreamed; a two-step loop with tool_choice "required", streamed and not (the call, a `tool`
+message with the answer, rendered through the template, and a text reply); tool_choice "none" and
+"auto" and parallel calls; bad tool requests are 400s."""
 import json
 import os
 import unittest
@@ -52,6 +53,54 @@ class ToolCalls(unittest.TestCase):
             self.assertEqual(call.function.name, only)
         jsonschema.validate(json.loads(call.function.arguments), PARAMS[call.function.name])
 
+    @staticmethod
+    def create(client, stream, **kw):
+        """(message dict, finish_reason) of a chat completion, assembled from its chunks when streamed."""
+        if not stream:
+            c = client.chat.completions.create(**kw).choices[0]
+            calls = [{"id": t.id, "name": t.function.name, "arguments": t.function.arguments} for t in c.message.tool_calls or []]
+            return {"content": c.message.content, "tool_calls": calls}, c.finish_reason
+        content, calls, finish = "", {}, None
+        for chunk in client.chat.completions.create(stream=True, **kw):
+            ch = chunk.choices[0]
+            finish = ch.finish_reason or finish
+            content += ch.delta.content or ""
+            for d in ch.delta.tool_calls or []:
+                acc = calls.setdefault(d.index, {"id": d.id, "name": d.function.name, "arguments": ""})
+                acc["arguments"] += d.function.arguments or ""
+        return {"content": content or None, "tool_calls": [calls[i] for i in sorted(calls)]}, finish
+
+    def tool_loop(self, server, client, stream):
+        """The two steps of a tool loop: tool_choice "required" gives a call, a `tool` message answers
+        it, and the model replies in text (tool_choice "none") to a prompt its template rendered from
+        the call and the answer."""
+        first, finish = self.create(client, stream, model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice="required",
+                                    parallel_tool_calls=False, max_tokens=300, temperature=0.8, seed=1)
+        self.assertEqual(finish, "tool_calls")
+        self.assertEqual(len(first["tool_calls"]), 1)
+        call = first["tool_calls"][0]
+        self.assertIn(call["name"], PARAMS)
+        jsonschema.validate(json.loads(call["arguments"]), PARAMS[call["name"]])
+        messages = QUESTION + [
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": call["id"], "type": "function",
+                             "function": {"name": call["name"], "arguments": call["arguments"]}}]},
+            {"role": "tool", "tool_call_id": call["id"], "name": call["name"], "content": "18 degrees and sunny"}]
+        status, rendered = server.call("/apply-template", {"messages": messages, "tools": TOOLS})
+        self.assertEqual(status, 200, rendered)
+        self.assertIn("18 degrees and sunny", rendered["prompt"])
+        self.assertIn(call["name"], rendered["prompt"].split("18 degrees")[0], "the call is rendered before its answer")
+        second, finish = self.create(client, stream, model=MODEL, messages=messages, tools=TOOLS, tool_choice="none",
+                                     max_tokens=20, temperature=0)
+        self.assertIn(finish, ("stop", "length"))
+        self.assertEqual(second["tool_calls"], [])
+        self.assertTrue(second["content"])
+        # The same request unstreamed gives the same text: the rendered prompt, not the transport, decides.
+        if stream:
+            again, _ = self.create(client, False, model=MODEL, messages=messages, tools=TOOLS, tool_choice="none",
+                                   max_tokens=20, temperature=0)
+            self.assertEqual(again["content"], second["content"])
+
     def test_required_and_named_calls_are_well_formed(self):
         for family in TEMPLATES:
             server = Server(STORIES, "-c", "4096", "-np", "2", "-t", "1", "--chat-template-file", template(family))
@@ -88,20 +137,38 @@ class ToolCalls(unittest.TestCase):
                     self.assertEqual(calls[0]["name"], whole.function.name)
                     self.assertEqual(json.loads(calls[0]["arguments"]), json.loads(whole.function.arguments))
                     jsonschema.validate(json.loads(calls[0]["arguments"]), PARAMS[calls[0]["name"]])
-                with self.subTest(family=family, loop=True):
-                    first = client.chat.completions.create(model=MODEL, messages=QUESTION, tools=TOOLS,
-                                                           tool_choice={"type": "function", "function": {"name": "get_weather"}},
-                                                           max_tokens=300, temperature=0.8, seed=1)
-                    call = first.choices[0].message.tool_calls[0]
-                    messages = QUESTION + [
-                        {"role": "assistant", "content": None,
-                         "tool_calls": [{"id": call.id, "type": "function",
-                                         "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
-                        {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"}]
-                    second = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, max_tokens=20,
-                                                            temperature=0)
-                    self.assertGreater(second.usage.prompt_tokens, first.usage.prompt_tokens)
-                    self.assertIn(second.choices[0].finish_reason, ("stop", "length", "tool_calls"))
+                for stream in (False, True):
+                    with self.subTest(family=family, loop=True, stream=stream):
+                        self.tool_loop(server, client, stream)
+                with self.subTest(family=family, tool_choice="auto/none/parallel"):
+                    # "none": the tools are rendered but never called; "auto": the model may call
+                    # (any call still well-formed); parallel_tool_calls: one or more calls, each valid.
+                    r = client.chat.completions.create(model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice="none",
+                                                       max_tokens=12, temperature=0)
+                    self.assertIsNone(r.choices[0].message.tool_calls)
+                    self.assertIn(r.choices[0].finish_reason, ("stop", "length"))
+                    self.assertTrue(r.choices[0].message.content)
+                    most = 0
+                    for seed in range(3):
+                        r = client.chat.completions.create(model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice="auto",
+                                                           max_tokens=60, temperature=1.0, seed=seed)
+                        for call in r.choices[0].message.tool_calls or []:
+                            self.check_call(call)
+                        # This model, once free to go on calling, rarely stops: the reply may end at
+                        # max_tokens inside a call, and the calls it finished are returned.
+                        r = client.chat.completions.create(model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice="required",
+                                                           parallel_tool_calls=True, max_tokens=200, temperature=1.0, seed=seed)
+                        calls = r.choices[0].message.tool_calls or []
+                        self.assertIn(r.choices[0].finish_reason, ("tool_calls", "length"))
+                        self.assertGreaterEqual(len(calls), 1)
+                        self.assertEqual(len({c.id for c in calls}), len(calls), "call ids are distinct")
+                        for call in calls:
+                            self.check_call(call)
+                        most = max(most, len(calls))
+                    if family == "llama3":  # Llama 3.1's template renders one call a message
+                        self.assertEqual(most, 1)
+                    else:
+                        self.assertGreater(most, 1, "parallel_tool_calls let no reply make a second call")
             finally:
                 server.stop()
 

@@ -70,6 +70,7 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
       ->capture_default_str();
   app.add_option("-l,--logit-bias", o.logit_bias_args,
                  "TOKEN_ID+BIAS or TOKEN_ID-BIAS added to a token's logit (repeatable; -inf or -100 bans it)");
+  app.add_flag("--ignore-eos", o.ignore_eos, "never end the reply at an end-of-generation token (-inf on their logits)");
   app.add_option("--grammar", o.grammar, "GBNF grammar (llama.cpp's syntax, start rule root) the reply must match");
   app.add_option("--grammar-file", o.grammar_file, "the GBNF grammar read from a file");
   app.add_option("-j,--json-schema", o.json_schema, "a JSON schema the reply must match (converted to a grammar)");
@@ -144,6 +145,7 @@ void check_options(const CLI::App& app, CliOptions& o) {
   o.logit_bias.clear();
   for (const std::string& b : o.logit_bias_args) o.logit_bias.push_back(tools::parse_logit_bias(b));
   if (!o.logit_bias.empty() && !o.batch_in.empty()) fail("--batch decodes greedily; it does not take --logit-bias");
+  if (o.ignore_eos && !o.batch_in.empty()) fail("--batch decodes greedily; it does not take --ignore-eos");
   const auto read = [](const std::string& path, const char* flag) {
     std::ifstream in(path, std::ios::binary);
     if (!in) fail(std::string(flag) + ": cannot read " + path);

@@ -43,6 +43,7 @@ struct CliOptions {
   std::vector<std::string> dry_breakers;  // --dry-sequence-breaker (empty: llama.cpp's defaults)
   std::vector<std::string> logit_bias_args;  // -l, --logit-bias TOKEN(+|-)BIAS, as given
   tools::LogitBias logit_bias;               // parsed by check_options; token ids checked once the model loads
+  bool ignore_eos = false;                   // --ignore-eos: the end-of-generation tokens banned, as llama.cpp
 };
 
 // The arguments with llama.cpp's one-dash spellings (-sys, -cnv, -ctk, -ctv) in their long forms,

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -208,7 +209,10 @@ int run(CliOptions& o) {
     if (t >= model->cfg.n_vocab)
       slake::fail("--logit-bias: token " + std::to_string(t) + " is outside the vocabulary of " +
                   std::to_string(model->cfg.n_vocab) + " tokens");
-  gen.set_logit_bias(o.logit_bias);
+  slake::tools::LogitBias bias = o.logit_bias;
+  if (o.ignore_eos)
+    for (const int32_t t : slake::tools::end_of_generation_tokens(model->vocab)) bias.emplace_back(t, -INFINITY);
+  gen.set_logit_bias(std::move(bias));
 
   if (o.conversation) {
     chat(*session, gen, o, prompt);

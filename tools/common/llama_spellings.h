@@ -3,8 +3,10 @@
 // turns them into their long forms before parsing. Flags of llama.cpp's tools that change nothing
 // here (flash attention, which is how slake always attends; -ngl on the CPU backend; continuous
 // batching and metrics, which the server always does) are accepted, dropped, and reported once, so
-// a launch line written for llama-server or llama-cli runs unchanged.
+// a launch line written for llama-server or llama-cli runs unchanged. Any other llama.cpp flag of one
+// dash and several letters is refused by name.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <map>
 #include <string>
@@ -29,6 +31,12 @@ inline std::vector<IgnoredFlag> common_ignored_flags() {
   };
 }
 
+// "-md", "-no-cnv": one dash, then two or more letters or dashes (not a number, not "-").
+inline bool multi_letter_short_flag(const std::string& a) {
+  if (a.size() < 3 || a[0] != '-' || a[1] == '-') return false;
+  return std::all_of(a.begin() + 1, a.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-'; });
+}
+
 // argv[1..] with every spelling in `own`, -ctk and -ctv (kv_flags.h) replaced by its long form, and
 // every ignored flag (with its values) dropped and described in `notes`; last first: the order
 // CLI::App::parse takes a vector in.
@@ -51,6 +59,10 @@ inline std::vector<std::string> llama_cpp_args(int argc, char** argv, const std:
       continue;
     }
     const auto it = spellings.find(a);
+    // One dash and several letters that are not a spelling of ours: a llama.cpp flag for what slake
+    // does not do (-md, -hf, -dev, ...). CLI11 would take it for a one-letter flag with its value
+    // glued on (-m d), so it is refused here, by the name it was given.
+    if (it == spellings.end() && multi_letter_short_flag(a)) throw CLI::ExtrasError({a});
     args.push_back(it != spellings.end() ? it->second : a);
   }
   std::reverse(args.begin(), args.end());

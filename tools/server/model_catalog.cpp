@@ -1,6 +1,8 @@
 #include "model_catalog.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <boost/property_tree/ini_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
 #include <filesystem>
@@ -83,11 +85,24 @@ struct PresetArg {
   std::vector<std::string> args;
 };
 
-PresetArg preset_arg(const std::string& section, const std::string& key, const std::string& v, const CLI::App& flags,
+// llama.cpp's environment-variable name of a flag (LLAMA_ARG_CACHE_RAM) as the flag's long name
+// (cache-ram): lower case with dashes, but for the few whose names differ (common/arg.cpp).
+std::string flag_of_env_name(const std::string& env) {
+  static const std::map<std::string, std::string> differ = {{"N_PARALLEL", "parallel"},       {"BATCH", "batch-size"},
+                                                            {"UBATCH", "ubatch-size"},        {"ENDPOINT_METRICS", "metrics"},
+                                                            {"ENDPOINT_SLOTS", "slots"},      {"ENDPOINT_PROPS", "props"}};
+  const std::string rest = env.substr(10);
+  if (const auto it = differ.find(rest); it != differ.end()) return it->second;
+  std::string flag;
+  for (char c : rest) flag += c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return flag;
+}
+
+PresetArg preset_arg(const std::string& section, const std::string& given, const std::string& v, const CLI::App& flags,
                      std::vector<std::string>* notes) {
-  const std::string where = "[" + section + "] " + key;
-  if (key.rfind("LLAMA_ARG_", 0) == 0)
-    fail("--models-preset " + where + ": environment-variable keys are not read; write the flag's name");
+  const std::string where = "[" + section + "] " + given;
+  // A key may be a flag's long name, its short form, or llama.cpp's environment-variable name.
+  const std::string key = given.rfind("LLAMA_ARG_", 0) == 0 && given.size() > 10 ? flag_of_env_name(given) : given;
   // The long form the key names: itself, its one-letter form, or llama.cpp's one-dash spelling.
   std::string name = key.size() == 1 ? "-" + key : "--" + key;
   const auto& spelled = server_spellings();
