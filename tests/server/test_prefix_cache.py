@@ -4,8 +4,8 @@ their prefix from a slot's cache or the prompt cache (usage's cached_tokens says
 every reply equals slake-cli --temp 0's for the same prompt, with stories260K and, where
 scripts/fetch-models.sh fetched it, SmolLM2 (quantised: bit for bit); under SLAKE a regenerated
 reply takes the saved compressed prompt whole. Under memory pressure (a
-prompt cache of 1 MiB that keeps dropping entries, slots of a tight --kv-memory) every reply is
-still the fresh one and the cache stays within its bound."""
+prompt cache of 1 MiB that keeps dropping entries; slots and prompt cache under a tight
+--kv-memory) every reply is still the fresh one and the caches stay within their bounds."""
 import os
 import random
 import unittest
@@ -104,6 +104,32 @@ class PrefixCache:
 @unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
 class Stories(PrefixCache, unittest.TestCase):
     MODEL, CTX = STORIES, 512
+
+    def test_prompt_cache_counts_in_kv_memory(self):
+        """--kv-memory bounds the slots' caches and the prompt cache together: with room for little
+        more than the three slots' caches, the prompt cache is trimmed (oldest first) so that, with
+        every slot idle, the two never pass the limit; replies are still the fresh ones, and the
+        cache still serves prefixes."""
+        limit = 1 << 20
+        server = Server(self.MODEL, "-c", str(3 * self.CTX), "-np", "3", "-t", "2", "--kv-memory", "1")
+        try:
+            self.assertEqual(server.metric("slake_kv_memory_limit_bytes"), limit)
+            rng = random.Random(7)
+            prompts = [SYSTEM[:rng.randrange(40, len(SYSTEM))] + u for u in USERS] + [SYSTEM + u for u in USERS]
+            most = 0
+            for p in rng.sample(prompts * 2, 20):
+                text, _ = self.ask(server, p)
+                self.assertEqual(text, self.fresh(p), p)
+                slots = sum(float(line.split()[-1]) for line in server.get("/metrics").splitlines()
+                            if line.startswith("slake_kv_bytes{"))
+                cache = server.metric("slake_prompt_cache_bytes")
+                self.assertLessEqual(slots + cache, limit, (slots, cache))
+                most = max(most, cache)
+            if BACKEND == "cpu":
+                self.assertGreater(most, 0, "the prompt cache was never used")
+                self.assertGreater(server.metric("slake_prefix_hits_total"), 0)
+        finally:
+            server.stop()
 
 
 @unittest.skipUnless(os.path.exists(SMOLLM2), f"model missing: {SMOLLM2} (scripts/fetch-models.sh fetches it)")
