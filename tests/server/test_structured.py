@@ -162,6 +162,32 @@ reason ::= [a-z]{1,12} (" " [a-z]{1,12}){0,3}'''
             self.assertRegex(body["choices"][0]["text"], pattern)
             self.assertTrue(pattern.fullmatch(body["choices"][0]["text"]), body["choices"][0]["text"])
 
+    def test_llama_cpp_example_grammars_are_followed(self):
+        # llama.cpp's own list and chess grammars (tests/fixtures/grammars), sampled freely: every
+        # whole line of a reply matches the grammar's line as a Python regex. They repeat without
+        # end, so a reply stops at max_tokens, its last line cut short. (JSON replies are checked
+        # under json_object and the schemas above; this model's free JSON strings run past any
+        # max_tokens.)
+        folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "grammars")
+        move = r"(([a-h]x)?[a-h][1-8](=[NBKQR])?|[NBKQR][a-h]?[1-8]?x?[a-h][1-8]|O-O(-O)?)[+#]?"
+        lines = {"list.gbnf": r"- [^\r\n\x0b\x0c\x85\u2028\u2029]+",
+                 "chess.gbnf": r"[1-9][0-9]?\. " + move + " " + move}
+        for name, line_re in lines.items():
+            with open(os.path.join(folder, name)) as f:
+                grammar = f.read()
+            for seed in range(6):
+                status, body = post(self.server, "/v1/completions", {"prompt": "Once", "max_tokens": 120, "temperature": 1.0,
+                                                                     "seed": seed, "grammar": grammar})
+                self.assertEqual(status, 200, body)
+                text = body["choices"][0]["text"]
+                with self.subTest(grammar=name, seed=seed, text=text):
+                    whole = text.split("\n")[:-1]  # the last piece: a line cut short, or "" after the last newline
+                    self.assertGreater(len(whole), 0)
+                    if name == "chess.gbnf":
+                        self.assertTrue(whole[0].startswith("1. "), whole[0])
+                    for line in whole:
+                        self.assertTrue(re.fullmatch(line_re, line), line)
+
     def test_logit_bias(self):
         def greedy(extra):
             status, body = post(self.server, "/v1/completions",

@@ -47,6 +47,13 @@ class ChatPage(unittest.TestCase):
 
             def turn(text):
                 n = len(driver.find_elements(By.CSS_SELECTOR, ".msg.assistant"))
+                # Each change to the page's reply, as it happens: a reply that streams grows in steps.
+                driver.execute_script("""
+                    window.__lengths = [];
+                    new MutationObserver(() => {
+                      const m = document.querySelectorAll('.msg.assistant');
+                      if (m.length) window.__lengths.push(m[m.length - 1].textContent.length);
+                    }).observe(document.body, {childList: true, subtree: true, characterData: true});""")
                 driver.find_element(By.ID, "input").send_keys(text)
                 driver.find_element(By.ID, "send").click()
                 deadline = time.time() + 60
@@ -58,6 +65,8 @@ class ChatPage(unittest.TestCase):
                 self.fail("no reply in the page within 60 s")
 
             first = turn("Once upon a time")
+            lengths = driver.execute_script("return window.__lengths")
+            self.assertGreaterEqual(len(set(lengths) - {0}), 2, f"the reply did not grow as it streamed: {lengths}")
             want = post(server, "/v1/chat/completions", {
                 "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Once upon a time"}],
                 "temperature": 0, "max_tokens": 24})["choices"][0]["message"]["content"]
