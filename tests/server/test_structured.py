@@ -1,5 +1,6 @@
 """Structured output through slake-server, against independent references: replies under 240
-generated JSON schemas (stories260K, a model that never writes JSON unprompted) and under a
+generated JSON schemas (stories260K, a model that never writes JSON unprompted), 200 on a model
+with random weights (the qwen2-bias fixture), and under a
 Pydantic model and 200 generated schemas through the official openai client (SmolLM2) each
 validate with the `jsonschema` package; `response_format: json_object` gives a JSON object; a GBNF grammar's replies match the
 equivalent Python regex; `logit_bias` changes the greedy reply as it should (-100 on SmolLM2's " Paris" through the
@@ -289,6 +290,42 @@ class Answer(pydantic.BaseModel):
     country: str = pydantic.Field(max_length=20)
     population_millions: int
     landmarks: list[str] = pydantic.Field(max_length=3)
+
+
+RANDOM_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "models", "qwen2-bias", "model.gguf")
+
+
+class RandomTinySchemas(unittest.TestCase):
+    """A model with random weights (the qwen2-bias fixture: transformers' Qwen2 from a config, 272
+    byte-level tokens), which writes bytes at random unconstrained: its replies under 200 generated
+    schemas each validate."""
+
+    def test_200_generated_schemas_validate(self):
+        server = Server(RANDOM_MODEL, "-c", "4096", "-np", "4", "-t", "2")
+        try:
+            status, free = post(server, "/v1/completions", {"prompt": "Hello", "max_tokens": 40, "temperature": 1.0, "seed": 1})
+            self.assertRaises(ValueError, json.loads, free["choices"][0]["text"])
+            rng = random.Random(3)
+            cases = [(random_schema(rng), rng.choice([0, 0.8, 1.5]), i) for i in range(200)]
+
+            def run(case):
+                schema, temp, seed = case
+                body = {"prompt": "Hello", "max_tokens": 1000, "temperature": temp, "seed": seed,
+                        "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}}
+                return case, post(server, "/v1/completions", body)
+
+            import concurrent.futures
+            with concurrent.futures.ThreadPoolExecutor(4) as ex:
+                for (schema, temp, _), (status, body) in ex.map(run, cases):
+                    with self.subTest(schema=schema, temp=temp):
+                        self.assertEqual(status, 200, body)
+                        choice = body["choices"][0]
+                        self.assertEqual(choice["finish_reason"], "stop", choice)
+                        value = json.loads(choice["text"])
+                        jsonschema.validate(value, schema)
+                        format_ok(value, schema)
+        finally:
+            server.stop()
 
 
 @unittest.skipUnless(os.path.exists(SMOLLM2), f"test model missing: {SMOLLM2} (scripts/fetch-models.sh)")
