@@ -4,7 +4,9 @@
 # substitutions: the program (llama-server -> slake-server, llama-completion -> slake-cli), the
 # model path (the README's example file -> a test model) and, for the server, `--port 0 -t 1` added
 # so that the test listens on a free port. Each must start (the server: answer a completion) and
-# exit 0. Flags for what slake does not do are refused with one line that names the flag.
+# exit 0. llama.cpp enters a conversation for --chat-template and --jinja; slake-cli converses only
+# with -cnv, so those lines answer their prompt (empty, or -p) once, through the template, and exit.
+# Flags for what slake does not do are refused with one line that names the flag.
 #   cli_llama_readme_lines.sh BIN_DIR SHARED_DIR MODELS_DIR
 # Exits 77 when ../shared lacks stories260K; the lines that need a chat template (--jinja) use
 # SmolLM2 from MODELS_DIR and are skipped without it.

@@ -48,7 +48,30 @@ class ChatPage(unittest.TestCase):
             def turn(text):
                 n = len(driver.find_elements(By.CSS_SELECTOR, ".msg.assistant"))
                 # Each change to the page's reply, as it happens: a reply that streams grows in steps.
+                # The response is handed to the page one server-sent event per read, 20 ms apart (a
+                # fast reply may otherwise arrive in one read), so each event can be seen rendered.
                 driver.execute_script("""
+                    if (!window.__paced) {
+                      window.__paced = true;
+                      const fetch0 = window.fetch;
+                      window.fetch = async (...args) => {
+                        const r = await fetch0(...args);
+                        if (!r.body) return r;
+                        const reader = r.body.getReader(), dec = new TextDecoder(), enc = new TextEncoder();
+                        const body = new ReadableStream({async start(c) {
+                          for (;;) {
+                            const {done, value} = await reader.read();
+                            if (done) break;
+                            for (const ev of dec.decode(value, {stream: true}).split(/(?<=\\n\\n)/)) {
+                              c.enqueue(enc.encode(ev));
+                              await new Promise(res => setTimeout(res, 20));
+                            }
+                          }
+                          c.close();
+                        }});
+                        return new Response(body, {status: r.status, statusText: r.statusText, headers: r.headers});
+                      };
+                    }
                     window.__lengths = [];
                     new MutationObserver(() => {
                       const m = document.querySelectorAll('.msg.assistant');
@@ -66,7 +89,7 @@ class ChatPage(unittest.TestCase):
 
             first = turn("Once upon a time")
             lengths = driver.execute_script("return window.__lengths")
-            self.assertGreaterEqual(len(set(lengths) - {0}), 2, f"the reply did not grow as it streamed: {lengths}")
+            self.assertGreaterEqual(len(set(lengths) - {0}), 3, f"the reply did not grow as it streamed: {lengths}")
             want = post(server, "/v1/chat/completions", {
                 "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Once upon a time"}],
                 "temperature": 0, "max_tokens": 24})["choices"][0]["message"]["content"]

@@ -70,7 +70,7 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
       ->capture_default_str();
   app.add_option("-l,--logit-bias", o.logit_bias_args,
                  "TOKEN_ID+BIAS or TOKEN_ID-BIAS added to a token's logit (repeatable; -inf or -100 bans it)");
-  app.add_flag("--ignore-eos", o.ignore_eos, "never end the reply at an end-of-generation token (-inf on their logits)");
+  app.add_flag("--ignore-eos", o.ignore_eos, "never end a reply at an end-of-generation token (-inf on their logits; a reply then runs to -n or a full context)");
   app.add_option("--grammar", o.grammar, "GBNF grammar (llama.cpp's syntax, start rule root) the reply must match");
   app.add_option("--grammar-file", o.grammar_file, "the GBNF grammar read from a file");
   app.add_option("-j,--json-schema", o.json_schema, "a JSON schema the reply must match (converted to a grammar)");

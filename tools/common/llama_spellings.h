@@ -3,11 +3,12 @@
 // turns them into their long forms before parsing. Flags of llama.cpp's tools that change nothing
 // here (flash attention, which is how slake always attends; -ngl on the CPU backend; continuous
 // batching and metrics, which the server always does) are accepted, dropped, and reported once, so
-// a launch line written for llama-server or llama-cli runs unchanged. Any other llama.cpp flag of one
-// dash and several letters is refused by name.
+// a launch line written for llama-server or llama-cli runs unchanged. llama.cpp's other flags of one
+// dash and several letters are refused by name.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -31,10 +32,21 @@ inline std::vector<IgnoredFlag> common_ignored_flags() {
   };
 }
 
-// "-md", "-no-cnv": one dash, then two or more letters or dashes (not a number, not "-").
-inline bool multi_letter_short_flag(const std::string& a) {
-  if (a.size() < 3 || a[0] != '-' || a[1] == '-') return false;
-  return std::all_of(a.begin() + 1, a.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-'; });
+// llama.cpp's flags of one dash and several letters (common/arg.cpp, 0c1e570). CLI11 would read
+// one as a one-letter flag with its value glued on (-md as -m d), so those a tool does not spell
+// itself are refused by the name given. Only these exact words: an option's value that starts with
+// a dash (-p -hello, -r -User) passes through.
+inline bool llama_cpp_multi_letter_flag(const std::string& a) {
+  static const char* const kFlags[] = {
+      "-Cb",   "-Cbd",   "-Cd",     "-Cr",    "-Crb",  "-Crbd", "-Crd",  "-ag",    "-bf",   "-bs",    "-cb",   "-cl",
+      "-cmoe", "-cmoed", "-cms",    "-cnv",   "-co",   "-cram", "-ctk",  "-ctkd",  "-ctv",  "-ctvd",  "-ctxcp", "-dev",
+      "-devd", "-dt",    "-gan",    "-gaw",   "-hf",   "-hfd",  "-hff",  "-hfr",   "-hfrd", "-hft",   "-if",   "-jf",
+      "-kvo",  "-kvu",   "-lcd",    "-lcs",   "-lm",   "-lv",   "-lzm",  "-md",    "-mg",   "-mli",   "-mm",   "-mmdev",
+      "-mmu",  "-mu",    "-ncffn",  "-ncmoe", "-ncmoed", "-ngl", "-ngld", "-nkvo", "-no-ag", "-no-cnv", "-no-kvu", "-nocb",
+      "-np",   "-npl",   "-npp",    "-nr",    "-ns",   "-ntg",  "-ofreq", "-opt",  "-ot",   "-otd",   "-pps",  "-ptc",
+      "-rea",  "-sm",    "-sp",     "-sps",   "-st",   "-sys",  "-sysf", "-tb",    "-tbd",  "-td",    "-tgs",  "-to",
+      "-ts",   "-ub",    "-wd"};
+  return std::find(std::begin(kFlags), std::end(kFlags), a) != std::end(kFlags);
 }
 
 // argv[1..] with every spelling in `own`, -ctk and -ctv (kv_flags.h) replaced by its long form, and
@@ -59,10 +71,7 @@ inline std::vector<std::string> llama_cpp_args(int argc, char** argv, const std:
       continue;
     }
     const auto it = spellings.find(a);
-    // One dash and several letters that are not a spelling of ours: a llama.cpp flag for what slake
-    // does not do (-md, -hf, -dev, ...). CLI11 would take it for a one-letter flag with its value
-    // glued on (-m d), so it is refused here, by the name it was given.
-    if (it == spellings.end() && multi_letter_short_flag(a)) throw CLI::ExtrasError({a});
+    if (it == spellings.end() && llama_cpp_multi_letter_flag(a)) throw CLI::ExtrasError({a});  // -md, -hf, -dev, ...
     args.push_back(it != spellings.end() ? it->second : a);
   }
   std::reverse(args.begin(), args.end());

@@ -88,9 +88,9 @@ struct PresetArg {
 // llama.cpp's environment-variable name of a flag (LLAMA_ARG_CACHE_RAM) as the flag's long name
 // (cache-ram): lower case with dashes, but for the few whose names differ (common/arg.cpp).
 std::string flag_of_env_name(const std::string& env) {
-  static const std::map<std::string, std::string> differ = {{"N_PARALLEL", "parallel"},       {"BATCH", "batch-size"},
-                                                            {"UBATCH", "ubatch-size"},        {"ENDPOINT_METRICS", "metrics"},
-                                                            {"ENDPOINT_SLOTS", "slots"},      {"ENDPOINT_PROPS", "props"}};
+  static const std::map<std::string, std::string> differ = {
+      {"N_PARALLEL", "parallel"}, {"BATCH", "batch-size"}, {"UBATCH", "ubatch-size"}, {"ENDPOINT_METRICS", "metrics"},
+      {"THINK", "reasoning-format"}, {"THINK_BUDGET", "reasoning-budget"}};
   const std::string rest = env.substr(10);
   if (const auto it = differ.find(rest); it != differ.end()) return it->second;
   std::string flag;
@@ -134,6 +134,7 @@ std::vector<PresetArg> section_args(const std::string& section, const boost::pro
   std::vector<PresetArg> out;
   for (const auto& [key, value] : keys) {
     if (key == "model" || key == "m" || key == "load-on-startup") continue;  // read by the caller
+    if (key == "LLAMA_ARG_MODEL") fail("--models-preset [" + section + "] LLAMA_ARG_MODEL: write the path as model = PATH");
     if (key == "stop-timeout") {
       if (notes) notes->push_back("--models-preset [" + section + "] stop-timeout: dropped (models run in this process)");
       continue;
