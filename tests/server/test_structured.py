@@ -101,6 +101,28 @@ def format_ok(value, schema):
                 format_ok(v, schema["items"])
 
 
+def check_schema_replies(test, server, cases, max_tokens):
+    """Each (schema, prompt, temperature, seed) as a completion held to the schema, 4 at a time:
+    every reply ends by itself and its value validates against the schema (formats too)."""
+    import concurrent.futures
+
+    def run(case):
+        schema, prompt, temp, seed = case
+        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": temp, "seed": seed,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}}
+        return case, post(server, "/v1/completions", body)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        for (schema, prompt, temp, _), (status, body) in ex.map(run, cases):
+            with test.subTest(schema=schema, prompt=prompt, temp=temp):
+                test.assertEqual(status, 200, body)
+                choice = body["choices"][0]
+                test.assertEqual(choice["finish_reason"], "stop", choice)
+                value = json.loads(choice["text"])
+                jsonschema.validate(value, schema)
+                format_ok(value, schema)
+
+
 @unittest.skipUnless(os.path.exists(STORIES), f"shared material missing: {STORIES}")
 class StoriesSchemas(unittest.TestCase):
     @classmethod
@@ -114,24 +136,8 @@ class StoriesSchemas(unittest.TestCase):
     def test_240_generated_schemas_validate(self):
         rng = random.Random(1)
         words = ["Once", "The cat", "Lily said", "A big", "Tom and", "One day", "In the park", "She"]
-        import concurrent.futures
         cases = [(random_schema(rng), rng.choice(words), rng.choice([0, 0.8, 1.5]), i) for i in range(240)]
-
-        def run(case):
-            schema, prompt, temp, seed = case
-            body = {"prompt": prompt, "max_tokens": 800, "temperature": temp, "seed": seed,
-                    "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}}
-            return case, post(self.server, "/v1/completions", body)
-
-        with concurrent.futures.ThreadPoolExecutor(4) as ex:
-            for (schema, prompt, temp, seed), (status, body) in ex.map(run, cases):
-                with self.subTest(schema=schema, prompt=prompt, temp=temp):
-                    self.assertEqual(status, 200, body)
-                    choice = body["choices"][0]
-                    self.assertEqual(choice["finish_reason"], "stop", choice)
-                    value = json.loads(choice["text"])
-                    jsonschema.validate(value, schema)
-                    format_ok(value, schema)
+        check_schema_replies(self, self.server, cases, 800)
 
     def test_unconstrained_reply_is_not_json(self):
         # The reference point: the same model without a schema writes a story, not JSON.
@@ -306,24 +312,8 @@ class RandomTinySchemas(unittest.TestCase):
             status, free = post(server, "/v1/completions", {"prompt": "Hello", "max_tokens": 40, "temperature": 1.0, "seed": 1})
             self.assertRaises(ValueError, json.loads, free["choices"][0]["text"])
             rng = random.Random(3)
-            cases = [(random_schema(rng), rng.choice([0, 0.8, 1.5]), i) for i in range(200)]
-
-            def run(case):
-                schema, temp, seed = case
-                body = {"prompt": "Hello", "max_tokens": 1000, "temperature": temp, "seed": seed,
-                        "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}}
-                return case, post(server, "/v1/completions", body)
-
-            import concurrent.futures
-            with concurrent.futures.ThreadPoolExecutor(4) as ex:
-                for (schema, temp, _), (status, body) in ex.map(run, cases):
-                    with self.subTest(schema=schema, temp=temp):
-                        self.assertEqual(status, 200, body)
-                        choice = body["choices"][0]
-                        self.assertEqual(choice["finish_reason"], "stop", choice)
-                        value = json.loads(choice["text"])
-                        jsonschema.validate(value, schema)
-                        format_ok(value, schema)
+            cases = [(random_schema(rng), "Hello", rng.choice([0, 0.8, 1.5]), i) for i in range(200)]
+            check_schema_replies(self, server, cases, 1000)
         finally:
             server.stop()
 
