@@ -77,6 +77,7 @@ Reply Generator::generate(int n_predict) {
   }
   for (int n = 0; n_predict < 0 || n < n_predict;) {
     tools::apply_logit_bias(logits_.data(), bias_);
+    if (ignore_eos_) tools::ban_end_of_generation(logits_.data(), eog_, matcher && matcher->accepting());
     const int32_t tok = matcher ? sample_with_grammar(sampler_, *matcher, logits_.data(), n_vocab)
                                 : sampler_.sample(logits_.data(), n_vocab);
     if (tok < 0) fail("grammar: no token of the vocabulary continues the reply (nor ends it) here");

@@ -49,6 +49,8 @@ class Generator {
   void set_grammar(std::shared_ptr<const Grammar> g) { grammar_ = std::move(g); }
   // Biases added to the logits before every sample (--logit-bias); ids within the vocabulary.
   void set_logit_bias(tools::LogitBias bias) { bias_ = std::move(bias); }
+  // --ignore-eos: no end-of-generation token is sampled (tools::ban_end_of_generation).
+  void set_ignore_eos(bool on) { ignore_eos_ = on; }
   // Strings that end a reply once its text ends with one (-r).
   void set_stops(std::vector<std::string> stops) { stops_ = std::move(stops); }
   // Empties the context, to start again from nothing (the counters go on).
@@ -72,6 +74,7 @@ class Generator {
   std::shared_ptr<const Grammar> grammar_;
   std::vector<std::string> stops_;
   tools::LogitBias bias_;
+  bool ignore_eos_ = false;
   std::shared_ptr<const GrammarVocab> grammar_vocab_;  // made for the first grammar
   std::vector<float> logits_;
   std::vector<int32_t> unevaluated_;  // the last sampled token, until the next feed

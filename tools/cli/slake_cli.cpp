@@ -5,7 +5,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -209,10 +208,8 @@ int run(CliOptions& o) {
     if (t >= model->cfg.n_vocab)
       slake::fail("--logit-bias: token " + std::to_string(t) + " is outside the vocabulary of " +
                   std::to_string(model->cfg.n_vocab) + " tokens");
-  slake::tools::LogitBias bias = o.logit_bias;
-  if (o.ignore_eos)
-    for (const int32_t t : slake::tools::end_of_generation_tokens(model->vocab)) bias.emplace_back(t, -INFINITY);
-  gen.set_logit_bias(std::move(bias));
+  gen.set_logit_bias(o.logit_bias);
+  gen.set_ignore_eos(o.ignore_eos);
 
   if (o.conversation) {
     chat(*session, gen, o, prompt);

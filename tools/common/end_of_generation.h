@@ -1,6 +1,7 @@
 // The tokens that end a reply, shared by slake-cli and slake-server.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <unordered_set>
 
 #include "slake/model/model.h"
@@ -23,6 +24,13 @@ inline std::unordered_set<int32_t> end_of_generation_tokens(const Vocab& v) {
       if (v.tokens[i] == t) eog.insert(static_cast<int32_t>(i));
   }
   return eog;
+}
+
+// --ignore-eos / ignore_eos: the end tokens banned from this step's logits, except where a grammar
+// has matched the whole reply (`accepting`), which only an end token may then close.
+inline void ban_end_of_generation(float* logits, const std::unordered_set<int32_t>& eog, bool accepting) {
+  if (accepting) return;
+  for (const int32_t t : eog) logits[t] = -std::numeric_limits<float>::infinity();
 }
 
 }  // namespace slake::tools

@@ -1,13 +1,13 @@
 #include "slot.h"
 
 #include "../common/dry_breakers.h"
+#include "../common/end_of_generation.h"
 #include "../common/logit_bias.h"
 #include "slake/error.h"
 #include "slake/state_file.h"
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
 
 namespace slake::server {
@@ -233,10 +233,8 @@ void Slot::sample_and_emit() {
     finish("length");
     return;
   }
-  constexpr float kBanned = -std::numeric_limits<float>::infinity();
   tools::apply_logit_bias(logits_.data(), r.logit_bias);
-  if (r.ignore_eos && !(matcher_ && matcher_->accepting()))
-    for (const int32_t t : eog_) logits_[static_cast<size_t>(t)] = kBanned;
+  if (r.ignore_eos) tools::ban_end_of_generation(logits_.data(), eog_, matcher_ && matcher_->accepting());
   // Under a grammar, only tokens that keep the reply inside it (and an end token once it is whole);
   // with logprobs asked for, the mask comes first, so that they are the masked distribution's.
   const int32_t tok = matcher_ ? sample_with_grammar(*sampler_, *matcher_, logits_.data(), model_.cfg.n_vocab, r.top_logprobs >= 0)
