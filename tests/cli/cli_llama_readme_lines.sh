@@ -7,13 +7,15 @@
 # exit 0. llama.cpp enters a conversation for --chat-template and --jinja; slake-cli converses only
 # with -cnv, so those lines answer their prompt (empty, or -p) once, through the template, and exit.
 # Flags for what slake does not do are refused with one line that names the flag.
-#   cli_llama_readme_lines.sh BIN_DIR SHARED_DIR MODELS_DIR
-# Exits 77 when ../shared lacks stories260K; the lines that need a chat template (--jinja) use
-# SmolLM2 from MODELS_DIR and are skipped without it.
+#   cli_llama_readme_lines.sh BIN_DIR SHARED_DIR
+# Exits 77 when ../shared lacks stories260K. The lines that need the model's own chat template
+# (--jinja) take a copy of stories260K given ChatML's by gguf-py's gguf-new-metadata (the
+# project's venv; skipped without it): its 128-token context bounds their replies, which the
+# README lines do not.
 set -u
 bin=$(cd "$1" && pwd)
 stories=$2/models/stories260K.gguf
-smollm2=$3/SmolLM2-135M-Instruct.Q4_1.gguf
+new_metadata=$(dirname "$0")/../../.venv/bin/gguf-new-metadata
 stories_abs=$(cd "$(dirname "$stories")" 2>/dev/null && pwd)/stories260K.gguf
 if [ ! -e "$stories" ]; then echo "skipped: shared material missing: $stories"; exit 77; fi
 tmp=$(mktemp -d)
@@ -105,11 +107,14 @@ check "--ignore-eos -n -1 runs to the full context" grep -q "^generation: 128 to
 "$bin/slake-cli" -m "$stories" -n -1 --temp 0 -l 2+20 --ignore-eos </dev/null >/dev/null 2>"$tmp/noeos.err"
 check "an end of text ends the reply early without --ignore-eos" sh -c "! grep -q '^generation: 128 tokens' '$tmp/eos.err'"
 check "and not with it" grep -q "^generation: 128 tokens" "$tmp/noeos.err"
-if [ -e "$smollm2" ]; then
-  complete "${completion_lines[3]}" "$smollm2"
-  complete "${completion_lines[4]}" "$smollm2"
+chatml='{% for m in messages %}{{ "<|im_start|>" + m["role"] + "\n" + m["content"] + "<|im_end|>\n" }}{% endfor %}'
+chatml+='{% if add_generation_prompt %}{{ "<|im_start|>assistant\n" }}{% endif %}'
+if [ -x "$new_metadata" ] && "$new_metadata" "$stories" "$tmp/templated.gguf" --chat-template "$chatml" >/dev/null 2>&1; then
+  complete "${completion_lines[3]}" "$tmp/templated.gguf"
+  complete "${completion_lines[4]}" "$tmp/templated.gguf"
+  check "--jinja renders the model's own template" grep -q "chat template: the model's chat template (Jinja)" "$tmp/cli.err"
 else
-  echo "skipped: the --jinja lines (test model missing: $smollm2)"
+  echo "skipped: the --jinja lines (no $new_metadata: scripts/setup.sh makes the venv)"
 fi
 
 # What slake does not do is refused by name, in one line, by both tools.
