@@ -74,6 +74,15 @@ class Generation(unittest.TestCase):
         other = {r["id"]: r for r in ruler.requests(args(seed=2))}
         self.assertNotEqual(other["niah_single_number/0"]["answers"], self.reqs["niah_single_number/0"]["answers"])
 
+    def test_tasks_keep_their_prompts(self):
+        # A run of some tasks (finishing an interrupted one) asks what a full run asks of them.
+        some = {r["id"]: r for r in ruler.requests(args(tasks="variable_tracking,niah_multikey"))}
+        self.assertEqual(sorted(some), sorted(i for i in self.reqs if i.split("/")[0] in ("variable_tracking", "niah_multikey")))
+        for i, r in some.items():
+            self.assertEqual(r, self.reqs[i])
+        with self.assertRaises(SystemExit):
+            ruler.requests(args(tasks="niah_single_number,haystack"))
+
 
 class Scoring(unittest.TestCase):
     def test_string_match(self):

@@ -163,7 +163,13 @@ def requests(args, count_tokens=None):
     prompt that leaves less than its reply's room in the context is made again, shorter (the same
     seed: the same needles and values)."""
     out = []
+    chosen = args.tasks.split(",") if getattr(args, "tasks", None) else TASKS
+    unknown = [t for t in chosen if t not in TASKS]
+    if unknown:
+        sys.exit(f"ruler: unknown task {unknown[0]} ({', '.join(TASKS)})")
     for t, task in enumerate(TASKS):
+        if task not in chosen:
+            continue  # t still numbers the task among all of them: its samples are the same with or without --tasks
         for i in range(args.samples):
             # a UUID is about 25 tokens; the lists need room for all their items
             gen = 32 if task in ("niah_single_number", "niah_multikey") else 64
@@ -288,6 +294,7 @@ def main():
     r.add_argument("-c", "--ctx", type=int, default=2048)
     r.add_argument("-n", "--samples", type=int, default=8, help="samples of each task")
     r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--tasks", help="comma-separated tasks to run (default: all); each keeps the prompts it has in a full run")
     r.add_argument("--policies", default="full,streaming,snapkv,cake,slake")
     r.add_argument("--budgets", default="128,256")
     r.add_argument("--compensate", default="auto", help="the compensator of every evicting policy (auto, none, taylor, centroids)")
