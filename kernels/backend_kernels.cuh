@@ -109,18 +109,22 @@ __global__ void vabs_kernel(double* out, const float* q_window, int S, int n_obs
   const float* q = q_window + (static_cast<int64_t>(i) * n_heads + h) * d;
   const uint8_t* kp = kept + static_cast<int64_t>(g) * P;
   const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  // raw: the logit before the soft-cap, which PTAA's Taylor state is linear in; x: the capped one
+  // (the same without a cap). As slake::vabs_terms.
+  const double cap = kv.softcap;
   double mA = -INFINITY, mE = -INFINITY, musum = 0.0, nev = 0.0;
   for (int j = tid; j < n_vis; j += nt) {
-    const double x = window_logit(q, kv, g, j);
+    const double raw = window_logit_raw(q, kv, g, j), x = cap_logit_d(raw, cap);
     mA = fmax(mA, x);
-    if (j < P && !kp[j]) musum += x, nev += 1.0;
+    if (j < P && !kp[j]) musum += raw, nev += 1.0;
     else mE = fmax(mE, x);
   }
   mA = block_reduce_d(mA, red, true);
   mE = block_reduce_d(mE, red, true);
   musum = block_reduce_d(musum, red, false);
   nev = block_reduce_d(nev, red, false);
-  const double mu = nev > 0 ? musum / nev : 0.0;
+  const double xbar = nev > 0 ? musum / nev : 0.0, mu = cap_logit_d(xbar, cap);
+  const double th = cap > 0 ? tanh(xbar / cap) : 0.0, slope = 1.0 - th * th;
   const double mstar = nev > 0 ? fmax(mE, mu) : mE, lam = nev > 0 ? exp(mu - mstar) : 0.0;
   double zA = 0.0, zE = 0.0;
   for (int j = tid; j < n_vis; j += nt) {
@@ -133,10 +137,10 @@ __global__ void vabs_kernel(double* out, const float* q_window, int S, int n_obs
   const double z = lam * nev + zE;
   double tv = 0.0, va = 0.0, vsum = 0.0, entropy = 0.0;
   for (int j = tid; j < n_vis; j += nt) {
-    const double x = window_logit(q, kv, g, j);
+    const double raw = window_logit_raw(q, kv, g, j), x = cap_logit_d(raw, cap);
     const bool exact = !(j < P && !kp[j]);
     const double A = exp(x - mA) / zA;
-    const double w = exact ? exp(x - mstar) / z : lam * (1.0 + x - mu) / z;
+    const double w = exact ? exp(x - mstar) / z : lam * (1.0 + slope * (raw - xbar)) / z;
     const double diff = fabs(w - A);
     double n2 = 0.0;
     const uint8_t* vj = kv.vrow(g, j);

@@ -12,6 +12,17 @@ namespace slake::gpu {
 constexpr uint32_t kFullMask = 0xffffffffu;
 
 inline __host__ __device__ int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Logit soft-capping (slake::soft_cap, slake/model/softcap.h): cap * tanh(x / cap); cap 0: x.
+inline __host__ __device__ float cap_logit(float x, float cap) { return cap > 0.0f ? cap * tanhf(x / cap) : x; }
+inline __host__ __device__ double cap_logit_d(double x, double cap) { return cap > 0.0 ? cap * tanh(x / cap) : x; }
+// Its slope at x (1 without a cap): the Taylor state's expansion of exp(cap_logit(x)) around the
+// evicted tokens' mean raw logit (slake::ptaa_finish).
+inline __host__ __device__ float cap_slope(float x, float cap) {
+  if (cap <= 0.0f) return 1.0f;
+  const float t = tanhf(x / cap);
+  return 1.0f - t * t;
+}
 inline __host__ __device__ int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Blocks of a grid-stride elementwise launch over n items: enough to fill the device, no more.
 inline unsigned elementwise_blocks(int64_t n, int threads) {

@@ -65,6 +65,9 @@ struct KvLayerView {
   const int32_t* n_held;
   int n_kv_heads, capacity, head_dim;
   ElemType type_k, type_v;
+  // The model's attention logit soft-cap (ModelConfig::attn_softcap, 0: none), which every kernel
+  // that scores this cache's keys applies (cap_logit, common.cuh).
+  float softcap = 0.0f;
   __host__ __device__ const uint8_t* krow(int g, int j) const {
     return k + (static_cast<int64_t>(g) * capacity + j) * elem_row_bytes(type_k, head_dim);
   }

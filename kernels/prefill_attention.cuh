@@ -65,7 +65,7 @@ __global__ void prefill_attention_kernel(float* out, int64_t out_stride, const f
         if (!(kp <= p && (window <= 0 || kp > p - window))) continue;
         float dot = 0.0f;
         for (int i = lane; i < d; i += 32) dot += qs[r * d + i] * ks[jj * d + i];
-        const float x = warp_sum(dot) * scale;
+        const float x = cap_logit(warp_sum(dot) * scale, kv.softcap);
         const float m_new = fmaxf(m[a], x);
         const float corr = expf(m[a] - m_new), pr = expf(x - m_new);
         l[a] = l[a] * corr + pr;
@@ -86,14 +86,16 @@ __global__ void prefill_attention_kernel(float* out, int64_t out_stride, const f
     const int r = warp + a * kPrefillWarps;
     if (r >= rows) break;
     const float* qr = qs + r * d;
-    float mu = 0.0f, mstar = m[a];
+    float mu = 0.0f, xbar = 0.0f, slope = 1.0f, mstar = m[a];  // mu = cap_logit(xbar), slope its derivative
     if (cent)
       for (int c = 0; c < K; ++c)
-        if (cn[c] != 0.0f) mstar = fmaxf(mstar, centroid_logit_warp(qr, lin, g, c, d, scale));
+        if (cn[c] != 0.0f) mstar = fmaxf(mstar, cap_logit(centroid_logit_warp(qr, lin, g, c, d, scale), kv.softcap));
     if (taylor) {
       float dot = 0.0f;
       for (int i = lane; i < d; i += 32) dot += qr[i] * lin.ksum[static_cast<int64_t>(g) * d + i];
-      mu = warp_sum(dot) * scale / n_lin;
+      xbar = warp_sum(dot) * scale / n_lin;
+      mu = cap_logit(xbar, kv.softcap);
+      slope = cap_slope(xbar, kv.softcap);
       mstar = fmaxf(mstar, mu);
     }
     float* o = out + static_cast<int64_t>(t0 + r / group) * out_stride + static_cast<int64_t>(g * group + r % group) * d;
@@ -109,7 +111,7 @@ __global__ void prefill_attention_kernel(float* out, int64_t out_stride, const f
     if (cent) {
       for (int k = 0; k < K; ++k) {
         if (cn[k] == 0.0f) continue;
-        const float w = expf(centroid_logit_warp(qr, lin, g, k, d, scale) - mstar);
+        const float w = expf(cap_logit(centroid_logit_warp(qr, lin, g, k, d, scale), kv.softcap) - mstar);
         den += w * cn[k];
         const float* cv = lin.cv + (static_cast<int64_t>(g) * K + k) * d;
         for (int c = 0; c < kPtaaLaneDims; ++c)
@@ -124,7 +126,7 @@ __global__ void prefill_attention_kernel(float* out, int64_t out_stride, const f
       if (taylor) {
         float qm = 0.0f;
         for (int k = 0; k < d; ++k) qm += qr[k] * M[static_cast<int64_t>(k) * d + i];
-        num += lam * ((1.0f - mu) * lin.vsum[static_cast<int64_t>(g) * d + i] + scale * qm);
+        num += lam * ((1.0f - slope * xbar) * lin.vsum[static_cast<int64_t>(g) * d + i] + slope * scale * qm);
       }
       o[i] = num / den;
     }

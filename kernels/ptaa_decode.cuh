@@ -46,7 +46,7 @@ __global__ void ptaa_split_kernel(float* scratch, const float* q, int32_t qpos, 
     const uint8_t* kj = kv.krow(g, j);
     float dot = 0.0f;
     for (int i = lane; i < d; i += 32) dot += qs[i] * kv_elem(kv.type_k, kj, i);
-    const float x = warp_sum(dot) * scale;
+    const float x = cap_logit(warp_sum(dot) * scale, kv.softcap);
     const float m_new = fmaxf(m, x);
     const float corr = expf(m - m_new), p = expf(x - m_new);
     l = l * corr + p;
@@ -88,7 +88,7 @@ __global__ void ptaa_split_kernel(float* scratch, const float* q, int32_t qpos, 
 }
 
 __global__ void ptaa_merge_kernel(float* out, const float* scratch, const float* q, int n_heads, int n_kv_heads, int d,
-                                  int n_splits, LinearStateView lin) {
+                                  int n_splits, LinearStateView lin, float softcap) {
   SLAKE_SHARED(float, qs, kMaxHeadDim);
   SLAKE_SHARED(float, red, 32);
   SLAKE_SHARED(float, cnum, kMaxHeadDim);  // the centroids' share of the numerator
@@ -104,14 +104,16 @@ __global__ void ptaa_merge_kernel(float* out, const float* scratch, const float*
     qs[i] = q[static_cast<int64_t>(h) * d + i];
     if (taylor) dot += qs[i] * ksum[i];
   }
-  const float mu = taylor ? block_sum(dot, red) * scale / n_lin : 0.0f;  // block_sum's barriers publish qs
+  // xbar: the evicted tokens' mean raw logit; mu = cap_logit(xbar), slope its derivative (ptaa_finish).
+  const float xbar = taylor ? block_sum(dot, red) * scale / n_lin : 0.0f;  // block_sum's barriers publish qs
+  const float mu = cap_logit(xbar, softcap), slope = cap_slope(xbar, softcap);
   if (!taylor) __syncthreads();
   const int K = lin.centroids;
   const float* cn = cent ? lin.cn + static_cast<int64_t>(g) * K : nullptr;
   float mc = -INFINITY;  // the largest seeded centroid logit
   if (cent) {
     for (int c = tid; c < K; c += nt)
-      if (cn[c] != 0.0f) mc = fmaxf(mc, centroid_logit(qs, lin, g, c, d, scale));
+      if (cn[c] != 0.0f) mc = fmaxf(mc, cap_logit(centroid_logit(qs, lin, g, c, d, scale), softcap));
     mc = block_max(mc, red);
   }
 
@@ -133,7 +135,7 @@ __global__ void ptaa_merge_kernel(float* out, const float* scratch, const float*
     for (int c0 = 0; c0 < K; c0 += nt) {
       __syncthreads();  // the previous chunk's weights are read
       const int c = c0 + tid;
-      cw[tid] = c < K && cn[c] != 0.0f ? expf(centroid_logit(qs, lin, g, c, d, scale) - m) : 0.0f;
+      cw[tid] = c < K && cn[c] != 0.0f ? expf(cap_logit(centroid_logit(qs, lin, g, c, d, scale), softcap) - m) : 0.0f;
       __syncthreads();
       const int chunk = min(nt, K - c0);
       for (int cc = 0; cc < chunk; ++cc) {
@@ -155,7 +157,7 @@ __global__ void ptaa_merge_kernel(float* out, const float* scratch, const float*
     if (taylor) {
       float qm = 0.0f;  // (q^T M)[i]: column i of M, rows read in order (coalesced across threads)
       for (int k = 0; k < d; ++k) qm += qs[k] * M[static_cast<int64_t>(k) * d + i];
-      num += lam * ((1.0f - mu) * vsum[i] + scale * qm);
+      num += lam * ((1.0f - slope * xbar) * vsum[i] + slope * scale * qm);
     }
     if (cent) num += cnum[i];  // written by this thread
     o[i] = num / den;
@@ -177,7 +179,7 @@ void ptaa_decode(float* out, const float* q, int32_t qpos, int n_heads, const Kv
                ptaa_split_kernel)(scratch, q, qpos, n_heads, kv, sliding_window, split_len);
   SLAKE_CHECK_LAUNCH("ptaa_split_kernel");
   SLAKE_LAUNCH(dim3(static_cast<unsigned>(n_heads)), dim3(kPtaaThreads), 0, stream, ptaa_merge_kernel)
-  (out, scratch, q, n_heads, kv.n_kv_heads, kv.head_dim, n_splits, lin);
+  (out, scratch, q, n_heads, kv.n_kv_heads, kv.head_dim, n_splits, lin, kv.softcap);
   SLAKE_CHECK_LAUNCH("ptaa_merge_kernel");
 }
 

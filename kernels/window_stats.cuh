@@ -30,14 +30,18 @@ __device__ __forceinline__ double block_reduce_d(double v, double* scratch, bool
   return is_max ? warp_max_d(v) : warp_sum_d(v);
 }
 
-// x = q . k / sqrt(d) for key row j of head g as stored: the dot in fp32, the scaling in double
-// (slake::attention_logits).
-__device__ __forceinline__ double window_logit(const float* q, const KvLayerView& kv, int g, int j) {
+// x = q . k / sqrt(d) for key row j of head g as stored, soft-capped by kv.softcap: the dot in
+// fp32, the scaling and the cap in double (slake::attention_logits).
+// window_logit_raw leaves the cap off.
+__device__ __forceinline__ double window_logit_raw(const float* q, const KvLayerView& kv, int g, int j) {
   const uint8_t* k = kv.krow(g, j);
   const int d = kv.head_dim;
   float dot = 0.0f;
   for (int e = 0; e < d; ++e) dot += q[e] * kv_elem(kv.type_k, k, e);
   return static_cast<double>(dot) * (1.0 / sqrt(static_cast<double>(d)));
+}
+__device__ __forceinline__ double window_logit(const float* q, const KvLayerView& kv, int g, int j) {
+  return cap_logit_d(window_logit_raw(q, kv, g, j), static_cast<double>(kv.softcap));
 }
 
 // Scratch (doubles): row_m [n_obs][n_heads], row_z [n_obs][n_heads], I [n_heads][P],

@@ -22,6 +22,10 @@ Models (vocab 272: the tokenizer's 256 byte tokens and its specials; hidden 64, 
                 default pattern), 4 / 2 heads of head_dim 32, RoPE bases 10000 (sliding) and 1e6
                 (global), GELU-tanh, post-norms, scaled and tied embeddings; vocab 256 (the
                 converter trims the embedding to the tokenizer's 256 tokens).
+  gemma2-softcap Gemma2ForCausalLM, 4 layers (sliding of window 8 and global, alternating, llama.cpp's
+                default pattern), 4 / 2 heads of head_dim 32, GELU-tanh, post-norms, scaled and tied
+                embeddings, and soft-capped logits: attention 4 and output 2 (Gemma 2 ships 50 and 30,
+                which these small random logits would never reach).
   phi3-longrope Phi3ForCausalLM, 4 / 2 heads, fused qkv_proj and gate_up_proj, LongRoPE with an
                 original context of 32 in 128: the 64-token prompt takes the long factors (transformers
                 by the sequence, the engine and llama.cpp by the context size, 64 here) and cos and
@@ -55,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
@@ -69,8 +73,11 @@ sys.path.insert(0, sys.argv[1])
 import conversion.base
 import conversion.phi
 conversion.base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "qwen2"
-# Phi-3's converter reads a SentencePiece tokenizer.model unless the directory names GPT2Tokenizer.
+# Phi-3's and Gemma 2's converters read a SentencePiece tokenizer.model unless the directory names
+# GPT2Tokenizer.
 conversion.phi.Phi3MiniModel.set_vocab = lambda self: self._set_vocab_gpt2()
+import conversion.gemma
+conversion.gemma.Gemma2Model.set_vocab = lambda self: self._set_vocab_gpt2()
 import convert_hf_to_gguf
 sys.argv = [sys.argv[1] + "/convert_hf_to_gguf.py"] + sys.argv[2:]
 convert_hf_to_gguf.main()
@@ -89,6 +96,16 @@ def tokenizer() -> PreTrainedTokenizerFast:
 
 
 GEMMA_VOCAB, GEMMA_LAYERS, GEMMA_WINDOW = 256, 6, 8
+GEMMA2_LAYERS, GEMMA2_ATTN_CAP, GEMMA2_FINAL_CAP = 4, 4.0, 2.0
+
+
+def gemma2_config(attn_cap: float | None, final_cap: float | None, window: int = GEMMA_WINDOW) -> Gemma2Config:
+    return Gemma2Config(vocab_size=N_VOCAB, hidden_size=N_EMBD, intermediate_size=N_FF, num_hidden_layers=GEMMA2_LAYERS,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=32,
+                        max_position_embeddings=128, rms_norm_eps=1e-6, sliding_window=window,
+                        layer_types=["sliding_attention" if l % 2 == 0 else "full_attention" for l in range(GEMMA2_LAYERS)],
+                        attn_logit_softcapping=attn_cap, final_logit_softcapping=final_cap, tie_word_embeddings=True,
+                        attn_implementation="eager")
 
 
 PHI3_SHORT = [1.0, 1.05, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6]
@@ -124,6 +141,8 @@ def build(name: str, seed: int):
                              "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
             tie_word_embeddings=True, attn_implementation="eager")
         model = Gemma3ForCausalLM(cfg)
+    elif name == "gemma2-softcap":
+        model = Gemma2ForCausalLM(gemma2_config(GEMMA2_ATTN_CAP, GEMMA2_FINAL_CAP))
     elif name == "mixtral-moe":
         model = MixtralForCausalLM(MixtralConfig(num_local_experts=4, num_experts_per_tok=2, sliding_window=None, **common))
     elif name == "qwen3-moe":
@@ -214,6 +233,15 @@ def make(name: str, seed: int, llama_cpp: Path, root: Path) -> None:
             wide.load_state_dict(model.state_dict())
             if not rel_err(logits_of(wide.eval(), tokens), logits) > 1e-2:
                 sys.exit(f"{name}: the sliding window does not move the logits")
+        if name.startswith("gemma2"):  # the window and each cap on its own
+            for what, cfg in (("the sliding window", gemma2_config(GEMMA2_ATTN_CAP, GEMMA2_FINAL_CAP, 128)),
+                              ("the attention soft-cap", gemma2_config(None, GEMMA2_FINAL_CAP)),
+                              ("the final soft-cap", gemma2_config(GEMMA2_ATTN_CAP, None))):
+                other = Gemma2ForCausalLM(cfg)
+                other.load_state_dict(model.state_dict())
+                e = rel_err(logits_of(other.eval(), tokens), logits)
+                if not e > 1e-2:
+                    sys.exit(f"{name}: {what} moves the logits by only {e:.3g}")
         for pname, p in model.named_parameters():
             if pname.endswith(".bias") or pname.endswith("q_norm.weight") or pname.endswith("k_norm.weight"):
                 p.copy_(torch.zeros_like(p) if pname.endswith(".bias") else torch.ones_like(p))
@@ -231,6 +259,8 @@ def make(name: str, seed: int, llama_cpp: Path, root: Path) -> None:
             "qwen3-qknorm": "Qwen3ForCausalLM, 4/2 heads of head_dim 32, per-head Q/K RMSNorm",
             "gemma3-swa": "Gemma3ForCausalLM, 6 layers (5 sliding of window 8, 1 global), 4/2 heads of head_dim 32, "
                           "RoPE 1e4/1e6, GELU-tanh, post-norms, scaled tied embeddings",
+            "gemma2-softcap": "Gemma2ForCausalLM, 4 layers (sliding of window 8 and global, alternating), 4/2 heads of head_dim 32, "
+                              "GELU-tanh, post-norms, scaled tied embeddings, logits soft-capped at 4 (attention) and 2 (output)",
             "phi3-longrope": "Phi3ForCausalLM, 4/2 heads, fused QKV and gate-up, LongRoPE (original context 32 of 128)",
             "mixtral-moe": "MixtralForCausalLM, 4/2 heads, 4 experts, 2 per token",
             "qwen3-moe": "Qwen3MoeForCausalLM, 4/2 heads of head_dim 32, Q/K norms, 4 experts of 96, 2 per token, renormalised",
@@ -245,7 +275,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--llama-cpp", type=Path, required=True, help="llama.cpp source tree (convert_hf_to_gguf.py, gguf-py)")
     ap.add_argument("--out", type=Path, default=Path("tests/fixtures"))
-    names = {"qwen2-bias": 101, "qwen3-qknorm": 102, "gemma3-swa": 103, "phi3-longrope": 104, "mixtral-moe": 105, "qwen3-moe": 106, "qwen2-moe": 111}
+    names = {"qwen2-bias": 101, "qwen3-qknorm": 102, "gemma3-swa": 103, "phi3-longrope": 104, "mixtral-moe": 105, "qwen3-moe": 106, "qwen2-moe": 111,
+             "gemma2-softcap": 112}
     ap.add_argument("--only", choices=sorted(names), help="make this fixture alone")
     a = ap.parse_args()
     torch.set_num_threads(1)

@@ -7,6 +7,7 @@
 #include "slake/kv/attention.h"
 #include "slake/error.h"
 #include "slake/cpu/ops.h"
+#include "slake/model/softcap.h"
 #include "cpu/cpu_layer_ops.h"
 
 namespace slake {
@@ -92,6 +93,7 @@ void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>&
   rmsnorm_rows(xb.data(), x.data(), model.output_norm, n, dim, c.rms_eps, pool);
   std::vector<float> all(static_cast<size_t>(n) * c.n_vocab);
   matmul_rows(all.data(), xb.data(), n, weights.output, pool);
+  soft_cap_all(all.data(), all.size(), c.final_softcap);
   logits->resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
     (*logits)[static_cast<size_t>(i)].assign(all.begin() + i * c.n_vocab, all.begin() + (i + 1) * c.n_vocab);

@@ -8,6 +8,7 @@
 #include "slake/kv/attention.h"
 #include "slake/error.h"
 #include "slake/cpu/ops.h"
+#include "slake/model/softcap.h"
 #include "cpu/cpu_layer_ops.h"
 
 namespace slake {
@@ -37,7 +38,7 @@ Context::Context(const Model& model, const ContextParams& params)
                             : std::make_unique<ThreadPool>(params.n_threads > 0 ? params.n_threads : default_thread_count())),
       pool_(params.pool ? params.pool : own_pool_.get()),
       rope_(model.cfg, n_ctx_),
-      shape_{model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.head_dim, model.cfg.sliding_window},
+      shape_{model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.head_dim, model.cfg.sliding_window, model.cfg.attn_softcap},
       kv_(model.cfg.n_layers, model.cfg.n_kv_heads, model.cfg.head_dim, n_ctx_, params.kv.centroid_count(), params.kv.type_k,
           params.kv.type_v, params.kv.recall()),
       evictor_(resolve_kv_policy(params.kv, false, &model.cfg), model.cfg.kv_policy_layers(), shape_) {
@@ -248,6 +249,7 @@ void Context::eval_rows(const std::vector<int32_t>& tokens, std::vector<float>* 
   }
   logits->resize(static_cast<size_t>(rows) * c.n_vocab);
   matmul(logits->data(), normed.data(), rows, weights_.output, *pool_);
+  soft_cap_all(logits->data(), logits->size(), c.final_softcap);
 }
 
 }  // namespace slake

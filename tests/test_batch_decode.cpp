@@ -120,10 +120,11 @@ TEST(BatchDecode, SmolLM2EqualsSingle) {
 }
 
 // Each family's layer definition through the batched path: the Qwen2 (biases), Qwen3 (QK norm),
-// Gemma 3 (local and global layers), Phi-3 (fused tensors, LongRoPE) and the two mixtures of experts
+// Gemma 3 (local and global layers), Gemma 2 (soft-capped logits), Phi-3 (fused tensors, LongRoPE) and the two mixtures of experts
 // (Mixtral, Qwen3-MoE: each sequence's rows routed on their own) fixtures, full and evicting.
 TEST(BatchDecode, FamilyFixturesEqualSingle) {
-  for (const char* name : {"qwen2-bias", "qwen3-qknorm", "gemma3-swa", "phi3-longrope", "mixtral-moe", "qwen3-moe", "qwen2-moe"}) {
+  for (const char* name : {"qwen2-bias", "qwen3-qknorm", "gemma3-swa", "gemma2-softcap", "phi3-longrope", "mixtral-moe", "qwen3-moe",
+                           "qwen2-moe"}) {
     SCOPED_TRACE(name);
     const auto m = load_model(test::fixtures_dir() + "/models/" + name + "/model.gguf");
     check_batched_equals_single(*m, KvPolicyParams{}, 4, 12);

@@ -10,6 +10,7 @@
 #include "slake/cpu/rope.h"
 #include "slake/model/layer.h"
 #include "slake/model/moe.h"
+#include "slake/model/softcap.h"
 
 namespace slake::gpu {
 
@@ -107,7 +108,7 @@ KvLayerMut DeviceContext::staging() const { return area(staging_, 0, static_cast
 
 KvLayerView DeviceContext::view(const KvLayerMut& m, int l) const {
   const int32_t* n_held = at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * m.n_kv_heads;
-  return KvLayerView{m.k, m.v, m.pos, n_held, m.n_kv_heads, m.capacity, m.head_dim, m.type_k, m.type_v};
+  return KvLayerView{m.k, m.v, m.pos, n_held, m.n_kv_heads, m.capacity, m.head_dim, m.type_k, m.type_v, model_.cfg.attn_softcap};
 }
 
 int DeviceContext::centroids() const { return plan_.evicting ? plan_.kv.centroid_count() : 0; }
@@ -557,6 +558,7 @@ void DeviceContext::eval(const std::vector<int32_t>& tokens, std::vector<float>*
     synchronize();
     copy_to_host(logits->data() + static_cast<size_t>(r0) * c.n_vocab, lg, static_cast<size_t>(nr) * c.n_vocab * sizeof(float));
   }
+  soft_cap_all(logits->data(), logits->size(), c.final_softcap);  // on the host, where the logits are sampled
 }
 
 }  // namespace slake::gpu

@@ -11,6 +11,7 @@
 #include "slake/kv/kv_scores.h"
 #include "slake/cpu/ops.h"
 #include "slake/kv/ptaa.h"
+#include "slake/model/softcap.h"
 
 namespace slake {
 
@@ -36,24 +37,24 @@ bool recalls(const KvCache& cache, const KvHead& kv) { return cache.recall().on(
 // whether cover was filled.
 // `scores`: the pages' scores for these rows (page_scores over every page), or null to score them here.
 bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, const int32_t* qpos, int n, int window,
-                 float* acc, float* m, float* l, RecallCover* cover, float* cover_buf, const float* scores) {
+                 float softcap, float* acc, float* m, float* l, RecallCover* cover, float* cover_buf, const float* scores) {
   thread_local std::vector<int> pages;
   if (scores) kv.recall.select_scored(scores, n, cache.recall().pages, &pages);
   else kv.recall.select(q, n, cache.recall().pages, &pages);
   const bool covers = kv.lin.n > 0.0f && kv.lin.centroids == 0;
-  kv.recall.attend(q, qpos, n, window, pages, acc, m, l, covers ? cover : nullptr, cover_buf);
+  kv.recall.attend(q, qpos, n, window, softcap, pages, acc, m, l, covers ? cover : nullptr, cover_buf);
   return covers;
 }
 
 // recall_part merged into a block's exact part (acc, m, l) of n rows.
 bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q, const int32_t* qpos, int n, int window,
-                  float* acc, float* m, float* l, RecallCover* cover, std::vector<float>& cover_buf, const float* scores) {
+                  float softcap, float* acc, float* m, float* l, RecallCover* cover, std::vector<float>& cover_buf, const float* scores) {
   const int d = cache.head_dim();
   thread_local std::vector<float> r_acc;
   float r_m[kLanes], r_l[kLanes];
   r_acc.resize(static_cast<size_t>(n) * d);
   cover_buf.resize(static_cast<size_t>(2 * n) * d);
-  const bool covers = recall_part(cache, kv, q, qpos, n, window, r_acc.data(), r_m, r_l, cover, cover_buf.data(), scores);
+  const bool covers = recall_part(cache, kv, q, qpos, n, window, softcap, r_acc.data(), r_m, r_l, cover, cover_buf.data(), scores);
   for (int r = 0; r < n; ++r)
     merge_softmax(m[r], l[r], acc + static_cast<size_t>(r) * d, r_m[r], r_l[r], r_acc.data() + static_cast<size_t>(r) * d, d);
   return covers;
@@ -161,11 +162,11 @@ void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n
           std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
           continue;
         }
-        covered_by[kvh] = recall_part(cache, kv, qr, pr, rows, s.sliding_window, acc, m, l, covers + static_cast<size_t>(kvh) * kLanes,
+        covered_by[kvh] = recall_part(cache, kv, qr, pr, rows, s.sliding_window, s.softcap, acc, m, l, covers + static_cast<size_t>(kvh) * kLanes,
                                       cover_at + static_cast<size_t>(kvh) * 2 * kLanes * d, head_scores(page_scores, kvh));
         continue;
       }
-      block.begin(qr, pr, rows, d);
+      block.begin(qr, pr, rows, d, s.softcap);
       const auto [j_begin, j_end] = block.key_range(kv, s.sliding_window);
       const int per = (j_end - j_begin + splits - 1) / splits;
       const int lo = j_begin + part * per, hi = std::min(j_end, lo + per);
@@ -193,12 +194,12 @@ void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n
         }
       const int64_t off = row_offset(kvh, r);
       const RecallCover* cover = recall && covered_by[kvh] ? covers + static_cast<size_t>(kvh) * kLanes + r : nullptr;
-      ptaa_finish(out + off, q + off, m, l, acc.data(), cache.head(layer, kvh).lin, d, cover);
+      ptaa_finish(out + off, q + off, m, l, acc.data(), cache.head(layer, kvh).lin, d, s.softcap, cover);
     }
 }
 }  // namespace
 
-void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, int d, int window) {
+void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, int d, int window, float softcap) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   float m = -std::numeric_limits<float>::infinity();
   float l = 0.0f;
@@ -214,7 +215,7 @@ void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, i
     float tile_max = -std::numeric_limits<float>::infinity();
     for (int j = j0; j < j1; ++j) {
       if (!key_visible(kv.pos[static_cast<size_t>(j)], qpos, window)) continue;
-      const float x = dot_f32(q, kv.key(j, d, ks.data()), d) * scale;
+      const float x = soft_cap(dot_f32(q, kv.key(j, d, ks.data()), d) * scale, softcap);
       score[cnt] = x;
       idx[cnt++] = j;
       tile_max = std::max(tile_max, x);
@@ -281,7 +282,7 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
           outr[i][r] = out + off;
           pr[r] = qpos[t];
         }
-        block[static_cast<size_t>(i)].begin(qr[i], pr, n, d);
+        block[static_cast<size_t>(i)].begin(qr[i], pr, n, d, s.softcap);
         range[i] = block[static_cast<size_t>(i)].key_range(kv, s.sliding_window);
         j_begin = std::min(j_begin, range[i].first);
         j_end = std::max(j_end, range[i].second);
@@ -300,11 +301,12 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
         // attending to it (algorithm.md §9.2); they see the exact cache and the Taylor state.
         if (blocks == 1 && recalls(cache, kv)) {
           for (int r = 0; r < n; ++r) pr[r] = qpos[((b0 + i) * kLanes + r) / group];
-          covered = recall_merge(cache, kv, qr[i], pr, n, s.sliding_window, acc.data(), m, l, cover, cover_buf,
+          covered = recall_merge(cache, kv, qr[i], pr, n, s.sliding_window, s.softcap, acc.data(), m, l, cover, cover_buf,
                                  head_scores(page_scores, kvh));
         }
         for (int r = 0; r < n; ++r)
-          ptaa_finish(outr[i][r], qr[i][r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, covered ? &cover[r] : nullptr);
+          ptaa_finish(outr[i][r], qr[i][r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, s.softcap,
+                      covered ? &cover[r] : nullptr);
       }
     }
   });
@@ -344,14 +346,15 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
         qr[r] = q + static_cast<size_t>(kvh * group + g0 + r) * d;
         pr[r] = qpos;
       }
-      block.begin(qr, pr, n, d);
+      block.begin(qr, pr, n, d, s.softcap);
       const auto [j_begin, j_end] = block.key_range(kv, s.sliding_window);
       block.attend_scored(kv, xs.x[static_cast<size_t>(g0 / kLanes)].data(), s.sliding_window, j_begin, j_end);
       block.finish(acc.data(), m, l);
-      const bool covered = recalls(cache, kv) && recall_merge(cache, kv, qr, pr, n, s.sliding_window, acc.data(), m, l, cover, cover_buf,
+      const bool covered = recalls(cache, kv) && recall_merge(cache, kv, qr, pr, n, s.sliding_window, s.softcap, acc.data(), m, l, cover, cover_buf,
                                                               head_scores(page_scores, kvh));
       for (int r = 0; r < n; ++r)
-        ptaa_finish(out + (qr[r] - q), qr[r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, covered ? &cover[r] : nullptr);
+        ptaa_finish(out + (qr[r] - q), qr[r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, s.softcap,
+                    covered ? &cover[r] : nullptr);
     }
   });
 }

@@ -142,11 +142,12 @@ inline void pv_few(float* acc, const float (*p)[kKeys], const float* v, int n, i
 }
 }  // namespace
 
-void RowBlock::begin(const float* const* q, const int32_t* qpos, int n, int d) {
+void RowBlock::begin(const float* const* q, const int32_t* qpos, int n, int d, float softcap) {
   if (n < 1 || n > kLanes) fail("attend_rows: " + std::to_string(n) + " rows, want 1.." + std::to_string(kLanes));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   n_ = n;
   d_ = d;
+  cap_ = softcap;
   few_ = n <= kFewRows && d % 16 == 0;
   m_ = splat(-std::numeric_limits<float>::infinity());
   l_ = lanes_f{};
@@ -200,6 +201,8 @@ void RowBlock::attend_tiles(const KvHead& kv, const lanes_f* x, int window, int 
       for (int j = 0; j < kKeys; ++j) s[j] = j < nk ? x[j0 + j] : neg_inf;
     } else {
       score_tile(q_t_.data(), tile_rows(kv, true, j0, nk, d, tail_k), d, s);
+      if (cap_ > 0.0f)
+        for (int j = 0; j < kKeys; ++j) s[j] = capped(s[j]);
     }
     // Masking is needed only where some row cannot see some key of the tile.
     const bool all_visible =
@@ -260,7 +263,7 @@ void RowBlock::attend_tiles_few(const KvHead& kv, const lanes_f* x, int window, 
       if (x) {
         for (int j = 0; j < kKeys; ++j) s[j] = j < nk ? x[j0 + j][r] : neg_inf;
       } else {
-        s = score_keys(&q_r_[static_cast<size_t>(r) * d], k, d);
+        s = capped(score_keys(&q_r_[static_cast<size_t>(r) * d], k, d));
       }
       const lanes_i qp = splat_i(qp_[r]);
       const lanes_i seen = window > 0 ? (lanes_le_i(kp, qp) & lanes_gt_i(kp, qp - window)) : lanes_le_i(kp, qp);
@@ -294,7 +297,7 @@ void RowBlock::scores_few(const KvHead& kv, int n_keys, lanes_f* x) const {
     const float* k = tile_rows(kv, true, j0, nk, d_, tail_k);
     for (int j = 0; j < nk; ++j) x[j0 + j] = splat(neg_inf);  // lanes without a row see nothing
     for (int r = 0; r < n_; ++r) {
-      const lanes_f s = score_keys(&q_r_[static_cast<size_t>(r) * d_], k, d_);
+      const lanes_f s = capped(score_keys(&q_r_[static_cast<size_t>(r) * d_], k, d_));
       for (int j = 0; j < nk; ++j) x[j0 + j][r] = kv.pos[static_cast<size_t>(j0 + j)] <= qp_[r] ? s[j] : neg_inf;
     }
   }
@@ -309,7 +312,8 @@ void RowBlock::scores(const KvHead& kv, int n_keys, lanes_f* x) const {
     const float* k = tile_rows(kv, true, j0, nk, d_, tail_k);
     lanes_f s[kKeys];
     score_tile(q_t_.data(), k, d_, s);
-    for (int j = 0; j < nk; ++j) x[j0 + j] = lanes_select(lanes_le_i(splat_i(kv.pos[static_cast<size_t>(j0 + j)]), qp_), s[j], neg_inf);
+    for (int j = 0; j < nk; ++j)
+      x[j0 + j] = lanes_select(lanes_le_i(splat_i(kv.pos[static_cast<size_t>(j0 + j)]), qp_), capped(s[j]), neg_inf);
   }
 }
 
@@ -331,10 +335,10 @@ void RowBlock::finish(float* acc, float* m, float* l) const {
 
 lanes_f score_tile_of_keys(const float* q, const float* k, int d) { return score_keys(q, k, d); }
 
-void attend_rows(const float* const* q, const int32_t* qpos, int n, const KvHead& kv, int d, int window, float* acc,
-                 float* m, float* l) {
+void attend_rows(const float* const* q, const int32_t* qpos, int n, const KvHead& kv, int d, int window, float softcap,
+                 float* acc, float* m, float* l) {
   thread_local RowBlock block;
-  block.begin(q, qpos, n, d);
+  block.begin(q, qpos, n, d, softcap);
   const auto [j_begin, j_end] = block.key_range(kv, window);
   block.attend(kv, window, j_begin, j_end);
   block.finish(acc, m, l);

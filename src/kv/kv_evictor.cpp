@@ -60,7 +60,7 @@ void KvEvictor::prefill_sre(int m, int layer, int P, const KvCache& cache, Threa
       const int n_cand = rows_below(kh, P);
       std::vector<float>& e = sre_[static_cast<size_t>(m)][static_cast<size_t>(g)];
       e.resize(static_cast<size_t>(n_cand));
-      self_recall_errors(kh, 0, n_cand, state_with_rows(kh, 0, n_cand, kh.lin, s_.head_dim), s_.head_dim, e.data());
+      self_recall_errors(kh, 0, n_cand, state_with_rows(kh, 0, n_cand, kh.lin, s_.head_dim), s_.head_dim, e.data(), s_.softcap);
       by_row[static_cast<size_t>(g)] = e;
     }
   });
@@ -80,13 +80,13 @@ void KvEvictor::update_sre(int layer, int kvh, const KvHead& kh, int n_cand) {
     // Several rows unscored at once (a prompt too short to evict at prefill): as prefill scores
     // its candidates, against the state that would hold all of them.
     e.resize(static_cast<size_t>(n_cand));
-    self_recall_errors(kh, from, n_cand, state_with_rows(kh, from, n_cand, kh.lin, s_.head_dim), s_.head_dim, e.data() + from);
+    self_recall_errors(kh, from, n_cand, state_with_rows(kh, from, n_cand, kh.lin, s_.head_dim), s_.head_dim, e.data() + from, s_.softcap);
     return;
   }
   // A row that left the window since: its error against the state with it absorbed.
   for (int r = from; r < n_cand; ++r) {
     float x = 0;
-    self_recall_errors(kh, r, r + 1, state_with_rows(kh, r, r + 1, kh.lin, s_.head_dim), s_.head_dim, &x);
+    self_recall_errors(kh, r, r + 1, state_with_rows(kh, r, r + 1, kh.lin, s_.head_dim), s_.head_dim, &x, s_.softcap);
     e.push_back(x);
   }
 }
@@ -311,7 +311,7 @@ bool KvEvictor::scores_in_decode() const {
 void KvEvictor::score_decode_query(int layer, int kvh, const float* q, int32_t qpos, const KvHead& kh) {
   const int d = s_.head_dim, group = s_.n_heads / s_.n_kv_heads;
   DecodeRowScores& x = decode_x_[static_cast<size_t>(kvh)];
-  x.compute(q + static_cast<size_t>(kvh * group) * d, group, qpos, kh, d);
+  x.compute(q + static_cast<size_t>(kvh * group) * d, group, qpos, kh, d, s_.softcap);
   // The accumulated sums take this query's softmax row before the victim is chosen from them.
   if (!accumulating()) return;
   const int m = slot(layer);

@@ -9,6 +9,7 @@
 #include "slake/error.h"
 #include "slake/kv/attention.h"
 #include "slake/kv/attention_rows.h"
+#include "slake/model/softcap.h"
 #include "slake/quant/quant_dot.h"
 
 namespace slake {
@@ -266,8 +267,9 @@ void RecallStore::select_scored(const float* score, int rows, int want, std::vec
   std::sort(pages->begin(), pages->end());
 }
 
-void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, int window, const std::vector<int>& pages,
-                         float* acc, float* m, float* l, RecallCover* cover, float* cover_buf) const {
+void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, int window, float softcap,
+                         const std::vector<int>& pages, float* acc, float* m, float* l, RecallCover* cover,
+                         float* cover_buf) const {
   const size_t d = static_cast<size_t>(d_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d_));
   std::fill(acc, acc + rows * d, 0.0f);
@@ -277,10 +279,11 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
     std::fill(cover_buf, cover_buf + 2 * rows * d, 0.0f);
     for (int r = 0; r < rows; ++r) cover[r] = RecallCover{0.0f, 0.0f, cover_buf + 2 * r * d, cover_buf + (2 * r + 1) * d};
   }
-  thread_local std::vector<float> ks, vs, x;
+  thread_local std::vector<float> ks, vs, x, raw;
   ks.resize(static_cast<size_t>(page_) * d);
   vs.resize(static_cast<size_t>(page_) * d);
   x.resize(static_cast<size_t>(page_));
+  raw.resize(static_cast<size_t>(page_));
   for (const int p : pages) {
     const int j0 = p * page_, cnt = std::min(page_, n_ - j0);
     kv_load_rows(type_, k_.data() + static_cast<size_t>(j0) * row_, ks.data(), cnt, d_);
@@ -289,7 +292,8 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
       float top = kNegInf;
       for (int j = 0; j < cnt; ++j) {
         const bool seen = key_visible(pos_[static_cast<size_t>(j0 + j)], qpos[r], window);
-        x[static_cast<size_t>(j)] = seen ? dot_f32(q[r], ks.data() + j * d, d_) * scale : kNegInf;
+        raw[static_cast<size_t>(j)] = seen ? dot_f32(q[r], ks.data() + j * d, d_) * scale : kNegInf;
+        x[static_cast<size_t>(j)] = seen ? soft_cap(raw[static_cast<size_t>(j)], softcap) : kNegInf;
         top = std::max(top, x[static_cast<size_t>(j)]);
       }
       if (top == kNegInf) continue;
@@ -307,9 +311,10 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
         if (cover) {
           RecallCover& cv = cover[r];
           cv.n += 1.0f;
-          cv.sx += xj;
+          const float rj = raw[static_cast<size_t>(j)];
+          cv.sx += rj;
           axpy_f32(1.0f, vs.data() + j * d, cover_buf + 2 * r * d, d_);
-          axpy_f32(xj, vs.data() + j * d, cover_buf + (2 * r + 1) * d, d_);
+          axpy_f32(rj, vs.data() + j * d, cover_buf + (2 * r + 1) * d, d_);
         }
       }
       m[r] = m_new;

@@ -9,16 +9,18 @@
 #include "slake/kv/kv_ahakv.h"
 #include "slake/error.h"
 #include "slake/cpu/ops.h"
+#include "slake/model/softcap.h"
 
 namespace slake {
 
-void attention_logits(const float* q, int32_t qpos, const KvHead& kh, int d, int n_rows, double* x) {
+void attention_logits(const float* q, int32_t qpos, const KvHead& kh, int d, float softcap, int n_rows, double* x) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   thread_local std::vector<float> row;
   row.resize(static_cast<size_t>(d));
   for (int r = 0; r < n_rows; ++r)
-    x[r] = key_visible(kh.pos[static_cast<size_t>(r)], qpos, 0) ? dot_f32(q, kh.key(r, d, row.data()), d) * scale
-                                                                 : -std::numeric_limits<double>::infinity();
+    x[r] = key_visible(kh.pos[static_cast<size_t>(r)], qpos, 0)
+               ? soft_cap(dot_f32(q, kh.key(r, d, row.data()), d) * scale, static_cast<double>(softcap))
+               : -std::numeric_limits<double>::infinity();
 }
 
 void softmax_inplace(double* x, int n) {
@@ -42,7 +44,7 @@ void pool_tokens(const double* in, int n, TokenPool pool, double* out) {
   }
 }
 
-void DecodeRowScores::compute(const float* q, int group_, int32_t qpos, const KvHead& kh, int d) {
+void DecodeRowScores::compute(const float* q, int group_, int32_t qpos, const KvHead& kh, int d, float softcap) {
   group = group_;
   n = kh.n;
   x.resize(static_cast<size_t>((group + kLanes - 1) / kLanes));
@@ -57,7 +59,7 @@ void DecodeRowScores::compute(const float* q, int group_, int32_t qpos, const Kv
     }
     std::vector<lanes_f>& xb = x[static_cast<size_t>(g0 / kLanes)];
     xb.resize(static_cast<size_t>(n));
-    block.begin(qr, pr, rows, d);
+    block.begin(qr, pr, rows, d, softcap);
     block.scores(kh, n, xb.data());
   }
 }
@@ -185,7 +187,7 @@ LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const Kv
       for (int i = 0; i < n_obs; ++i) {
         const float* q = q_window + (static_cast<size_t>(i) * s.n_heads + static_cast<size_t>(h)) * d;
         const int qpos = S - n_obs + i, n_vis = rows_below(kv, qpos + 1);  // causal inside the window
-        attention_logits(q, qpos, kv, d, n_vis, a.data());
+        attention_logits(q, qpos, kv, d, s.softcap, n_vis, a.data());
         softmax_inplace(a.data(), n_vis);
         for (int j = 0; j < Pr; ++j) {
           const double A = a[static_cast<size_t>(j)];
@@ -254,7 +256,7 @@ void accumulate_attention(const float* q, const int32_t* qpos, int n, const KvCa
         // the block's last position + 1 on is visible to any of its queries.
         const int n_keys = static_cast<int>(std::min<int64_t>(kh.n, static_cast<int64_t>(last) + 1));
         x.resize(static_cast<size_t>(n_keys));
-        block.begin(qr, pr, rows, d);
+        block.begin(qr, pr, rows, d, s.softcap);
         block.scores(kh, n_keys, x.data());
         add_lane_softmax(x.data(), n_keys, rows, n_keys, sum.data(), gain_budget > 0 ? &gain : nullptr);
       }

@@ -18,7 +18,7 @@ LinearState state_with_rows(const KvHead& kh, int r0, int r1, const LinearState&
   return st;
 }
 
-void self_recall_errors(const KvHead& kh, int r0, int r1, const LinearState& state, int d, float* sre) {
+void self_recall_errors(const KvHead& kh, int r0, int r1, const LinearState& state, int d, float* sre, float softcap) {
   if (r1 <= r0) return;
   if (state.n <= 0.0f) {
     std::fill(sre, sre + (r1 - r0), 0.0f);
@@ -30,7 +30,7 @@ void self_recall_errors(const KvHead& kh, int r0, int r1, const LinearState& sta
   const float* v = kh.values(r0, r1 - r0, d, vs.data());
   for (int i = 0; i < r1 - r0; ++i) {
     // No exact row: m = -inf, l = 0, and the state's output alone.
-    ptaa_finish(out.data(), k + static_cast<size_t>(i) * d, -std::numeric_limits<float>::infinity(), 0.0f, zero.data(), state, d);
+    ptaa_finish(out.data(), k + static_cast<size_t>(i) * d, -std::numeric_limits<float>::infinity(), 0.0f, zero.data(), state, d, softcap);
     double e = 0;
     for (int j = 0; j < d; ++j) {
       const double x = static_cast<double>(out[static_cast<size_t>(j)]) - v[static_cast<size_t>(i) * d + static_cast<size_t>(j)];

@@ -5,6 +5,7 @@
 
 #include "slake/error.h"
 #include "slake/kv/kv_scores.h"
+#include "slake/model/softcap.h"
 
 namespace slake {
 
@@ -47,29 +48,35 @@ VabsTerms vabs_terms(const float* q_window, int S, int n_obs, int P, const KvCac
       for (int i = 0; i < n_obs; ++i) {
         const float* q = q_window + (static_cast<size_t>(i) * s.n_heads + static_cast<size_t>(h)) * d;
         const int qpos = S - n_obs + i, n_vis = rows_below(kv, qpos + 1);
-        attention_logits(q, qpos, kv, d, n_vis, x.data());
-        std::copy(x.begin(), x.begin() + n_vis, a.begin());
+        // x: the raw logits, which PTAA's Taylor state is linear in; a: the model's softmax row, of
+        // the logits soft-capped as the model caps them (f(x); f(x) = x without a cap).
+        attention_logits(q, qpos, kv, d, 0.0f, n_vis, x.data());
+        for (int j = 0; j < n_vis; ++j) a[static_cast<size_t>(j)] = soft_cap(x[static_cast<size_t>(j)], static_cast<double>(s.softcap));
         softmax_inplace(a.data(), n_vis);
-        // PTAA's row: exact weights for kept tokens, lambda (1 + x - mu) / Z for the evicted ones.
-        double mu = 0, m = -std::numeric_limits<double>::infinity();
+        // PTAA's row (ptaa.h): exact weights for kept tokens, lambda (1 + g (x - x̄)) / Z for the
+        // evicted ones, lambda = exp(f(x̄) - m*), g = f'(x̄).
+        double xbar = 0, m = -std::numeric_limits<double>::infinity();
         int n_ev = 0;
         for (int j = 0; j < n_vis; ++j) {
           if (j < Pr && !keep_j[static_cast<size_t>(j)]) {
-            mu += x[static_cast<size_t>(j)];
+            xbar += x[static_cast<size_t>(j)];
             ++n_ev;
           } else {
-            m = std::max(m, x[static_cast<size_t>(j)]);
+            m = std::max(m, soft_cap(x[static_cast<size_t>(j)], static_cast<double>(s.softcap)));
           }
         }
-        if (n_ev > 0) mu /= n_ev;
+        if (n_ev > 0) xbar /= n_ev;
+        const double mu = soft_cap(xbar, static_cast<double>(s.softcap));
+        const double th = s.softcap > 0 ? std::tanh(xbar / s.softcap) : 0.0, g = 1.0 - th * th;
         const double mstar = n_ev > 0 ? std::max(m, mu) : m, lam = n_ev > 0 ? std::exp(mu - mstar) : 0.0;
         double z = lam * n_ev;
         for (int j = 0; j < n_vis; ++j)
-          if (j >= Pr || keep_j[static_cast<size_t>(j)]) z += std::exp(x[static_cast<size_t>(j)] - mstar);
+          if (j >= Pr || keep_j[static_cast<size_t>(j)]) z += std::exp(soft_cap(x[static_cast<size_t>(j)], static_cast<double>(s.softcap)) - mstar);
         double tv = 0, va = 0, vsum = 0, entropy = 0;
         for (int j = 0; j < n_vis; ++j) {
           const bool exact = j >= Pr || keep_j[static_cast<size_t>(j)];
-          const double w = exact ? std::exp(x[static_cast<size_t>(j)] - mstar) / z : lam * (1.0 + x[static_cast<size_t>(j)] - mu) / z;
+          const double xj = x[static_cast<size_t>(j)];
+          const double w = exact ? std::exp(soft_cap(xj, static_cast<double>(s.softcap)) - mstar) / z : lam * (1.0 + g * (xj - xbar)) / z;
           const double A = a[static_cast<size_t>(j)], diff = std::abs(w - A);
           tv += diff;
           va += vn[static_cast<size_t>(j)] * diff;

@@ -75,6 +75,11 @@ void validate_config(const ModelConfig& c, const std::string& file) {
   need(c.swa_layers.empty() || c.sliding_window > 0, "sliding-window layers need a sliding window");
   need(c.rope_theta_swa > 0 && std::isfinite(c.rope_theta_swa), "the sliding layers' RoPE theta must be positive");
   need(c.embed_scale > 0 && std::isfinite(c.embed_scale), "the embedding scale must be positive");
+  need(c.attn_softcap >= 0 && std::isfinite(c.attn_softcap), "the attention logit soft-cap must be 0 (none) or positive");
+  // Gemma 2 scales both kinds of layer alike (llama.cpp, transformers), where the local layers take
+  // no rope_freq_factors (Gemma 3's rule, ModelConfig::swa_layers).
+  need(c.arch != "gemma2" || c.rope_freq_factors.empty(), "RoPE scaling of Gemma 2 is not supported");
+  need(c.final_softcap >= 0 && std::isfinite(c.final_softcap), "the final logit soft-cap must be 0 (none) or positive");
   need(c.rope_freq_factors.empty() || c.rope_freq_factors.size() == static_cast<size_t>(c.head_dim / 2),
        "RoPE frequency factors must have head_dim/2 entries");
   for (float f : c.rope_freq_factors) need(f > 0 && std::isfinite(f), "RoPE frequency factors must be positive");

@@ -1,6 +1,7 @@
 // Model loading from a GGUF file written by llama.cpp's converters (architectures "llama",
-// "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"; Mixtral is "llama" with experts; llama.cpp's
+// "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"; Mixtral is "llama" with experts; llama.cpp's
 // src/llama-arch.cpp names their keys and tensors).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -20,20 +21,28 @@ int to_int(uint64_t v, const std::string& file, const std::string& key) {
   return static_cast<int>(v);
 }
 
-// Gemma 3 (llama.cpp's src/models/gemma3.cpp): scaled embeddings, post-norms, and with a sliding
-// window five local layers of every six (attention.sliding_window_pattern: the period, or one
-// flag per layer) whose RoPE base is rope.freq_base_swa (10000 when absent).
-void gemma3_hparams(const GgufFile& g, ModelConfig& c) {
+// Gemma 2 and 3 (llama.cpp's src/models/gemma2.cpp, gemma3.cpp): scaled embeddings, post-norms,
+// and with a sliding window local layers (attention.sliding_window_pattern: the period, or one
+// flag per layer; every other layer for Gemma 2, five of every six for Gemma 3). Gemma 2
+// soft-caps its attention and output logits (50 and 30 when the file does not say), and its local
+// layers share the global RoPE base; Gemma 3's local base is rope.freq_base_swa (10000 when
+// absent) and it soft-caps only the output, only when the file says so.
+void gemma_hparams(const GgufFile& g, ModelConfig& c) {
   const std::string& f = g.name();
   const std::string a = c.arch + ".";
+  const bool gemma2 = c.arch == "gemma2";
   c.post_norms = true;
   c.embed_scale = std::sqrt(static_cast<float>(c.dim));
-  if (g.get_float(a + "final_logit_softcapping", 0.0) != 0.0) fail(f + ": final logit soft-capping is not supported");
-  // llama.cpp scales Gemma 3 27B's queries by 1/sqrt(dim / heads) rather than 1/sqrt(head_dim).
-  if (c.n_layers == 62 && c.dim / c.n_heads != c.head_dim)
-    fail(f + ": Gemma 3 27B's query scale (1/sqrt(dim / heads), not 1/sqrt(head_dim)) is not supported");
+  c.attn_softcap = gemma2 ? static_cast<float>(g.get_float(a + "attn_logit_softcapping", 50.0)) : 0.0f;
+  c.final_softcap = static_cast<float>(g.get_float(a + "final_logit_softcapping", gemma2 ? 30.0 : 0.0));
+  // Gemma 2's window is 4096 when the file does not say (llama.cpp's default), or the training
+  // context where that is shorter (the same attention).
+  if (gemma2 && !g.has(a + "attention.sliding_window")) c.sliding_window = std::min(4096, c.n_ctx_train);
+  // llama.cpp scales the 27B models' queries by 1/sqrt(dim / heads) rather than 1/sqrt(head_dim).
+  if (c.n_layers == (gemma2 ? 46 : 62) && c.dim / c.n_heads != c.head_dim)
+    fail(f + ": the 27B model's query scale (1/sqrt(dim / heads), not 1/sqrt(head_dim)) is not supported");
   if (c.sliding_window <= 0) return;
-  c.rope_theta_swa = static_cast<float>(g.get_float(a + "rope.freq_base_swa", 10000.0));
+  c.rope_theta_swa = static_cast<float>(g.get_float(a + "rope.freq_base_swa", gemma2 ? c.rope_theta : 10000.0));
   const std::string pk = a + "attention.sliding_window_pattern";
   c.swa_layers.assign(static_cast<size_t>(c.n_layers), 0);
   const GgufValue* pv = g.find(pk);
@@ -46,7 +55,7 @@ void gemma3_hparams(const GgufFile& g, ModelConfig& c) {
       c.swa_layers[l] = e.type == GgufType::BOOL ? e.u != 0 : e.is_integer() && (e.u != 0 || e.i != 0);
     }
   } else {
-    const uint64_t period = pv ? g.get_uint(pk) : 6;
+    const uint64_t period = pv ? g.get_uint(pk) : gemma2 ? 2 : 6;
     if (period > static_cast<uint64_t>(c.n_layers) + 1) fail(f + ": " + pk + " is larger than the layer count");
     c.swa_layers = local_layer_pattern(c.n_layers, static_cast<int64_t>(period));
   }
@@ -73,10 +82,10 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   ModelConfig& c = m->cfg;
   c.arch = g->get_string("general.architecture");
   if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "qwen3" && c.arch != "qwen3moe" &&
-      c.arch != "gemma3" && c.arch != "phi3")
-    fail(f + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma3, phi3 are)");
+      c.arch != "gemma2" && c.arch != "gemma3" && c.arch != "phi3")
+    fail(f + ": architecture '" + c.arch + "' is not supported (llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, phi3 are)");
   const bool qwen = c.arch == "qwen2" || c.arch == "qwen2moe" || c.arch == "qwen3" || c.arch == "qwen3moe",
-             gemma = c.arch == "gemma3", phi3 = c.arch == "phi3";
+             gemma = c.arch == "gemma2" || c.arch == "gemma3", phi3 = c.arch == "phi3";
   const std::string a = c.arch + ".";
   c.name = g->get_string("general.name", "");
   auto geti = [&](const std::string& k) { return to_int(g->get_uint(a + k), f, a + k); };
@@ -103,7 +112,7 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   // stay rotate-half (llama.cpp's NEOX RoPE type).
   c.rope_layout = qwen || gemma || phi3 ? RopeLayout::Half : RopeLayout::Adjacent;
   c.qkv_bias = c.arch == "qwen2" || c.arch == "qwen2moe";
-  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || gemma;
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma3";
   // Experts (Mixtral's llama files, qwen3moe): llama.cpp renormalises the chosen experts' weights
   // for both. qwen3moe's experts have their own width (expert_feed_forward_length).
   c.n_expert = to_int(g->get_uint(a + "expert_count", 0), f, a + "expert_count");
@@ -120,7 +129,7 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
                                                                               : geti("feed_forward_length");
   }
   if (c.n_expert > 0 && phi3) fail(f + ": Phi-3 with experts is not supported");
-  if (gemma) gemma3_hparams(*g, c);
+  if (gemma) gemma_hparams(*g, c);
 
   const std::string scaling = g->get_string(a + "rope.scaling.type", "none");
   if (scaling == "linear") {

@@ -99,20 +99,27 @@ void read_rope(const ConfigReader& r, ModelConfig& c, const std::string& file) {
   }
 }
 
-// Gemma 3 (model_type gemma3_text): GELU-tanh, post-norms, scaled embeddings, and the
-// local/global layer pattern (layer_types, or transformers 4's sliding_window_pattern) with each
-// kind's RoPE base (rope_parameters per layer type, or rope_theta and rope_local_base_freq).
-void gemma3_config(const ConfigReader& r, ModelConfig& c, const std::string& file) {
+// Gemma 2 and 3 (model_type gemma2, gemma3_text): GELU-tanh, post-norms, scaled embeddings,
+// soft-capped logits where the config sets them (null: none; absent: transformers' defaults,
+// Gemma 2's 50 and 30 and window 4096, none for Gemma 3), and the local/global layer pattern
+// (layer_types, or transformers 4's sliding_window_pattern: 2 for Gemma 2, 6 for Gemma 3) with
+// each kind's RoPE base (Gemma 3: rope_parameters per layer type, or rope_theta and
+// rope_local_base_freq; Gemma 2's local layers share the global base).
+void gemma_config(const ConfigReader& r, ModelConfig& c, const std::string& file) {
   const json& j = r.raw();
+  const bool gemma2 = c.arch == "gemma2";
   const std::string act = j.value("hidden_activation", j.value("hidden_act", std::string("gelu_pytorch_tanh")));
   if (act != "gelu_pytorch_tanh") fail(file + ": hidden_activation '" + act + "' is not supported (gelu_pytorch_tanh is)");
-  for (const char* k : {"final_logit_softcapping", "attn_logit_softcapping"})
-    if (r.has(k)) fail(file + ": " + k + " is not supported");
-  if (r.get_int("query_pre_attn_scalar", c.head_dim) != c.head_dim)
+  // A key that is absent takes transformers' default; one that is null means none.
+  auto absent = [&](const char* k) { return !j.contains(k); };
+  c.attn_softcap = static_cast<float>(r.get_num("attn_logit_softcapping", gemma2 && absent("attn_logit_softcapping") ? 50.0 : 0.0));
+  c.final_softcap = static_cast<float>(r.get_num("final_logit_softcapping", gemma2 && absent("final_logit_softcapping") ? 30.0 : 0.0));
+  if (r.get_int("query_pre_attn_scalar", gemma2 && absent("query_pre_attn_scalar") ? 256 : c.head_dim) != c.head_dim)
     fail(file + ": query_pre_attn_scalar other than head_dim is not supported");
-  c.qk_norm = c.post_norms = true;
+  c.qk_norm = !gemma2;
+  c.post_norms = true;
   c.embed_scale = std::sqrt(static_cast<float>(c.dim));
-  c.sliding_window = r.get_int("sliding_window", 0);
+  c.sliding_window = r.get_int("sliding_window", gemma2 && absent("sliding_window") ? 4096 : 0);
   if (r.has("layer_types")) {
     const json& t = j["layer_types"];
     if (!t.is_array() || t.size() != static_cast<size_t>(c.n_layers)) fail(file + ": layer_types must name every layer");
@@ -121,7 +128,7 @@ void gemma3_config(const ConfigReader& r, ModelConfig& c, const std::string& fil
       c.swa_layers.push_back(e == "sliding_attention");
     }
   } else {
-    c.swa_layers = local_layer_pattern(c.n_layers, r.get_int("sliding_window_pattern", 6));
+    c.swa_layers = local_layer_pattern(c.n_layers, r.get_int("sliding_window_pattern", gemma2 ? 2 : 6));
   }
   if (c.sliding_window <= 0) c.swa_layers.clear();
   c.rope_theta_swa = static_cast<float>(r.get_num("rope_local_base_freq", 10000.0));
@@ -155,12 +162,12 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
   if (c.arch == "qwen2_moe") c.arch = "qwen2moe";
   if (c.arch == "mixtral") c.arch = "mistral";  // Mistral's layer with experts (llama.cpp: llama)
   if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "qwen3" &&
-      c.arch != "qwen3moe" && c.arch != "gemma3" && c.arch != "phi3")
+      c.arch != "qwen3moe" && c.arch != "gemma2" && c.arch != "gemma3" && c.arch != "phi3")
     fail(cfg_path + ": model_type '" + c.arch +
-         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma3_text, phi3 are)");
+         "' is not supported (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3_text, phi3 are)");
   const bool phi3 = c.arch == "phi3";
   const bool moe = model_type == "mixtral" || model_type == "qwen3_moe" || model_type == "qwen2_moe";
-  const bool gemma = c.arch == "gemma3";
+  const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
   if (!gemma && j.contains("hidden_act") && j["hidden_act"] != "silu") fail(cfg_path + ": hidden_act must be silu");
   // Qwen2 always has Q/K/V biases; any other bias (attention_bias: also on o_proj) is not supported.
   if (j.value("attention_bias", false) || j.value("mlp_bias", false)) fail(cfg_path + ": attention or MLP biases are not supported");
@@ -193,11 +200,12 @@ std::unique_ptr<Model> load_hf_dir(const std::string& dir) {
   }
   c.rope_layout = RopeLayout::Half;
   if (gemma) {
-    gemma3_config(r, c, cfg_path);
+    gemma_config(r, c, cfg_path);
     // transformers 5 nests the global layers' RoPE under rope_parameters.full_attention.
     json flat = j;
     if (r.has("rope_parameters") && j["rope_parameters"].contains("full_attention")) flat["rope_parameters"] = j["rope_parameters"]["full_attention"];
     read_rope(ConfigReader(flat, cfg_path), c, cfg_path);
+    if (c.arch == "gemma2") c.rope_theta_swa = c.rope_theta;
   } else {
     read_rope(r, c, cfg_path);
   }

@@ -151,6 +151,17 @@ const std::vector<SyntheticPreset>& synthetic_presets() {
     p.push_back({"gemma-3-270m", gemma("gemma-3-270m", 640, 18, 4, 1, 2048, 32768, 512, 1.0f)});
     p.push_back({"gemma-3-1b", gemma("gemma-3-1b", 1152, 26, 4, 1, 6912, 32768, 512, 1.0f)});
     p.push_back({"gemma-3-4b", gemma("gemma-3-4b", 2560, 34, 8, 4, 10240, 131072, 1024, 8.0f)});
+    // Gemma 2 2B (config.json of google/gemma-2-2b): no Q/K norms, every other layer sliding
+    // within 4096 at the one RoPE base, attention and output logits soft-capped at 50 and 30.
+    ModelConfig gemma2 = gemma("gemma-2-2b", 2304, 26, 8, 4, 9216, 8192, 4096, 1.0f);
+    gemma2.arch = "gemma2";
+    gemma2.n_vocab = 256000;
+    gemma2.rope_theta = gemma2.rope_theta_swa = 10000.0f;
+    gemma2.qk_norm = false;
+    gemma2.swa_layers = detail::local_layer_pattern(26, 2);
+    gemma2.attn_softcap = 50.0f;
+    gemma2.final_softcap = 30.0f;
+    p.push_back({"gemma-2-2b", gemma2});
     // Phi-3-mini-4k (config.json): Llama's layer shape with 32 MHA heads and rotate-half RoPE (the
     // synthetic weights are made split, as the loader splits Phi-3's fused tensors).
     ModelConfig phi3 = shape("phi-3-mini", 32064, 3072, 32, 32, 32, 8192, 4096, 10000.0f);

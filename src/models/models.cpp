@@ -18,7 +18,8 @@ constexpr ArchEntry kArchitectures[] = {
     {"qwen2moe", qwen2_layer},  // with experts and a shared expert: swiglu_ffn runs the mixture
     {"qwen3", qwen3_layer},
     {"qwen3moe", qwen3_layer},  // with experts: swiglu_ffn runs the mixture (models.h)
-    {"gemma3", gemma3_layer},
+    {"gemma2", gemma_layer},
+    {"gemma3", gemma_layer},
     // Phi-3 is Llama's layer: the loader splits its fused Q/K/V and gate/up tensors into views,
     // and LongRoPE is RoPE data (ModelConfig::rope_factors_for, rope_attn_factor).
     {"phi3", llama_layer},

@@ -8,7 +8,7 @@ namespace slake {
 void llama_layer(const ModelConfig& c, LayerOps& ops);
 void qwen2_layer(const ModelConfig& c, LayerOps& ops);
 void qwen3_layer(const ModelConfig& c, LayerOps& ops);
-void gemma3_layer(const ModelConfig& c, LayerOps& ops);
+void gemma_layer(const ModelConfig& c, LayerOps& ops);  // gemma2, gemma3
 
 // The blocks the pre-norm families share.
 // XB = attn_norm(X); Q, K, V = its projections.

@@ -96,7 +96,7 @@ expect_error "kv-window" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.t
 expect_error "ctx-size" "$bin/slake-perplexity" -m "$model_ok" -f "$tmp/short.txt" -c 1
 
 expect_error "error: give a model with -m FILE or --synthetic NAME" "$bin/slake-bench"
-expect_error "error: unknown synthetic model 'gpt-5' (llama-3.1-8b, llama-2-7b, mistral-7b-v0.3, tinyllama-1.1b, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, qwen3-0.6b, qwen3-8b, qwen3-30b-a3b, mixtral-8x7b, gemma-3-270m, gemma-3-1b, gemma-3-4b, phi-3-mini, tiny)" "$bin/slake-bench" --synthetic gpt-5 --mem-bandwidth 1
+expect_error "error: unknown synthetic model 'gpt-5' (llama-3.1-8b, llama-2-7b, mistral-7b-v0.3, tinyllama-1.1b, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, qwen3-0.6b, qwen3-8b, qwen3-30b-a3b, mixtral-8x7b, gemma-3-270m, gemma-3-1b, gemma-3-4b, gemma-2-2b, phi-3-mini, tiny)" "$bin/slake-bench" --synthetic gpt-5 --mem-bandwidth 1
 # --backend cuda: refused by a build without CUDA, or by a CUDA build on a machine without a device.
 if ! "$bin/slake-bench" --synthetic tiny -p 16 -n 0 -r 1 --backend cuda >/dev/null 2>&1; then
   expect_error "error: .*cuda" "$bin/slake-bench" --synthetic tiny -p 16 -n 0 -r 1 --backend cpu,cuda

@@ -218,12 +218,26 @@ TEST_P(FixtureModels, SlakeEvictingMatchesCpu) {
 INSTANTIATE_TEST_SUITE_P(DeviceContext, FixtureModels,
                          ::testing::Values("llama2-mha", "llama-gqa-tied", "mistral-swa", "llama31-rope-scaling", "llama2-mha-q8_0",
                                            "qwen2-bias", "qwen3-qknorm", "gemma3-swa", "phi3-longrope", "mixtral-moe", "qwen3-moe",
-                                           "qwen2-moe"),
+                                           "qwen2-moe", "gemma2-softcap"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
                            return s;
                          });
+
+// Gemma 2's soft-capped logits through the compensators (the Taylor state expanded by the chain
+// rule, capped centroid logits) and VABS's preference (slake above covers the cascade), on the
+// device as on the CPU; fp32 activations, as for every model with local layers.
+TEST(DeviceContext, SoftCappedCompensatorsMatchCpu) {
+  const auto m = fixture("gemma2-softcap");
+  for (const char* comp : {"taylor", "centroids"}) {
+    ContextParams cp = params(96, "cake", 12, 4);
+    cp.kv.compensate = comp;
+    cp.kv.centroids = 3;
+    compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 6), 3, std::string("gemma2-softcap cake+") + comp, false);
+  }
+  compare(*m, params(96, "slake-wide", 12, 4), prompt_tokens(40, m->cfg.n_vocab, 7), 3, "gemma2-softcap slake-wide", false);
+}
 
 TEST(DeviceContext, OtherPoliciesMatchCpu) {
   const auto m = fixture("llama-gqa-tied");

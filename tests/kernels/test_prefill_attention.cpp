@@ -19,6 +19,7 @@ struct Case {
   std::vector<int> held;      // tokens per KV head (positions 0, 2, 4, ... for head 1, dense otherwise)
   std::vector<int> absorbed;  // tokens in each KV head's linear state
   int centroids = 0;          // > 0: centroid states of this many
+  float softcap = 0.0f;       // Gemma 2's logit soft-cap (KvLayerView::softcap; 0: none)
 };
 
 void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
@@ -45,7 +46,9 @@ void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
   DeviceKvLayer dev(cache, 0, cap);
   DeviceBuffer<float> dq(q), out(static_cast<size_t>(c.n_q * out_stride));
   DeviceBuffer<int32_t> dpos(qpos);
-  prefill_attention(out.get(), out_stride, dq.get(), q_stride, dpos.get(), c.n_q, c.n_heads, dev.view(), dev.lin(), c.window);
+  KvLayerView view = dev.view();
+  view.softcap = c.softcap;
+  prefill_attention(out.get(), out_stride, dq.get(), q_stride, dpos.get(), c.n_q, c.n_heads, view, dev.lin(), c.window);
   std::vector<float> want(static_cast<size_t>(c.n_q * out_stride));
   const int group = c.n_heads / c.n_kv_heads;
   for (int t = 0; t < c.n_q; ++t)
@@ -53,12 +56,12 @@ void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
       const KvHead& kh = cache.head(0, h / group);
       float* o = want.data() + t * out_stride + h * d;
       const float* qh = q.data() + t * q_stride + h * d;
-      if (kh.lin.n > 0) ptaa_one(o, qh, qpos[static_cast<size_t>(t)], kh, kh.lin, d, c.window);
-      else attention_one(o, qh, qpos[static_cast<size_t>(t)], kh, d, c.window);
+      if (kh.lin.n > 0) ptaa_one(o, qh, qpos[static_cast<size_t>(t)], kh, kh.lin, d, c.window, c.softcap);
+      else attention_one(o, qh, qpos[static_cast<size_t>(t)], kh, d, c.window, c.softcap);
     }
   expect_close(out.download(), want, 2e-5, 1e-4,
                "d=" + std::to_string(d) + " heads=" + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) +
-                   " window=" + std::to_string(c.window) + kv_types_label(tk, tv));
+                   " window=" + std::to_string(c.window) + " softcap=" + std::to_string(c.softcap) + kv_types_label(tk, tv));
 }
 
 // Every stored row type the device has: the kernel and the CPU read the same stored values.
@@ -81,6 +84,13 @@ TEST(KernelPrefillAttention, SlidingWindowAndLinearState) {
 TEST(KernelPrefillAttention, CentroidStates) {
   run_case({40, 8, 2, 0, 13, {70, 45}, {25, 3}, 8}, 7);    // head 0 all 8 seeded, head 1 three
   run_case({128, 2, 2, 17, 9, {90, 60}, {40, 0}, 32}, 8);  // a sliding window; head 1 none
+}
+
+// Soft-capped logits (Gemma 2): exact rows, the Taylor state by the chain rule, centroids.
+TEST(KernelPrefillAttention, SoftCappedLogits) {
+  run_case({64, 6, 2, 0, 11, {50, 33}, {0, 0}, 0, 0.5f}, 9);
+  run_case({40, 8, 2, 17, 13, {70, 45}, {25, 0}, 0, 0.5f}, 10);
+  run_case({40, 8, 2, 0, 13, {70, 45}, {25, 3}, 8, 0.5f}, 11);
 }
 
 }  // namespace

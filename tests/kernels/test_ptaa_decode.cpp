@@ -21,6 +21,7 @@ struct Case {
   float key_scale;            // larger: peakier softmax
   float evicted_along_q = 0;  // > 0: evicted keys are this multiple of query 0 (plus noise)
   int centroids = 0;          // > 0: the linear states are centroid states of this many
+  float softcap = 0.0f;       // Gemma 2's logit soft-cap (KvLayerView::softcap; 0: none)
 };
 
 void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
@@ -50,12 +51,14 @@ void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
   DeviceBuffer<float> dq(q), out(static_cast<size_t>(c.n_heads) * d);
   const int max_held = cap;
   DeviceBuffer<float> scratch(ptaa_scratch_floats(c.n_heads, d, ptaa_splits(max_held, c.split_len)));
-  ptaa_decode(out.get(), dq.get(), qpos, c.n_heads, dev.view(), dev.lin(), c.window, max_held, c.split_len, scratch.get());
+  KvLayerView view = dev.view();
+  view.softcap = c.softcap;
+  ptaa_decode(out.get(), dq.get(), qpos, c.n_heads, view, dev.lin(), c.window, max_held, c.split_len, scratch.get());
   std::vector<float> want(static_cast<size_t>(c.n_heads) * d);
   const int group = c.n_heads / c.n_kv_heads;
   for (int h = 0; h < c.n_heads; ++h) {
     const KvHead& kh = cache.head(0, h / group);
-    ptaa_one(want.data() + static_cast<size_t>(h) * d, q.data() + static_cast<size_t>(h) * d, qpos, kh, kh.lin, d, c.window);
+    ptaa_one(want.data() + static_cast<size_t>(h) * d, q.data() + static_cast<size_t>(h) * d, qpos, kh, kh.lin, d, c.window, c.softcap);
   }
   expect_close(out.download(), want, 2e-5, 1e-4,
                "d=" + std::to_string(d) + " window=" + std::to_string(c.window) + " split=" + std::to_string(c.split_len) +
@@ -86,6 +89,13 @@ TEST(KernelPtaaDecode, MatchesCpuWithCentroidStates) {
   run_case({40, 8, 4, 0, 16, {75, 50, 0, 0}, {30, 3, 12, 0}, 1.0f, 0, 8}, 11);
   run_case({64, 4, 2, 0, 32, {129, 33}, {500, 1}, 1.0f, 0, 300}, 12);
   run_case({32, 1, 1, 0, 8, {40}, {25}, 1.0f, 24.0f, 4}, 13);  // evicted keys far above the retained
+}
+
+// Soft-capped logits (Gemma 2): the exact splits, the Taylor state by the chain rule, centroids.
+TEST(KernelPtaaDecode, SoftCappedLogits) {
+  run_case({40, 8, 4, 0, 16, {75, 50, 0, 0}, {30, 0, 12, 0}, 1.0f, 0, 0, 0.5f}, 14);
+  run_case({40, 8, 4, 0, 16, {75, 50, 0, 0}, {30, 3, 12, 0}, 1.0f, 0, 8, 0.5f}, 15);
+  run_case({72, 6, 2, 40, 256, {90, 61}, {20, 0}, 1.0f, 0, 0, 0.5f}, 16);
 }
 
 TEST(KernelPtaaDecode, EvictedKeysScoringFarAboveTheRetainedOnesStayFinite) {

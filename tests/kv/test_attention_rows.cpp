@@ -78,7 +78,29 @@ TEST(LanesCompare, EveryLaneMatchesTheScalarExpression) {
 
 struct RowsCase {
   int n_rows, head_dim, n_keys, window;
+  float softcap = 0.0f;  // Gemma 2's logit soft-cap (0: none)
 };
+
+// The float64 logit of q and k: q . k / sqrt(d), soft-capped when cap > 0.
+double logit64(const float* q, const float* k, int d, double cap) {
+  const double x = test::dot64(q, k, d) / std::sqrt(static_cast<double>(d));
+  return cap > 0 ? cap * std::tanh(x / cap) : x;
+}
+
+// lanes_soft_cap against cap * tanh(x / cap) in float64, over the range and at the limits.
+TEST(LanesSoftCap, MatchesTanh) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-300.0f, 300.0f);
+  for (float cap : {0.5f, 4.0f, 50.0f})
+    for (int it = 0; it < 2000; ++it) {
+      lanes_f x;
+      for (int i = 0; i < kLanes; ++i) x[i] = it == 0 ? (i - 8) * 0.01f * cap : u(rng) * cap / 50.0f;
+      if (it == 1) x[0] = std::numeric_limits<float>::infinity(), x[1] = -std::numeric_limits<float>::infinity();
+      const lanes_f y = lanes_soft_cap(x, cap);
+      for (int i = 0; i < kLanes; ++i)
+        ASSERT_NEAR(y[i], cap * std::tanh(static_cast<double>(x[i]) / cap), 5e-7 * cap) << "x = " << x[i] << " cap " << cap;
+    }
+}
 
 class AttendRows : public ::testing::TestWithParam<RowsCase> {};
 
@@ -106,13 +128,13 @@ TEST_P(AttendRows, ExactPartMatchesFloat64) {
     qpos.push_back(r == 0 && c.n_rows > 2 ? -1 : (2 * c.n_keys * (r + 1)) / c.n_rows - 1);
   }
   std::vector<float> acc(static_cast<size_t>(c.n_rows) * d), m(static_cast<size_t>(c.n_rows)), l(m.size());
-  attend_rows(qr.data(), qpos.data(), c.n_rows, kh, d, c.window, acc.data(), m.data(), l.data());
+  attend_rows(qr.data(), qpos.data(), c.n_rows, kh, d, c.window, c.softcap, acc.data(), m.data(), l.data());
 
   for (int r = 0; r < c.n_rows; ++r) {
     double mx = -INFINITY;
     for (int j = 0; j < kh.n; ++j)
       if (test::visible(kh.pos[static_cast<size_t>(j)], qpos[static_cast<size_t>(r)], c.window))
-        mx = std::max(mx, test::dot64(qr[static_cast<size_t>(r)], kh.key(j, d), d) / std::sqrt(static_cast<double>(d)));
+        mx = std::max(mx, logit64(qr[static_cast<size_t>(r)], kh.key(j, d), d, c.softcap));
     if (mx == -INFINITY) {
       EXPECT_EQ(m[static_cast<size_t>(r)], -std::numeric_limits<float>::infinity()) << "row " << r;
       EXPECT_EQ(l[static_cast<size_t>(r)], 0.0f) << "row " << r;
@@ -123,7 +145,7 @@ TEST_P(AttendRows, ExactPartMatchesFloat64) {
     std::vector<double> want(static_cast<size_t>(d), 0.0);
     for (int j = 0; j < kh.n; ++j) {
       if (!test::visible(kh.pos[static_cast<size_t>(j)], qpos[static_cast<size_t>(r)], c.window)) continue;
-      const double w = std::exp(test::dot64(qr[static_cast<size_t>(r)], kh.key(j, d), d) / std::sqrt(static_cast<double>(d)) - mx);
+      const double w = std::exp(logit64(qr[static_cast<size_t>(r)], kh.key(j, d), d, c.softcap) - mx);
       sum += w;
       for (int i = 0; i < d; ++i) want[static_cast<size_t>(i)] += w * kh.value(j, d)[i];
     }
@@ -142,11 +164,15 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttendRows,
                                            // at most 4 rows and a head dimension of 16s: the few-rows kernel
                                            RowsCase{1, 64, 300, 0}, RowsCase{3, 64, 300, 0}, RowsCase{3, 64, 300, 50},
                                            RowsCase{4, 128, 100, 0}, RowsCase{2, 80, 33, 9}, RowsCase{3, 64, 1, 0},
-                                           RowsCase{4, 64, 17, 5}),
+                                           RowsCase{4, 64, 17, 5},
+                                           // soft-capped logits, both kernels
+                                           RowsCase{16, 64, 300, 50, 2.0f}, RowsCase{7, 20, 33, 9, 1.0f},
+                                           RowsCase{3, 64, 300, 0, 2.0f}, RowsCase{4, 64, 17, 5, 0.5f}),
                          [](const ::testing::TestParamInfo<RowsCase>& i) {
                            const RowsCase& c = i.param;
                            return "rows" + std::to_string(c.n_rows) + "_d" + std::to_string(c.head_dim) + "_keys" +
-                                  std::to_string(c.n_keys) + "_win" + std::to_string(c.window);
+                                  std::to_string(c.n_keys) + "_win" + std::to_string(c.window) +
+                                  (c.softcap > 0 ? "_cap" + std::to_string(static_cast<int>(c.softcap * 10)) : "");
                          });
 
 // Decode scores once, then attends with them (algorithm.md §5.2): the scores against float64 (and
@@ -155,6 +181,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttendRows,
 TEST(AttendRows, ScoresAndScoredAttentionMatchFloat64) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.5f);
+  for (float cap : {0.0f, 2.0f})
   for (int n : {1, 3, 4, 6}) {
     const int d = 64, n_keys = 70;
     KvCache cache(1, 1, d, n_keys);
@@ -174,7 +201,7 @@ TEST(AttendRows, ScoresAndScoredAttentionMatchFloat64) {
       qpos[r] = n_keys - 1 - 9 * r;
     }
     RowBlock block;
-    block.begin(qr, qpos, n, d);
+    block.begin(qr, qpos, n, d, cap);
     std::vector<lanes_f> x(static_cast<size_t>(n_keys));
     block.scores(kh, n_keys, x.data());
     for (int j = 0; j < n_keys; ++j)
@@ -184,7 +211,7 @@ TEST(AttendRows, ScoresAndScoredAttentionMatchFloat64) {
           ASSERT_EQ(got, -std::numeric_limits<float>::infinity()) << "rows " << n << " key " << j << " lane " << r;
           continue;
         }
-        const double want = test::dot64(qr[r], kh.key(j, d), d) / std::sqrt(static_cast<double>(d));
+        const double want = logit64(qr[r], kh.key(j, d), d, cap);
         ASSERT_NEAR(got, want, 1e-5 * (1 + std::abs(want))) << "rows " << n << " key " << j << " lane " << r;
       }
     std::vector<float> acc_a(static_cast<size_t>(n) * d), m_a(static_cast<size_t>(n)), l_a(m_a.size());
@@ -192,7 +219,7 @@ TEST(AttendRows, ScoresAndScoredAttentionMatchFloat64) {
     const auto range = block.key_range(kh, 0);
     block.attend_scored(kh, x.data(), 0, range.first, range.second);
     block.finish(acc_a.data(), m_a.data(), l_a.data());
-    block.begin(qr, qpos, n, d);
+    block.begin(qr, qpos, n, d, cap);
     block.attend(kh, 0, range.first, range.second);
     block.finish(acc_b.data(), m_b.data(), l_b.data());
     for (int r = 0; r < n; ++r) {
@@ -210,8 +237,8 @@ TEST(AttendRows, RefusesBlocksWiderThanTheLanes) {
   int32_t pos[kLanes + 1] = {};
   for (auto& p : qr) p = q;
   float acc[(kLanes + 1) * 8], m[kLanes + 1], l[kLanes + 1];
-  EXPECT_THROW(attend_rows(qr, pos, kLanes + 1, cache.head(0, 0), 8, 0, acc, m, l), Error);
-  EXPECT_THROW(attend_rows(qr, pos, 0, cache.head(0, 0), 8, 0, acc, m, l), Error);
+  EXPECT_THROW(attend_rows(qr, pos, kLanes + 1, cache.head(0, 0), 8, 0, 0.0f, acc, m, l), Error);
+  EXPECT_THROW(attend_rows(qr, pos, 0, cache.head(0, 0), 8, 0, 0.0f, acc, m, l), Error);
 }
 
 // A prompt of many tokens (row blocks span several tokens and both KV heads) over a cache that

@@ -189,7 +189,7 @@ TEST(AttentionDecode, MatchesFloat64WithScoresComputedOnce) {
     std::vector<float> q(static_cast<size_t>(s.n_heads * s.d)), out(q.size());
     for (auto& x : q) x = nd(rng);
     std::vector<DecodeRowScores> xs(static_cast<size_t>(s.n_kv));
-    for (int g = 0; g < s.n_kv; ++g) xs[static_cast<size_t>(g)].compute(q.data() + static_cast<size_t>(g * group) * s.d, group, qpos, cache.head(0, g), s.d);
+    for (int g = 0; g < s.n_kv; ++g) xs[static_cast<size_t>(g)].compute(q.data() + static_cast<size_t>(g * group) * s.d, group, qpos, cache.head(0, g), s.d, 0.0f);
     ThreadPool pool(2);
     attention_decode(out.data(), q.data(), qpos, cache, 0, {s.n_heads, s.n_kv, s.d, s.window}, xs, pool);
     for (int h = 0; h < s.n_heads; ++h) {

@@ -103,6 +103,7 @@ struct Case {
   KvType store;
   bool taylor;
   RecallScore score;
+  float softcap = 0.0f;  // Gemma 2's logit soft-cap (0: none)
 };
 
 // A cache of one layer that held n_keys tokens, of which each head kept `kept` (its own random
@@ -136,18 +137,22 @@ TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
                        Case{6, 2, 64, 300, 64, 5, 8, KvType::Q4_0, true, S::Keys},  // the Taylor state of a lossy store's rows
                        // Stores of over 64 pages are scored in parallel chunks before attention.
                        Case{6, 2, 64, 3000, 200, 10, 8, KvType::Q8_0, true, S::Keys}, Case{4, 1, 64, 1500, 100, 9, 16, KvType::F16, false, S::Quest},
-                       Case{4, 2, 32, 200, 40, 1000, 4, KvType::F32, true, S::Keys}}) {  // every page recalled: nothing left to the Taylor state
+                       Case{4, 2, 32, 200, 40, 1000, 4, KvType::F32, true, S::Keys},  // every page recalled: nothing left to the Taylor state
+                       // Soft-capped logits: recalled rows capped, the Taylor state of the rest by the chain rule.
+                       Case{6, 2, 64, 300, 64, 5, 8, KvType::F32, true, S::Keys, 1.5f},
+                       Case{9, 3, 64, 2600, 1100, 7, 16, KvType::F32, true, S::Quest, 1.5f},
+                       Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false, S::Quest, 1.5f}}) {
     std::mt19937 rng(11 + c.n_keys + c.pages);
     const KvCache cache = evicted_cache(c, rng);
     const int group = c.n_heads / c.n_kv;
     const int32_t qpos = c.n_keys;
     const std::vector<float> q = randn(static_cast<size_t>(c.n_heads * c.d), 1.0f, rng);
-    const AttentionShape shape{c.n_heads, c.n_kv, c.d, 0};
+    const AttentionShape shape{c.n_heads, c.n_kv, c.d, 0, c.softcap};
     ThreadPool pool(2);
     std::vector<float> pre(q.size()), dec(q.size());
     attention_prefill(pre.data(), q.data(), &qpos, 1, cache, 0, shape, pool);
     std::vector<DecodeRowScores> xs(static_cast<size_t>(c.n_kv));
-    for (int g = 0; g < c.n_kv; ++g) xs[static_cast<size_t>(g)].compute(q.data() + static_cast<size_t>(g * group) * c.d, group, qpos, cache.head(0, g), c.d);
+    for (int g = 0; g < c.n_kv; ++g) xs[static_cast<size_t>(g)].compute(q.data() + static_cast<size_t>(g * group) * c.d, group, qpos, cache.head(0, g), c.d, c.softcap);
     attention_decode(dec.data(), q.data(), qpos, cache, 0, shape, xs, pool);
     for (int g = 0; g < c.n_kv; ++g) {
       const KvHead& kh = cache.head(0, g);
@@ -174,8 +179,8 @@ TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
         }
       }
       for (int r = 0; r < group; ++r) {
-        const std::vector<double> want = c.taylor ? test::taylor_attention(rows[static_cast<size_t>(r)], qpos, both.head(0, 0), k_rest, v_rest, c.d)
-                                                  : test::softmax_attention(rows[static_cast<size_t>(r)], qpos, both.head(0, 0), c.d, 0);
+        const std::vector<double> want = c.taylor ? test::taylor_attention(rows[static_cast<size_t>(r)], qpos, both.head(0, 0), k_rest, v_rest, c.d, c.softcap)
+                                                  : test::softmax_attention(rows[static_cast<size_t>(r)], qpos, both.head(0, 0), c.d, 0, c.softcap);
         const size_t off = static_cast<size_t>(g * group + r) * c.d;
         for (int i = 0; i < c.d; ++i) {
           const double tol = (c.taylor ? 2e-4 : 2e-5) * (1 + std::abs(want[static_cast<size_t>(i)]));

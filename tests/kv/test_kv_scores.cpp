@@ -36,7 +36,7 @@ struct RandomLayer {
   // The same over rows 0 .. n_rows - 1.
   std::vector<double> probs_over_rows(int i, int h, int n_rows) const {
     const int d = shape.head_dim, G = shape.n_heads / shape.n_kv_heads;
-    return test::attention_probs64(&q[(static_cast<size_t>(i) * shape.n_heads + h) * d], cache.head(0, h / G), d, n_rows);
+    return test::attention_probs64(&q[(static_cast<size_t>(i) * shape.n_heads + h) * d], cache.head(0, h / G), d, n_rows, shape.softcap);
   }
   KvCache cache;
   AttentionShape shape;
@@ -73,7 +73,7 @@ TEST(DecodeScores, MatchTheFormulaInFloat64) {
       const int d = 16, S = 70, n_cand = 50, qpos = S - 1;
       RandomLayer r(G, 1, d, S, 5 + G, key_scale);
       DecodeRowScores xs;
-      xs.compute(r.q.data(), G, qpos, r.cache.head(0, 0), d);
+      xs.compute(r.q.data(), G, qpos, r.cache.head(0, 0), d, 0.0f);
       for (TokenPool pool : {TokenPool::Avg5, TokenPool::Max7}) {
         std::vector<double> got(n_cand);
         decode_scores(xs, n_cand, pool, got.data());
@@ -104,8 +104,10 @@ TEST(TopKFlags, KeepsTheBestAndBreaksTiesByIndex) {
 }
 
 TEST(AccumulateAttention, SumsSoftmaxRowsOverQueriesAndGroups) {
+  for (float cap : {0.0f, 1.0f}) {  // and with soft-capped logits (Gemma 2)
   const int H = 4, Hkv = 2, d = 8, S = 30, G = H / Hkv;
   RandomLayer r(H, Hkv, d, S, 11);
+  r.shape.softcap = cap;
   ThreadPool pool(2);
   std::vector<int32_t> pos(S);
   std::iota(pos.begin(), pos.end(), 0);
@@ -120,7 +122,8 @@ TEST(AccumulateAttention, SumsSoftmaxRowsOverQueriesAndGroups) {
         for (int j = 0; j <= i; ++j) want[static_cast<size_t>(j)] += p[static_cast<size_t>(j)] / G;
       }
     ASSERT_EQ(acc[static_cast<size_t>(g)].size(), static_cast<size_t>(S));
-    for (int j = 0; j < S; ++j) EXPECT_NEAR(acc[static_cast<size_t>(g)][static_cast<size_t>(j)], want[static_cast<size_t>(j)], 1e-5);
+    for (int j = 0; j < S; ++j) EXPECT_NEAR(acc[static_cast<size_t>(g)][static_cast<size_t>(j)], want[static_cast<size_t>(j)], 1e-5) << "cap " << cap;
+  }
   }
 }
 
@@ -159,7 +162,9 @@ TEST(AccumulateAttention, DecodeStepsOverRowsWithGapsAndF16Keys) {
 }
 
 // VABS as algorithm.md §2.4 has it, without the max shift: W_j = exp(x_j) / Z for kept tokens and
-// exp(mu) (1 + x_j - mu) / Z for evicted ones, Z = sum_kept exp(x_j) + |E| exp(mu).
+// exp(mu) (1 + x_j - mu) / Z for evicted ones, Z = sum_kept exp(x_j) + |E| exp(mu). With a soft-cap
+// f (r.shape.softcap; §8): exp(f(x_j)) for kept tokens and exp(f(mu)) (1 + f'(mu) (x_j - mu)) for
+// evicted ones, mu their mean raw score, and A the softmax of the capped scores.
 // VABS's terms with Sobs observing queries (positions S - Sobs .. S - 1) and prefix P = S - Sw.
 VabsTerms vabs_brute_force(const RandomLayer& r, int S, int Sw, int Sobs, const std::vector<std::vector<float>>& ind, int keep) {
   const int H = r.shape.n_heads, d = r.shape.head_dim, G = H / r.shape.n_kv_heads, P = S - Sw;
@@ -178,16 +183,18 @@ VabsTerms vabs_brute_force(const RandomLayer& r, int S, int Sw, int Sobs, const 
       std::vector<double> x;
       for (int j = 0; j <= qpos; ++j)
         x.push_back(test::dot64(&r.q[(static_cast<size_t>(qpos) * H + h) * d], kv.key(j, d), d) / std::sqrt(double(d)));
+      const double cap = r.shape.softcap;
       double mu = 0, z = 0, n_e = 0;
       for (int j = 0; j <= qpos; ++j)
         if (!kept[static_cast<size_t>(j)]) mu += x[static_cast<size_t>(j)], ++n_e;
       mu /= n_e;
-      for (int j = 0; j <= qpos; ++j) z += kept[static_cast<size_t>(j)] ? std::exp(x[static_cast<size_t>(j)]) : 0.0;
-      z += n_e * std::exp(mu);
+      const double slope = cap > 0 ? 1.0 - std::pow(std::tanh(mu / cap), 2) : 1.0;
+      for (int j = 0; j <= qpos; ++j) z += kept[static_cast<size_t>(j)] ? std::exp(test::capped64(x[static_cast<size_t>(j)], cap)) : 0.0;
+      z += n_e * std::exp(test::capped64(mu, cap));
       double tv = 0, va = 0, vnorm_sum = 0, en = 0;
       for (int j = 0; j <= qpos; ++j) {
-        const double W = kept[static_cast<size_t>(j)] ? std::exp(x[static_cast<size_t>(j)]) / z
-                                                      : std::exp(mu) * (1 + x[static_cast<size_t>(j)] - mu) / z;
+        const double W = kept[static_cast<size_t>(j)] ? std::exp(test::capped64(x[static_cast<size_t>(j)], cap)) / z
+                                                      : std::exp(test::capped64(mu, cap)) * (1 + slope * (x[static_cast<size_t>(j)] - mu)) / z;
         const double vn = std::sqrt(test::dot64(kv.value(j, d), kv.value(j, d), d));
         tv += 0.5 * std::abs(W - A[static_cast<size_t>(j)]);
         va += vn * std::abs(W - A[static_cast<size_t>(j)]);
@@ -202,8 +209,11 @@ VabsTerms vabs_brute_force(const RandomLayer& r, int S, int Sw, int Sobs, const 
 }
 
 TEST(Vabs, MatchesTheFormulaInFloat64) {
+  for (float cap : {0.0f, 1.0f}) {  // and with soft-capped logits (Gemma 2)
+  SCOPED_TRACE(cap);
   const int H = 4, Hkv = 2, d = 8, S = 48, Sw = 8, P = S - Sw;
   RandomLayer r(H, Hkv, d, S, 5);
+  r.shape.softcap = cap;
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   std::vector<std::vector<float>> ind(Hkv, std::vector<float>(P));
@@ -230,6 +240,7 @@ TEST(Vabs, MatchesTheFormulaInFloat64) {
   // evicted, mu is its own score and the expansion around it is exact too.
   EXPECT_EQ(vabs_terms(qw, S, Sw, P, r.cache, 0, r.shape, ind, P, pool).tv_va, 0.0);
   EXPECT_NEAR(vabs_terms(qw, S, Sw, P, r.cache, 0, r.shape, ind, P - 1, pool).tv_va, 0.0, 1e-12);
+  }
 }
 
 TEST(Vabs, StaysFiniteWhenEvictedKeysScoreHigh) {
@@ -246,7 +257,7 @@ TEST(Vabs, StaysFiniteWhenEvictedKeysScoreHigh) {
 // before P = S - Sw, against float64; Sobs < Sw is slake-wide's wide window observed by its end.
 // gaps: the cache holds what a chunked prefill leaves, each KV head its own subset of the earlier
 // positions (rows in position order), and the brute force works on the rows held.
-void expect_window_stats_match_brute_force(int Sw, int Sobs, bool gaps = false) {
+void expect_window_stats_match_brute_force(int Sw, int Sobs, bool gaps = false, float cap = 0.0f) {
   const int H = 4, Hkv = 2, d = 8, S = 40, P = S - Sw, G = H / Hkv;
   const double gamma = 200.0;
   std::mt19937 rng(7);
@@ -267,7 +278,7 @@ void expect_window_stats_match_brute_force(int Sw, int Sobs, bool gaps = false) 
   std::vector<float> q(static_cast<size_t>(Sobs * H * d));
   for (auto& x : q) x = nd(rng);
   ThreadPool pool(2);
-  const LayerStats st = window_stats(q.data(), S, Sobs, P, cache, 0, {H, Hkv, d, 0}, gamma, TokenPool::Avg5, pool);
+  const LayerStats st = window_stats(q.data(), S, Sobs, P, cache, 0, {H, Hkv, d, 0, cap}, gamma, TokenPool::Avg5, pool);
 
   double entropy = 0, variance = 0;
   std::vector<int> cand(Hkv, 0);  // per KV head: its rows below P
@@ -286,7 +297,7 @@ void expect_window_stats_match_brute_force(int Sw, int Sobs, bool gaps = false) 
       const int qpos = S - Sobs + i;  // sees every key up to itself, scores only those before P
       int n_vis = 0;
       while (n_vis < kv.n && kv.pos[static_cast<size_t>(n_vis)] <= qpos) ++n_vis;
-      const std::vector<double> x = test::attention_probs64(&q[static_cast<size_t>((i * H + h) * d)], kv, d, n_vis);
+      const std::vector<double> x = test::attention_probs64(&q[static_cast<size_t>((i * H + h) * d)], kv, d, n_vis, cap);
       A[static_cast<size_t>(i)] = x;
       for (int j = 0; j < Pr; ++j) entropy -= x[static_cast<size_t>(j)] * std::log(x[static_cast<size_t>(j)] + 1e-10);
     }
@@ -317,6 +328,11 @@ void expect_window_stats_match_brute_force(int Sw, int Sobs, bool gaps = false) 
 }
 
 TEST(WindowStats, MatchesBruteForce) { expect_window_stats_match_brute_force(6, 6); }
+
+TEST(WindowStats, SoftCappedLogitsMatchBruteForce) {
+  expect_window_stats_match_brute_force(6, 6, false, 1.5f);
+  expect_window_stats_match_brute_force(12, 4, true, 1.5f);
+}
 
 TEST(WindowStats, FewerObservingQueriesThanTheWindowKeepsMatchBruteForce) {
   expect_window_stats_match_brute_force(12, 4);

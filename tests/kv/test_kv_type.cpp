@@ -147,7 +147,7 @@ TEST(KvType, AttentionOverEachStoredTypeEqualsAttentionOverItsDequantisedValues)
       int32_t qp[4];
       for (int r = 0; r < 4; ++r) qr[r] = &q[static_cast<size_t>(r) * d], qp[r] = 2 * (n - 1) - 17 * r;
       std::vector<float> acc(4 * d), m(4), l(4), one(d);
-      attend_rows(qr, qp, 4, kh, d, 0, acc.data(), m.data(), l.data());
+      attend_rows(qr, qp, 4, kh, d, 0, 0.0f, acc.data(), m.data(), l.data());
       for (int r = 0; r < 4; ++r) {
         const std::vector<double> ref = attention64(qr[r], qp[r], kh, d);
         attention_one(one.data(), qr[r], qp[r], kh, d, 0);

@@ -1,4 +1,5 @@
 // PTAA and the linear cache against float64 brute force (algorithm.md §3, §4 and §7).
+#include <cmath>
 #include <random>
 
 #include "reference_math.h"
@@ -72,6 +73,49 @@ TEST(Ptaa, EqualsTheTaylorFormulaWithEvictedTokens) {
     std::vector<float> out(static_cast<size_t>(d));
     ptaa_one(out.data(), q.k[0].data(), 200, c.head(0, 0), lin, d, 0);
     expect_close(out.data(), test::taylor_attention(q.k[0].data(), 200, c.head(0, 0), evicted.k, evicted.v, d), 1e-4);
+  }
+}
+
+// Soft-capped logits (Gemma 2): the kept tokens weigh exp(f(x)), f(x) = cap tanh(x / cap), and the
+// evicted ones exp(f(x̄)) (1 + f'(x̄) (x - x̄)) around their mean raw logit x̄, token by token in
+// float64; with nothing evicted, the capped softmax itself. The cap bites: the same output
+// without it is far off.
+TEST(Ptaa, SoftCappedTaylorIsTheChainRuleExpansionTokenByToken) {
+  std::mt19937 rng(12);
+  const int d = 16;
+  const double cap = 1.5;
+  for (int n_ev : {0, 50}) {
+    const Tokens kept = random_tokens(20, d, 1.0f, rng), evicted = random_tokens(n_ev, d, 0.6f, rng);
+    std::vector<int32_t> pos(20);
+    for (int i = 0; i < 20; ++i) pos[static_cast<size_t>(i)] = 100 + i;
+    const KvCache c = one_head_cache(kept, pos, d);
+    LinearState lin(d);
+    for (int i = 0; i < n_ev; ++i) lin.absorb(evicted.k[static_cast<size_t>(i)].data(), evicted.v[static_cast<size_t>(i)].data());
+    const Tokens q = random_tokens(1, d, 2.0f, rng);
+    auto raw = [&](const std::vector<float>& k) { return test::dot64(q.k[0].data(), k.data(), d) / std::sqrt(static_cast<double>(d)); };
+    auto f = [&](double x) { return cap * std::tanh(x / cap); };
+    double xbar = 0;
+    for (const auto& k : evicted.k) xbar += raw(k) / n_ev;
+    const double slope = 1.0 - std::tanh(xbar / cap) * std::tanh(xbar / cap);
+    std::vector<double> w;
+    std::vector<const std::vector<float>*> vals;
+    for (int i = 0; i < 20; ++i) w.push_back(std::exp(f(raw(kept.k[static_cast<size_t>(i)])))), vals.push_back(&kept.v[static_cast<size_t>(i)]);
+    for (int i = 0; i < n_ev; ++i)
+      w.push_back(std::exp(f(xbar)) * (1.0 + slope * (raw(evicted.k[static_cast<size_t>(i)]) - xbar))), vals.push_back(&evicted.v[static_cast<size_t>(i)]);
+    std::vector<double> want(static_cast<size_t>(d), 0.0);
+    double z = 0;
+    for (size_t j = 0; j < w.size(); ++j) {
+      z += w[j];
+      for (int i = 0; i < d; ++i) want[static_cast<size_t>(i)] += w[j] * (*vals[j])[static_cast<size_t>(i)];
+    }
+    for (double& o : want) o /= z;
+    std::vector<float> out(static_cast<size_t>(d)), uncapped(static_cast<size_t>(d));
+    ptaa_one(out.data(), q.k[0].data(), 200, c.head(0, 0), lin, d, 0, static_cast<float>(cap));
+    expect_close(out.data(), want, 1e-4);
+    ptaa_one(uncapped.data(), q.k[0].data(), 200, c.head(0, 0), lin, d, 0);
+    double far = 0;
+    for (int i = 0; i < d; ++i) far = std::max(far, std::abs(uncapped[static_cast<size_t>(i)] - want[static_cast<size_t>(i)]));
+    EXPECT_GT(far, 1e-2) << "the cap does not bite";
   }
 }
 

@@ -107,7 +107,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen2-bias", "hf"}, Case{"qwen3-qknorm", "gguf"}, Case{"qwen3-qknorm", "hf"},
                       Case{"gemma3-swa", "gguf"}, Case{"gemma3-swa", "hf"}, Case{"phi3-longrope", "gguf"},
                       Case{"phi3-longrope", "hf"}, Case{"mixtral-moe", "gguf"}, Case{"mixtral-moe", "hf"},
-                      Case{"qwen3-moe", "gguf"}, Case{"qwen3-moe", "hf"}, Case{"qwen2-moe", "gguf"}, Case{"qwen2-moe", "hf"}),
+                      Case{"qwen3-moe", "gguf"}, Case{"qwen3-moe", "hf"}, Case{"qwen2-moe", "gguf"}, Case{"qwen2-moe", "hf"},
+                      Case{"gemma2-softcap", "gguf"}, Case{"gemma2-softcap", "hf"}),
     case_name);
 
 // The router's rule (moe_route) on transformers' own router logits picks the experts transformers
@@ -236,6 +237,19 @@ TEST(ForwardReferenceFixtures, CoverTheFeatures) {
   dequantize_row(gemma[1]->layers[2].ffn_post_norm.type, gemma[1]->layers[2].ffn_post_norm.data, ng.data(), 64);
   for (int i = 0; i < 64; ++i) EXPECT_FLOAT_EQ(nh[static_cast<size_t>(i)], ng[static_cast<size_t>(i)]) << i;
   EXPECT_GT(nh[0], 1.4f);  // 1 + (1 + 0.2 N(0,1)): the shift was applied once
+  // Gemma 2: every other layer sliding (llama.cpp's default pattern: the GGUF holds no pattern),
+  // one RoPE base for both kinds, no Q/K norms, and the two soft-caps from either format.
+  for (const char* f : {"gemma2-softcap/hf", "gemma2-softcap/model.gguf"}) {
+    auto m = load_model(d + f);
+    EXPECT_EQ(m->cfg.arch, "gemma2") << f;
+    EXPECT_TRUE(!m->cfg.qk_norm && m->cfg.post_norms && m->cfg.tied_output) << f;
+    EXPECT_EQ(m->cfg.swa_layers, (std::vector<uint8_t>{1, 0, 1, 0})) << f;
+    EXPECT_EQ(m->cfg.layer_window(0), 8) << f;
+    EXPECT_FLOAT_EQ(m->cfg.rope_theta_swa, m->cfg.rope_theta) << f;
+    EXPECT_FLOAT_EQ(m->cfg.attn_softcap, 4.0f) << f;
+    EXPECT_FLOAT_EQ(m->cfg.final_softcap, 2.0f) << f;
+    EXPECT_FLOAT_EQ(m->cfg.embed_scale, 8.0f) << f;
+  }
 }
 
 // Both RoPE layouts give the same logits (the GGUF and HF copies of one model).

@@ -19,7 +19,7 @@ using ::testing::HasSubstr;
 struct TinySpec {
   int dim = 8, n_heads = 2, n_kv = 1, ffn = 16, n_layers = 1, vocab = 8;
   // qwen2 adds the Q/K/V biases, qwen3 the per-head Q/K norms, gemma3 both norms and post-norms,
-  // phi3 fuses Q/K/V and gate/up
+  // gemma2 the post-norms, phi3 fuses Q/K/V and gate/up
   std::string arch = "llama";
   int n_expert = 0, n_expert_used = 2;  // with experts: the expert keys and stacked expert tensors
   bool expert_keys = true;               // false: the expert tensors alone
@@ -86,7 +86,7 @@ GgufWriter tiny_gguf(const TinySpec& s, const std::function<void(GgufWriter&)>& 
       add(b + "attn_q_norm.weight", {hd});
       add(b + "attn_k_norm.weight", {hd});
     }
-    if (s.arch == "gemma3") {
+    if (s.arch == "gemma2" || s.arch == "gemma3") {
       add(b + "post_attention_norm.weight", {d});
       add(b + "post_ffw_norm.weight", {d});
     }
@@ -236,9 +236,53 @@ TEST(ModelErrors, Gemma3LayerPattern) {
                 w.set_i32_array("gemma3.attention.sliding_window_pattern", {1, 0});
               })),
               HasSubstr("has 2 entries for 7 layers"));
-  EXPECT_THAT(gguf_error(tiny_gguf(g, [](GgufWriter& w) { w.set_f32("gemma3.final_logit_softcapping", 30.0f); })),
-              HasSubstr("final logit soft-capping is not supported"));
+  EXPECT_THAT(gguf_error(tiny_gguf(g, [](GgufWriter& w) { w.set_f32("gemma3.final_logit_softcapping", -30.0f); })),
+              HasSubstr("final logit soft-cap must be 0 (none) or positive"));
   EXPECT_THAT(gguf_error(tiny_gguf(g, {}, "blk.3.post_ffw_norm.weight")), HasSubstr("missing tensor blk.3.post_ffw_norm.weight"));
+}
+
+// Gemma 2's keys and llama.cpp's defaults for those its converter may leave out: soft-caps 50 and
+// 30, every other layer local, the local layers at the global RoPE base, a window of 4096 (here the
+// 64-token training context); no RoPE scaling and no 27B query scale.
+TEST(ModelErrors, Gemma2KeysAndDefaults) {
+  TinySpec g;
+  g.arch = "gemma2";
+  g.n_layers = 4;
+  {
+    test::TempDir dir;
+    write_file(dir.file("m.gguf"), tiny_gguf(g, [](GgufWriter& w) {
+                                     w.set_u32("gemma2.attention.sliding_window", 16);
+                                     w.set_f32("gemma2.rope.freq_base", 1e6f);
+                                   }).to_bytes());
+    auto m = load_model(dir.file("m.gguf"));
+    EXPECT_EQ(m->cfg.swa_layers, (std::vector<uint8_t>{1, 0, 1, 0}));
+    EXPECT_EQ(m->cfg.sliding_window, 16);
+    EXPECT_TRUE(m->cfg.post_norms && !m->cfg.qk_norm);
+    EXPECT_FLOAT_EQ(m->cfg.rope_theta_swa, 1e6f);
+    EXPECT_EQ(std::vector<float>({m->cfg.attn_softcap, m->cfg.final_softcap}), std::vector<float>({50.0f, 30.0f}));
+  }
+  {
+    test::TempDir dir;
+    write_file(dir.file("m.gguf"), tiny_gguf(g, [](GgufWriter& w) {
+                                     w.set_f32("gemma2.attn_logit_softcapping", 7.0f);
+                                     w.set_f32("gemma2.final_logit_softcapping", 3.0f);
+                                   }).to_bytes());
+    auto m = load_model(dir.file("m.gguf"));
+    EXPECT_EQ(m->cfg.sliding_window, 64);
+    EXPECT_EQ(m->cfg.swa_layers, (std::vector<uint8_t>{1, 0, 1, 0}));
+    EXPECT_EQ(std::vector<float>({m->cfg.attn_softcap, m->cfg.final_softcap}), std::vector<float>({7.0f, 3.0f}));
+  }
+  EXPECT_THAT(gguf_error(tiny_gguf(g, [](GgufWriter& w) {
+                w.set_str("gemma2.rope.scaling.type", "linear");
+                w.set_f32("gemma2.rope.scaling.factor", 2.0f);
+              })),
+              HasSubstr("RoPE scaling of Gemma 2 is not supported"));
+  EXPECT_THAT(gguf_error(tiny_gguf(g, [](GgufWriter& w) { w.set_f32("gemma2.attn_logit_softcapping", -1.0f); })),
+              HasSubstr("attention logit soft-cap must be 0 (none) or positive"));
+  TinySpec big = g;
+  big.n_layers = 46;
+  EXPECT_THAT(gguf_error(tiny_gguf(big, [](GgufWriter& w) { w.set_u32("gemma2.attention.key_length", 8); w.set_u32("gemma2.attention.value_length", 8); })),
+              HasSubstr("27B model's query scale"));
 }
 
 TEST(ModelErrors, GgufInconsistencies) {
@@ -311,7 +355,36 @@ TEST(ModelErrors, HfInconsistencies) {
   EXPECT_EQ(gemma([](nlohmann::json&) {}), "");
   EXPECT_THAT(gemma([](nlohmann::json& c) { c["hidden_activation"] = "gelu"; }), HasSubstr("hidden_activation 'gelu' is not supported"));
   EXPECT_THAT(gemma([](nlohmann::json& c) { c["query_pre_attn_scalar"] = 168; }), HasSubstr("query_pre_attn_scalar"));
-  EXPECT_THAT(gemma([](nlohmann::json& c) { c["final_logit_softcapping"] = 30.0; }), HasSubstr("final_logit_softcapping is not supported"));
+  EXPECT_THAT(gemma([](nlohmann::json& c) { c["final_logit_softcapping"] = -30.0; }), HasSubstr("final logit soft-cap must be 0"));
+  EXPECT_THAT(gemma([](nlohmann::json& c) { c["attn_logit_softcapping"] = "50"; }), HasSubstr("attn_logit_softcapping is not a number"));
+  // Gemma 2 likewise: its 27B query scale (also transformers' default 256 against head_dim 32),
+  // a negative cap, RoPE scaling.
+  auto gemma2 = [&](const std::function<void(nlohmann::json&)>& edit) { return hf_error(dir, edit, "gemma2-softcap"); };
+  EXPECT_EQ(gemma2([](nlohmann::json&) {}), "");
+  EXPECT_THAT(gemma2([](nlohmann::json& c) { c["query_pre_attn_scalar"] = 144; }), HasSubstr("query_pre_attn_scalar"));
+  EXPECT_THAT(gemma2([](nlohmann::json& c) { c.erase("query_pre_attn_scalar"); }), HasSubstr("query_pre_attn_scalar"));
+  EXPECT_THAT(gemma2([](nlohmann::json& c) { c["attn_logit_softcapping"] = -1.0; }), HasSubstr("attention logit soft-cap must be 0"));
+  EXPECT_THAT(gemma2([](nlohmann::json& c) { c["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e4}}; }),
+              HasSubstr("RoPE scaling of Gemma 2 is not supported"));
+  // Absent keys take transformers' defaults (caps 50 and 30, window 4096), null ones none; the
+  // local layers rotate at the global base.
+  {
+    test::TempDir d2;
+    EXPECT_EQ(hf_error(d2, [](nlohmann::json& c) {
+                c.erase("attn_logit_softcapping");
+                c.erase("final_logit_softcapping");
+                c.erase("sliding_window");
+                c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e5}};
+              }, "gemma2-softcap"), "");
+    auto m = load_model(d2.path());
+    EXPECT_EQ(std::vector<float>({m->cfg.attn_softcap, m->cfg.final_softcap}), std::vector<float>({50.0f, 30.0f}));
+    EXPECT_EQ(m->cfg.sliding_window, 4096);
+    EXPECT_FLOAT_EQ(m->cfg.rope_theta_swa, 5e5f);
+    EXPECT_EQ(hf_error(d2, [](nlohmann::json& c) { c["attn_logit_softcapping"] = nullptr; c["final_logit_softcapping"] = nullptr; },
+                       "gemma2-softcap"), "");
+    m = load_model(d2.path());
+    EXPECT_EQ(std::vector<float>({m->cfg.attn_softcap, m->cfg.final_softcap}), std::vector<float>({0.0f, 0.0f}));
+  }
   EXPECT_THAT(gemma([](nlohmann::json& c) { c["layer_types"] = {"sliding_attention"}; }), HasSubstr("layer_types must name every layer"));
   EXPECT_THAT(gemma([](nlohmann::json& c) { c["layer_types"][0] = "chunked_attention"; }), HasSubstr("unknown layer type"));
 

@@ -67,6 +67,17 @@ TEST(SyntheticModel, PresetsHaveThePublishedShapes) {
     EXPECT_EQ(std::count(c.swa_layers.begin(), c.swa_layers.end(), 0), (w.layers + 1) / 6) << w.name;
     EXPECT_EQ(c.rope_freq_factors.empty() ? 1.0f : c.rope_freq_factors[0], w.factor) << w.name;
   }
+  // Gemma 2 2B's config.json: alternating 4096-token windows, one RoPE base, soft-capped logits.
+  const ModelConfig& g2 = preset("gemma-2-2b");
+  EXPECT_EQ(g2.arch, "gemma2");
+  EXPECT_EQ(std::vector<int>({g2.dim, g2.n_layers, g2.n_heads, g2.n_kv_heads, g2.head_dim, g2.ffn_dim, g2.n_vocab, g2.n_ctx_train,
+                              g2.sliding_window}),
+            std::vector<int>({2304, 26, 8, 4, 256, 9216, 256000, 8192, 4096}));
+  EXPECT_TRUE(!g2.qk_norm && g2.post_norms && g2.tied_output);
+  EXPECT_EQ(std::count(g2.swa_layers.begin(), g2.swa_layers.end(), 0), 13);
+  EXPECT_EQ(g2.swa_layers[0], 1);
+  EXPECT_FLOAT_EQ(g2.rope_theta_swa, g2.rope_theta);
+  EXPECT_EQ(std::vector<float>({g2.attn_softcap, g2.final_softcap}), std::vector<float>({50.0f, 30.0f}));
   // Phi-3-mini-4k-instruct's config.json: 32 MHA heads of 96, rotate-half RoPE, untied.
   const ModelConfig& phi3 = preset("phi-3-mini");
   EXPECT_EQ(phi3.arch, "phi3");

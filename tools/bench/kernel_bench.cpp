@@ -149,7 +149,7 @@ void BM_attention(benchmark::State& state) {
     } else if (kernel == 2) {
       pool.parallel_for(s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
         for (int64_t g = b; g < e; ++g)
-          xs[static_cast<size_t>(g)].compute(q.data() + g * group * d, group, pos[0], cache.head(0, static_cast<int>(g)), d);
+          xs[static_cast<size_t>(g)].compute(q.data() + g * group * d, group, pos[0], cache.head(0, static_cast<int>(g)), d, 0.0f);
       });
       slake::attention_decode(out.data(), q.data(), pos[0], cache, 0, s, xs, pool);
     } else {
@@ -199,7 +199,7 @@ void BM_decode_scores(benchmark::State& state) {
   }
   for (auto& x : q) x = g(rng);
   slake::DecodeRowScores xs;
-  xs.compute(q.data(), group, rows, cache.head(0, 0), d);
+  xs.compute(q.data(), group, rows, cache.head(0, 0), d, 0.0f);
   const int n_cand = rows - 32;
   std::vector<double> score(static_cast<size_t>(n_cand));
   for (auto _ : state) {

@@ -197,7 +197,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--synthetic", o.synthetic,
                  "random weights of a model's shape: llama-3.1-8b, llama-2-7b, mistral-7b-v0.3, tinyllama-1.1b, qwen2.5-0.5b, "
                  "qwen2.5-1.5b, qwen2.5-7b, qwen3-0.6b, qwen3-8b, qwen3-30b-a3b, mixtral-8x7b, gemma-3-270m, gemma-3-1b, "
-                 "gemma-3-4b, phi-3-mini, tiny")
+                 "gemma-3-4b, gemma-2-2b, phi-3-mini, tiny")
       ->delimiter(',');
   app.add_option("--synthetic-type", o.synth_type, "weight type of synthetic models: f32, f16, bf16, q8_0, q4_0")
       ->capture_default_str()

@@ -119,4 +119,12 @@ inline lanes_f lanes_exp(lanes_f x) {
   return r;
 }
 
+// cap * tanh(x / cap) per lane (soft-capping, slake/model/softcap.h), cap > 0, as
+// cap - 2 cap / (exp(2 x / cap) + 1): within a few 1e-7 cap of it, and +-cap for large |x|
+// (-cap for x = -inf, so masks go on after it).
+inline lanes_f lanes_soft_cap(lanes_f x, float cap) {
+  const lanes_f e = lanes_exp(x * (2.0f / cap));
+  return cap - (2.0f * cap) / (e + 1.0f);
+}
+
 }  // namespace slake

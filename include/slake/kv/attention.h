@@ -22,9 +22,11 @@ struct AttentionShape {
   int n_kv_heads;  // KV heads; query head h reads KV head h / (n_heads / n_kv_heads)
   int head_dim;
   int sliding_window;  // 0: none; else key at position j is visible to query at i iff i - window < j <= i
+  float softcap = 0.0f;  // > 0: every logit x becomes softcap * tanh(x / softcap) (Gemma 2)
 };
 
 // out[t] (n_heads * head_dim) = softmax(q[t] K^T / sqrt(d)) V over the keys of `layer` in `cache`
+// (the logits soft-capped when s.softcap > 0)
 // whose positions are visible from qpos[t]; PTAA (ptaa.h) for heads whose linear state is not empty.
 // Query heads of one KV head read each key once (GQA), whatever the number of tokens.
 void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
@@ -39,6 +41,7 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
                       const std::vector<DecodeRowScores>& scores, ThreadPool& pool);
 
 // One query head over one KV head, the same result one key at a time (the scalar reference).
-void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, int head_dim, int sliding_window);
+void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, int head_dim, int sliding_window,
+                   float softcap = 0.0f);
 
 }  // namespace slake

@@ -20,12 +20,13 @@ namespace slake {
 
 // The exact part of attention for `n` (<= kLanes) query rows q[r] (head_dim floats, after RoPE)
 // at positions qpos[r], before normalisation, over the keys of `kv` visible from qpos[r] (causal;
-// inside the sliding window when window > 0). With x_j = q . k_j / sqrt(d):
+// inside the sliding window when window > 0). With x_j = q . k_j / sqrt(d), soft-capped when
+// softcap > 0 (x_j = softcap * tanh(x_j / softcap), slake/model/softcap.h):
 //   m[r] = max_j x_j,  l[r] = sum_j exp(x_j - m[r]),  acc[r * d + i] = sum_j exp(x_j - m[r]) v_j[i].
 // A row that sees no key gets m = -inf, l = 0 and acc = 0. The keys must be in position order,
 // as the cache keeps them.
 void attend_rows(const float* const* q, const int32_t* qpos, int n, const KvHead& kv, int head_dim, int window,
-                 float* acc, float* m, float* l);
+                 float softcap, float* acc, float* m, float* l);
 
 // Lane j: q . k_j for the 16 keys of a tile, rows of d floats from k (d a multiple of 16): the dot
 // products summed across lanes 16 at a time, as the few-rows kernel scores a tile.
@@ -36,7 +37,8 @@ lanes_f score_tile_of_keys(const float* q, const float* k, int d);
 // result up to rounding), then finish.
 class RowBlock {
  public:
-  void begin(const float* const* q, const int32_t* qpos, int n, int head_dim);
+  // softcap: attend_rows'.
+  void begin(const float* const* q, const int32_t* qpos, int n, int head_dim, float softcap);
   // The keys of `kv` some row of the block can see: [first, second).
   std::pair<int, int> key_range(const KvHead& kv, int window) const;
   // Takes keys [j_begin, j_end) of `kv` (within key_range) into the online softmax.
@@ -45,8 +47,8 @@ class RowBlock {
   // scores its query once for eviction and attention alike, algorithm.md §5.2). Keys are not read.
   void attend_scored(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end);
   void finish(float* acc, float* m, float* l) const;
-  // Instead of attending: x[j] = q_r . k_j / sqrt(d) in lane r for keys j < n_keys, -inf where
-  // key j is after qpos[r] (causal, no window).
+  // Instead of attending: x[j] = q_r . k_j / sqrt(d) in lane r for keys j < n_keys (soft-capped
+  // as begin() says), -inf where key j is after qpos[r] (causal, no window).
   void scores(const KvHead& kv, int n_keys, lanes_f* x) const;
 
  private:
@@ -54,7 +56,11 @@ class RowBlock {
   void attend_tiles_few(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end);
   void scores_few(const KvHead& kv, int n_keys, lanes_f* x) const;
 
+  // The raw scores s of a tile soft-capped, when the block caps.
+  lanes_f capped(lanes_f s) const { return cap_ > 0.0f ? lanes_soft_cap(s, cap_) : s; }
+
   int n_ = 0, d_ = 0;
+  float cap_ = 0.0f;
   bool few_ = false;                // the few-rows kernel: q_r_ and acc_r_ instead of q_t_ and acc_t_
   std::vector<float> q_r_, acc_r_;  // [n][d]: pre-scaled queries and accumulators, row-major
   std::vector<lanes_f> q_t_, acc_t_;  // transposed, pre-scaled queries and accumulators: [d] lanes

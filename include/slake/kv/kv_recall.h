@@ -111,11 +111,12 @@ class RecallStore {
 
   // Exact attention of rows q[r] (positions qpos[r]; keys visible as key_visible says) over the
   // tokens of `pages`, before normalisation, as attend_rows (attention_rows.h) gives it:
-  // m[r] = max x_j, l[r] = sum exp(x_j - m[r]), acc[r * d ..] = sum exp(x_j - m[r]) v_j; a row that
-  // sees nothing gets m = -inf, l = 0, acc = 0. With `cover` (rows of them), also each row's
-  // RecallCover, whose vs and xv point into `cover_buf` (2 * rows * d floats).
-  void attend(const float* const* q, const int32_t* qpos, int rows, int window, const std::vector<int>& pages, float* acc,
-              float* m, float* l, RecallCover* cover = nullptr, float* cover_buf = nullptr) const;
+  // m[r] = max x_j, l[r] = sum exp(x_j - m[r]), acc[r * d ..] = sum exp(x_j - m[r]) v_j, the
+  // logits x_j soft-capped when softcap > 0; a row that sees nothing gets m = -inf, l = 0, acc = 0.
+  // With `cover` (rows of them), also each row's RecallCover (of the logits before any cap, as
+  // the Taylor state holds them), whose vs and xv point into `cover_buf` (2 * rows * d floats).
+  void attend(const float* const* q, const int32_t* qpos, int rows, int window, float softcap, const std::vector<int>& pages,
+              float* acc, float* m, float* l, RecallCover* cover = nullptr, float* cover_buf = nullptr) const;
 
   // Token j's stored key and value read back as floats, and its position (tests, references).
   void load(int j, float* k, float* v) const;

@@ -13,9 +13,9 @@
 
 namespace slake {
 
-// x[r] = q . k_r / sqrt(d) for rows r < n_rows of `kh`, -inf where the key is not causally visible
-// from qpos.
-void attention_logits(const float* q, int32_t qpos, const KvHead& kh, int d, int n_rows, double* x);
+// x[r] = q . k_r / sqrt(d) for rows r < n_rows of `kh` (soft-capped when softcap > 0), -inf where
+// the key is not causally visible from qpos.
+void attention_logits(const float* q, int32_t qpos, const KvHead& kh, int d, float softcap, int n_rows, double* x);
 // In place: x[0..n) -> softmax(x).
 void softmax_inplace(double* x, int n);
 
@@ -27,13 +27,14 @@ void pool_tokens(const double* in, int n, TokenPool pool, double* out);
 // A decode query's scores against the rows of one KV head, for its `group` query heads: computed
 // once per step (algorithm.md §5.2) and read by the eviction score and the attention alike
 // (attention.h, attention_decode). Lane block b holds query heads b * kLanes ..: lane r of x[b][j]
-// is q_{b * kLanes + r} . k_j / sqrt(d), -inf where row j is after qpos (causal, no window).
+// is q_{b * kLanes + r} . k_j / sqrt(d) (soft-capped when softcap > 0), -inf where row j is after
+// qpos (causal, no window).
 struct DecodeRowScores {
   int group = 0, n = 0;
   std::vector<std::vector<lanes_f>> x;  // [lane block][row]
 
   // The scores of q ([group][d], after RoPE) at qpos against every row of kh.
-  void compute(const float* q, int group, int32_t qpos, const KvHead& kh, int d);
+  void compute(const float* q, int group, int32_t qpos, const KvHead& kh, int d, float softcap);
   // Drops row r, as the cache drops it when it evicts that row.
   void erase(int r);
   // Keeps the rows flagged in keep (size n), in order.

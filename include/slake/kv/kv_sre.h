@@ -17,7 +17,8 @@ LinearState state_with_rows(const KvHead& kh, int r0, int r1, const LinearState&
 // sre[i] for rows r0 + i of `kh`, i < r1 - r0: |o(k) - v|^2 with o(k) the output of `state` alone
 // (PTAA with no exact row, algorithm.md §4) for the row's key k (after RoPE) as the query and v its
 // value. 0 when the state holds nothing.
-void self_recall_errors(const KvHead& kh, int r0, int r1, const LinearState& state, int d, float* sre);
+// softcap: the model's attention logit soft-cap, which the compensator applies (ptaa_finish).
+void self_recall_errors(const KvHead& kh, int r0, int r1, const LinearState& state, int d, float* sre, float softcap = 0.0f);
 
 // How many of n tokens SRE-mass keeps: the fewest whose largest errors sum to at least p times the
 // total (0 when the total is 0), then at least `floor` and at most `cap` (and n).

@@ -14,8 +14,9 @@ namespace slake {
 // out (head_dim) for query q (head_dim, after RoPE) at position qpos over the keys of `kv` visible
 // from qpos (causal; sliding window if > 0) and the evicted tokens summarised by `lin`.
 // With lin.n == 0 this is exact softmax attention.
+// softcap: ptaa_finish's.
 void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const LinearState& lin, int head_dim,
-              int sliding_window);
+              int sliding_window, float softcap = 0.0f);
 
 // PTAA of one query head from the exact part over its retained keys, as attend_rows
 // (attention_rows.h) gives it: m = max visible score, l = sum exp(x_j - m), acc = sum exp(x_j - m) v_j.
@@ -28,7 +29,12 @@ void ptaa_one(float* out, const float* q, int32_t qpos, const KvHead& kv, const 
 // holds): the Taylor state stands for the evicted tokens less the recalled ones, n - cover.n tokens
 // with q . ksum / sqrt(d) - cover.sx, vsum - cover.vs and q^T M / sqrt(d) - cover.xv
 // (algorithm.md §9.3). The centroid state takes no cover.
+// Soft-capped logits (softcap > 0; m, l and acc of the capped logits): the evicted tokens'
+// exp(f(x)), f(x) = softcap * tanh(x / softcap), is expanded around their mean raw logit x̄ by the
+// chain rule, exp(f(x)) ~ exp(f(x̄)) (1 + g (x - x̄)) with g = f'(x̄) = 1 - tanh^2(x̄ / softcap):
+// mu above is f(x̄), the vsum term (1 - g x̄) and the M term g q^T M / sqrt(d) (softcap 0: g = 1,
+// f(x̄) = x̄, the formula above). A centroid's logit is capped as a token's.
 void ptaa_finish(float* out, const float* q, float m, float l, const float* acc, const LinearState& lin, int head_dim,
-                 const RecallCover* cover = nullptr);
+                 float softcap = 0.0f, const RecallCover* cover = nullptr);
 
 }  // namespace slake

@@ -19,7 +19,7 @@ namespace slake {
 enum class RopeLayout { Adjacent, Half };
 
 struct ModelConfig {
-  std::string arch;  // "llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma3" or "phi3" (src/models/models.cpp)
+  std::string arch;  // "llama", "mistral", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma2", "gemma3" or "phi3" (src/models/models.cpp)
   std::string name;
   int n_vocab = 0;
   int dim = 0;
@@ -51,8 +51,13 @@ struct ModelConfig {
   bool tied_output = false;
   bool qkv_bias = false;    // qwen2: the Q, K and V projections add a bias
   bool qk_norm = false;     // qwen3, gemma3: each head of Q and K is RMS-normalised before RoPE
-  bool post_norms = false;  // gemma3: the attention and FFN outputs are RMS-normalised before they are added
-  float embed_scale = 1.0f;  // the embeddings are multiplied by this (gemma3: sqrt(dim))
+  bool post_norms = false;  // gemma2, gemma3: the attention and FFN outputs are RMS-normalised before they are added
+  float embed_scale = 1.0f;  // the embeddings are multiplied by this (gemma2, gemma3: sqrt(dim))
+  // Gemma 2's soft-capping (0: none): every attention logit x (q . k / sqrt(head_dim)) becomes
+  // attn_softcap * tanh(x / attn_softcap) before the softmax, in every attention path and in the
+  // statistics KV policies take; the output logits likewise with final_softcap.
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
   // Mixture of experts (Mixtral's `llama` files, qwen3moe): every layer's feed-forward is n_expert
   // SwiGLU experts of ffn_dim, of which a router picks n_expert_used per token (moe.h).
   int n_expert = 0;
