@@ -26,6 +26,15 @@ cli llama -m "$gguf" -p "Once upon a time" -n 24 --temp 0 --no-display-prompt -f
 check "-fa on -ngl 99 -no-cnv --no-mmap leave the text as it is" cmp -s "$tmp/plain.out" "$tmp/llama.out"
 check "-fa on is named once on stderr" test "$(grep -c '^slake-cli: -fa on: ignored' "$tmp/llama.err")" -eq 1
 check "-ngl 99 is named once on stderr" test "$(grep -c '^slake-cli: -ngl 99: ignored' "$tmp/llama.err")" -eq 1
+# llama-bench's and llama-perplexity's lines carry them too.
+"$bin/slake-bench" -m "$gguf" -p 16 -n 4 -r 1 -fa 1 -ngl 99 -o csv >"$tmp/bench.out" 2>"$tmp/bench.err"
+check "slake-bench runs with -fa 1 -ngl 99" test "$(grep -c '^' "$tmp/bench.out")" -ge 3
+check "and names each once" test "$(grep -c -e '^slake-bench: -fa 1: ignored' -e '^slake-bench: -ngl 99: ignored' "$tmp/bench.err")" -eq 2
+"$bin/slake-perplexity" -m "$gguf" -f "$2/text/wikitext2-test.txt" -c 64 --chunks 2 -t 1 >"$tmp/ppl.out" 2>"$tmp/ppl.err"
+"$bin/slake-perplexity" -m "$gguf" -f "$2/text/wikitext2-test.txt" -c 64 --chunks 2 -t 1 -fa on -ngl 99 >"$tmp/ppl_llama.out" 2>"$tmp/ppl_llama.err"
+ppl=$(grep '^Final estimate: PPL = ' "$tmp/ppl.out")
+check "slake-perplexity with -fa on -ngl 99 gives the same perplexity" test -n "$ppl" -a "$ppl" = "$(grep '^Final estimate' "$tmp/ppl_llama.out")"
+check "and names -fa on" grep -q '^slake-perplexity: -fa on: ignored' "$tmp/ppl_llama.err"
 
 # -l / --logit-bias TOKEN(+|-)BIAS: -inf bans the greedy reply's first token (a SentencePiece ","),
 # +0 changes nothing; a malformed bias or a token outside the vocabulary is refused by name.
