@@ -67,7 +67,7 @@ VabsTerms vabs_terms(const float* q_window, int S, int n_obs, int P, const KvCac
         }
         if (n_ev > 0) xbar /= n_ev;
         const double mu = soft_cap(xbar, static_cast<double>(s.softcap));
-        const double th = s.softcap > 0 ? std::tanh(xbar / s.softcap) : 0.0, g = 1.0 - th * th;
+        const double g = soft_cap_slope(xbar, static_cast<double>(s.softcap));
         const double mstar = n_ev > 0 ? std::max(m, mu) : m, lam = n_ev > 0 ? std::exp(mu - mstar) : 0.0;
         double z = lam * n_ev;
         for (int j = 0; j < n_vis; ++j)

@@ -56,7 +56,7 @@ void ptaa_finish(float* out, const float* q, float m, float l, const float* acc,
   // x̄: the mean raw logit of the tokens the state stands for; mu = f(x̄), g = f'(x̄).
   const float xbar = taylor ? (dot_f32(q, lin.ksum.data(), d) * scale - (cover ? cover->sx : 0.0f)) / n_rest : 0.0f;
   const float mu = taylor ? soft_cap(xbar, softcap) : -std::numeric_limits<float>::infinity();
-  const float th = softcap > 0.0f ? std::tanh(xbar / softcap) : 0.0f, g = 1.0f - th * th;
+  const float g = soft_cap_slope(xbar, softcap);
   const float m_all = std::max(m, mu);
   if (m_all == -std::numeric_limits<float>::infinity()) {  // nothing visible, nothing evicted
     std::fill(out, out + d, 0.0f);
