@@ -98,6 +98,21 @@ void gather_scores(float* out, int64_t ld, const float* indicator, int P, const 
   SLAKE_CHECK_LAUNCH("gather_scores_kernel");
 }
 
+__global__ void scatter_scores_kernel(float* indicator, int P, const float* rows, KvLayerView kv, int n_cand) {
+  const int g = static_cast<int>(blockIdx.y);
+  const int r = static_cast<int>(blockIdx.x) * 128 + static_cast<int>(threadIdx.x);
+  if (r >= n_cand) return;
+  const int32_t p = kv.pos[static_cast<int64_t>(g) * kv.capacity + r];
+  if (p >= 0 && p < P) indicator[static_cast<int64_t>(g) * P + p] = rows[static_cast<int64_t>(g) * n_cand + r];
+}
+
+void scatter_scores(float* indicator, int P, const float* rows, const KvLayerView& kv, int n_cand, Stream stream) {
+  if (n_cand <= 0) return;
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(ceil_div(n_cand, 128)), static_cast<unsigned>(kv.n_kv_heads)), dim3(128), 0, stream,
+               scatter_scores_kernel)(indicator, P, rows, kv, n_cand);
+  SLAKE_CHECK_LAUNCH("scatter_scores_kernel");
+}
+
 // Block (observing query i, query head h), as one (i, h) step of slake::vabs_terms: the true
 // softmax row A over keys 0 .. S - n_obs + i, PTAA's row w with the prefix tokens not flagged in `kept` folded into
 // the linear state, then out = {0.5 * TV * (VA / sum |v|)^0.1, entropy of A}.

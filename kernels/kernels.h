@@ -117,11 +117,13 @@ void prefill_attention(float* out, int64_t out_stride, const float* q, int64_t q
 
 // ---- observation-window statistics (window_stats.cuh) ----
 
-// slake::window_stats on the device, in double like the CPU: q_window holds the last `n_obs`
-// prompt queries ([n_obs][n_heads * head_dim], roped) at positions S - n_obs .. S - 1, which score
-// the prefix tokens 0 .. P - 1 (P <= S - n_obs), and the layer's cache holds the S prompt tokens
-// in order. Writes indicator[g * P + j] (float) and totals[0] = entropy Hn, totals[1] = variance
-// Vr. pool: 0 average of 5, 1 maximum of 7.
+// slake::window_stats on the device, in double like the CPU. The layer's cache holds S rows per KV
+// head in position order: the whole prompt, or (a prompt prefilled in chunks) what the chunks
+// before kept and the last chunk. Its last rows are consecutive positions, and q_window holds the
+// queries of the last `n_obs` of them ([n_obs][n_heads * head_dim], roped): query i sees rows
+// 0 .. S - n_obs + i. They score the candidate rows 0 .. P - 1 (P <= S - n_obs). Writes
+// indicator[g * P + j] (float, row j's, pooled over neighbouring rows) and totals[0] = entropy Hn,
+// totals[1] = variance Vr. pool: 0 average of 5, 1 maximum of 7.
 size_t window_stats_scratch_doubles(int n_heads, int n_obs, int P);
 void window_stats(float* indicator, double* totals, const float* q_window, int S, int n_obs, int P, int n_heads,
                   const KvLayerView& kv, double gamma, int pool, double* scratch, Stream stream = nullptr);
@@ -184,10 +186,13 @@ void kv_append(const KvLayerMut& kv, int row0, const float* k, const float* v, i
 // out[g * ld + r] = indicator[g * P + pos of row r of head g], r < n_cand: the prefill scores of a
 // layer's candidate rows (slake::KvEvictor::evict_to).
 void gather_scores(float* out, int64_t ld, const float* indicator, int P, const KvLayerView& kv, int n_cand, Stream stream = nullptr);
+// Its inverse: indicator[g * P + pos of row r of head g] = rows[g * n_cand + r], r < n_cand (the
+// rows' positions below P): window_stats' per-row scores kept by position, so that they still
+// name their tokens after the layer's rows move (a chunked prefill's cache has gaps in position).
+void scatter_scores(float* indicator, int P, const float* rows, const KvLayerView& kv, int n_cand, Stream stream = nullptr);
 // SLAKE's VABS terms per (observing query i, query head h): out[(i * n_heads + h) * 2] = tv_va and
 // [.. + 1] = entropy, as one step of slake::vabs_terms (q_window, n_obs and P as for
-// window_stats); kept[g * P + j] flags the prefix tokens a uniform budget keeps. The cache holds
-// the S prompt tokens in order.
+// window_stats, in rows); kept[g * P + j] flags the candidate rows a uniform budget keeps.
 void vabs_terms(double* out, const float* q_window, int S, int n_obs, int P, int n_heads, const KvLayerView& kv,
                 const uint8_t* kept, Stream stream = nullptr);
 // The decode victim of every KV head among its first n_cand rows (slake::KvEvictor::decode_victim):

@@ -62,28 +62,25 @@ __host__ __device__ inline WindowScratch window_scratch(double* base, int n_head
   return w;
 }
 
-// Block (observing query i, query head h): max and normaliser of its row over keys 0 .. qpos,
-// qpos = S - n_obs + i.
+// Block (observing query i, query head h): max and normaliser of its row over rows 0 .. S - n_obs + i
+// (the query's own row and those before it).
 __global__ void window_row_stats_kernel(double* scratch, const float* q_window, int S, int n_obs, int P, int n_heads,
                                         KvLayerView kv) {
   SLAKE_SHARED(double, red, 32);
   const WindowScratch w = window_scratch(scratch, n_heads, n_obs, P);
   const int i = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), d = kv.head_dim;
-  const int g = h / (n_heads / kv.n_kv_heads), qpos = S - n_obs + i, n_vis = qpos + 1;
+  const int g = h / (n_heads / kv.n_kv_heads), n_vis = S - n_obs + i + 1;
   const float* q = q_window + (static_cast<int64_t>(i) * n_heads + h) * d;
-  const int32_t* ph = kv.pos + static_cast<int64_t>(g) * kv.capacity;
   double m = -INFINITY;
-  for (int j = static_cast<int>(threadIdx.x); j < n_vis; j += static_cast<int>(blockDim.x))
-    if (ph[j] <= qpos) m = fmax(m, window_logit(q, kv, g, j));
+  for (int j = static_cast<int>(threadIdx.x); j < n_vis; j += static_cast<int>(blockDim.x)) m = fmax(m, window_logit(q, kv, g, j));
   m = block_reduce_d(m, red, true);
   double z = 0.0;
-  for (int j = static_cast<int>(threadIdx.x); j < n_vis; j += static_cast<int>(blockDim.x))
-    if (ph[j] <= qpos) z += exp(window_logit(q, kv, g, j) - m);
+  for (int j = static_cast<int>(threadIdx.x); j < n_vis; j += static_cast<int>(blockDim.x)) z += exp(window_logit(q, kv, g, j) - m);
   z = block_reduce_d(z, red, false);
   if (threadIdx.x == 0) w.row_m[i * n_heads + h] = m, w.row_z[i * n_heads + h] = z;
 }
 
-// Block (chunk of prefix tokens, query head h); thread per token j: mean, variance and entropy of
+// Block (chunk of candidate rows, query head h); thread per row j: mean, variance and entropy of
 // A[h, :, j] over the observing queries, the indicator before pooling, and the chunk's
 // entropy/variance sums.
 __global__ void window_column_kernel(double* scratch, const float* q_window, int S, int n_obs, int P, int n_heads, KvLayerView kv,
@@ -94,10 +91,9 @@ __global__ void window_column_kernel(double* scratch, const float* q_window, int
   const int j = static_cast<int>(blockIdx.x) * kWindowThreads + static_cast<int>(threadIdx.x);
   double entropy = 0.0, var = 0.0;
   if (j < P) {
-    const int32_t pj = kv.pos[static_cast<int64_t>(g) * kv.capacity + j];
     double sum = 0.0, sumsq = 0.0;
     for (int i = 0; i < n_obs; ++i) {
-      const double A = pj <= S - n_obs + i ? exp(window_logit(q_window + (static_cast<int64_t>(i) * n_heads + h) * d, kv, g, j) -
+      const double A = j <= S - n_obs + i ? exp(window_logit(q_window + (static_cast<int64_t>(i) * n_heads + h) * d, kv, g, j) -
                                          w.row_m[i * n_heads + h]) / w.row_z[i * n_heads + h]
                                    : 0.0;
       sum += A;

@@ -19,6 +19,9 @@ class Session {
   virtual ~Session() = default;
   // As Context::eval.
   virtual void eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits = false) = 0;
+  // As Context::eval_prompt_chunk: one chunk of a prompt prefilled in chunks, after the chunks
+  // before it (cut by prefill_chunk_length), so that a server can step other slots between them.
+  virtual void eval_prompt_chunk(const std::vector<int32_t>& tokens, std::vector<float>* logits) = 0;
   virtual int n_past() const = 0;
   virtual int n_ctx() const = 0;
   virtual const Model& model() const = 0;
@@ -59,6 +62,7 @@ class CpuSession final : public Session {
  public:
   CpuSession(const Model& m, const ContextParams& p) : ctx_(m, p) {}
   void eval(const std::vector<int32_t>& t, std::vector<float>* l, bool all) override { ctx_.eval(t, l, all); }
+  void eval_prompt_chunk(const std::vector<int32_t>& t, std::vector<float>* l) override { ctx_.eval_prompt_chunk(t, l); }
   int n_past() const override { return ctx_.n_past(); }
   int n_ctx() const override { return ctx_.n_ctx(); }
   const Model& model() const override { return ctx_.model(); }

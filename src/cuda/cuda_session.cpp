@@ -24,6 +24,9 @@ CudaSession::CudaSession(const Model& m, const ContextParams& p)
     : ctx_(cuda_call([&] { return std::make_unique<DeviceContext>(m, p, shared_device_weights(m)); })) {}
 CudaSession::~CudaSession() = default;
 void CudaSession::eval(const std::vector<int32_t>& t, std::vector<float>* l, bool all) { cuda_call([&] { ctx_->eval(t, l, all); }); }
+void CudaSession::eval_prompt_chunk(const std::vector<int32_t>& t, std::vector<float>* l) {
+  cuda_call([&] { ctx_->eval_prompt_chunk(t, l); });
+}
 void CudaSession::reset() { cuda_call([&] { ctx_->reset(); }); }
 
 }  // namespace slake::gpu

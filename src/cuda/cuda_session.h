@@ -15,6 +15,7 @@ class CudaSession final : public Session {
   CudaSession(const Model& m, const ContextParams& p);
   ~CudaSession() override;
   void eval(const std::vector<int32_t>& t, std::vector<float>* l, bool all) override;
+  void eval_prompt_chunk(const std::vector<int32_t>& t, std::vector<float>* l) override;
   int n_past() const override { return ctx_->n_past(); }
   int n_ctx() const override { return ctx_->n_ctx(); }
   const Model& model() const override { return ctx_->model(); }

@@ -25,7 +25,6 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params, st
          " is not supported by the cuda backend (use the cpu backend)");
   if (plan_.evicting && !p.cascade) fail("the cuda backend evicts after every layer (cascade) only");
   if (plan_.evicting && p.evict_every != 1) fail("the cuda backend evicts one token per decode step (--kv-evict-every 1) only");
-  if (plan_.evicting && p.prefill_chunk > 0) fail("--prefill-chunk runs on the cpu backend only, for now");
   if (p.recall().on()) fail("--kv-recall-pages runs on the cpu backend only, for now (docs/algorithm.md §9)");
   if (!emulated() && device_count() == 0) fail("the cuda backend needs a CUDA device, and none is available");
   plan_.check_fits();  // before anything is allocated
@@ -61,6 +60,8 @@ void DeviceContext::reset() {
   n_past_ = 0;
   S_ = 0;
   prompt_evicts_ = false;
+  continues_ = false;
+  pool_base_ = 0;
   scores_.clear();
   budgets_.clear();
   pool_used_ = 0;
@@ -310,7 +311,8 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool 
   set_held(l, held + nb);
   if (!prompt && plan_.evicting && !c.layer_local(l)) decode_evict(l, pos_host[t0]);  // nb == 1 here (eval splits)
   if (prompt && prompt_evicts_) {
-    const int obs0 = S_ - plan_.kv.observed(), first = std::max(t0, obs0), last = t0 + nb;  // observing queries in this chunk
+    // The observing queries: the last of this prompt's (or prompt chunk's) S_ - n_past_ rows.
+    const int obs0 = S_ - n_past_ - plan_.kv.observed(), first = std::max(t0, obs0), last = t0 + nb;
     if (first < last)
       copy_device(at<float>("q_window") + (first - obs0) * qd, q + (first - t0) * qd,
                   static_cast<size_t>(last - first) * qd * sizeof(float));
@@ -352,6 +354,7 @@ void DeviceContext::on_layer_done(int l) {
   const KvPolicyParams& p = plan_.kv;
   if (!prompt_evicts_) {  // kept whole: into the pool with room for decode up to the default budget
     const int cap = c.layer_local(l) ? layer_capacity(l) : std::min(std::max(S_, p.budget) + 1, plan_.n_ctx + 1);
+    check_pool(pool_used_ + cap);
     relocate(l, staging(), S_, pool_used_, cap);
     pool_used_ += cap;
     return;
@@ -364,9 +367,11 @@ void DeviceContext::score_layer(int l) {
   const ModelConfig& c = model_.cfg;
   const KvPolicyParams& p = plan_.kv;
   const int H = c.n_kv_heads, W = p.window, n_obs = p.observed();
-  const int P = S_ - W;
+  // The candidates: the tokens at positions below P, the staged rows below Pr (all of the prompt's,
+  // or what the chunks before kept and this chunk's; the last W rows are the window).
+  const int P = S_ - W, rows = layers_[static_cast<size_t>(l)].held, Pr = rows - W;
   const KvLayerView st = view(staging(), l);
-  float* ind = at<float>("indicator") + static_cast<int64_t>(l) * H * plan_.n_ctx;  // [g][P]
+  float* ind = at<float>("indicator") + static_cast<int64_t>(l) * H * plan_.n_ctx;  // [g][P], by position
   LayerWindowTerms terms;
   switch (parts_.selector) {
     case KvSelector::Recent: {
@@ -379,12 +384,14 @@ void DeviceContext::score_layer(int l) {
     case KvSelector::WindowMax7:
     case KvSelector::Indicator: {
       const bool snap = parts_.selector == KvSelector::WindowMax7;
-      window_stats(ind, at<double>("totals"), at<float>("q_window"), S_, n_obs, P, c.n_heads, st, snap ? 0.0 : p.gamma, snap ? 1 : 0,
-                   at<double>("window_scratch"));
+      float* by_row = at<float>("indicator_rows");  // [g][Pr]
+      window_stats(by_row, at<double>("totals"), at<float>("q_window"), rows, n_obs, Pr, c.n_heads, st, snap ? 0.0 : p.gamma,
+                   snap ? 1 : 0, at<double>("window_scratch"));
+      scatter_scores(ind, P, by_row, st, Pr);
       const bool vabs = parts_.allocator == KvAllocator::Vabs || parts_.allocator == KvAllocator::VabsVariance;
       if (vabs) {
-        topk_flags(at<uint8_t>("uniform_kept"), ind, H, P, P, p.budget - p.window);
-        vabs_terms(at<double>("vabs"), at<float>("q_window"), S_, n_obs, P, c.n_heads, st, at<uint8_t>("uniform_kept"));
+        topk_flags(at<uint8_t>("uniform_kept"), by_row, H, Pr, Pr, p.budget - p.window);
+        vabs_terms(at<double>("vabs"), at<float>("q_window"), rows, n_obs, Pr, c.n_heads, st, at<uint8_t>("uniform_kept"));
       }
       if (!by_preference(parts_.allocator)) break;
       double t[2];  // the window's totals: Hn, Vr
@@ -411,7 +418,10 @@ void DeviceContext::score_layer(int l) {
       fail("internal: no selector for an evicting policy");
   }
   scores_.push_back(layer_preference(p, parts_.allocator, terms));
-  budgets_ = cascade_budgets(p, parts_.allocator, n_managed_, S_, scores_, budgets_);
+  std::vector<int64_t> held;  // a later chunk: each seen layer's candidates, which cap its budget
+  for (int k = 0; continues_ && k <= l; ++k)
+    if (slot(k) >= 0) held.push_back(layers_[static_cast<size_t>(k)].held - W);
+  budgets_ = cascade_budgets(p, parts_.allocator, n_managed_, S_, scores_, budgets_, continues_ ? &held : nullptr);
 }
 
 void DeviceContext::repack(int l) {
@@ -423,7 +433,7 @@ void DeviceContext::repack(int l) {
   auto keep = [&](int k) {
     return c.layer_local(k) ? std::numeric_limits<int64_t>::max() : budgets_[static_cast<size_t>(slot(k))];
   };
-  int64_t off = 0;
+  int64_t off = pool_base_;
   for (int k = 0; k < l; ++k) {
     Layer& Lk = layers_[static_cast<size_t>(k)];
     const int cap = layer_capacity(k);
@@ -444,9 +454,9 @@ void DeviceContext::repack(int l) {
     off += cap;
   }
   const int cap_l = layer_capacity(l);
+  check_pool(off + cap_l);  // before anything is written there
   relocate(l, staging(), keep(l), off, cap_l);
   pool_used_ = off + cap_l;
-  if (pool_used_ > plan_.pool_slots) fail("internal: the KV pool overflows its plan");
 }
 
 void DeviceContext::relocate(int l, const KvLayerMut& src, int64_t budget, int64_t off, int cap) {
@@ -511,7 +521,25 @@ void DeviceContext::decode_evict(int l, int32_t qpos) {
   note_usage();
 }
 
-void DeviceContext::eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits) {
+void DeviceContext::check_pool(int64_t end) const {
+  if (end > pool_base_ + plan_.pool_half) fail("internal: the KV pool overflows its plan");
+}
+
+void DeviceContext::stage_held(int l) {
+  // A later prompt chunk's layer: the rows the chunks before kept go to the staging area first,
+  // where the chunk's rows join them (head by head: the two areas' capacities differ).
+  const Layer& L = layers_[static_cast<size_t>(l)];
+  if (L.held == 0) return;
+  const KvLayerMut src = pool_layer(l), dst = staging();
+  for (int64_t g = 0; g < model_.cfg.n_kv_heads; ++g) {
+    const int64_t s0 = g * src.capacity, d0 = g * dst.capacity, n = L.held;
+    copy_device(dst.k + d0 * static_cast<int64_t>(plan_.k_row), src.k + s0 * static_cast<int64_t>(plan_.k_row), n * plan_.k_row);
+    copy_device(dst.v + d0 * static_cast<int64_t>(plan_.v_row), src.v + s0 * static_cast<int64_t>(plan_.v_row), n * plan_.v_row);
+    copy_device(dst.pos + d0, src.pos + s0, n * sizeof(int32_t));
+  }
+}
+
+void DeviceContext::check_tokens(const std::vector<int32_t>& tokens) const {
   const ModelConfig& c = model_.cfg;
   const int n = static_cast<int>(tokens.size());
   if (n == 0) fail("eval: no tokens");
@@ -520,24 +548,63 @@ void DeviceContext::eval(const std::vector<int32_t>& tokens, std::vector<float>*
          std::to_string(plan_.n_ctx));
   for (int32_t t : tokens)
     if (t < 0 || t >= c.n_vocab) fail("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.n_vocab));
+}
+
+void DeviceContext::eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits) {
+  check_tokens(tokens);
+  const int n = static_cast<int>(tokens.size());
   const bool prompt = n_past_ == 0;
   if (!prompt && n > 1 && plan_.evicting) {  // decoded one at a time, as Context does
     eval_one_at_a_time(tokens, logits, all_logits, [&](int32_t t, std::vector<float>* l) { eval({t}, l); });
     return;
   }
+  // Chunked prefill (KvPolicyParams::prefill_chunk), cut as Context::eval cuts it.
+  if (prompt && plan_.evicting && plan_.kv.prefill_chunk > 0 && n > plan_.kv.prefill_chunk) {
+    std::vector<float> part, out;
+    for (int t0 = 0, len = 0; t0 < n; t0 += len) {
+      len = prefill_chunk_length(plan_.kv, t0, n);
+      const bool keep = logits && (all_logits || t0 + len == n);
+      eval_rows(std::vector<int32_t>(tokens.begin() + t0, tokens.begin() + t0 + len), keep ? &part : nullptr, all_logits, true);
+      if (keep) out.insert(out.end(), part.begin(), part.end());
+    }
+    if (logits) *logits = std::move(out);
+    return;
+  }
+  eval_rows(tokens, logits, all_logits, prompt);
+}
+
+void DeviceContext::eval_prompt_chunk(const std::vector<int32_t>& tokens, std::vector<float>* logits) {
+  check_tokens(tokens);
+  if (n_past_ > 0 && (!plan_.evicting || static_cast<int>(tokens.size()) < plan_.kv.window))
+    fail("eval_prompt_chunk: a chunk after the first needs an evicting policy and at least a window (" +
+         std::to_string(plan_.kv.window) + ") of tokens, got " + std::to_string(tokens.size()));
+  // Only a plan for chunks has the pool's second half that a later chunk's layers go into.
+  if (n_past_ > 0 && plan_.kv.prefill_chunk <= 0)
+    fail("eval_prompt_chunk: a chunk after the first needs a context made with a prefill chunk size (--prefill-chunk)");
+  eval_rows(tokens, logits, false, true);
+}
+
+void DeviceContext::eval_rows(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits, bool prompt) {
+  const ModelConfig& c = model_.cfg;
+  const int n = static_cast<int>(tokens.size());
   std::vector<int32_t> pos(static_cast<size_t>(n));
   std::iota(pos.begin(), pos.end(), n_past_);
   copy_to_device(at<int32_t>("tokens"), tokens.data(), tokens.size() * sizeof(int32_t));
   copy_to_device(at<int32_t>("positions"), pos.data(), pos.size() * sizeof(int32_t));
   embedding(at<float>("x"), w_.tok_embd.data, ElemType::BF16, at<int32_t>("tokens"), n, c.dim, c.embed_scale);
   if (prompt) {
-    S_ = n;
+    // A prompt, or a chunk of one after the chunks before it: its positions end at S_. A later
+    // chunk's layers are placed in the other half of the pool from the one they are read from.
+    continues_ = n_past_ > 0;
+    S_ = n_past_ + n;
     prompt_evicts_ = plan_.evicting && S_ > plan_.kv.budget + plan_.kv.window;
     scores_.clear();
     budgets_.clear();
-    pool_used_ = 0;
+    pool_base_ = continues_ ? plan_.pool_half - pool_base_ : 0;
+    pool_used_ = pool_base_;
   }
   for (int l = 0; l < c.n_layers; ++l) {
+    if (prompt && continues_) stage_held(l);
     run_layer(l, n, pos.data(), prompt);
     note_usage();
     if (prompt && plan_.evicting) on_layer_done(l);

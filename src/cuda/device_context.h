@@ -8,6 +8,8 @@
 // the linear state run on the device.
 //
 // Policies: full, slake, cake, snapkv, pyramidkv and streaming (cascading eviction); h2o is refused.
+// A prompt prefilled in chunks (--prefill-chunk) runs each chunk as a prompt into what the chunks
+// before it kept, as the CPU does.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -36,8 +38,11 @@ class DeviceContext {
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
 
-  // As slake::Context::eval.
+  // As slake::Context::eval, a prompt in chunks of KvPolicyParams::prefill_chunk included.
   void eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits = false);
+  // As slake::Context::eval_prompt_chunk: one chunk of a prompt prefilled in chunks, after the
+  // chunks before it (the caller cuts them with prefill_chunk_length).
+  void eval_prompt_chunk(const std::vector<int32_t>& tokens, std::vector<float>* logits);
 
   int n_past() const { return n_past_; }
   int n_ctx() const { return plan_.n_ctx; }
@@ -85,6 +90,13 @@ class DeviceContext {
   int centroids() const;  // K of the centroid compensator, 0 without one
   void set_held(int l, int held);
   void note_usage();
+  void check_tokens(const std::vector<int32_t>& tokens) const;
+  // The tokens at positions n_past_.. through every layer; `prompt`: a prompt into an empty cache
+  // or a chunk of one (observed and evicted), else decode rows.
+  void eval_rows(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits, bool prompt);
+  // A later prompt chunk's layer l: the rows it holds copied to the staging area, before the chunk's.
+  void stage_held(int l);
+  void check_pool(int64_t end) const;  // slots up to `end` lie in the half of the pool being filled
 
   // Runs the model's layer definition (slake/model/layer.h) over the rows in chunks of n_batch.
   void run_layer(int l, int n, const int32_t* pos_host, bool prompt);
@@ -119,9 +131,11 @@ class DeviceContext {
   std::vector<int> slots_;  // [layer]: slot(), from ModelConfig::kv_policy_layers
   int n_managed_ = 0;       // layers the KV policy manages
   int n_past_ = 0;
-  // The current prompt (eviction).
+  // The current prompt or prompt chunk (eviction): its positions end at S_.
   int S_ = 0;
   bool prompt_evicts_ = false;
+  bool continues_ = false;  // a chunk after the first: each layer's budget capped by its candidates
+  int64_t pool_base_ = 0;   // the first slot of the half of the pool the prompt's layers go into
   std::vector<double> scores_;
   std::vector<int64_t> budgets_;
   int64_t pool_used_ = 0;

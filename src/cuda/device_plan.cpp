@@ -68,8 +68,11 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
   // at most (C - Sw) * n_layers; a prompt that evicts nothing keeps at most C + Sw rows. The
   // prompt's current layer is written to the staging area, and relocations go through the move
   // area, each one layer of n_ctx + 1 slots (the linear state absorbs evicted rows in place).
+  // A prompt prefilled in chunks (kv.prefill_chunk) has each chunk's layers read what the chunk
+  // before left in one half of the pool while they are placed in the other (their budgets restart
+  // per chunk, so the layers seen by a chunk and those not yet seen can hold the whole bound each).
   if (!evicting) {
-    pool_slots = static_cast<int64_t>(L * ctx);
+    pool_slots = pool_half = static_cast<int64_t>(L * ctx);
     staging_slots = 0;
     move_slots = local_layers ? n_ctx : 0;  // local layers drop their oldest rows through the move area
     max_capacity = n_ctx;
@@ -79,7 +82,8 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
     int64_t managed = static_cast<int64_t>(L), local = 0;
     for (int l = 0; l < c.n_layers; ++l)
       if (c.layer_local(l)) --managed, ++local;
-    pool_slots = managed * per_layer + local * std::min<int64_t>(c.sliding_window, n_ctx + 1);
+    pool_half = managed * per_layer + local * std::min<int64_t>(c.sliding_window, n_ctx + 1);
+    pool_slots = kv.prefill_chunk > 0 ? 2 * pool_half : pool_half;
     staging_slots = move_slots = n_ctx + 1;
     max_capacity = n_ctx + 1;
   }
@@ -144,6 +148,7 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
         (n_ctx > kv.window ? window_stats_scratch_doubles(c.n_heads, kv.observed(), n_ctx - kv.window) : 0) * sizeof(double));
     add("policy", "totals", 2 * sizeof(double));
     add("policy", "indicator", L * H * ctx * sizeof(float));
+    add("policy", "indicator_rows", H * ctx * sizeof(float));  // window_stats' rows before scatter_scores
     add("policy", "uniform_kept", H * ctx);
     add("policy", "vabs", W * nh * 2 * sizeof(double));
     add("policy", "cand_scores", H * rows * sizeof(float));

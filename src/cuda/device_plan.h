@@ -55,6 +55,7 @@ class DevicePlan {
   // the pool shared by the layers, the prompt layer's staging area and the relocation area, each
   // planned as three buffers <area>.k, <area>.v, <area>.pos.
   int64_t pool_slots, staging_slots, move_slots;
+  int64_t pool_half;  // a prefill chunk's layers go into one half (pool_slots without chunks)
   int max_capacity;  // most rows one layer's head can hold
   int ptaa_split_len, ptaa_n_splits;
 

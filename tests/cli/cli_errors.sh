@@ -48,8 +48,6 @@ expect_error "kv-evict-every" "$bin/slake-cli" -m "$model_ok" --kv-evict-every 0
 expect_error "error: --prefill-chunk 8 must be at least the window (32 tokens)" "$bin/slake-cli" -m /nonexistent.gguf \
   --kv-policy snapkv --kv-budget 64 --prefill-chunk 8
 expect_error "error: --prefill-chunk: h2o accumulates" "$bin/slake-cli" -m /nonexistent.gguf --kv-policy h2o --kv-budget 64 --prefill-chunk 64
-expect_error "error: --prefill-chunk runs on the cpu backend only" "$bin/slake-cli-emu" -m "$model_ok" --backend cuda \
-  --kv-policy snapkv --kv-budget 64 --prefill-chunk 64 -p hi -n 1
 
 expect_error "error: -n must be -1" "$bin/slake-cli" -m "$model_ok" -n -2
 expect_error "error: --seed must be -1" "$bin/slake-cli" -m "$model_ok" -s -7

@@ -265,6 +265,68 @@ TEST(DeviceContext, OtherPoliciesMatchCpu) {
   compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 7), 3, "llama-gqa-tied slake-wide --kv-observe 3");
 }
 
+// --prefill-chunk: each chunk a prompt into what the chunks before it kept (staged with the chunk's
+// rows, scored by its last queries, each layer's budget capped by the rows it holds), as the CPU
+// takes it; held tokens, budgets and KV bytes must agree. A 56-token prompt at C=12 (window 4) in
+// chunks of 12 (the first evicts nothing, as its 12 tokens fit C + window) and of 20. Chunks take
+// many more decisions than one pass, and bf16 activations flip near-ties among them, so all but
+// the first are compared with fp32 activations, where the decisions must be identical.
+TEST(DeviceContext, PrefillInChunksMatchesCpu) {
+  const auto m = fixture("llama-gqa-tied");
+  const std::vector<int32_t> prompt = prompt_tokens(56, m->cfg.n_vocab, 9);
+  for (const char* policy : {"slake", "snapkv", "pyramidkv", "streaming", "cake"}) {
+    ContextParams cp = params(96, policy, 12, 4);
+    cp.kv.prefill_chunk = 12;
+    compare(*m, cp, prompt, 3, std::string("llama-gqa-tied ") + policy + " chunks of 12", std::string(policy) == "slake");
+  }
+  ContextParams cp = params(96, "snapkv", 12, 4);
+  cp.kv.prefill_chunk = 20;  // the first chunk evicts too
+  compare(*m, cp, prompt, 3, "llama-gqa-tied snapkv chunks of 20", false);
+  cp = params(96, "cake", 12, 4);
+  cp.kv.prefill_chunk = 12;
+  cp.kv.compensate = "taylor";  // later chunks attend through the state earlier chunks filled
+  compare(*m, cp, prompt, 3, "llama-gqa-tied cake+taylor chunks of 12", false);
+  cp.kv.compensate = "centroids";
+  cp.kv.centroids = 3;
+  compare(*m, cp, prompt, 3, "llama-gqa-tied cake+centroids chunks of 12", false);
+  cp = params(96, "slake-wide", 12, 4);  // a window of 6: the chunks are two windows
+  cp.kv.prefill_chunk = 12;
+  compare(*m, cp, prompt, 3, "llama-gqa-tied slake-wide chunks of 12", false);
+  // Local layers staged with the chunk and trimmed to their window; soft-capped logits; fp32
+  // activations, as for every model with local layers.
+  for (const char* name : {"gemma3-swa", "gemma2-softcap"}) {
+    const auto g = fixture(name);
+    cp = params(96, "slake", 12, 4);
+    cp.kv.prefill_chunk = 16;
+    compare(*g, cp, prompt_tokens(56, g->cfg.n_vocab, 10), 3, std::string(name) + " slake chunks of 16", false);
+  }
+}
+
+// The server's way: a prompt given chunk by chunk (eval_prompt_chunk) ends in the same cache and
+// logits as eval's chunked prefill; a later chunk shorter than the window, or into a context
+// planned without chunks, is refused.
+TEST(DeviceContext, PromptChunkByChunkEqualsChunkedEval) {
+  const auto m = fixture("llama-gqa-tied");
+  ContextParams cp = params(96, "snapkv", 12, 4);
+  cp.kv.prefill_chunk = 16;
+  const std::vector<int32_t> prompt = prompt_tokens(50, m->cfg.n_vocab, 11);
+  DeviceContext whole(*m, cp), steps(*m, cp);
+  std::vector<float> want, got;
+  whole.eval(prompt, &want);
+  for (int t0 = 0, len = 0; t0 < 50; t0 += len) {
+    len = prefill_chunk_length(steps.plan().kv, t0, 50);
+    steps.eval_prompt_chunk(std::vector<int32_t>(prompt.begin() + t0, prompt.begin() + t0 + len), t0 + len == 50 ? &got : nullptr);
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(steps.budgets(), whole.budgets());
+  EXPECT_EQ(steps.kv_bytes_used(), whole.kv_bytes_used());
+  EXPECT_THROW(steps.eval_prompt_chunk({1, 2}, nullptr), slake::Error);
+  // A context planned without chunks has no room for a later chunk's layers: refused, not overrun.
+  DeviceContext plain(*m, params(96, "snapkv", 12, 4));
+  plain.eval_prompt_chunk(std::vector<int32_t>(prompt.begin(), prompt.begin() + 16), nullptr);
+  EXPECT_THROW(plain.eval_prompt_chunk(std::vector<int32_t>(prompt.begin() + 16, prompt.begin() + 32), nullptr), slake::Error);
+}
+
 TEST(DeviceContext, StoredCacheTypesMatchCpu) {
   // The synthetic "tiny" shape: head_dim 32, so q8_0 rows fit (the fixtures' head_dim is 8). The
   // CPU stores the same types; logits, decisions and KV bytes (kv_bytes_used) must agree. With bf16

@@ -124,8 +124,8 @@ void Slot::start(std::shared_ptr<Task> task, size_t planned, uint64_t now, const
   last_used_ = now;
   next_prefill_ = static_cast<size_t>(reuse);
   n_cached_ = reuse;
-  // A prompt into an empty cache under a chunked prefill (cpu) goes a chunk per scheduler step.
-  chunked_ = reuse == 0 && kv_.evicts() && kv_.prefill_chunk > 0 && ctx_->cpu_context() != nullptr;
+  // A prompt into an empty cache under a chunked prefill goes a chunk per scheduler step.
+  chunked_ = reuse == 0 && kv_.evicts() && kv_.prefill_chunk > 0;
   sampler_ = std::move(sampler);
   for (const int32_t t : r.prompt) sampler_->accept(t);  // as slake-cli: the penalty sees the prompt
   detok_ = std::make_unique<StreamingDetokenizer>(tokenizer_);
@@ -153,9 +153,7 @@ int Slot::prefill(int chunk) {
   // A prompt into an empty cache of an evicting policy is scored and evicted as a whole, or in the
   // policy's own chunks (--prefill-chunk), each evicted before the next, as slake-cli takes them.
   const bool whole = ctx_->n_past() == 0 && kv_.evicts();
-  Context* cpu = ctx_->cpu_context();
-  const size_t n = chunked_ ? static_cast<size_t>(prefill_chunk_length(cpu->evictor().params(), static_cast<int>(next_prefill_),
-                                                                      static_cast<int>(p.size())))
+  const size_t n = chunked_ ? static_cast<size_t>(prefill_chunk_length(kv_, static_cast<int>(next_prefill_), static_cast<int>(p.size())))
                    : whole  ? rest
                             // on the grid of chunks a fresh prefill takes: after a reused prefix,
                             // the prompt's last chunk is the same as a fresh request's
@@ -164,7 +162,7 @@ int Slot::prefill(int chunk) {
                                     p.begin() + static_cast<std::ptrdiff_t>(next_prefill_ + n));
   const bool last = next_prefill_ + n == p.size();
   if (chunked_)
-    cpu->eval_prompt_chunk(tokens, last ? &logits_ : nullptr);
+    ctx_->eval_prompt_chunk(tokens, last ? &logits_ : nullptr);
   else
     ctx_->eval(tokens, last ? &logits_ : nullptr);
   history_.insert(history_.end(), tokens.begin(), tokens.end());
