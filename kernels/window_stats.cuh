@@ -1,8 +1,8 @@
 // The observation-window statistics of a layer after prefill (src/kv/kv_scores.cpp window_stats):
-// the softmax rows A[h, i, :] of the last `n_obs` queries over the prompt, then per prefix token
-// j < P the mean and unbiased variance over i (the CAKE indicator mean + gamma var, pooled along j and
+// the softmax rows A[h, i, :] of the last `n_obs` queries over the layer's rows, then per candidate
+// row j < P the mean and unbiased variance over i (the CAKE indicator mean + gamma var, pooled along j and
 // averaged over each KV head's query heads), the entropy sum and the variance sum. In double, as
-// the CPU. Four launches: row max/normaliser per (query, head); per-token column statistics; the
+// the CPU. Four launches: row max/normaliser per (query, head); per-row column statistics; the
 // pooled indicator; the totals.
 #pragma once
 #include "common.cuh"
@@ -112,7 +112,7 @@ __global__ void window_column_kernel(double* scratch, const float* q_window, int
   }
 }
 
-// Block (chunk of prefix tokens, KV head g): pooled indicator averaged over the group, summed in
+// Block (chunk of candidate rows, KV head g): pooled indicator averaged over the group, summed in
 // fp32 in head order like the CPU.
 __global__ void window_indicator_kernel(float* indicator, const double* scratch, int n_obs, int P, int n_heads, int n_kv_heads,
                                         int pool) {

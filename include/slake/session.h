@@ -21,6 +21,7 @@ class Session {
   virtual void eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits = false) = 0;
   // As Context::eval_prompt_chunk: one chunk of a prompt prefilled in chunks, after the chunks
   // before it (cut by prefill_chunk_length), so that a server can step other slots between them.
+  // The cuda backend takes later chunks only in a context made with a prefill chunk size.
   virtual void eval_prompt_chunk(const std::vector<int32_t>& tokens, std::vector<float>* logits) = 0;
   virtual int n_past() const = 0;
   virtual int n_ctx() const = 0;

@@ -425,9 +425,9 @@ void DeviceContext::score_layer(int l) {
 }
 
 void DeviceContext::repack(int l) {
-  // Evict every seen layer to its budget (a local layer keeps what it holds) and repack the pool:
-  // layer k moves to the sum of the new capacities before it (never above where it was), through
-  // the move area.
+  // Evict every seen layer to its budget (a local layer keeps what it holds) and repack the pool's
+  // half from pool_base_: layer k moves to the sum of the new capacities before it (never above
+  // where it was), through the move area.
   const ModelConfig& c = model_.cfg;
   const int H = c.n_kv_heads, W = plan_.kv.window;
   auto keep = [&](int k) {
@@ -522,7 +522,7 @@ void DeviceContext::decode_evict(int l, int32_t qpos) {
 }
 
 void DeviceContext::check_pool(int64_t end) const {
-  if (end > pool_base_ + plan_.pool_half) fail("internal: the KV pool overflows its plan");
+  if (end > pool_base_ + plan_.pool_half || end > plan_.pool_slots) fail("internal: the KV pool overflows its plan");
 }
 
 void DeviceContext::stage_held(int l) {

@@ -289,6 +289,11 @@ TEST(DeviceContext, PrefillInChunksMatchesCpu) {
   cp.kv.compensate = "centroids";
   cp.kv.centroids = 3;
   compare(*m, cp, prompt, 3, "llama-gqa-tied cake+centroids chunks of 12", false);
+  // Chunks of 4: the second to fourth fit C + window with what the chunks before kept, so they evict
+  // nothing and are placed whole, in alternate halves of the pool; the fifth evicts.
+  cp = params(96, "snapkv", 12, 4);
+  cp.kv.prefill_chunk = 4;
+  compare(*m, cp, std::vector<int32_t>(prompt.begin(), prompt.begin() + 20), 3, "llama-gqa-tied snapkv 20 tokens in chunks of 4", false);
   cp = params(96, "slake-wide", 12, 4);  // a window of 6: the chunks are two windows
   cp.kv.prefill_chunk = 12;
   compare(*m, cp, prompt, 3, "llama-gqa-tied slake-wide chunks of 12", false);

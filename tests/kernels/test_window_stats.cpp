@@ -51,10 +51,10 @@ void run_case(int d, int n_heads, int n_kv, int S, int window, TokenPool pool, u
 // gaps) and then the chunk's rows. The device takes rows (S and P counted in rows), the CPU
 // positions; the indicators are per row on both. scatter_scores then files each row's score
 // under its position and leaves the positions no row holds alone.
-void gapped_case(int d, int n_heads, int n_kv, int kept, int chunk, int window, TokenPool pool, uint32_t seed) {
+void gapped_case(int d, int n_heads, int n_kv, int kept, int chunk, int window, TokenPool pool, uint32_t seed, int observing = 0) {
   std::vector<int32_t> pos;
-  for (int t = 0; static_cast<int>(pos.size()) < kept; t += 1 + t % 3) pos.push_back(t);  // gaps of 0 to 2
-  const int t0 = pos.back() + 5, S = t0 + chunk, rows = kept + chunk, n_obs = window;
+  for (int t = 0; static_cast<int>(pos.size()) < kept; t += 1 + static_cast<int>(pos.size() % 3)) pos.push_back(t);  // gaps of 0 to 2
+  const int t0 = pos.back() + 5, S = t0 + chunk, rows = kept + chunk, n_obs = observing > 0 ? observing : window;
   for (int t = t0; t < S; ++t) pos.push_back(t);
   KvCache cache(1, n_kv, d, S, 0, KvType::F32, KvType::F32);
   for (int r = 0; r < rows; ++r) {
@@ -94,6 +94,7 @@ void gapped_case(int d, int n_heads, int n_kv, int kept, int chunk, int window, 
 TEST(KernelWindowStats, RowsWithGapsInPositionMatchTheCpu) {
   gapped_case(40, 8, 2, 30, 50, 16, TokenPool::Avg5, 5);
   gapped_case(64, 4, 4, 140, 70, 32, TokenPool::Max7, 6);
+  gapped_case(64, 9, 3, 60, 120, 96, TokenPool::Avg5, 7, 8);  // slake-wide: a wide window observed by its end
 }
 
 TEST(KernelWindowStats, MatchesTheCpuStatistics) {
