@@ -179,15 +179,8 @@ void Context::eval_into(const std::vector<int32_t>& tokens, std::vector<float>* 
       eval_into(tokens, logits, all_logits, {});
       return;
     }
-    std::vector<float> part, out;
-    for (int t0 = 0, len = 0; t0 < n; t0 += len) {
-      len = prefill_chunk_length(evictor_.params(), t0, n);
-      const bool last = t0 + len == n;
-      eval_rows(std::vector<int32_t>(tokens.begin() + t0, tokens.begin() + t0 + len), logits && (all_logits || last) ? &part : nullptr,
-                all_logits, {}, nullptr, true);
-      if (logits && (all_logits || last)) out.insert(out.end(), part.begin(), part.end());
-    }
-    if (logits) *logits = std::move(out);
+    eval_in_chunks(evictor_.params(), tokens, logits, all_logits,
+                   [&](const std::vector<int32_t>& t, std::vector<float>* l) { eval_rows(t, l, all_logits, {}, nullptr, true); });
     return;
   }
   eval_rows(tokens, logits, all_logits, also, hidden, prompt);

@@ -41,6 +41,23 @@ void eval_one_at_a_time(const std::vector<int32_t>& tokens, std::vector<float>* 
   }
 }
 
+// Evaluates a prompt of `tokens` in the chunks prefill_chunk_length cuts (p resolved) through
+// eval_chunk(chunk's tokens, logits or null), writing the logits as a one-pass eval does: every
+// token's when all_logits, else the last one's. Both backends take a chunked prefill this way.
+template <class EvalChunk>
+void eval_in_chunks(const KvPolicyParams& p, const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
+                    EvalChunk&& eval_chunk) {
+  const int n = static_cast<int>(tokens.size());
+  std::vector<float> part, out;
+  for (int t0 = 0, len = 0; t0 < n; t0 += len) {
+    len = prefill_chunk_length(p, t0, n);
+    const bool keep = logits && (all_logits || t0 + len == n);
+    eval_chunk(std::vector<int32_t>(tokens.begin() + t0, tokens.begin() + t0 + len), keep ? &part : nullptr);
+    if (keep) out.insert(out.end(), part.begin(), part.end());
+  }
+  if (logits) *logits = std::move(out);
+}
+
 // What a context holds after evaluating tokens (its cache, its evictor's state, its position), kept
 // apart from it: the server's prompt cache saves these and restores one into any context of the
 // same model, size, policy and chunk size. Its storage is tight (what is held, not the capacity).

@@ -560,14 +560,8 @@ void DeviceContext::eval(const std::vector<int32_t>& tokens, std::vector<float>*
   }
   // Chunked prefill (KvPolicyParams::prefill_chunk), cut as Context::eval cuts it.
   if (prompt && plan_.evicting && plan_.kv.prefill_chunk > 0 && n > plan_.kv.prefill_chunk) {
-    std::vector<float> part, out;
-    for (int t0 = 0, len = 0; t0 < n; t0 += len) {
-      len = prefill_chunk_length(plan_.kv, t0, n);
-      const bool keep = logits && (all_logits || t0 + len == n);
-      eval_rows(std::vector<int32_t>(tokens.begin() + t0, tokens.begin() + t0 + len), keep ? &part : nullptr, all_logits, true);
-      if (keep) out.insert(out.end(), part.begin(), part.end());
-    }
-    if (logits) *logits = std::move(out);
+    eval_in_chunks(plan_.kv, tokens, logits, all_logits,
+                   [&](const std::vector<int32_t>& t, std::vector<float>* l) { eval_rows(t, l, all_logits, true); });
     return;
   }
   eval_rows(tokens, logits, all_logits, prompt);
