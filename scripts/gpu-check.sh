@@ -4,9 +4,10 @@
 # CUDA and CPU backends' logits (the backend tests: fixture models and stories260K, tolerance
 # max |diff| <= 0.02 + 0.02 * max |logit|, see tests/kernels/test_device_context.cpp), and runs
 # slake-bench on synthetic models (default Llama-3.1-8B) at 4K..128K context for full and slake
-# --kv-budget 1024. Results go to $OUT_DIR (default docs/gpu-check/<date>).
+# --kv-budget 1024, then the time to first token of a 16K prompt whole and in chunks (and an nsys
+# profile of a chunked prefill where Nsight Systems is installed). Results go to $OUT_DIR (default docs/gpu-check/<date>).
 #   scripts/gpu-check.sh [--quick] [--prebuilt] [--models a,b] [--depths d1,d2]
-#   --quick:    4K and 16K only, one repetition
+#   --quick:    4K and 16K only, one repetition, an 8K prompt for the time to first token
 #   --models:   slake-bench's synthetic presets to bench, each in its own run (default llama-3.1-8b)
 #   --depths:   the context depths to bench at (after --quick, overrides its depths)
 #   --prebuilt: use the binaries already in $BUILD_DIR (a machine without the build's Debian packages:
@@ -19,11 +20,12 @@ BUILD="${BUILD_DIR:-$ROOT/build-gpu}"
 OUT_DIR="${OUT_DIR:-$ROOT/docs/gpu-check/$(date +%Y%m%d-%H%M%S)}"
 DEPTHS=(4096 16384 32768 65536 131072)
 REPS=3
+TTFT_PROMPT=16384
 PREBUILT=0
 MODELS=(llama-3.1-8b)
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --quick) DEPTHS=(4096 16384); REPS=1 ;;
+    --quick) DEPTHS=(4096 16384); REPS=1; TTFT_PROMPT=8192 ;;
     --prebuilt) PREBUILT=1 ;;
     --models|--depths)
       [[ $# -ge 2 ]] || { echo "gpu-check: $1 needs a comma-separated list" >&2; exit 2; }
@@ -93,4 +95,25 @@ for model in "${MODELS[@]}"; do
     || echo "slake-bench failed on $model" >&2
   cat "$OUT_DIR/bench-$model.jsonl"
 done
+echo "== time to first token: a $TTFT_PROMPT-token prompt into an empty cache, in chunks of 2048 and whole (C=1024)"
+for model in "${MODELS[@]}"; do
+  echo "-- $model"
+  "$BUILD/bin/slake-bench" --synthetic "$model" --synthetic-type bf16 --backend cuda --kv-policy full,snapkv,cake,slake-wide \
+    --kv-budget 1024 --prefill-chunk 2048,0 -p "$TTFT_PROMPT" -n 0 -r 1 --no-warmup --ctx-beyond-train -t "$(nproc)" -o jsonl \
+    > "$OUT_DIR/ttft-$model.jsonl" || echo "slake-bench (ttft) failed on $model" >&2
+  cat "$OUT_DIR/ttft-$model.jsonl"
+done
+# Where a chunked prefill's time goes, by kernel and by CUDA API call, when Nsight Systems is here.
+NSYS="$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n 1 || true)"
+if [[ -n "$NSYS" ]]; then
+  echo "== nsys: an 8K prompt in chunks of 2048 (snapkv C=1024) on ${MODELS[0]}"
+  "$NSYS" profile -o "$OUT_DIR/chunked" --force-overwrite true "$BUILD/bin/slake-bench" --synthetic "${MODELS[0]}" \
+    --synthetic-type bf16 --backend cuda --kv-policy snapkv --kv-budget 1024 --prefill-chunk 2048 -p 8192 -n 0 -r 1 \
+    --no-warmup --ctx-beyond-train -o jsonl > "$OUT_DIR/nsys.log" 2>&1 || echo "gpu-check: nsys profile failed" >&2
+  for report in cuda_gpu_kern_sum cuda_api_sum; do
+    "$NSYS" stats --report "$report" --format csv -o "$OUT_DIR/chunked" "$OUT_DIR/chunked.nsys-rep" > /dev/null 2>&1 || true
+  done
+  rm -f "$OUT_DIR/chunked.nsys-rep" "$OUT_DIR/chunked.sqlite"
+  head -n 15 "$OUT_DIR"/chunked_cuda_gpu_kern_sum.csv 2>/dev/null || true
+fi
 echo "gpu-check: results in $OUT_DIR"
