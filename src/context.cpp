@@ -158,7 +158,7 @@ void Context::hidden_states(const std::vector<int32_t>& tokens, std::vector<floa
 
 void Context::eval_into(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
                         const std::vector<Context*>& also, std::vector<float>* hidden) {
-  check_tokens(tokens);
+  check_eval_tokens(model_.cfg, tokens, n_past_, n_ctx_);
   const int n = static_cast<int>(tokens.size());
 
   // A prompt evaluated into an empty cache is where prefill eviction happens; tokens added later
@@ -186,23 +186,25 @@ void Context::eval_into(const std::vector<int32_t>& tokens, std::vector<float>* 
   eval_rows(tokens, logits, all_logits, also, hidden, prompt);
 }
 
-void Context::check_tokens(const std::vector<int32_t>& tokens) const {
-  const ModelConfig& c = model_.cfg;
+void check_eval_tokens(const ModelConfig& c, const std::vector<int32_t>& tokens, int n_past, int n_ctx) {
   const int n = static_cast<int>(tokens.size());
   if (n == 0) fail("eval: no tokens");
-  if (n_past_ + n > n_ctx_)
-    fail("context full: " + std::to_string(n_past_) + " + " + std::to_string(n) + " tokens exceed the context size " +
-         std::to_string(n_ctx_));
+  if (n_past + n > n_ctx)
+    fail("context full: " + std::to_string(n_past) + " + " + std::to_string(n) + " tokens exceed the context size " +
+         std::to_string(n_ctx));
   for (int32_t t : tokens)
     if (t < 0 || t >= c.n_vocab) fail("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.n_vocab));
 }
 
-void Context::eval_prompt_chunk(const std::vector<int32_t>& tokens, std::vector<float>* logits) {
-  check_tokens(tokens);
-  // A later chunk's last queries score it: it must be at least a window (prefill_chunk_length's cut).
-  if (n_past_ > 0 && (!evictor_.params().evicts() || static_cast<int>(tokens.size()) < evictor_.params().window))
+void check_prompt_chunk(const KvPolicyParams& p, int n_past, int n) {
+  if (n_past > 0 && (!p.evicts() || n < p.window))
     fail("eval_prompt_chunk: a chunk after the first needs an evicting policy and at least a window (" +
-         std::to_string(evictor_.params().window) + ") of tokens, got " + std::to_string(tokens.size()));
+         std::to_string(p.window) + ") of tokens, got " + std::to_string(n));
+}
+
+void Context::eval_prompt_chunk(const std::vector<int32_t>& tokens, std::vector<float>* logits) {
+  check_eval_tokens(model_.cfg, tokens, n_past_, n_ctx_);
+  check_prompt_chunk(evictor_.params(), n_past_, static_cast<int>(tokens.size()));
   eval_rows(tokens, logits, false, {}, nullptr, true);
 }
 

@@ -41,6 +41,15 @@ void eval_one_at_a_time(const std::vector<int32_t>& tokens, std::vector<float>* 
   }
 }
 
+// Throws unless `tokens` may be evaluated after n_past tokens in a context of n_ctx: not empty,
+// within the context, every id in the vocabulary. Both backends check an eval this way.
+void check_eval_tokens(const ModelConfig& c, const std::vector<int32_t>& tokens, int n_past, int n_ctx);
+
+// Throws unless a chunk of n tokens may follow n_past tokens of a prompt prefilled in chunks under
+// p (resolved): a later chunk's last queries score it, so it needs an evicting policy and at least
+// a window of tokens (prefill_chunk_length's cut).
+void check_prompt_chunk(const KvPolicyParams& p, int n_past, int n);
+
 // Evaluates a prompt of `tokens` in the chunks prefill_chunk_length cuts (p resolved) through
 // eval_chunk(chunk's tokens, logits or null), writing the logits as a one-pass eval does: every
 // token's when all_logits, else the last one's. Both backends take a chunked prefill this way.
@@ -124,7 +133,6 @@ class Context {
   void eval_into(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
                  const std::vector<Context*>& also, std::vector<float>* hidden = nullptr);
   // Throws slake::Error for no tokens, tokens beyond the context, ids outside the vocabulary.
-  void check_tokens(const std::vector<int32_t>& tokens) const;
   // eval_into's forward pass of `tokens` after the n_past() held ones. prompt: a prompt (observed
   // and evicted at prefill), into an empty cache or after the chunks before it; else decode steps.
   void eval_rows(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits, const std::vector<Context*>& also,

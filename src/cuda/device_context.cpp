@@ -539,19 +539,8 @@ void DeviceContext::stage_held(int l) {
   }
 }
 
-void DeviceContext::check_tokens(const std::vector<int32_t>& tokens) const {
-  const ModelConfig& c = model_.cfg;
-  const int n = static_cast<int>(tokens.size());
-  if (n == 0) fail("eval: no tokens");
-  if (n_past_ + n > plan_.n_ctx)
-    fail("context full: " + std::to_string(n_past_) + " + " + std::to_string(n) + " tokens exceed the context size " +
-         std::to_string(plan_.n_ctx));
-  for (int32_t t : tokens)
-    if (t < 0 || t >= c.n_vocab) fail("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.n_vocab));
-}
-
 void DeviceContext::eval(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits) {
-  check_tokens(tokens);
+  check_eval_tokens(model_.cfg, tokens, n_past_, plan_.n_ctx);
   const int n = static_cast<int>(tokens.size());
   const bool prompt = n_past_ == 0;
   if (!prompt && n > 1 && plan_.evicting) {  // decoded one at a time, as Context does
@@ -568,10 +557,8 @@ void DeviceContext::eval(const std::vector<int32_t>& tokens, std::vector<float>*
 }
 
 void DeviceContext::eval_prompt_chunk(const std::vector<int32_t>& tokens, std::vector<float>* logits) {
-  check_tokens(tokens);
-  if (n_past_ > 0 && (!plan_.evicting || static_cast<int>(tokens.size()) < plan_.kv.window))
-    fail("eval_prompt_chunk: a chunk after the first needs an evicting policy and at least a window (" +
-         std::to_string(plan_.kv.window) + ") of tokens, got " + std::to_string(tokens.size()));
+  check_eval_tokens(model_.cfg, tokens, n_past_, plan_.n_ctx);
+  check_prompt_chunk(plan_.kv, n_past_, static_cast<int>(tokens.size()));
   // Only a plan for chunks has the pool's second half that a later chunk's layers go into.
   if (n_past_ > 0 && plan_.kv.prefill_chunk <= 0)
     fail("eval_prompt_chunk: a chunk after the first needs a context made with a prefill chunk size (--prefill-chunk)");

@@ -90,7 +90,6 @@ class DeviceContext {
   int centroids() const;  // K of the centroid compensator, 0 without one
   void set_held(int l, int held);
   void note_usage();
-  void check_tokens(const std::vector<int32_t>& tokens) const;
   // The tokens at positions n_past_.. through every layer; `prompt`: a prompt into an empty cache
   // or a chunk of one (observed and evicted), else decode rows.
   void eval_rows(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits, bool prompt);
