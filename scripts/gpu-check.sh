@@ -104,7 +104,10 @@ for model in "${MODELS[@]}"; do
   cat "$OUT_DIR/ttft-$model.jsonl"
 done
 # Where a chunked prefill's time goes, by kernel and by CUDA API call, when Nsight Systems is here.
-NSYS="$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n 1 || true)"
+NSYS="$(command -v nsys || true)"
+for candidate in /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys; do
+  [[ -z "$NSYS" && -x "$candidate" ]] && NSYS="$candidate"
+done
 if [[ -n "$NSYS" ]]; then
   echo "== nsys: an 8K prompt in chunks of 2048 (snapkv C=1024) on ${MODELS[0]}"
   "$NSYS" profile -o "$OUT_DIR/chunked" --force-overwrite true "$BUILD/bin/slake-bench" --synthetic "${MODELS[0]}" \

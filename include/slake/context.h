@@ -132,7 +132,6 @@ class Context {
   // `hidden`, when given, gets every token's final-norm output instead of logits.
   void eval_into(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits,
                  const std::vector<Context*>& also, std::vector<float>* hidden = nullptr);
-  // Throws slake::Error for no tokens, tokens beyond the context, ids outside the vocabulary.
   // eval_into's forward pass of `tokens` after the n_past() held ones. prompt: a prompt (observed
   // and evicted at prefill), into an empty cache or after the chunks before it; else decode steps.
   void eval_rows(const std::vector<int32_t>& tokens, std::vector<float>* logits, bool all_logits, const std::vector<Context*>& also,
