@@ -35,11 +35,14 @@ bool recalls(const KvCache& cache, const KvHead& kv) { return cache.recall().on(
 // attend_rows would. When the head's Taylor state holds the evicted tokens, it must then stand for
 // the ones not recalled: cover[r] says what was (vs and xv in cover_buf, 2 n d floats). Returns
 // whether cover was filled.
-// `scores`: the pages' scores for these rows (page_scores over every page), or null to score them here.
+// `scores`: the pages' scores for these rows (page_scores over every page), or null to score them here;
+// `chosen`, when given, the pages themselves (chosen for a whole prompt chunk: chunk_pages).
 bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, const int32_t* qpos, int n, int window,
-                 float softcap, float* acc, float* m, float* l, RecallCover* cover, float* cover_buf, const float* scores) {
+                 float softcap, float* acc, float* m, float* l, RecallCover* cover, float* cover_buf, const float* scores,
+                 const std::vector<int>* chosen = nullptr) {
   thread_local std::vector<int> pages;
-  if (scores) kv.recall.select_scored(scores, n, cache.recall().pages, &pages);
+  if (chosen) pages = *chosen;
+  else if (scores) kv.recall.select_scored(scores, n, cache.recall().pages, &pages);
   else kv.recall.select(q, n, cache.recall().pages, &pages);
   const bool covers = kv.lin.n > 0.0f && kv.lin.centroids == 0;
   kv.recall.attend(q, qpos, n, window, softcap, pages, acc, m, l, covers ? cover : nullptr, cover_buf);
@@ -48,13 +51,14 @@ bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, 
 
 // recall_part merged into a block's exact part (acc, m, l) of n rows.
 bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q, const int32_t* qpos, int n, int window,
-                  float softcap, float* acc, float* m, float* l, RecallCover* cover, std::vector<float>& cover_buf, const float* scores) {
+                  float softcap, float* acc, float* m, float* l, RecallCover* cover, std::vector<float>& cover_buf, const float* scores,
+                  const std::vector<int>* chosen = nullptr) {
   const int d = cache.head_dim();
   thread_local std::vector<float> r_acc;
   float r_m[kLanes], r_l[kLanes];
   r_acc.resize(static_cast<size_t>(n) * d);
   cover_buf.resize(static_cast<size_t>(2 * n) * d);
-  const bool covers = recall_part(cache, kv, q, qpos, n, window, softcap, r_acc.data(), r_m, r_l, cover, cover_buf.data(), scores);
+  const bool covers = recall_part(cache, kv, q, qpos, n, window, softcap, r_acc.data(), r_m, r_l, cover, cover_buf.data(), scores, chosen);
   for (int r = 0; r < n; ++r)
     merge_softmax(m[r], l[r], acc + static_cast<size_t>(r) * d, r_m[r], r_l[r], r_acc.data() + static_cast<size_t>(r) * d, d);
   return covers;
@@ -101,6 +105,32 @@ const float* const* recall_scores(const float* q, int n_tokens, const KvCache& c
   for (const auto& [kvh, p0] : items)
     if (p0 == 0) out[static_cast<size_t>(kvh)] = base + off[static_cast<size_t>(kvh)];
   return out.data();
+}
+
+// The pages each KV head's rows of a prompt chunk recall (algorithm.md §9.2, chunked prefill): a
+// later chunk's store holds what the chunks before it evicted, and scoring it for every block of 16
+// rows would cost what attending to it does; so the pages are chosen once per head for the rows of
+// one call (the chunk, or its batch of n_batch tokens), by their last kChunkRecallTokens tokens'
+// queries (a chunk's observing window, where a prompt's question stands), and every row of the
+// call attends to them. Empty for a head with no store.
+constexpr int kChunkRecallTokens = 32;
+std::vector<std::vector<int>> chunk_pages(const float* q, int n_tokens, const KvCache& cache, int layer, const AttentionShape& s,
+                                          ThreadPool& pool) {
+  const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, t0 = std::max(0, n_tokens - kChunkRecallTokens);
+  const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
+  std::vector<std::vector<int>> pages(static_cast<size_t>(s.n_kv_heads));
+  pool.parallel_for(s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
+    std::vector<const float*> qr;
+    for (int64_t kvh = b; kvh < e; ++kvh) {
+      const KvHead& kv = cache.head(layer, static_cast<int>(kvh));
+      if (!recalls(cache, kv)) continue;
+      qr.clear();
+      for (int t = t0; t < n_tokens; ++t)
+        for (int g = 0; g < group; ++g) qr.push_back(q + t * qdim + (kvh * group + g) * d);
+      kv.recall.select(qr.data(), static_cast<int>(qr.size()), cache.recall().pages, &pages[static_cast<size_t>(kvh)]);
+    }
+  });
+  return pages;
 }
 
 // Head kvh's entry of recall_scores' result (null: none).
@@ -256,6 +286,9 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
     const int splits = key_splits(cache, layer, s.n_kv_heads);
     if (splits > 1) return attention_split_keys(out, q, qpos, n_tokens, cache, layer, s, splits, pool, nullptr, page_scores);
   }
+  // Rows of more than one block recall pages chosen for all of them (a prompt chunk after the first).
+  const std::vector<std::vector<int>> chosen =
+      blocks > 1 && cache.recall().on() ? chunk_pages(q, n_tokens, cache, layer, s, pool) : std::vector<std::vector<int>>{};
   pool.parallel_for(items * s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
     thread_local std::vector<RowBlock> block(kBlocks);
     thread_local std::vector<float> acc, cover_buf;
@@ -296,13 +329,13 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
         const int n = static_cast<int>(std::min<int64_t>(kLanes, rows - (b0 + i) * kLanes));
         block[static_cast<size_t>(i)].finish(acc.data(), m, l);
         bool covered = false;
-        // A query recalls when it is one token's (a decode step): the rows of a prompt's later chunk
-        // do not, since scoring the whole store for every block of 16 of them costs as much as
-        // attending to it (algorithm.md §9.2); they see the exact cache and the Taylor state.
-        if (blocks == 1 && recalls(cache, kv)) {
+        // One block (a decode step) chooses its own pages; the blocks of a prompt chunk after the
+        // first recall the pages chosen for the chunk (chunk_pages).
+        const std::vector<int>* pages = chosen.empty() ? nullptr : &chosen[static_cast<size_t>(kvh)];
+        if (blocks == 1 ? recalls(cache, kv) : pages && !pages->empty()) {
           for (int r = 0; r < n; ++r) pr[r] = qpos[((b0 + i) * kLanes + r) / group];
           covered = recall_merge(cache, kv, qr[i], pr, n, s.sliding_window, s.softcap, acc.data(), m, l, cover, cover_buf,
-                                 head_scores(page_scores, kvh));
+                                 head_scores(page_scores, kvh), blocks == 1 ? nullptr : pages);
         }
         for (int r = 0; r < n; ++r)
           ptaa_finish(outr[i][r], qr[i][r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, s.softcap,
