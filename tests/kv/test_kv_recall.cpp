@@ -192,6 +192,60 @@ TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
   }
 }
 
+// The rows of a prompt chunk after the first (more than one block of 16 rows in one call): each KV
+// head's pages are chosen once, by the rows of the call's last 32 tokens, as a float64 reader would
+// choose them, and every row of the call (tokens before those 32 included) attends to the exact
+// cache plus those pages, with the Taylor state of the rest, as float64 attention over those rows.
+TEST(Recall, ChunkRowsAttendThePagesTheirLastTokensChose) {
+  using S = RecallScore;
+  constexpr int kTokens = 40, kChooser = 32;  // attention.cpp's kChunkRecallTokens
+  for (const Case c : {Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false, S::Keys}, Case{9, 3, 64, 2600, 1100, 7, 16, KvType::F32, true, S::Quest},
+                       Case{6, 2, 64, 3000, 200, 10, 8, KvType::F32, true, S::Keys, 1.5f}}) {
+    std::mt19937 rng(23 + c.n_keys);
+    const KvCache cache = evicted_cache(c, rng);
+    const int group = c.n_heads / c.n_kv;
+    std::vector<int32_t> qpos(kTokens);
+    std::iota(qpos.begin(), qpos.end(), c.n_keys);
+    const std::vector<float> q = randn(static_cast<size_t>(kTokens * c.n_heads * c.d), 1.0f, rng);
+    const AttentionShape shape{c.n_heads, c.n_kv, c.d, 0, c.softcap};
+    ThreadPool pool(2);
+    std::vector<float> out(q.size());
+    attention_prefill(out.data(), q.data(), qpos.data(), kTokens, cache, 0, shape, pool);
+    auto row = [&](int t, int h) { return q.data() + (static_cast<size_t>(t) * c.n_heads + h) * c.d; };
+    for (int g = 0; g < c.n_kv; ++g) {
+      const KvHead& kh = cache.head(0, g);
+      std::vector<const float*> choosers;
+      for (int t = kTokens - kChooser; t < kTokens; ++t)
+        for (int r = 0; r < group; ++r) choosers.push_back(row(t, g * group + r));
+      const std::vector<int> chosen = pages64(kh.recall, choosers, c.d, c.pages, c.score);
+      ASSERT_LT(static_cast<int>(chosen.size()), kh.recall.n_pages());  // a choice, not every page
+      KvCache both(1, 1, c.d, c.n_keys);
+      std::vector<std::vector<float>> k_rest, v_rest;
+      std::vector<float> k(static_cast<size_t>(c.d)), v(static_cast<size_t>(c.d));
+      for (int j = 0; j < kh.n; ++j) both.append(0, kh.key(j, c.d), kh.value(j, c.d), kh.pos[static_cast<size_t>(j)]);
+      for (int j = 0; j < kh.recall.n(); ++j) {
+        kh.recall.load(j, k.data(), v.data());
+        if (std::binary_search(chosen.begin(), chosen.end(), j / kh.recall.page())) {
+          both.append(0, k.data(), v.data(), kh.recall.pos(j));
+        } else {
+          k_rest.push_back(k);
+          v_rest.push_back(v);
+        }
+      }
+      for (int t = 0; t < kTokens; ++t)
+        for (int r = 0; r < group; ++r) {
+          const float* qr = row(t, g * group + r);
+          const std::vector<double> want = c.taylor ? test::taylor_attention(qr, qpos[static_cast<size_t>(t)], both.head(0, 0), k_rest, v_rest, c.d, c.softcap)
+                                                    : test::softmax_attention(qr, qpos[static_cast<size_t>(t)], both.head(0, 0), c.d, 0, c.softcap);
+          const size_t off = (static_cast<size_t>(t) * c.n_heads + g * group + r) * c.d;
+          for (int i = 0; i < c.d; ++i)
+            ASSERT_NEAR(out[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], (c.taylor ? 2e-4 : 2e-5) * (1 + std::abs(want[static_cast<size_t>(i)])))
+                << "keys " << c.n_keys << " token " << t << " head " << g * group + r << " dim " << i;
+        }
+    }
+  }
+}
+
 TEST(Recall, StoreBytesCountInTheCache) {
   std::mt19937 rng(2);
   const Case c{4, 2, 64, 100, 40, 2, 16, KvType::Q8_0, false, RecallScore::Quest};
