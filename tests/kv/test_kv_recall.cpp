@@ -126,6 +126,28 @@ KvCache evicted_cache(const Case& c, std::mt19937& rng, std::shared_ptr<const st
   return cache;
 }
 
+// The rows attended exactly: kh's exact cache and the chosen pages' (as the store reads them back),
+// in one f32 cache for the references; the other stored rows are the Taylor state's.
+struct AttendedRows {
+  KvCache both;
+  std::vector<std::vector<float>> k_rest, v_rest;
+};
+AttendedRows attended_rows(const KvHead& kh, const std::vector<int>& chosen, int d, int n_keys) {
+  AttendedRows a{KvCache(1, 1, d, n_keys), {}, {}};
+  std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
+  for (int j = 0; j < kh.n; ++j) a.both.append(0, kh.key(j, d), kh.value(j, d), kh.pos[static_cast<size_t>(j)]);
+  for (int j = 0; j < kh.recall.n(); ++j) {
+    kh.recall.load(j, k.data(), v.data());
+    if (std::binary_search(chosen.begin(), chosen.end(), j / kh.recall.page())) {
+      a.both.append(0, k.data(), v.data(), kh.recall.pos(j));
+    } else {
+      a.k_rest.push_back(k);
+      a.v_rest.push_back(v);
+    }
+  }
+  return a;
+}
+
 // Exact cache plus recalled pages, against float64 over those rows (and the Taylor formula over
 // the rest of the evicted tokens), through attention_prefill and attention_decode; short and long
 // exact caches (the latter split over their keys); a lossy and a lossless store.
@@ -163,21 +185,9 @@ TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
       std::vector<int> got;
       kh.recall.select(rows.data(), group, c.pages, &got);
       ASSERT_EQ(got, chosen) << "head " << g << " " << recall_score_name(c.score);
-      // The rows attended exactly: the exact cache's and the chosen pages' (as the store reads them
-      // back), in one f32 cache for the references; the other stored rows are the Taylor state's.
-      KvCache both(1, 1, c.d, c.n_keys);
-      std::vector<std::vector<float>> k_rest, v_rest;
-      std::vector<float> k(static_cast<size_t>(c.d)), v(static_cast<size_t>(c.d));
-      for (int j = 0; j < kh.n; ++j) both.append(0, kh.key(j, c.d), kh.value(j, c.d), kh.pos[static_cast<size_t>(j)]);
-      for (int j = 0; j < kh.recall.n(); ++j) {
-        kh.recall.load(j, k.data(), v.data());
-        if (std::binary_search(chosen.begin(), chosen.end(), j / kh.recall.page())) {
-          both.append(0, k.data(), v.data(), kh.recall.pos(j));
-        } else {
-          k_rest.push_back(k);
-          v_rest.push_back(v);
-        }
-      }
+      const AttendedRows a = attended_rows(kh, chosen, c.d, c.n_keys);
+      const KvCache& both = a.both;
+      const auto &k_rest = a.k_rest, &v_rest = a.v_rest;
       for (int r = 0; r < group; ++r) {
         const std::vector<double> want = c.taylor ? test::taylor_attention(rows[static_cast<size_t>(r)], qpos, both.head(0, 0), k_rest, v_rest, c.d, c.softcap)
                                                   : test::softmax_attention(rows[static_cast<size_t>(r)], qpos, both.head(0, 0), c.d, 0, c.softcap);
@@ -219,19 +229,9 @@ TEST(Recall, ChunkRowsAttendThePagesTheirLastTokensChose) {
         for (int r = 0; r < group; ++r) choosers.push_back(row(t, g * group + r));
       const std::vector<int> chosen = pages64(kh.recall, choosers, c.d, c.pages, c.score);
       ASSERT_LT(static_cast<int>(chosen.size()), kh.recall.n_pages());  // a choice, not every page
-      KvCache both(1, 1, c.d, c.n_keys);
-      std::vector<std::vector<float>> k_rest, v_rest;
-      std::vector<float> k(static_cast<size_t>(c.d)), v(static_cast<size_t>(c.d));
-      for (int j = 0; j < kh.n; ++j) both.append(0, kh.key(j, c.d), kh.value(j, c.d), kh.pos[static_cast<size_t>(j)]);
-      for (int j = 0; j < kh.recall.n(); ++j) {
-        kh.recall.load(j, k.data(), v.data());
-        if (std::binary_search(chosen.begin(), chosen.end(), j / kh.recall.page())) {
-          both.append(0, k.data(), v.data(), kh.recall.pos(j));
-        } else {
-          k_rest.push_back(k);
-          v_rest.push_back(v);
-        }
-      }
+      const AttendedRows a = attended_rows(kh, chosen, c.d, c.n_keys);
+      const KvCache& both = a.both;
+      const auto &k_rest = a.k_rest, &v_rest = a.v_rest;
       for (int t = 0; t < kTokens; ++t)
         for (int r = 0; r < group; ++r) {
           const float* qr = row(t, g * group + r);
