@@ -36,16 +36,17 @@ bool recalls(const KvCache& cache, const KvHead& kv) { return cache.recall().on(
 // the ones not recalled: cover[r] says what was (vs and xv in cover_buf, 2 n d floats). Returns
 // whether cover was filled.
 // `scores`: the pages' scores for these rows (page_scores over every page), or null to score them here;
-// `chosen`, when given, the pages themselves (chosen for a whole prompt chunk: chunk_pages).
+// `chosen`, when given, the pages themselves (chosen for the rows of a prompt chunk's call: chunk_pages).
 bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, const int32_t* qpos, int n, int window,
                  float softcap, float* acc, float* m, float* l, RecallCover* cover, float* cover_buf, const float* scores,
                  const std::vector<int>* chosen = nullptr) {
   thread_local std::vector<int> pages;
-  if (chosen) pages = *chosen;
-  else if (scores) kv.recall.select_scored(scores, n, cache.recall().pages, &pages);
-  else kv.recall.select(q, n, cache.recall().pages, &pages);
+  if (!chosen) {
+    if (scores) kv.recall.select_scored(scores, n, cache.recall().pages, &pages);
+    else kv.recall.select(q, n, cache.recall().pages, &pages);
+  }
   const bool covers = kv.lin.n > 0.0f && kv.lin.centroids == 0;
-  kv.recall.attend(q, qpos, n, window, softcap, pages, acc, m, l, covers ? cover : nullptr, cover_buf);
+  kv.recall.attend(q, qpos, n, window, softcap, chosen ? *chosen : pages, acc, m, l, covers ? cover : nullptr, cover_buf);
   return covers;
 }
 
@@ -330,7 +331,7 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
         block[static_cast<size_t>(i)].finish(acc.data(), m, l);
         bool covered = false;
         // One block (a decode step) chooses its own pages; the blocks of a prompt chunk after the
-        // first recall the pages chosen for the chunk (chunk_pages).
+        // first recall the pages chosen for this call's rows (chunk_pages).
         const std::vector<int>* pages = chosen.empty() ? nullptr : &chosen[static_cast<size_t>(kvh)];
         if (blocks == 1 ? recalls(cache, kv) : pages && !pages->empty()) {
           for (int r = 0; r < n; ++r) pr[r] = qpos[((b0 + i) * kLanes + r) / group];
