@@ -30,6 +30,17 @@ int key_splits(const KvCache& cache, int layer, int n_kv_heads) {
 // Whether the head recalls from its store: the cache recalls and the store holds something.
 bool recalls(const KvCache& cache, const KvHead& kv) { return cache.recall().on() && kv.recall.n() > 0; }
 
+// Counts one read of each KV head's store of `layer` when an attention call ends, however many
+// blocks of its rows recalled (RecallStore::count_read).
+struct StoreReads {
+  const KvCache& cache;
+  int layer, n_kv_heads;
+  ~StoreReads() {
+    for (int kvh = 0; kvh < n_kv_heads; ++kvh)
+      if (const KvHead& kv = cache.head(layer, kvh); recalls(cache, kv)) kv.recall.count_read();
+  }
+};
+
 // The recall part of a block of n rows of one KV head (algorithm.md §9.2): the cache's recall.pages
 // pages of kv's store with the highest score for the rows, attended exactly into (acc, m, l) as
 // attend_rows would. When the head's Taylor state holds the evicted tokens, it must then stand for
@@ -65,19 +76,22 @@ bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q,
   return covers;
 }
 
-// The page scores of every KV head's store for one block of rows per head (a decode token's GQA
-// group), computed over chunks of kScorePages pages in parallel: a long store scored inside its
-// head's own work item would leave the other threads idle (3 KV heads on 2 threads, or 1 on 16).
-// Returns, per KV head, its scores (RecallStore::page_scores over every page) or null where its
-// store is too short to be worth it, in the calling thread's buffers until its next call; null
-// itself when no head's scores were computed (a cache that does not recall: no work, no allocation).
+// The page scores of every KV head's store for the rows of tokens [t0, n_tokens) (a decode token's
+// GQA group, a block of rows, or the last tokens of a prompt chunk: chunk_pages), computed over
+// chunks of kScorePages pages in parallel: a long store scored inside its head's own work item
+// would leave the other threads idle (3 KV heads on 2 threads, or 1 on 16). Returns, per KV head,
+// its scores (RecallStore::page_scores over every page, row r of the range's token t0 + r / group)
+// or null where its store is too short to be worth it, in the calling thread's buffers until its
+// next call; null itself when no head's scores were computed (a cache that does not recall: no
+// work, no allocation).
 constexpr int kScorePages = 64;
-const float* const* recall_scores(const float* q, int n_tokens, const KvCache& cache, int layer, const AttentionShape& s,
-                                  ThreadPool& pool) {
+const float* const* recall_scores(const float* q, int t0, int n_tokens, const KvCache& cache, int layer,
+                                  const AttentionShape& s, ThreadPool& pool) {
   if (!cache.recall().on()) return nullptr;
-  const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, rows = n_tokens * group;
+  const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, rows = (n_tokens - t0) * group;
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
   thread_local std::vector<float> buf;
+  thread_local std::vector<const float*> qr;  // [n_kv_heads][rows]
   std::vector<size_t> off(static_cast<size_t>(s.n_kv_heads), 0);
   std::vector<std::pair<int, int>> items;  // (KV head, first page)
   size_t total = 0;
@@ -91,14 +105,19 @@ const float* const* recall_scores(const float* q, int n_tokens, const KvCache& c
   }
   if (items.empty()) return nullptr;
   buf.resize(total);
+  qr.resize(static_cast<size_t>(s.n_kv_heads) * rows);
+  for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
+    for (int r = 0; r < rows; ++r)
+      qr[static_cast<size_t>(kvh) * rows + r] = q + (t0 + r / group) * qdim + static_cast<int64_t>(kvh * group + r % group) * d;
+  // The pool's threads read the calling thread's buffers through these.
   float* const base = buf.data();
+  const float* const* const qrows = qr.data();
   pool.parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e, int) {
-    const float* qr[kLanes];
     for (int64_t w = b; w < e; ++w) {
       const auto [kvh, p0] = items[static_cast<size_t>(w)];
       const RecallStore& st = cache.head(layer, kvh).recall;
-      for (int r = 0; r < rows; ++r) qr[r] = q + (r / group) * qdim + static_cast<int64_t>(kvh * group + r % group) * d;
-      st.page_scores(qr, rows, p0, std::min(st.n_pages(), p0 + kScorePages), base + off[static_cast<size_t>(kvh)]);
+      st.page_scores(qrows + static_cast<size_t>(kvh) * rows, rows, p0, std::min(st.n_pages(), p0 + kScorePages),
+                     base + off[static_cast<size_t>(kvh)]);
     }
   });
   thread_local std::vector<const float*> out;
@@ -108,34 +127,42 @@ const float* const* recall_scores(const float* q, int n_tokens, const KvCache& c
   return out.data();
 }
 
+// Head kvh's entry of recall_scores' result (null: none).
+const float* head_scores(const float* const* scores, int kvh) { return scores ? scores[kvh] : nullptr; }
+
 // The pages each KV head's rows of a prompt chunk recall (algorithm.md §9.2, chunked prefill): a
 // later chunk's store holds what the chunks before it evicted, and scoring it for every block of 16
 // rows would cost what attending to it does; so the pages are chosen once per head for the rows of
 // one call (the chunk, or its batch of n_batch tokens), by their last kChunkRecallTokens tokens'
 // queries (a chunk's observing window, where a prompt's question stands), and every row of the
-// call attends to them. Empty for a head with no store.
+// call attends to them. A long store is scored over its pages in parallel (recall_scores), a short
+// one in its head's own work item. Empty for a head with no store.
 constexpr int kChunkRecallTokens = 32;
 std::vector<std::vector<int>> chunk_pages(const float* q, int n_tokens, const KvCache& cache, int layer, const AttentionShape& s,
                                           ThreadPool& pool) {
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, t0 = std::max(0, n_tokens - kChunkRecallTokens);
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
+  const int rows = (n_tokens - t0) * group;
+  const float* const* scores = recall_scores(q, t0, n_tokens, cache, layer, s, pool);
   std::vector<std::vector<int>> pages(static_cast<size_t>(s.n_kv_heads));
   pool.parallel_for(s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
     std::vector<const float*> qr;
     for (int64_t kvh = b; kvh < e; ++kvh) {
       const KvHead& kv = cache.head(layer, static_cast<int>(kvh));
       if (!recalls(cache, kv)) continue;
+      std::vector<int>* chosen = &pages[static_cast<size_t>(kvh)];
+      if (const float* sc = head_scores(scores, static_cast<int>(kvh))) {
+        kv.recall.select_scored(sc, rows, cache.recall().pages, chosen);
+        continue;
+      }
       qr.clear();
       for (int t = t0; t < n_tokens; ++t)
         for (int g = 0; g < group; ++g) qr.push_back(q + t * qdim + (kvh * group + g) * d);
-      kv.recall.select(qr.data(), static_cast<int>(qr.size()), cache.recall().pages, &pages[static_cast<size_t>(kvh)]);
+      kv.recall.select(qr.data(), rows, cache.recall().pages, chosen);
     }
   });
   return pages;
 }
-
-// Head kvh's entry of recall_scores' result (null: none).
-const float* head_scores(const float* const* scores, int kvh) { return scores ? scores[kvh] : nullptr; }
 
 // One block of rows per KV head (a decode token, or a few) over a long cache: each head's visible
 // keys are split into parts of about kSplitKeys, every part is its own work item, and the parts'
@@ -271,6 +298,7 @@ void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, i
 
 void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
                        const AttentionShape& s, ThreadPool& pool) {
+  const StoreReads reads{cache, layer, s.n_kv_heads};
   // Row r of KV head kvh is token r / group, query head kvh * group + r % group: a block of kLanes
   // rows holds whole GQA groups of neighbouring tokens. A work item is up to kBlocks blocks of one
   // KV head; they take the keys chunk by chunk, so a chunk is read from memory once per item and
@@ -283,7 +311,7 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
   const int64_t items = (blocks + kBlocks - 1) / kBlocks;
   const float* const* page_scores = nullptr;
   if (blocks == 1) {
-    page_scores = recall_scores(q, n_tokens, cache, layer, s, pool);
+    page_scores = recall_scores(q, 0, n_tokens, cache, layer, s, pool);
     const int splits = key_splits(cache, layer, s.n_kv_heads);
     if (splits > 1) return attention_split_keys(out, q, qpos, n_tokens, cache, layer, s, splits, pool, nullptr, page_scores);
   }
@@ -348,6 +376,7 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
 
 void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& cache, int layer, const AttentionShape& s,
                       const std::vector<DecodeRowScores>& scores, ThreadPool& pool) {
+  const StoreReads reads{cache, layer, s.n_kv_heads};
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim;
   const int blocks = (group + kLanes - 1) / kLanes;
   if (static_cast<int>(scores.size()) != s.n_kv_heads) fail("internal: decode scores for " + std::to_string(scores.size()) + " KV heads");
@@ -359,7 +388,7 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
   // threads busy and both paths sum in the same order.
   const float* const* page_scores = nullptr;
   if (blocks == 1) {
-    page_scores = recall_scores(q, 1, cache, layer, s, pool);
+    page_scores = recall_scores(q, 0, 1, cache, layer, s, pool);
     const int splits = key_splits(cache, layer, s.n_kv_heads);
     if (splits > 1) return attention_split_keys(out, q, &qpos, 1, cache, layer, s, splits, pool, &scores, page_scores);
   }

@@ -320,7 +320,10 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
       m[r] = m_new;
     }
   }
-  // The mapping's pages queries recalled go back to the page cache every kReleaseEvery reads.
+}
+
+void RecallStore::count_read() const noexcept {
+  // The mapping's pages queries recalled go back to the page cache every kReleaseEvery calls.
   if (file_backed() && (reads_.fetch_add(1, std::memory_order_relaxed) + 1) % kReleaseEvery == 0) release_pages(0, n_pages());
 }
 

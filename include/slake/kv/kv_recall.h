@@ -77,10 +77,13 @@ class RecallStore {
   void keep_rows_in(std::shared_ptr<const std::string> dir);
   bool file_backed() const { return k_.get_allocator().file_backed(); }
   // A mapped store gives the pages queries read back to the page cache every this many reads
-  // (attend calls), and the pages it wrote every this many pages, in one call: each costs a
-  // page-table walk and a TLB flush on every core the process runs on, and a read faults in its
-  // neighbours as well (the kernel's fault-around).
+  // (attention calls: count_read), and the pages it wrote every this many pages, in one call: each
+  // costs a page-table walk and a TLB flush on every core the process runs on, and a read faults in
+  // its neighbours as well (the kernel's fault-around).
   static constexpr int kReleaseEvery = 16;
+  // One attention call (a decode step's rows, or all the blocks of a prompt chunk's call) has read
+  // the store through attend(): a mapped store gives its pages back every kReleaseEvery calls.
+  void count_read() const noexcept;
   bool active() const { return page_ > 0; }
   int n() const { return n_; }
   int page() const { return page_; }
@@ -151,8 +154,8 @@ class RecallStore {
   // Quest only: [pages][2 d]: per channel, the minimum then the maximum of the page's keys as
   // stored; side by side, so that a page's bound is one dot product, [min(q, 0), max(q, 0)] . [min, max].
   std::vector<float> summary_;
-  // A mapped store: attend() calls since its pages were last given back (the work items of one
-  // KV head's query blocks may read it at once), and the pages written and not given back yet.
+  // A mapped store: attention calls that read it since its pages were last given back
+  // (count_read), and the pages written and not given back yet.
   mutable std::atomic<int> reads_{0};
   int written_ = 0;
 };
