@@ -83,7 +83,8 @@ bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q,
 // its scores (RecallStore::page_scores over every page, row r of the range's token t0 + r / group)
 // or null where its store is too short to be worth it, in the calling thread's buffers until its
 // next call; null itself when no head's scores were computed (a cache that does not recall: no
-// work, no allocation).
+// work, no allocation). For a prompt chunk's rows the buffer holds every long head's scores at once
+// (32 x group rows by n_pages floats a head: 512 KiB for a 16K-token store and a group of 4).
 constexpr int kScorePages = 64;
 const float* const* recall_scores(const float* q, int t0, int n_tokens, const KvCache& cache, int layer,
                                   const AttentionShape& s, ThreadPool& pool) {
@@ -376,7 +377,6 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
 
 void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& cache, int layer, const AttentionShape& s,
                       const std::vector<DecodeRowScores>& scores, ThreadPool& pool) {
-  const StoreReads reads{cache, layer, s.n_kv_heads};
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim;
   const int blocks = (group + kLanes - 1) / kLanes;
   if (static_cast<int>(scores.size()) != s.n_kv_heads) fail("internal: decode scores for " + std::to_string(scores.size()) + " KV heads");
@@ -384,6 +384,7 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
     const DecodeRowScores& xs = scores[static_cast<size_t>(kvh)];
     if (xs.n != cache.head(layer, kvh).n || xs.group != group) fail("internal: decode scores are out of step with the cache");
   }
+  const StoreReads reads{cache, layer, s.n_kv_heads};
   // A long cache is split over its keys as attention_prefill splits it, so that 3 KV heads keep 2
   // threads busy and both paths sum in the same order.
   const float* const* page_scores = nullptr;

@@ -141,7 +141,7 @@ class RecallStore {
   int n_ = 0;
   // Gives pages [p0, p1) of a mapped store back to the page cache: their values, and their keys
   // when queries read only summaries (Quest). Called in batches (kReleaseEvery written pages, or
-  // kReleaseEvery reads), not after every read or write.
+  // kReleaseEvery attention calls that read the store: count_read), not after every read or write.
   void release_pages(int p0, int p1) const;
   // Quest: row n's key (as stored) into its page's summary.
   void summarise(size_t n);
