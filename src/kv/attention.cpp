@@ -30,6 +30,10 @@ int key_splits(const KvCache& cache, int layer, int n_kv_heads) {
 // Whether the head recalls from its store: the cache recalls and the store holds something.
 bool recalls(const KvCache& cache, const KvHead& kv) { return cache.recall().on() && kv.recall.n() > 0; }
 
+// Whether the head's Taylor state holds the evicted tokens and must then stand for the ones not
+// recalled (algorithm.md §9.3), so that the recalled rows' cover is summed as they are attended.
+bool covers_recalled(const KvHead& kv) { return kv.lin.n > 0.0f && kv.lin.centroids == 0; }
+
 // Counts one read of each KV head's store of `layer` when an attention call ends, however many
 // blocks of its rows recalled (RecallStore::count_read).
 struct StoreReads {
@@ -56,7 +60,7 @@ bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, 
     if (scores) kv.recall.select_scored(scores, n, cache.recall().pages, &pages);
     else kv.recall.select(q, n, cache.recall().pages, &pages);
   }
-  const bool covers = kv.lin.n > 0.0f && kv.lin.centroids == 0;
+  const bool covers = covers_recalled(kv);
   kv.recall.attend(q, qpos, n, window, softcap, chosen ? *chosen : pages, acc, m, l, covers ? cover : nullptr, cover_buf);
   return covers;
 }
@@ -163,6 +167,40 @@ std::vector<std::vector<int>> chunk_pages(const float* q, int n_tokens, const Kv
     }
   });
   return pages;
+}
+
+// The rows of the pages chunk_pages chose for a call, read back once as f32 rows in position order
+// (a KV head of their own, n = 0 for a head that recalls nothing), so that every block of the call
+// attends them with the tiled kernel, after the exact cache's rows and in the same online softmax.
+// Only where the head's Taylor state need not know what was recalled (covers_recalled false):
+// the state's cover is summed row by row in RecallStore::attend.
+std::vector<KvHead> recalled_rows(const KvCache& cache, int layer, const std::vector<std::vector<int>>& chosen, int d,
+                                  ThreadPool& pool) {
+  std::vector<KvHead> rows(chosen.size());
+  pool.parallel_for(static_cast<int64_t>(chosen.size()), 1, [&](int64_t b, int64_t e, int) {
+    std::vector<std::pair<int32_t, int>> order;  // (position, store row)
+    for (int64_t kvh = b; kvh < e; ++kvh) {
+      const KvHead& kv = cache.head(layer, static_cast<int>(kvh));
+      if (chosen[static_cast<size_t>(kvh)].empty() || covers_recalled(kv)) continue;
+      const RecallStore& st = kv.recall;
+      order.clear();
+      for (const int p : chosen[static_cast<size_t>(kvh)])
+        for (int j = p * st.page(); j < std::min(st.n(), (p + 1) * st.page()); ++j) order.emplace_back(st.pos(j), j);
+      std::sort(order.begin(), order.end());
+      KvHead& h = rows[static_cast<size_t>(kvh)];
+      h.k_row = h.v_row = static_cast<size_t>(d) * sizeof(float);
+      h.n = static_cast<int>(order.size());
+      h.k.resize(static_cast<size_t>(h.n) * h.k_row);
+      h.v.resize(static_cast<size_t>(h.n) * h.v_row);
+      h.pos.resize(static_cast<size_t>(h.n));
+      for (int i = 0; i < h.n; ++i) {
+        st.load(order[static_cast<size_t>(i)].second, reinterpret_cast<float*>(h.k.data() + i * h.k_row),
+                reinterpret_cast<float*>(h.v.data() + i * h.v_row));
+        h.pos[static_cast<size_t>(i)] = order[static_cast<size_t>(i)].first;
+      }
+    }
+  });
+  return rows;
 }
 
 // One block of rows per KV head (a decode token, or a few) over a long cache: each head's visible
@@ -319,6 +357,7 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
   // Rows of more than one block recall pages chosen for all of them (a prompt chunk after the first).
   const std::vector<std::vector<int>> chosen =
       blocks > 1 && cache.recall().on() ? chunk_pages(q, n_tokens, cache, layer, s, pool) : std::vector<std::vector<int>>{};
+  const std::vector<KvHead> recalled = chosen.empty() ? std::vector<KvHead>{} : recalled_rows(cache, layer, chosen, d, pool);
   pool.parallel_for(items * s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
     thread_local std::vector<RowBlock> block(kBlocks);
     thread_local std::vector<float> acc, cover_buf;
@@ -355,14 +394,21 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
           const int lo = std::max(c0, range[i].first), hi = std::min(c0 + kChunk, range[i].second);
           if (lo < hi) block[static_cast<size_t>(i)].attend(kv, s.sliding_window, lo, hi);
         }
+      const KvHead* gathered = recalled.empty() ? nullptr : &recalled[static_cast<size_t>(kvh)];
+      if (gathered && gathered->n > 0)
+        for (int i = 0; i < nb; ++i) {
+          const auto [lo, hi] = block[static_cast<size_t>(i)].key_range(*gathered, s.sliding_window);
+          if (lo < hi) block[static_cast<size_t>(i)].attend(*gathered, s.sliding_window, lo, hi);
+        }
       for (int i = 0; i < nb; ++i) {
         const int n = static_cast<int>(std::min<int64_t>(kLanes, rows - (b0 + i) * kLanes));
         block[static_cast<size_t>(i)].finish(acc.data(), m, l);
         bool covered = false;
         // One block (a decode step) chooses its own pages; the blocks of a prompt chunk after the
-        // first recall the pages chosen for this call's rows (chunk_pages).
+        // first recall the pages chosen for this call's rows (chunk_pages), attended above unless
+        // the Taylor state must know what they were.
         const std::vector<int>* pages = chosen.empty() ? nullptr : &chosen[static_cast<size_t>(kvh)];
-        if (blocks == 1 ? recalls(cache, kv) : pages && !pages->empty()) {
+        if (blocks == 1 ? recalls(cache, kv) : pages && !pages->empty() && covers_recalled(kv)) {
           for (int r = 0; r < n; ++r) pr[r] = qpos[((b0 + i) * kLanes + r) / group];
           covered = recall_merge(cache, kv, qr[i], pr, n, s.sliding_window, s.softcap, acc.data(), m, l, cover, cover_buf,
                                  head_scores(page_scores, kvh), blocks == 1 ? nullptr : pages);

@@ -205,12 +205,14 @@ TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
 // The rows of a prompt chunk after the first (more than one block of 16 rows in one call): each KV
 // head's pages are chosen once, by the rows of the call's last 32 tokens, as a float64 reader would
 // choose them, and every row of the call (tokens before those 32 included) attends to the exact
-// cache plus those pages, with the Taylor state of the rest, as float64 attention over those rows.
+// cache plus those pages, with the Taylor state of the rest, as float64 attention over those rows
+// (the pages' rows attended by the tiled kernel where no Taylor state covers, soft-capped or not).
 TEST(Recall, ChunkRowsAttendThePagesTheirLastTokensChose) {
   using S = RecallScore;
   constexpr int kTokens = 40, kChooser = 32;  // attention.cpp's kChunkRecallTokens
   for (const Case c : {Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false, S::Keys}, Case{9, 3, 64, 2600, 1100, 7, 16, KvType::F32, true, S::Quest},
-                       Case{6, 2, 64, 3000, 200, 10, 8, KvType::F32, true, S::Keys, 1.5f}}) {
+                       Case{6, 2, 64, 3000, 200, 10, 8, KvType::F32, true, S::Keys, 1.5f},
+                       Case{6, 2, 64, 3000, 200, 10, 8, KvType::Q8_0, false, S::Keys, 1.5f}}) {
     std::mt19937 rng(23 + c.n_keys);
     const KvCache cache = evicted_cache(c, rng);
     const int group = c.n_heads / c.n_kv;
