@@ -173,7 +173,8 @@ std::vector<std::vector<int>> chunk_pages(const float* q, int n_tokens, const Kv
 // (a KV head of their own, n = 0 for a head that recalls nothing), so that every block of the call
 // attends them with the tiled kernel, after the exact cache's rows and in the same online softmax.
 // Only where the head's Taylor state need not know what was recalled (covers_recalled false):
-// the state's cover is summed row by row in RecallStore::attend.
+// the state's cover is summed row by row in RecallStore::attend. Heap for the call: P * page rows
+// of 2 d floats a KV head (0.75 MiB for SmolLM2's 3 heads and 32 pages), not counted as KV bytes.
 std::vector<KvHead> recalled_rows(const KvCache& cache, int layer, const std::vector<std::vector<int>>& chosen, int d,
                                   ThreadPool& pool) {
   std::vector<KvHead> rows(chosen.size());

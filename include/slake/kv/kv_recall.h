@@ -82,7 +82,8 @@ class RecallStore {
   // its neighbours as well (the kernel's fault-around).
   static constexpr int kReleaseEvery = 16;
   // One attention call (a decode step's rows, or all the blocks of a prompt chunk's call) has read
-  // the store through attend(): a mapped store gives its pages back every kReleaseEvery calls.
+  // the store (through attend(), or load() of the pages a chunk's call chose): a mapped store gives
+  // its pages back every kReleaseEvery calls.
   void count_read() const noexcept;
   bool active() const { return page_ > 0; }
   int n() const { return n_; }
@@ -121,7 +122,8 @@ class RecallStore {
   void attend(const float* const* q, const int32_t* qpos, int rows, int window, float softcap, const std::vector<int>& pages,
               float* acc, float* m, float* l, RecallCover* cover = nullptr, float* cover_buf = nullptr) const;
 
-  // Token j's stored key and value read back as floats, and its position (tests, references).
+  // Token j's stored key and value read back as floats, and its position (a prompt chunk's
+  // recalled rows, gathered once per call: attention.cpp; tests, references).
   void load(int j, float* k, float* v) const;
   int32_t pos(int j) const { return pos_[static_cast<size_t>(j)]; }
   const float* page_min(int p) const { return summary_.data() + static_cast<size_t>(p) * 2 * d_; }
