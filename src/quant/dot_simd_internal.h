@@ -1,6 +1,7 @@
 // The SIMD kernels of the weight types that quant_dot_simd.cpp hands to other files: the
 // 32-element block types with a min or a fifth bit or a value table (dot_simd_block32.cpp), and
-// the K-quants (dot_simd_kquants.cpp). Built only with AVX2.
+// the K-quants (dot_simd_kquants.cpp), and the X16 layout's AVX2 kernel (dot_simd_x16_avx2.cpp).
+// Built only with AVX2, but for x16_avx2_type and group_x16_avx2, which exist in every build.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -20,5 +21,10 @@ void tile_block32(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const
 // dot_tile for a K-quant type: rm <= kTileRows rows x rn <= kTileTokens Q8_K activation rows.
 void tile_kquant(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, int rn,
                  float* out, int64_t os, bool prompt = false);
+
+// The X16 layout on AVX2 builds without AVX-512 VNNI (dot_simd_x16_avx2.cpp): whether t has a
+// kernel there, and dot_group_x16 (quant_dot.h) for such a type, any number n of tokens.
+bool x16_avx2_type(DType t);
+void group_x16_avx2(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t as, int64_t n, float* out, int64_t os);
 
 }  // namespace slake::simd

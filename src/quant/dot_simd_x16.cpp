@@ -13,6 +13,7 @@
 
 #include <string>
 
+#include "dot_simd_internal.h"
 #include "simd_util.h"
 #include "slake/error.h"
 #include "slake/quant/quant_dot.h"
@@ -454,6 +455,7 @@ void dot_tile_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act, 
     default: return tile_x16<4>(t, nb, group, act, act_stride, out, out_stride);
   }
 #else
+  if (simd::x16_avx2_type(t)) return simd::group_x16_avx2(t, K, group, act, act_stride, rn, out, out_stride);
   portable::dot_tile_x16(t, K, group, act, act_stride, rn, out, out_stride);
 #endif
 }
@@ -463,17 +465,26 @@ void dot_group_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act,
 #ifdef SLAKE_X16_KERNEL
   group_x16(t, K / 256, group, act, act_stride, n, out, out_stride);
 #else
+  if (simd::x16_avx2_type(t)) return simd::group_x16_avx2(t, K, group, act, act_stride, n, out, out_stride);
   for (int64_t j = 0; j < n; j += kTileTokens)
     dot_tile_x16(t, K, group, act + static_cast<size_t>(j) * act_stride, act_stride,
                  static_cast<int>(std::min<int64_t>(kTileTokens, n - j)), out + j * out_stride, out_stride);
 #endif
 }
 
-bool x16_kernel_available() {
+bool x16_kernel_available(DType t) {
 #ifdef SLAKE_X16_KERNEL
-  return true;
+  return x16_type(t);
 #else
-  return false;
+  return simd::x16_avx2_type(t);
+#endif
+}
+
+bool x16_unpack_for_prompts(DType t) {
+#ifdef SLAKE_X16_KERNEL
+  return t == DType::Q3_K || t == DType::Q5_K || t == DType::Q6_K;
+#else
+  return simd::x16_avx2_type(t);
 #endif
 }
 

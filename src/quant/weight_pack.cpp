@@ -150,7 +150,7 @@ void transfer_x16(DType t, GroupBlock<kPack> gb, int i, FileBlock<kPack> file) {
 }  // namespace
 
 bool repack_x16_applies(const TensorView& w) {
-  return x16_kernel_available() && repack_enabled() && x16_shape_fits(w);
+  return x16_kernel_available(w.type) && repack_enabled() && x16_shape_fits(w);
 }
 
 TensorView pack_x16(const TensorView& w, uint8_t* dst) {

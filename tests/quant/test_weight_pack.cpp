@@ -160,8 +160,8 @@ TEST(RepackX16, RefusesShapesOutsideTheLayout) {
   EXPECT_FALSE(repack_x16_applies(W));
   EXPECT_THROW(pack_x16(W, bytes.data()), Error);
   W.ne = {256, 16};
-  EXPECT_EQ(repack_x16_applies(W), x16_kernel_available());  // only where its kernel is built
-  EXPECT_EQ(repack_applies(W), x16_kernel_available());
+  EXPECT_EQ(repack_x16_applies(W), x16_kernel_available(DType::Q4_K));  // only where its kernel is built
+  EXPECT_EQ(repack_applies(W), x16_kernel_available(DType::Q4_K));
   for (DType t : {DType::Q4_0, DType::Q8_0, DType::IQ4_NL, DType::F16}) {  // not 256-element K-quants
     W.type = t;
     EXPECT_FALSE(repack_x16_applies(W)) << dtype_name(t);
@@ -172,7 +172,6 @@ TEST(RepackX16, RefusesShapesOutsideTheLayout) {
 // The group kernel (SIMD where built, and the portable gather) against float64, every token count.
 // Random bytes give every scale, min and quant its extremes (Q6_K's scales -128..127).
 TEST(RepackX16, GroupKernelMatchesFloat64) {
-  if (!x16_kernel_available()) std::cout << "no X16 kernel in this build: dot_tile_x16 is the portable gather\n";
   for (DType t : kX16Types)
     for (int64_t K : {256, 2048}) {
       std::mt19937 rng(static_cast<unsigned>(K) * 11 + static_cast<unsigned>(t));
@@ -185,15 +184,17 @@ TEST(RepackX16, GroupKernelMatchesFloat64) {
             portable::dot_tile_x16(t, K, g, a.bytes.data(), a.row_bytes, rn, out, kGroupRowsX16);
           });
     }
+  for (DType t : kX16Types)
+    if (!x16_kernel_available(t)) std::cout << dtype_name(t) << ": no X16 kernel in this build, dot_tile_x16 is the portable gather\n";
 }
 
 // The int32 sums at their largest: every quant, scale and min at its extreme magnitude (Q6_K's
 // scales -128, Q3_K's and IQ4_XS's -32, IQ4_XS's values 113, shifted 241), against activations of
 // all 127, all -127 and alternating signs. The kernel must give the float64 sums (no wrap).
 TEST(RepackX16, LargestSumsDoNotWrap) {
-  if (!x16_kernel_available()) GTEST_SKIP() << "no X16 kernel in this build (AVX-512 VNNI)";
   const int64_t K = 512;
   for (DType t : kX16Types) {
+    if (!x16_kernel_available(t)) continue;  // the portable gather: plain int sums
     const size_t bb = static_cast<size_t>(dtype_info(t).block_bytes);
     std::vector<uint8_t> w(row_bytes(t, K) * kGroupRowsX16, 0xFF);
     for (size_t b = 0; b < w.size(); b += bb) {

@@ -132,15 +132,18 @@ void dot_tile_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act, 
 
 // dot_tile_x16 for any number n of tokens (prompts): each block of the group is unpacked once
 // for all of them. The arithmetic is the tile kernel's, so the results equal its bit for bit.
-// It pays where unpacking costs most: x16_unpack_for_prompts (Q3_K, Q5_K, Q6_K; pp512 on the
-// TinyLlama shape 1.13-1.24x faster than the tiles of 4 tokens, Q4_K and IQ4_XS 10% slower).
 void dot_group_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int64_t n, float* out,
                    int64_t out_stride);
 
-constexpr bool x16_unpack_for_prompts(DType t) { return t == DType::Q3_K || t == DType::Q5_K || t == DType::Q6_K; }
+// Whether prompts go through dot_group_x16 rather than tiles of 4 tokens. With AVX-512 VNNI it
+// pays where unpacking costs most: Q3_K, Q5_K, Q6_K (pp512 on the TinyLlama shape 1.13-1.24x
+// faster than the tiles, Q4_K and IQ4_XS 10% slower). The AVX2 kernels unpack a block once per
+// call whatever its tokens, so there every type with a kernel does.
+bool x16_unpack_for_prompts(DType t);
 
-// Whether dot_tile_x16 has a kernel of its own here (AVX-512 VNNI).
-bool x16_kernel_available();
+// Whether dot_tile_x16 has a kernel of its own here for t: every X16 type with AVX-512 VNNI, Q4_K
+// and Q6_K with AVX2 (dot_simd_x16_avx2.cpp).
+bool x16_kernel_available(DType t);
 
 namespace portable {
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,

@@ -1,0 +1,318 @@
+// The X16 layout's kernels on AVX2 without AVX-512 (quant_dot.h gives the layout), for Q4_K and
+// Q6_K. Each 256-bit half of a group's 64-byte vector is 8 rows, one per 32-bit lane, so maddubs
+// meets 4 quants of 8 rows with 4 activation bytes broadcast, and nothing is summed across lanes.
+// For several tokens a block is unpacked once into plain quants (two halves of 64 vectors, 4 KiB
+// on the stack) for all of them; for one token (decode) each word is unpacked in registers and
+// meets the token at once. The pair sums add up in int16 while they cannot wrap (Q4_K: a
+// sub-block's 8 words, at most 8 x 2 x 15 x 127 = 30480; Q6_K: 2 words, 2 x 2 x 63 x 127 = 32004)
+// and one madd with the rows' scales takes them to int32. The mins and offsets meet the
+// activations' group sums through madd, two groups per instruction. Each token's block sum is
+// exact in int32 and scaled once per block in fp32, in block order, so a token's result does not
+// depend on the other tokens of the call: decode and batches round alike.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "dot_simd_internal.h"
+#include "simd_util.h"
+#include "slake/error.h"
+#include "slake/quant/quant_dot.h"
+
+#if defined(SLAKE_SIMD_DOT) && !(defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__))
+#define SLAKE_X16_AVX2 1
+#endif
+
+namespace slake::simd {
+
+#ifdef SLAKE_X16_AVX2
+namespace {
+
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+// 8 int32 lanes from 8 bytes; 8 fp32 lanes from 8 fp16.
+inline __m256i u8_lanes(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 f16_lanes(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+// v in both int16 halves of each lane (0 <= v < 2^15): madd then scales a lane's two pair sums by it.
+inline __m256i int16_pair(__m256i v) { return _mm256_or_si256(v, _mm256_slli_epi32(v, 16)); }
+
+constexpr size_t kQ4KGroupBlock = 16 * 144;
+
+// Block g of a Q4_K group, both halves: u[h][8c + k] low nibbles of qs word 8c + k (sub-block 2c,
+// elements 64c + 4k..), u[h][32 + 8c + k] the high nibbles (sub-block 2c + 1, elements 64c + 32 + 4k..).
+struct UnpackedQ4K {
+  __m256i u[2][64];
+  __m256i sc[2][8];  // each row's sub-block scale, as an int16 pair
+  __m256i mn[2][8];  // each row's sub-block min, as an int16 pair
+  __m256 d[2], dm[2];
+};
+
+// Sub-block r's scale and min of half h's 8 rows, each as an int16 pair.
+inline void q4_k_scale_min(const uint8_t* g, int h, int r, __m256i& sc, __m256i& mn) {
+  const __m256i b = u8_lanes(g + 64 + 16 * r + 8 * h), n = u8_lanes(g + 192 + 16 * (r / 2) + 8 * h);
+  const __m256i low = r % 2 ? _mm256_srli_epi32(n, 4) : _mm256_and_si256(n, _mm256_set1_epi32(15));
+  sc = int16_pair(_mm256_and_si256(b, _mm256_set1_epi32(63)));
+  mn = int16_pair(_mm256_or_si256(low, _mm256_slli_epi32(_mm256_srli_epi32(b, 6), 4)));
+}
+
+void unpack_q4_k(const uint8_t* g, UnpackedQ4K& U) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int h = 0; h < 2; ++h) {
+    for (int w = 0; w < 32; ++w) {
+      const __m256i v = load256(g + 256 + 64 * w + 32 * h);
+      const int c = w / 8, k = w % 8;
+      U.u[h][8 * c + k] = _mm256_and_si256(v, m4);
+      U.u[h][32 + 8 * c + k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    for (int r = 0; r < 8; ++r) q4_k_scale_min(g, h, r, U.sc[h][r], U.mn[h][r]);
+    U.d[h] = f16_lanes(g + 16 * h);
+    U.dm[h] = f16_lanes(g + 32 + 16 * h);
+  }
+}
+
+// Block b's contribution for one token (activation block a), added to out[0..15]:
+// d ad sum_r sc(r) sum_e q a - dmin ad sum_r m(r) (bsum(2r) + bsum(2r+1)). Both halves meet each
+// broadcast: two vectors of quants and one of activations per two maddubs, within what the core
+// loads per cycle.
+inline void token_q4_k(const UnpackedQ4K& U, const ActBlockQ8_K& a, float* out) {
+  __m256i isum[2], msum[2];
+  for (int h = 0; h < 2; ++h) isum[h] = msum[h] = _mm256_setzero_si256();
+  for (int r = 0; r < 8; ++r) {
+    const __m256i bs = bcast32(a.bsums + 2 * r);
+    for (int h = 0; h < 2; ++h) msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(U.mn[h][r], bs));
+  }
+  for (int s = 0; s < 8; ++s) {  // sub-block s: c = s / 2, low nibbles when s is even
+    __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    const int8_t* qs = a.qs + 32 * s;
+    const int base = s % 2 ? 32 + 8 * (s / 2) : 8 * (s / 2);
+    for (int k = 0; k < 8; ++k) {
+      const __m256i av = bcast32(qs + 4 * k);
+      for (int h = 0; h < 2; ++h) p[h] = _mm256_add_epi16(p[h], _mm256_maddubs_epi16(U.u[h][base + k], av));
+    }
+    for (int h = 0; h < 2; ++h) isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(p[h], U.sc[h][s]));
+  }
+  const __m256 ad = _mm256_set1_ps(a.d);
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc = _mm256_loadu_ps(out + 8 * h);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(U.d[h], ad), _mm256_cvtepi32_ps(isum[h]), acc);
+    acc = _mm256_fnmadd_ps(_mm256_mul_ps(U.dm[h], ad), _mm256_cvtepi32_ps(msum[h]), acc);
+    _mm256_storeu_ps(out + 8 * h, acc);
+  }
+}
+
+// Every cache line of the block two ahead: a group is one stream the prefetchers alone leave
+// waiting on memory (as the AVX-512 kernel).
+template <size_t kBlock>
+inline void prefetch_ahead(const uint8_t* g) {
+  for (size_t off = 0; off < kBlock; off += 64) _mm_prefetch(reinterpret_cast<const char*>(g + 2 * kBlock + off), _MM_HINT_T0);
+}
+
+// One token (decode): each quant word is unpacked in registers and meets the token at once, low
+// nibbles and high, so nothing goes through memory. The same integer sums and fp32 steps as
+// token_q4_k, so the result equals group_q4_k's bit for bit.
+void token1_q4_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + static_cast<size_t>(b) * kQ4KGroupBlock;
+    prefetch_ahead<kQ4KGroupBlock>(g);
+    const ActBlockQ8_K& a = reinterpret_cast<const ActBlockQ8_K*>(act)[b];
+    __m256i isum[2], msum[2];
+    for (int h = 0; h < 2; ++h) isum[h] = msum[h] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high)
+      __m256i plo[2], phi[2];
+      for (int h = 0; h < 2; ++h) plo[h] = phi[h] = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) {
+        const __m256i alo = bcast32(a.qs + 64 * c + 4 * k), ahi = bcast32(a.qs + 64 * c + 32 + 4 * k);
+        for (int h = 0; h < 2; ++h) {
+          const __m256i v = load256(g + 256 + 64 * (8 * c + k) + 32 * h);
+          plo[h] = _mm256_add_epi16(plo[h], _mm256_maddubs_epi16(_mm256_and_si256(v, m4), alo));
+          phi[h] = _mm256_add_epi16(phi[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), ahi));
+        }
+      }
+      for (int h = 0; h < 2; ++h)
+        for (int q = 0; q < 2; ++q) {
+          __m256i sc, mn;
+          q4_k_scale_min(g, h, 2 * c + q, sc, mn);
+          isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(q ? phi[h] : plo[h], sc));
+          msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(mn, bcast32(a.bsums + 2 * (2 * c + q))));
+        }
+    }
+    const __m256 ad = _mm256_set1_ps(a.d);
+    for (int h = 0; h < 2; ++h) {
+      acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(f16_lanes(g + 16 * h), ad), _mm256_cvtepi32_ps(isum[h]), acc[h]);
+      acc[h] = _mm256_fnmadd_ps(_mm256_mul_ps(f16_lanes(g + 32 + 16 * h), ad), _mm256_cvtepi32_ps(msum[h]), acc[h]);
+    }
+  }
+  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
+}
+
+void group_q4_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, int64_t n, float* out, int64_t os) {
+  if (n == 1) return token1_q4_k(nb, group, act, out);
+  for (int64_t j = 0; j < n; ++j) std::fill(out + j * os, out + j * os + kGroupRowsX16, 0.0f);
+  alignas(32) UnpackedQ4K U;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + static_cast<size_t>(b) * kQ4KGroupBlock;
+    prefetch_ahead<kQ4KGroupBlock>(g);
+    unpack_q4_k(g, U);
+    for (int64_t j = 0; j < n; ++j)
+      token_q4_k(U, reinterpret_cast<const ActBlockQ8_K*>(act + static_cast<size_t>(j) * as)[b], out + j * os);
+  }
+}
+
+// --- Q6_K: u = q + 32 in 0..63, d sum_s sc(s) (sum_e u a - 32 bsum(s)) over groups s of 16 ------
+// A maddubs pair sum is at most 2 x 63 x 127 = 16002, so two words add up in int16 before the
+// madd with their group's scale (signed int16 pairs).
+
+constexpr size_t kQ6KGroupBlock = 16 * 210;
+
+// low in the low int16 half of each lane, high in the high half (both signed, |v| < 2^15).
+inline __m256i int16_pair(__m256i low, __m256i high) {
+  return _mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(high, 16));
+}
+inline __m256i q6_scale(const uint8_t* g, int h, int s) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * s + 8 * h)));
+}
+// The high 2 bits for quant m < 4 of a qh byte, at bits 4-5.
+inline __m256i q6_high_bits(__m256i hb, int m) {
+  const __m256i m30 = _mm256_set1_epi8(0x30);
+  switch (m) {
+    case 0: return _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30);
+    case 1: return _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30);
+    case 2: return _mm256_and_si256(hb, m30);
+    default: return _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30);
+  }
+}
+// Half h of ql word k < 16 of block half hh: lo = elements 128hh + 4k.. (group 8hh + k/4), hi =
+// elements 128hh + 64 + 4k.. (group 8hh + 4 + k/4); their high bits in qh word 8hh + k % 8.
+inline void q6_word(const uint8_t* g, int h, int hh, int k, __m256i& lo, __m256i& hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i v = load256(g + 288 + 64 * (16 * hh + k) + 32 * h), hb = load256(g + 2336 + 64 * (8 * hh + k % 8) + 32 * h);
+  lo = _mm256_or_si256(_mm256_and_si256(v, m4), q6_high_bits(hb, k / 8));
+  hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), q6_high_bits(hb, 2 + k / 8));
+}
+// The 32 sc(2p), 32 sc(2p + 1) pair that meets bsums 2p, 2p + 1.
+inline __m256i q6_offset_pair(const uint8_t* g, int h, int p) {
+  return int16_pair(_mm256_slli_epi32(q6_scale(g, h, 2 * p), 5), _mm256_slli_epi32(q6_scale(g, h, 2 * p + 1), 5));
+}
+
+// Block b of a Q6_K group, both halves, in element order: u[h][e / 4] holds elements e..e+3.
+struct UnpackedQ6K {
+  __m256i u[2][64];
+  __m256i sc[2][16];  // each group's scale, as a signed int16 pair
+  __m256i mo[2][8];   // q6_offset_pair
+  __m256 d[2];
+};
+
+void unpack_q6_k(const uint8_t* g, UnpackedQ6K& U) {
+  for (int h = 0; h < 2; ++h) {
+    for (int hh = 0; hh < 2; ++hh)
+      for (int k = 0; k < 16; ++k) q6_word(g, h, hh, k, U.u[h][32 * hh + k], U.u[h][32 * hh + 16 + k]);
+    for (int s = 0; s < 16; ++s) {
+      const __m256i v = q6_scale(g, h, s);
+      U.sc[h][s] = int16_pair(v, v);
+    }
+    for (int p = 0; p < 8; ++p) U.mo[h][p] = q6_offset_pair(g, h, p);
+    U.d[h] = f16_lanes(g + 16 * h);
+  }
+}
+
+// The block's sums for one token and both halves, added to acc: d ad (isum - msum).
+inline void add_q6_k(const __m256 (&d)[2], const __m256i (&isum)[2], const __m256i (&msum)[2], float ad, __m256* acc) {
+  for (int h = 0; h < 2; ++h)
+    acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(d[h], _mm256_set1_ps(ad)), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[h], msum[h])), acc[h]);
+}
+
+inline void token_q6_k(const UnpackedQ6K& U, const ActBlockQ8_K& a, float* out) {
+  __m256i isum[2], msum[2];
+  for (int h = 0; h < 2; ++h) isum[h] = msum[h] = _mm256_setzero_si256();
+  for (int p = 0; p < 8; ++p) {
+    const __m256i bs = bcast32(a.bsums + 2 * p);
+    for (int h = 0; h < 2; ++h) msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(U.mo[h][p], bs));
+  }
+  for (int v = 0; v < 64; v += 2) {  // two words of group v / 4
+    const __m256i a0 = bcast32(a.qs + 4 * v), a1 = bcast32(a.qs + 4 * v + 4);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(U.u[h][v], a0), _mm256_maddubs_epi16(U.u[h][v + 1], a1));
+      isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(p, U.sc[h][v / 4]));
+    }
+  }
+  __m256 acc[2] = {_mm256_loadu_ps(out), _mm256_loadu_ps(out + 8)};
+  add_q6_k(U.d, isum, msum, a.d, acc);
+  _mm256_storeu_ps(out, acc[0]);
+  _mm256_storeu_ps(out + 8, acc[1]);
+}
+
+// One token: the words unpacked in registers, as token1_q4_k; the same sums as token_q6_k.
+void token1_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + static_cast<size_t>(b) * kQ6KGroupBlock;
+    prefetch_ahead<kQ6KGroupBlock>(g);
+    const ActBlockQ8_K& a = reinterpret_cast<const ActBlockQ8_K*>(act)[b];
+    __m256i isum[2], msum[2];
+    for (int h = 0; h < 2; ++h) isum[h] = msum[h] = _mm256_setzero_si256();
+    for (int p = 0; p < 8; ++p) {
+      const __m256i bs = bcast32(a.bsums + 2 * p);
+      for (int h = 0; h < 2; ++h) msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(q6_offset_pair(g, h, p), bs));
+    }
+    for (int hh = 0; hh < 2; ++hh)
+      for (int k = 0; k < 16; k += 2) {  // words k, k + 1: groups 8hh + k/4 (lo) and 8hh + 4 + k/4 (hi)
+        const int8_t* qs = a.qs + 128 * hh + 4 * k;
+        const __m256i alo0 = bcast32(qs), alo1 = bcast32(qs + 4), ahi0 = bcast32(qs + 64), ahi1 = bcast32(qs + 68);
+        for (int h = 0; h < 2; ++h) {
+          __m256i lo0, hi0, lo1, hi1;
+          q6_word(g, h, hh, k, lo0, hi0);
+          q6_word(g, h, hh, k + 1, lo1, hi1);
+          const __m256i plo = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, alo0), _mm256_maddubs_epi16(lo1, alo1));
+          const __m256i phi = _mm256_add_epi16(_mm256_maddubs_epi16(hi0, ahi0), _mm256_maddubs_epi16(hi1, ahi1));
+          const __m256i slo = q6_scale(g, h, 8 * hh + k / 4), shi = q6_scale(g, h, 8 * hh + 4 + k / 4);
+          isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(plo, int16_pair(slo, slo)));
+          isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(phi, int16_pair(shi, shi)));
+        }
+      }
+    const __m256 d[2] = {f16_lanes(g), f16_lanes(g + 16)};
+    add_q6_k(d, isum, msum, a.d, acc);
+  }
+  _mm256_storeu_ps(out, acc[0]);
+  _mm256_storeu_ps(out + 8, acc[1]);
+}
+
+void group_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, int64_t n, float* out, int64_t os) {
+  if (n == 1) return token1_q6_k(nb, group, act, out);
+  for (int64_t j = 0; j < n; ++j) std::fill(out + j * os, out + j * os + kGroupRowsX16, 0.0f);
+  alignas(32) UnpackedQ6K U;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + static_cast<size_t>(b) * kQ6KGroupBlock;
+    prefetch_ahead<kQ6KGroupBlock>(g);
+    unpack_q6_k(g, U);
+    for (int64_t j = 0; j < n; ++j)
+      token_q6_k(U, reinterpret_cast<const ActBlockQ8_K*>(act + static_cast<size_t>(j) * as)[b], out + j * os);
+  }
+}
+
+}  // namespace
+#endif
+
+bool x16_avx2_type(DType t) {
+#ifdef SLAKE_X16_AVX2
+  return t == DType::Q4_K || t == DType::Q6_K;
+#else
+  (void)t;
+  return false;
+#endif
+}
+
+void group_x16_avx2(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t as, int64_t n, float* out, int64_t os) {
+#ifdef SLAKE_X16_AVX2
+  if (t == DType::Q4_K) return group_q4_k(K / 256, group, act, as, n, out, os);
+  if (t == DType::Q6_K) return group_q6_k(K / 256, group, act, as, n, out, os);
+#endif
+  (void)K, (void)group, (void)act, (void)as, (void)n, (void)out, (void)os;
+  fail(std::string("no AVX2 X16 kernel for ") + dtype_name(t));
+}
+
+}  // namespace slake::simd
