@@ -1,14 +1,14 @@
-// The X16 layout's kernels on AVX2 without AVX-512 (quant_dot.h gives the layout), for Q4_K and
-// Q6_K. Each 256-bit half of a group's 64-byte vector is 8 rows, one per 32-bit lane, so maddubs
-// meets 4 quants of 8 rows with 4 activation bytes broadcast, and nothing is summed across lanes.
-// For several tokens a block is unpacked once into plain quants (two halves of 64 vectors, 4 KiB
-// on the stack) for all of them; for one token (decode) each word is unpacked in registers and
-// meets the token at once. The pair sums add up in int16 while they cannot wrap (Q4_K: a
-// sub-block's 8 words, at most 8 x 2 x 15 x 127 = 30480; Q6_K: 2 words, 2 x 2 x 63 x 127 = 32004)
-// and one madd with the rows' scales takes them to int32. The mins and offsets meet the
-// activations' group sums through madd, two groups per instruction. Each token's block sum is
-// exact in int32 and scaled once per block in fp32, in block order, so a token's result does not
-// depend on the other tokens of the call: decode and batches round alike.
+// The X16 layout's kernels on AVX2 without AVX-512 VNNI (quant_dot.h gives the layout), for Q4_K
+// and Q6_K. Each 256-bit half of a group's 64-byte vector is 8 rows, one per 32-bit lane, so
+// maddubs meets 4 quants of 8 rows with 4 activation bytes broadcast, and nothing is summed across
+// lanes. For several tokens a block is unpacked once into plain quants (two halves of 64 vectors
+// and their scales, about 5 KiB on the stack) for all of them; for one token (decode) each word is
+// unpacked in registers and meets the token at once. The pair sums add up in int16 while they
+// cannot wrap (Q4_K: a sub-block's 8 words, at most 8 x 2 x 15 x 127 = 30480; Q6_K: 2 words,
+// 2 x 2 x 63 x 127 = 32004) and one madd with the rows' scales takes them to int32. The mins and
+// offsets meet the activations' group sums through madd, two groups per instruction. Each token's
+// block sum is exact in int32 and scaled once per block in fp32, in block order, so a token's
+// result does not depend on the other tokens of the call: decode and batches round alike.
 #include <algorithm>
 #include <cstring>
 #include <string>

@@ -104,10 +104,10 @@ void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act
 // Whether dot_tile_x8 has a kernel of its own here (AVX2 without VNNI).
 bool x8_kernel_available();
 
-// The K-quants and IQ4_XS, repacked for AVX-512 VNNI, come in groups of kGroupRowsX16 rows,
-// transposed so that each 32-bit lane of a 512-bit register is one row: a block's dot product
-// with a token is then 64 dpbusd over all 16 rows, with no unpacking per row and no horizontal
-// sum. Per 256-element block b, the group holds its 16 rows' blocks in as many bytes (group g
+// The K-quants and IQ4_XS, repacked for AVX-512 VNNI (and Q4_K, Q6_K for AVX2), come in groups of
+// kGroupRowsX16 rows, transposed so that each 32-bit lane of a 512-bit register (or of two 256-bit
+// ones) is one row: a block's dot product with a token is then 64 dpbusd over all 16 rows, with no
+// unpacking per row and no horizontal sum. Per 256-element block b, the group holds its 16 rows' blocks in as many bytes (group g
 // starts where row 16g would): the quants as they are in the file, word by word (4-byte word w
 // of row i's qs, qh, ql or hmask at region + 64w + 4i), and the scalars transposed (fp16 d of
 // row i at 2i; a per-group byte of row i at region + 16g + i):
