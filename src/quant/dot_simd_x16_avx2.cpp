@@ -112,7 +112,7 @@ inline void prefetch_ahead(const uint8_t* g) {
 
 // One token (decode): each quant word is unpacked in registers and meets the token at once, low
 // nibbles and high, so nothing goes through memory. The same integer sums and fp32 steps as
-// token_q4_k, so the result equals group_q4_k's bit for bit.
+// token_q4_k, so the result equals the several-token path's bit for bit.
 void token1_q4_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -148,19 +148,6 @@ void token1_q4_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* ou
     }
   }
   for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
-}
-
-void group_q4_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, int64_t n, float* out, int64_t os) {
-  if (n == 1) return token1_q4_k(nb, group, act, out);
-  for (int64_t j = 0; j < n; ++j) std::fill(out + j * os, out + j * os + kGroupRowsX16, 0.0f);
-  alignas(32) UnpackedQ4K U;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* g = group + static_cast<size_t>(b) * kQ4KGroupBlock;
-    prefetch_ahead<kQ4KGroupBlock>(g);
-    unpack_q4_k(g, U);
-    for (int64_t j = 0; j < n; ++j)
-      token_q4_k(U, reinterpret_cast<const ActBlockQ8_K*>(act + static_cast<size_t>(j) * as)[b], out + j * os);
-  }
 }
 
 // --- Q6_K: u = q + 32 in 0..63, d sum_s sc(s) (sum_e u a - 32 bsum(s)) over groups s of 16 ------
@@ -281,16 +268,19 @@ void token1_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* ou
   _mm256_storeu_ps(out + 8, acc[1]);
 }
 
-void group_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, int64_t n, float* out, int64_t os) {
-  if (n == 1) return token1_q6_k(nb, group, act, out);
+// A group's blocks against n tokens: one token through token1 (unpacked in registers), several
+// through each block unpacked once for all of them (Unpacked, unpack, token).
+template <size_t kBlock, class Unpacked, void (*unpack)(const uint8_t*, Unpacked&),
+          void (*token)(const Unpacked&, const ActBlockQ8_K&, float*), void (*token1)(int64_t, const uint8_t*, const uint8_t*, float*)>
+void group_blocks(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, int64_t n, float* out, int64_t os) {
+  if (n == 1) return token1(nb, group, act, out);
   for (int64_t j = 0; j < n; ++j) std::fill(out + j * os, out + j * os + kGroupRowsX16, 0.0f);
-  alignas(32) UnpackedQ6K U;
+  alignas(32) Unpacked U;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* g = group + static_cast<size_t>(b) * kQ6KGroupBlock;
-    prefetch_ahead<kQ6KGroupBlock>(g);
-    unpack_q6_k(g, U);
-    for (int64_t j = 0; j < n; ++j)
-      token_q6_k(U, reinterpret_cast<const ActBlockQ8_K*>(act + static_cast<size_t>(j) * as)[b], out + j * os);
+    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
+    prefetch_ahead<kBlock>(g);
+    unpack(g, U);
+    for (int64_t j = 0; j < n; ++j) token(U, reinterpret_cast<const ActBlockQ8_K*>(act + static_cast<size_t>(j) * as)[b], out + j * os);
   }
 }
 
@@ -308,8 +298,10 @@ bool x16_avx2_type(DType t) {
 
 void group_x16_avx2(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t as, int64_t n, float* out, int64_t os) {
 #ifdef SLAKE_X16_AVX2
-  if (t == DType::Q4_K) return group_q4_k(K / 256, group, act, as, n, out, os);
-  if (t == DType::Q6_K) return group_q6_k(K / 256, group, act, as, n, out, os);
+  if (t == DType::Q4_K)
+    return group_blocks<kQ4KGroupBlock, UnpackedQ4K, unpack_q4_k, token_q4_k, token1_q4_k>(K / 256, group, act, as, n, out, os);
+  if (t == DType::Q6_K)
+    return group_blocks<kQ6KGroupBlock, UnpackedQ6K, unpack_q6_k, token_q6_k, token1_q6_k>(K / 256, group, act, as, n, out, os);
 #endif
   (void)K, (void)group, (void)act, (void)as, (void)n, (void)out, (void)os;
   fail(std::string("no AVX2 X16 kernel for ") + dtype_name(t));
