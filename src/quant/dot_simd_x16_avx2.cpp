@@ -36,8 +36,22 @@ inline __m256i bcast32(const void* p) {
 // 8 int32 lanes from 8 bytes; 8 fp32 lanes from 8 fp16.
 inline __m256i u8_lanes(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
 inline __m256 f16_lanes(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-// v in both int16 halves of each lane (0 <= v < 2^15): madd then scales a lane's two pair sums by it.
-inline __m256i int16_pair(__m256i v) { return _mm256_or_si256(v, _mm256_slli_epi32(v, 16)); }
+// low in the low int16 half of each lane, high in the high half (both signed, |v| < 2^15); with
+// low = high = v, madd scales a lane's two pair sums by v.
+inline __m256i int16_pair(__m256i low, __m256i high) {
+  return _mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(high, 16));
+}
+
+// A block's sums for one token added to half h's accumulator: d ad isum - dm ad msum, the two
+// apart in fp32, or (kJoint, dm = d) d ad (isum - msum). The one-token and several-token paths
+// both end here, so they round alike.
+template <bool kJoint>
+inline __m256 add_block(__m256 acc, __m256 d, __m256 dm, __m256i isum, __m256i msum, float act_d) {
+  const __m256 ad = _mm256_set1_ps(act_d);
+  if (kJoint) return _mm256_fmadd_ps(_mm256_mul_ps(d, ad), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, msum)), acc);
+  acc = _mm256_fmadd_ps(_mm256_mul_ps(d, ad), _mm256_cvtepi32_ps(isum), acc);
+  return _mm256_fnmadd_ps(_mm256_mul_ps(dm, ad), _mm256_cvtepi32_ps(msum), acc);
+}
 
 constexpr size_t kQ4KGroupBlock = 16 * 144;
 
@@ -54,8 +68,9 @@ struct UnpackedQ4K {
 inline void q4_k_scale_min(const uint8_t* g, int h, int r, __m256i& sc, __m256i& mn) {
   const __m256i b = u8_lanes(g + 64 + 16 * r + 8 * h), n = u8_lanes(g + 192 + 16 * (r / 2) + 8 * h);
   const __m256i low = r % 2 ? _mm256_srli_epi32(n, 4) : _mm256_and_si256(n, _mm256_set1_epi32(15));
-  sc = int16_pair(_mm256_and_si256(b, _mm256_set1_epi32(63)));
-  mn = int16_pair(_mm256_or_si256(low, _mm256_slli_epi32(_mm256_srli_epi32(b, 6), 4)));
+  const __m256i s = _mm256_and_si256(b, _mm256_set1_epi32(63)), m = _mm256_or_si256(low, _mm256_slli_epi32(_mm256_srli_epi32(b, 6), 4));
+  sc = int16_pair(s, s);
+  mn = int16_pair(m, m);
 }
 
 void unpack_q4_k(const uint8_t* g, UnpackedQ4K& U) {
@@ -94,13 +109,8 @@ inline void token_q4_k(const UnpackedQ4K& U, const ActBlockQ8_K& a, float* out) 
     }
     for (int h = 0; h < 2; ++h) isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(p[h], U.sc[h][s]));
   }
-  const __m256 ad = _mm256_set1_ps(a.d);
-  for (int h = 0; h < 2; ++h) {
-    __m256 acc = _mm256_loadu_ps(out + 8 * h);
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(U.d[h], ad), _mm256_cvtepi32_ps(isum[h]), acc);
-    acc = _mm256_fnmadd_ps(_mm256_mul_ps(U.dm[h], ad), _mm256_cvtepi32_ps(msum[h]), acc);
-    _mm256_storeu_ps(out + 8 * h, acc);
-  }
+  for (int h = 0; h < 2; ++h)
+    _mm256_storeu_ps(out + 8 * h, add_block<false>(_mm256_loadu_ps(out + 8 * h), U.d[h], U.dm[h], isum[h], msum[h], a.d));
 }
 
 // Every cache line of the block two ahead: a group is one stream the prefetchers alone leave
@@ -141,11 +151,7 @@ void token1_q4_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* ou
           msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(mn, bcast32(a.bsums + 2 * (2 * c + q))));
         }
     }
-    const __m256 ad = _mm256_set1_ps(a.d);
-    for (int h = 0; h < 2; ++h) {
-      acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(f16_lanes(g + 16 * h), ad), _mm256_cvtepi32_ps(isum[h]), acc[h]);
-      acc[h] = _mm256_fnmadd_ps(_mm256_mul_ps(f16_lanes(g + 32 + 16 * h), ad), _mm256_cvtepi32_ps(msum[h]), acc[h]);
-    }
+    for (int h = 0; h < 2; ++h) acc[h] = add_block<false>(acc[h], f16_lanes(g + 16 * h), f16_lanes(g + 32 + 16 * h), isum[h], msum[h], a.d);
   }
   for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
 }
@@ -156,10 +162,6 @@ void token1_q4_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* ou
 
 constexpr size_t kQ6KGroupBlock = 16 * 210;
 
-// low in the low int16 half of each lane, high in the high half (both signed, |v| < 2^15).
-inline __m256i int16_pair(__m256i low, __m256i high) {
-  return _mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(high, 16));
-}
 inline __m256i q6_scale(const uint8_t* g, int h, int s) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * s + 8 * h)));
 }
@@ -207,12 +209,6 @@ void unpack_q6_k(const uint8_t* g, UnpackedQ6K& U) {
   }
 }
 
-// The block's sums for one token and both halves, added to acc: d ad (isum - msum).
-inline void add_q6_k(const __m256 (&d)[2], const __m256i (&isum)[2], const __m256i (&msum)[2], float ad, __m256* acc) {
-  for (int h = 0; h < 2; ++h)
-    acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(d[h], _mm256_set1_ps(ad)), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[h], msum[h])), acc[h]);
-}
-
 inline void token_q6_k(const UnpackedQ6K& U, const ActBlockQ8_K& a, float* out) {
   __m256i isum[2], msum[2];
   for (int h = 0; h < 2; ++h) isum[h] = msum[h] = _mm256_setzero_si256();
@@ -227,10 +223,8 @@ inline void token_q6_k(const UnpackedQ6K& U, const ActBlockQ8_K& a, float* out) 
       isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(p, U.sc[h][v / 4]));
     }
   }
-  __m256 acc[2] = {_mm256_loadu_ps(out), _mm256_loadu_ps(out + 8)};
-  add_q6_k(U.d, isum, msum, a.d, acc);
-  _mm256_storeu_ps(out, acc[0]);
-  _mm256_storeu_ps(out + 8, acc[1]);
+  for (int h = 0; h < 2; ++h)
+    _mm256_storeu_ps(out + 8 * h, add_block<true>(_mm256_loadu_ps(out + 8 * h), U.d[h], U.d[h], isum[h], msum[h], a.d));
 }
 
 // One token: the words unpacked in registers, as token1_q4_k; the same sums as token_q6_k.
@@ -261,11 +255,12 @@ void token1_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* ou
           isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(phi, int16_pair(shi, shi)));
         }
       }
-    const __m256 d[2] = {f16_lanes(g), f16_lanes(g + 16)};
-    add_q6_k(d, isum, msum, a.d, acc);
+    for (int h = 0; h < 2; ++h) {
+      const __m256 d = f16_lanes(g + 16 * h);
+      acc[h] = add_block<true>(acc[h], d, d, isum[h], msum[h], a.d);
+    }
   }
-  _mm256_storeu_ps(out, acc[0]);
-  _mm256_storeu_ps(out + 8, acc[1]);
+  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
 }
 
 // A group's blocks against n tokens: one token through token1 (unpacked in registers), several
