@@ -56,11 +56,14 @@ std::vector<uint8_t> random_weights(DType t) {
       std::memcpy(&w[i], &v, 4);
     }
   } else {
-    const size_t off = t == DType::Q6_K ? 208 : 0;
-    for (size_t b = 0; b < w.size(); b += static_cast<size_t>(info.block_bytes)) {
-      std::memcpy(&w[b + off], &scale, 2);
-      if (t == DType::Q4_K) std::memcpy(&w[b + 2], &scale, 2);
-    }
+    // The block's fp16 scales (d, and dmin where it has one), finite.
+    std::vector<size_t> offs{0};
+    if (t == DType::Q2_K) offs = {80, 82};
+    if (t == DType::Q3_K) offs = {108};
+    if (t == DType::Q4_K || t == DType::Q5_K) offs = {0, 2};
+    if (t == DType::Q6_K) offs = {208};
+    for (size_t b = 0; b < w.size(); b += static_cast<size_t>(info.block_bytes))
+      for (size_t off : offs) std::memcpy(&w[b + off], &scale, 2);
   }
   return w;
 }
@@ -106,7 +109,8 @@ void BM_matmul(benchmark::State& state) {
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                  DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
     for (int64_t tokens : {1, 64})
       for (int threads : {1, 2}) b->Args({static_cast<int64_t>(t), tokens, threads});
 }
