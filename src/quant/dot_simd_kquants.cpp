@@ -1,11 +1,12 @@
-// AVX2 register tiles of the K-quants Q2_K, Q3_K, Q4_K, Q5_K and Q6_K against Q8_K activations:
-// one weight row x up to 4 tokens per pass. Each 256-element block is unpacked once, into 8 runs
-// of 32 unsigned quants with the int16 scales of their two halves of 16, and every token of the
-// tile meets it with 8 maddubs + madd pairs. The mins and offsets (Q2_K/Q4_K/Q5_K's mins, Q3_K's
-// -4 and Q6_K's -32) are weights on the activations' group sums (bsums), one madd per token. Each
-// token keeps a float vector accumulator, summed across lanes once per row, so a token's result
-// does not depend on which other tokens share the call. IQ4_XS keeps its row kernel: its values
-// are signed, and meet each token through the sign trick.
+// AVX2 register tiles of the K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS against Q8_K
+// activations: one weight row x up to 4 tokens per pass. Each 256-element block is unpacked once,
+// into 8 runs of 32 unsigned quants with the int16 scales of their two halves of 16, and every
+// token of the tile meets it with 8 maddubs + madd pairs. The mins and offsets (Q2_K/Q4_K/Q5_K's
+// mins, Q3_K's -4 and Q6_K's -32) are weights on the activations' group sums (bsums), one madd
+// per token. IQ4_XS's table values are signed and have no offset that keeps a maddubs pair sum
+// inside int16, so its runs hold |v| and each token's activations take v's signs (one sign per
+// run). Each token keeps a float vector accumulator, summed across lanes once per row, so a
+// token's result does not depend on which other tokens share the call.
 #include <cstring>
 
 #include "dot_simd_internal.h"
@@ -22,20 +23,14 @@ inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<con
 
 // One 256-element block, ready for every token: its dot product with activation block a is
 //   a.d * (d * sum_r sum_e q[r][e] a[32 r + e] scale(r, e) - dmin * sum_g mins[g] a.bsums[g]).
-// Quants stay below 64, so a maddubs pair sum is at most 2 * 63 * 127 < 32767.
+// Quants stay below 64 (IQ4_XS: |v| <= 127), so a maddubs pair sum is at most 2 * 127 * 128 < 32767.
 struct UnpackedBlock {
-  __m256i q[8];      // unsigned quants of each run of 32 elements
+  __m256i q[8];      // unsigned quants of each run of 32 elements (IQ4_XS: |v|)
+  __m256i v[8];      // IQ4_XS only: the signed values, whose signs the activations take
   __m256i scale[8];  // run_scale of each run
   __m256i mins;      // int16 weight of each group of 16's activation sum
   float d, dmin;
 };
-
-// 16 int16 lanes from 16 ints.
-inline __m256i lanes16(const int (&v)[16]) {
-  alignas(32) int16_t s[16];
-  for (int g = 0; g < 16; ++g) s[g] = static_cast<int16_t>(v[g]);
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(s));
-}
 
 // u.scale from the int16 scales of the 16 groups of 16: group 2r for run r's first half, 2r + 1
 // for its second.
@@ -70,9 +65,15 @@ inline void run_scales(__m256i groups, UnpackedBlock& u) {
 // sums by 4 * scale. Scales are 6-bit, offset 32 (signed).
 [[gnu::always_inline]] inline void unpack_q3_k(const uint8_t* w, UnpackedBlock& u) {
   const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-  int scale[16];
-  for (int g = 0; g < 16; ++g) scale[g] = quant::q3k_scale(w, g);
-  const __m256i groups = lanes16(scale);
+  // The 12 bytes of 6-bit scales rearranged into 16 (q3k_scale): the low nibbles of bytes 0..7
+  // are groups 0..7 and their high nibbles groups 8..15; byte 8 + k holds the high 2 bits of
+  // groups k, 4 + k, 8 + k, 12 + k.
+  uint32_t s[3], m[4];
+  std::memcpy(s, w + quant::kQ3K_SCALES, 12);
+  for (int i = 0; i < 4; ++i)
+    m[i] = ((s[i % 2] >> (4 * (i / 2))) & 0x0F0F0F0F) | (((s[2] >> (2 * i)) & 0x03030303) << 4);
+  const __m256i groups = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m))),
+                                          _mm256_set1_epi16(32));
   const __m256i hm = load32(w + quant::kQ3K_HMASK);
   for (int h = 0; h < 2; ++h) {
     const __m256i q = load32(w + quant::kQ3K_QS + 32 * h);
@@ -144,10 +145,38 @@ template <bool kFifthBit>
   u.d = u.dmin = f16(w + quant::kQ6K_D);
 }
 
+// IQ4_XS: per 32 elements, 16 bytes of nibbles (low then high) looked up in the IQ4 table; each
+// run's 6-bit scale - 32. No mins.
+[[gnu::always_inline]] inline void unpack_iq4_xs(const uint8_t* w, UnpackedBlock& u) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIQ4Values)));
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int r = 0; r < 8; ++r) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + quant::kIQ4XS_QS + 16 * r));
+    u.v[r] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4));
+    u.q[r] = _mm256_sign_epi8(u.v[r], u.v[r]);
+  }
+  // Run r's scale: the nibble r of scales_l | bits 2r, 2r + 1 of scales_h << 4, less 32.
+  uint32_t low4;
+  uint16_t high;
+  std::memcpy(&low4, w + quant::kIQ4XS_SCALES_L, 4);
+  std::memcpy(&high, w + quant::kIQ4XS_SCALES_H, 2);
+  const __m128i b = _mm_cvtsi32_si128(static_cast<int>(low4));
+  const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(b, _mm_set1_epi8(0x0F)), _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F)));
+  const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(high), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                      _mm256_set1_epi32(3));
+  alignas(32) int32_t sc[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(sc),
+                     _mm256_sub_epi32(_mm256_or_si256(_mm256_cvtepu8_epi32(nib), _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32)));
+  for (int r = 0; r < 8; ++r) u.scale[r] = _mm256_set1_epi16(static_cast<int16_t>(sc[r]));
+  u.d = f16(w + quant::kIQ4XS_D);
+  u.dmin = 0.0f;
+}
+
 using Unpack = void (*)(const uint8_t*, UnpackedBlock&);
 
 // One row of K / 256 blocks of block_bytes each against RN tokens: out[j * os] for token j.
-template <Unpack unpack, int RN>
+// kSigned: the runs are IQ4_XS's |v| and u.v, and there are no mins.
+template <Unpack unpack, int RN, bool kSigned = false>
 void row_tokens(size_t block_bytes, int64_t K, const uint8_t* w, const uint8_t* act, size_t as,
                 float* out, int64_t os) {
   __m256 acc[RN];
@@ -158,10 +187,13 @@ void row_tokens(size_t block_bytes, int64_t K, const uint8_t* w, const uint8_t* 
     for (int j = 0; j < RN; ++j) {
       const auto& a = reinterpret_cast<const ActBlockQ8_K*>(act + j * as)[b];
       __m256i isum = _mm256_setzero_si256();
-      for (int r = 0; r < 8; ++r)
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(u.q[r], load32(a.qs + 32 * r)), u.scale[r]));
-      const __m256i msum = _mm256_madd_epi16(load32(a.bsums), u.mins);
+      for (int r = 0; r < 8; ++r) {
+        const __m256i av = kSigned ? _mm256_sign_epi8(load32(a.qs + 32 * r), u.v[r]) : load32(a.qs + 32 * r);
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(u.q[r], av), u.scale[r]));
+      }
       acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(a.d * u.d), _mm256_cvtepi32_ps(isum), acc[j]);
+      if (kSigned) continue;
+      const __m256i msum = _mm256_madd_epi16(load32(a.bsums), u.mins);
       acc[j] = _mm256_fnmadd_ps(_mm256_set1_ps(a.d * u.dmin), _mm256_cvtepi32_ps(msum), acc[j]);
     }
   }
@@ -209,27 +241,6 @@ void row_tokens512(size_t block_bytes, int64_t K, const uint8_t* w, const uint8_
 #define SLAKE_KQUANT_ROW512 0
 #endif
 
-// IQ4_XS: per 32 elements, 16 bytes of nibbles looked up in the IQ4 table (signed values, so
-// |v| meets sign(a, v)), weighted by the sub-block's 6-bit scale - 32.
-float dot_iq4_xs(int64_t K, const uint8_t* w, const ActBlockQ8_K* a) {
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIQ4Values)));
-  const __m256i m4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
-  float sum = 0.0f;
-  for (int64_t b = 0; b < K / quant::kQK; ++b, w += 136) {
-    __m256i isum = _mm256_setzero_si256();
-    for (int j = 0; j < 8; ++j) {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + quant::kIQ4XS_QS + 16 * j));
-      const __m256i idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
-      const __m256i v = _mm256_shuffle_epi8(table, idx);
-      const __m256i av = load32(a[b].qs + 32 * j);
-      const __m256i d = dot_u8_s8(zero, _mm256_sign_epi8(v, v), _mm256_sign_epi8(av, v));
-      isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(d, _mm256_set1_epi32(quant::iq4xs_scale(w, j))));
-    }
-    sum += a[b].d * f16(w + quant::kIQ4XS_D) * static_cast<float>(hsum_i32(isum));
-  }
-  return sum;
-}
-
 template <int RN>
 void tile_rows(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, float* out,
                int64_t os, bool prompt) {
@@ -257,11 +268,7 @@ void tile_rows(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const ui
     case DType::Q4_K: return rows(row_tokens<unpack_q4_q5_k<false>, RN>);
     case DType::Q5_K: return rows(row_tokens<unpack_q4_q5_k<true>, RN>);
     case DType::Q6_K: return rows(row_tokens<unpack_q6_k, RN>);
-    default:  // IQ4_XS
-      for (int i = 0; i < rm; ++i)
-        for (int j = 0; j < RN; ++j)
-          out[j * os + i] = dot_iq4_xs(K, w + i * ws, reinterpret_cast<const ActBlockQ8_K*>(a + j * as));
-      return;
+    default: return rows(row_tokens<unpack_iq4_xs, RN, /*kSigned=*/true>);  // IQ4_XS
   }
 }
 
