@@ -1,11 +1,11 @@
-// The X16 layout's kernels on AVX2 without AVX-512 VNNI (quant_dot.h gives the layout), for Q4_K
-// and Q6_K. Each 256-bit half of a group's 64-byte vector is 8 rows, one per 32-bit lane, so
+// The X16 layout's kernels on AVX2 without AVX-512 VNNI (quant_dot.h gives the layout), for Q4_K,
+// Q5_K and Q6_K. Each 256-bit half of a group's 64-byte vector is 8 rows, one per 32-bit lane, so
 // maddubs meets 4 quants of 8 rows with 4 activation bytes broadcast, and nothing is summed across
 // lanes. For several tokens a block is unpacked once into plain quants (two halves of 64 vectors
 // and their scales, about 5 KiB on the stack) for all of them; for one token (decode) each word is
 // unpacked in registers and meets the token at once. The pair sums add up in int16 while they
-// cannot wrap (Q4_K: a sub-block's 8 words, at most 8 x 2 x 15 x 127 = 30480; Q6_K: 2 words,
-// 2 x 2 x 63 x 127 = 32004) and one madd with the rows' scales takes them to int32. The mins and
+// cannot wrap (Q4_K: a sub-block's 8 words, at most 8 x 2 x 15 x 128 = 30720; Q5_K: 4 words,
+// 4 x 2 x 31 x 128 = 31744; Q6_K: 2 words, 2 x 2 x 63 x 128 = 32256) and one madd with the rows' scales takes them to int32. The mins and
 // offsets meet the activations' group sums through madd, two groups per instruction. Each token's
 // block sum is exact in int32 and scaled once per block in fp32, in block order, so a token's
 // result does not depend on the other tokens of the call: decode and batches round alike.
@@ -53,46 +53,73 @@ inline __m256 add_block(__m256 acc, __m256 d, __m256 dm, __m256i isum, __m256i m
   return _mm256_fnmadd_ps(_mm256_mul_ps(dm, ad), _mm256_cvtepi32_ps(msum), acc);
 }
 
-constexpr size_t kQ4KGroupBlock = 16 * 144;
+// --- Q4_K and Q5_K (kFifth): d sum_r sc(r) sum_e q a - dmin sum_r m(r) (bsum(2r) + bsum(2r+1)) ---
+// over sub-blocks r of 32. Q5_K's group is Q4_K's with the 8 words of qh at 2304.
 
-// Block g of a Q4_K group, both halves: u[h][8c + k] low nibbles of qs word 8c + k (sub-block 2c,
-// elements 64c + 4k..), u[h][32 + 8c + k] the high nibbles (sub-block 2c + 1, elements 64c + 32 + 4k..).
-struct UnpackedQ4K {
+template <bool kFifth>
+constexpr size_t kQ45KGroupBlock = 16 * (kFifth ? 176 : 144);
+// The words whose pair sums add up in int16 before the madd with their sub-block's scale.
+template <bool kFifth>
+constexpr int kInt16Words = kFifth ? 4 : 8;
+
+// Sub-block r's scale and min of half h's 8 rows, each as an int16 pair.
+inline __m256i q4_k_scale(const uint8_t* g, int h, int r) {
+  const __m256i s = _mm256_and_si256(u8_lanes(g + 64 + 16 * r + 8 * h), _mm256_set1_epi32(63));
+  return int16_pair(s, s);
+}
+inline __m256i q4_k_min(const uint8_t* g, int h, int r) {
+  const __m256i b = u8_lanes(g + 64 + 16 * r + 8 * h), n = u8_lanes(g + 192 + 16 * (r / 2) + 8 * h);
+  const __m256i low = r % 2 ? _mm256_srli_epi32(n, 4) : _mm256_and_si256(n, _mm256_set1_epi32(15));
+  const __m256i m = _mm256_or_si256(low, _mm256_slli_epi32(_mm256_srli_epi32(b, 6), 4));
+  return int16_pair(m, m);
+}
+// Bit s of each byte of qh moved to bit 4 (16-bit shifts: for s <= 7 no bit crosses a byte).
+inline __m256i fifth_bit(__m256i qh, int s) {
+  const __m256i v = s <= 4 ? _mm256_slli_epi16(qh, 4 - s) : _mm256_srli_epi16(qh, s - 4);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+// Half h of qs word 8c + k: lo = the low nibbles (sub-block 2c, elements 64c + 4k..), hi = the
+// high (sub-block 2c + 1, elements 64c + 32 + 4k..); Q5_K's fifth bits are bits 2c and 2c + 1 of
+// the bytes of qh word k.
+template <bool kFifth>
+inline void q45_word(const uint8_t* g, int h, int c, int k, __m256i& lo, __m256i& hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i v = load256(g + 256 + 64 * (8 * c + k) + 32 * h);
+  lo = _mm256_and_si256(v, m4);
+  hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  if (kFifth) {
+    const __m256i qh = load256(g + 2304 + 64 * k + 32 * h);
+    lo = _mm256_or_si256(lo, fifth_bit(qh, 2 * c));
+    hi = _mm256_or_si256(hi, fifth_bit(qh, 2 * c + 1));
+  }
+}
+
+// Block g of a Q4_K or Q5_K group, both halves: u[h][8c + k] and u[h][32 + 8c + k] the lo and hi
+// of q45_word c, k.
+struct UnpackedQ45K {
   __m256i u[2][64];
   __m256i sc[2][8];  // each row's sub-block scale, as an int16 pair
   __m256i mn[2][8];  // each row's sub-block min, as an int16 pair
   __m256 d[2], dm[2];
 };
 
-// Sub-block r's scale and min of half h's 8 rows, each as an int16 pair.
-inline void q4_k_scale_min(const uint8_t* g, int h, int r, __m256i& sc, __m256i& mn) {
-  const __m256i b = u8_lanes(g + 64 + 16 * r + 8 * h), n = u8_lanes(g + 192 + 16 * (r / 2) + 8 * h);
-  const __m256i low = r % 2 ? _mm256_srli_epi32(n, 4) : _mm256_and_si256(n, _mm256_set1_epi32(15));
-  const __m256i s = _mm256_and_si256(b, _mm256_set1_epi32(63)), m = _mm256_or_si256(low, _mm256_slli_epi32(_mm256_srli_epi32(b, 6), 4));
-  sc = int16_pair(s, s);
-  mn = int16_pair(m, m);
-}
-
-void unpack_q4_k(const uint8_t* g, UnpackedQ4K& U) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
+template <bool kFifth>
+void unpack_q45_k(const uint8_t* g, UnpackedQ45K& U) {
   for (int h = 0; h < 2; ++h) {
-    for (int w = 0; w < 32; ++w) {
-      const __m256i v = load256(g + 256 + 64 * w + 32 * h);
-      const int c = w / 8, k = w % 8;
-      U.u[h][8 * c + k] = _mm256_and_si256(v, m4);
-      U.u[h][32 + 8 * c + k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    }
-    for (int r = 0; r < 8; ++r) q4_k_scale_min(g, h, r, U.sc[h][r], U.mn[h][r]);
+    for (int c = 0; c < 4; ++c)
+      for (int k = 0; k < 8; ++k) q45_word<kFifth>(g, h, c, k, U.u[h][8 * c + k], U.u[h][32 + 8 * c + k]);
+    for (int r = 0; r < 8; ++r) U.sc[h][r] = q4_k_scale(g, h, r), U.mn[h][r] = q4_k_min(g, h, r);
     U.d[h] = f16_lanes(g + 16 * h);
     U.dm[h] = f16_lanes(g + 32 + 16 * h);
   }
 }
 
-// Block b's contribution for one token (activation block a), added to out[0..15]:
-// d ad sum_r sc(r) sum_e q a - dmin ad sum_r m(r) (bsum(2r) + bsum(2r+1)). Both halves meet each
-// broadcast: two vectors of quants and one of activations per two maddubs, within what the core
-// loads per cycle.
-inline void token_q4_k(const UnpackedQ4K& U, const ActBlockQ8_K& a, float* out) {
+// Block b's contribution for one token (activation block a), added to out[0..15]. Both halves
+// meet each broadcast: two vectors of quants and one of activations per two maddubs, within what
+// the core loads per cycle.
+template <bool kFifth>
+inline void token_q45_k(const UnpackedQ45K& U, const ActBlockQ8_K& a, float* out) {
+  constexpr int kW = kInt16Words<kFifth>;
   __m256i isum[2], msum[2];
   for (int h = 0; h < 2; ++h) isum[h] = msum[h] = _mm256_setzero_si256();
   for (int r = 0; r < 8; ++r) {
@@ -100,14 +127,16 @@ inline void token_q4_k(const UnpackedQ4K& U, const ActBlockQ8_K& a, float* out) 
     for (int h = 0; h < 2; ++h) msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(U.mn[h][r], bs));
   }
   for (int s = 0; s < 8; ++s) {  // sub-block s: c = s / 2, low nibbles when s is even
-    __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     const int8_t* qs = a.qs + 32 * s;
     const int base = s % 2 ? 32 + 8 * (s / 2) : 8 * (s / 2);
-    for (int k = 0; k < 8; ++k) {
-      const __m256i av = bcast32(qs + 4 * k);
-      for (int h = 0; h < 2; ++h) p[h] = _mm256_add_epi16(p[h], _mm256_maddubs_epi16(U.u[h][base + k], av));
+    for (int k0 = 0; k0 < 8; k0 += kW) {
+      __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      for (int k = k0; k < k0 + kW; ++k) {
+        const __m256i av = bcast32(qs + 4 * k);
+        for (int h = 0; h < 2; ++h) p[h] = _mm256_add_epi16(p[h], _mm256_maddubs_epi16(U.u[h][base + k], av));
+      }
+      for (int h = 0; h < 2; ++h) isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(p[h], U.sc[h][s]));
     }
-    for (int h = 0; h < 2; ++h) isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(p[h], U.sc[h][s]));
   }
   for (int h = 0; h < 2; ++h)
     _mm256_storeu_ps(out + 8 * h, add_block<false>(_mm256_loadu_ps(out + 8 * h), U.d[h], U.dm[h], isum[h], msum[h], a.d));
@@ -122,34 +151,39 @@ inline void prefetch_ahead(const uint8_t* g) {
 
 // One token (decode): each quant word is unpacked in registers and meets the token at once, low
 // nibbles and high, so nothing goes through memory. The same integer sums and fp32 steps as
-// token_q4_k, so the result equals the several-token path's bit for bit.
-void token1_q4_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
+// token_q45_k, so the result equals the several-token path's bit for bit.
+template <bool kFifth>
+void token1_q45_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
+  constexpr size_t kBlock = kQ45KGroupBlock<kFifth>;
+  constexpr int kW = kInt16Words<kFifth>;
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* g = group + static_cast<size_t>(b) * kQ4KGroupBlock;
-    prefetch_ahead<kQ4KGroupBlock>(g);
+    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
+    prefetch_ahead<kBlock>(g);
     const ActBlockQ8_K& a = reinterpret_cast<const ActBlockQ8_K*>(act)[b];
     __m256i isum[2], msum[2];
     for (int h = 0; h < 2; ++h) isum[h] = msum[h] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high)
-      __m256i plo[2], phi[2];
-      for (int h = 0; h < 2; ++h) plo[h] = phi[h] = _mm256_setzero_si256();
-      for (int k = 0; k < 8; ++k) {
-        const __m256i alo = bcast32(a.qs + 64 * c + 4 * k), ahi = bcast32(a.qs + 64 * c + 32 + 4 * k);
+      for (int k0 = 0; k0 < 8; k0 += kW) {
+        __m256i plo[2], phi[2];
+        for (int h = 0; h < 2; ++h) plo[h] = phi[h] = _mm256_setzero_si256();
+        for (int k = k0; k < k0 + kW; ++k) {
+          const __m256i alo = bcast32(a.qs + 64 * c + 4 * k), ahi = bcast32(a.qs + 64 * c + 32 + 4 * k);
+          for (int h = 0; h < 2; ++h) {
+            __m256i lo, hi;
+            q45_word<kFifth>(g, h, c, k, lo, hi);
+            plo[h] = _mm256_add_epi16(plo[h], _mm256_maddubs_epi16(lo, alo));
+            phi[h] = _mm256_add_epi16(phi[h], _mm256_maddubs_epi16(hi, ahi));
+          }
+        }
         for (int h = 0; h < 2; ++h) {
-          const __m256i v = load256(g + 256 + 64 * (8 * c + k) + 32 * h);
-          plo[h] = _mm256_add_epi16(plo[h], _mm256_maddubs_epi16(_mm256_and_si256(v, m4), alo));
-          phi[h] = _mm256_add_epi16(phi[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), ahi));
+          isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(plo[h], q4_k_scale(g, h, 2 * c)));
+          isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(phi[h], q4_k_scale(g, h, 2 * c + 1)));
         }
       }
       for (int h = 0; h < 2; ++h)
-        for (int q = 0; q < 2; ++q) {
-          __m256i sc, mn;
-          q4_k_scale_min(g, h, 2 * c + q, sc, mn);
-          isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(q ? phi[h] : plo[h], sc));
-          msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(mn, bcast32(a.bsums + 2 * (2 * c + q))));
-        }
+        for (int q = 0; q < 2; ++q)
+          msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(q4_k_min(g, h, 2 * c + q), bcast32(a.bsums + 2 * (2 * c + q))));
     }
     for (int h = 0; h < 2; ++h) acc[h] = add_block<false>(acc[h], f16_lanes(g + 16 * h), f16_lanes(g + 32 + 16 * h), isum[h], msum[h], a.d);
   }
@@ -284,7 +318,7 @@ void group_blocks(int64_t nb, const uint8_t* group, const uint8_t* act, size_t a
 
 bool x16_avx2_type(DType t) {
 #ifdef SLAKE_X16_AVX2
-  return t == DType::Q4_K || t == DType::Q6_K;
+  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 #else
   (void)t;
   return false;
@@ -294,7 +328,11 @@ bool x16_avx2_type(DType t) {
 void group_x16_avx2(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t as, int64_t n, float* out, int64_t os) {
 #ifdef SLAKE_X16_AVX2
   if (t == DType::Q4_K)
-    return group_blocks<kQ4KGroupBlock, UnpackedQ4K, unpack_q4_k, token_q4_k, token1_q4_k>(K / 256, group, act, as, n, out, os);
+    return group_blocks<kQ45KGroupBlock<false>, UnpackedQ45K, unpack_q45_k<false>, token_q45_k<false>, token1_q45_k<false>>(
+        K / 256, group, act, as, n, out, os);
+  if (t == DType::Q5_K)
+    return group_blocks<kQ45KGroupBlock<true>, UnpackedQ45K, unpack_q45_k<true>, token_q45_k<true>, token1_q45_k<true>>(
+        K / 256, group, act, as, n, out, os);
   if (t == DType::Q6_K)
     return group_blocks<kQ6KGroupBlock, UnpackedQ6K, unpack_q6_k, token_q6_k, token1_q6_k>(K / 256, group, act, as, n, out, os);
 #endif
