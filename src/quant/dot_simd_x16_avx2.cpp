@@ -1,14 +1,15 @@
-// The X16 layout's kernels on AVX2 without AVX-512 VNNI (quant_dot.h gives the layout), for Q4_K,
-// Q5_K and Q6_K. Each 256-bit half of a group's 64-byte vector is 8 rows, one per 32-bit lane, so
-// maddubs meets 4 quants of 8 rows with 4 activation bytes broadcast, and nothing is summed across
-// lanes. For several tokens a block is unpacked once into plain quants (two halves of 64 vectors
-// and their scales, about 5 KiB on the stack) for all of them; for one token (decode) each word is
-// unpacked in registers and meets the token at once. The pair sums add up in int16 while they
-// cannot wrap (Q4_K: a sub-block's 8 words, at most 8 x 2 x 15 x 128 = 30720; Q5_K: 4 words,
-// 4 x 2 x 31 x 128 = 31744; Q6_K: 2 words, 2 x 2 x 63 x 128 = 32256) and one madd with the rows' scales takes them to int32. The mins and
-// offsets meet the activations' group sums through madd, two groups per instruction. Each token's
-// block sum is exact in int32 and scaled once per block in fp32, in block order, so a token's
-// result does not depend on the other tokens of the call: decode and batches round alike.
+// The X16 layout's kernels on AVX2 without AVX-512 VNNI (quant_dot.h gives the layout), for Q2_K,
+// Q3_K, Q4_K, Q5_K and Q6_K. Each 256-bit half of a group's 64-byte vector is 8 rows, one per
+// 32-bit lane, so maddubs meets 4 quants of 8 rows with 4 activation bytes broadcast, and nothing
+// is summed across lanes. For several tokens a block is unpacked once into plain quants (two
+// halves of 64 vectors and their scales, about 5 KiB on the stack) for all of them; for one token
+// (decode) each word is unpacked in registers and meets the token at once. The pair sums add up in
+// int16 while they cannot wrap, and one madd with the rows' scales takes them to int32: a Q4_K
+// sub-block's 8 words (at most 8 x 2 x 15 x 128 = 30720), Q5_K's 4 (4 x 2 x 31 x 128 = 31744), a
+// Q2_K or Q3_K group's 4 (4 x 2 x 7 x 128 = 7168), Q6_K's 2 at a time (2 x 2 x 63 x 128 = 32256).
+// The mins and offsets meet the activations' group sums through madd, two groups per instruction.
+// Each token's block sum is exact in int32 and scaled once per block in fp32, in block order, so
+// a token's result does not depend on the other tokens of the call: decode and batches round alike.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -73,10 +74,11 @@ inline __m256i q4_k_min(const uint8_t* g, int h, int r) {
   const __m256i m = _mm256_or_si256(low, _mm256_slli_epi32(_mm256_srli_epi32(b, 6), 4));
   return int16_pair(m, m);
 }
-// Bit s of each byte of qh moved to bit 4 (16-bit shifts: for s <= 7 no bit crosses a byte).
+// Bit s of each byte of qh as 16, through a compare rather than a shift (the shifts are the
+// one-token kernels' busiest port).
 inline __m256i fifth_bit(__m256i qh, int s) {
-  const __m256i v = s <= 4 ? _mm256_slli_epi16(qh, 4 - s) : _mm256_srli_epi16(qh, s - 4);
-  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+  const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << s));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), _mm256_set1_epi8(0x10));
 }
 // Half h of qs word 8c + k: lo = the low nibbles (sub-block 2c, elements 64c + 4k..), hi = the
 // high (sub-block 2c + 1, elements 64c + 32 + 4k..); Q5_K's fifth bits are bits 2c and 2c + 1 of
@@ -190,21 +192,140 @@ void token1_q45_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* o
   for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
 }
 
-// --- Q6_K: u = q + 32 in 0..63, d sum_s sc(s) (sum_e u a - 32 bsum(s)) over groups s of 16 ------
-// A maddubs pair sum is at most 2 x 63 x 127 = 16002, so two words add up in int16 before the
-// madd with their group's scale (signed int16 pairs).
+// --- Q2_K, Q3_K and Q6_K: a scale per group s of 16 elements ---------------------------------
+//   Q2_K: d sum_s sc(s) sum_e q a - dmin sum_s m(s) bsum(s), q in 0..3;
+//   Q3_K: d sum_s sc(s) (sum_e u a - 4 bsum(s)), u = q + 4 in 0..7, sc(s) signed;
+//   Q6_K: d sum_s sc(s) (sum_e u a - 32 bsum(s)), u = q + 32 in 0..63, sc(s) signed.
 
+// Block b of such a group, both halves, in element order: u[h][e / 4] holds elements e..e+3.
+struct UnpackedG16 {
+  __m256i u[2][64];
+  __m256i sc[2][16];  // each group's scale, as a signed int16 pair
+  __m256i mo[2][8];   // the weights of bsums 2p, 2p + 1 (mins or offsets), as an int16 pair
+  __m256 d[2], dm[2];
+};
+
+// Block b's contribution for one token, added to out[0..15]: kWords words add up in int16 before
+// the madd with their group's scale; kJoint where the offsets scale with d (dm = d).
+template <int kWords, bool kJoint>
+inline void token_g16(const UnpackedG16& U, const ActBlockQ8_K& a, float* out) {
+  __m256i isum[2], msum[2];
+  for (int h = 0; h < 2; ++h) isum[h] = msum[h] = _mm256_setzero_si256();
+  for (int p = 0; p < 8; ++p) {
+    const __m256i bs = bcast32(a.bsums + 2 * p);
+    for (int h = 0; h < 2; ++h) msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(U.mo[h][p], bs));
+  }
+  for (int v = 0; v < 64; v += kWords) {  // words v .. v + kWords - 1 of group v / 4
+    __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int i = 0; i < kWords; ++i) {
+      const __m256i av = bcast32(a.qs + 4 * (v + i));
+      for (int h = 0; h < 2; ++h) p[h] = _mm256_add_epi16(p[h], _mm256_maddubs_epi16(U.u[h][v + i], av));
+    }
+    for (int h = 0; h < 2; ++h) isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(p[h], U.sc[h][v / 4]));
+  }
+  for (int h = 0; h < 2; ++h)
+    _mm256_storeu_ps(out + 8 * h, add_block<kJoint>(_mm256_loadu_ps(out + 8 * h), U.d[h], U.dm[h], isum[h], msum[h], a.d));
+}
+
+// Q2_K/Q3_K: element 128hh + 32m + 4k + j (group 8hh + 2m + k/4) is at bits 2m of byte j of qs
+// word 8hh + k (Q2_K's at 320, Q3_K's at 736); Q3_K's third bit is bit 4hh + m of hmask word k (at
+// 224). Q2_K's group byte (at 64): scale low, min high nibble. Q3_K's scales: the low 4 bits per
+// pair of groups at 32, the high 2 bits per quad at 160.
+template <bool kThird>
+constexpr size_t kQ23KGroupBlock = 16 * (kThird ? 110 : 84);
+
+inline __m256i q2_scale(const uint8_t* g, int h, int s) { return _mm256_and_si256(u8_lanes(g + 64 + 16 * s + 8 * h), _mm256_set1_epi32(15)); }
+inline __m256i q2_min(const uint8_t* g, int h, int s) { return _mm256_srli_epi32(u8_lanes(g + 64 + 16 * s + 8 * h), 4); }
+inline __m256i q3_scale(const uint8_t* g, int h, int s) {
+  const __m256i low = u8_lanes(g + 32 + 16 * (s / 2) + 8 * h), high = u8_lanes(g + 160 + 16 * (s / 4) + 8 * h);
+  const __m256i l4 = s % 2 ? _mm256_srli_epi32(low, 4) : _mm256_and_si256(low, _mm256_set1_epi32(15));
+  const __m256i h2 = _mm256_and_si256(_mm256_srli_epi32(high, 2 * (s % 4)), _mm256_set1_epi32(3));
+  return _mm256_sub_epi32(_mm256_or_si256(l4, _mm256_slli_epi32(h2, 4)), _mm256_set1_epi32(32));
+}
+template <bool kThird>
+inline __m256i q23_scale(const uint8_t* g, int h, int s) { return kThird ? q3_scale(g, h, s) : q2_scale(g, h, s); }
+// The weights of bsums s - 1, s (s odd) from the two groups' scales: Q2_K's mins, Q3_K's 4 sc.
+template <bool kThird>
+inline __m256i q23_offset_pair(const uint8_t* g, int h, int s, __m256i sc_prev, __m256i sc) {
+  if (kThird) return int16_pair(_mm256_slli_epi32(sc_prev, 2), _mm256_slli_epi32(sc, 2));
+  return int16_pair(q2_min(g, h, s - 1), q2_min(g, h, s));
+}
+// Half h of word i < 4 of group s (elements 16s + 4i..).
+template <bool kThird>
+inline __m256i q23_word(const uint8_t* g, int h, int s, int i) {
+  const int hh = s / 8, m = (s % 8) / 2, k = 4 * (s % 2) + i;
+  const __m256i q = load256(g + (kThird ? 736 : 320) + 64 * (8 * hh + k) + 32 * h);
+  const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q, 2 * m), _mm256_set1_epi8(3));
+  if (!kThird) return low;
+  // The hmask bit 4hh + m as 4, through a compare rather than a shift: the shifts are this
+  // kernel's busiest port.
+  const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << (4 * hh + m)));
+  const __m256i hm = load256(g + 224 + 64 * k + 32 * h);
+  return _mm256_or_si256(low, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), _mm256_set1_epi8(4)));
+}
+
+template <bool kThird>
+void unpack_q23_k(const uint8_t* g, UnpackedG16& U) {
+  for (int h = 0; h < 2; ++h) {
+    __m256i prev = _mm256_setzero_si256();
+    for (int s = 0; s < 16; ++s) {
+      for (int i = 0; i < 4; ++i) U.u[h][4 * s + i] = q23_word<kThird>(g, h, s, i);
+      const __m256i v = q23_scale<kThird>(g, h, s);
+      U.sc[h][s] = int16_pair(v, v);
+      if (s % 2) U.mo[h][s / 2] = q23_offset_pair<kThird>(g, h, s, prev, v);
+      prev = v;
+    }
+    U.d[h] = f16_lanes(g + 16 * h);
+    U.dm[h] = kThird ? U.d[h] : f16_lanes(g + 32 + 16 * h);
+  }
+}
+
+// One token: each word unpacked in registers, as token1_q45_k; the same sums as token_g16<4>.
+template <bool kThird>
+void token1_q23_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
+  constexpr size_t kBlock = kQ23KGroupBlock<kThird>;
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
+    prefetch_ahead<kBlock>(g);
+    const ActBlockQ8_K& a = reinterpret_cast<const ActBlockQ8_K*>(act)[b];
+    __m256i isum[2], msum[2], prev[2];
+    for (int h = 0; h < 2; ++h) isum[h] = msum[h] = prev[h] = _mm256_setzero_si256();
+    for (int s = 0; s < 16; ++s) {
+      __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      for (int i = 0; i < 4; ++i) {
+        const __m256i av = bcast32(a.qs + 16 * s + 4 * i);
+        for (int h = 0; h < 2; ++h) p[h] = _mm256_add_epi16(p[h], _mm256_maddubs_epi16(q23_word<kThird>(g, h, s, i), av));
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v = q23_scale<kThird>(g, h, s);
+        isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(p[h], int16_pair(v, v)));
+        if (s % 2)
+          msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(q23_offset_pair<kThird>(g, h, s, prev[h], v), bcast32(a.bsums + s - 1)));
+        prev[h] = v;
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256 d = f16_lanes(g + 16 * h);
+      acc[h] = add_block<kThird>(acc[h], d, kThird ? d : f16_lanes(g + 32 + 16 * h), isum[h], msum[h], a.d);
+    }
+  }
+  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
+}
+
+// Q6_K: ql words at 288, qh words at 2336, the 16 int8 scales at 32.
 constexpr size_t kQ6KGroupBlock = 16 * 210;
 
 inline __m256i q6_scale(const uint8_t* g, int h, int s) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + 32 + 16 * s + 8 * h)));
 }
-// The high 2 bits for quant m < 4 of a qh byte, at bits 4-5.
+// The high 2 bits for quant m < 4 of a qh byte, at bits 4-5. The left shifts are multiplies, off
+// the shift port that the one-token kernel keeps busiest (5% in the kernel benchmark).
 inline __m256i q6_high_bits(__m256i hb, int m) {
   const __m256i m30 = _mm256_set1_epi8(0x30);
   switch (m) {
-    case 0: return _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30);
-    case 1: return _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30);
+    case 0: return _mm256_and_si256(_mm256_mullo_epi16(hb, _mm256_set1_epi16(16)), m30);
+    case 1: return _mm256_and_si256(_mm256_mullo_epi16(hb, _mm256_set1_epi16(4)), m30);
     case 2: return _mm256_and_si256(hb, m30);
     default: return _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30);
   }
@@ -222,15 +343,7 @@ inline __m256i q6_offset_pair(const uint8_t* g, int h, int p) {
   return int16_pair(_mm256_slli_epi32(q6_scale(g, h, 2 * p), 5), _mm256_slli_epi32(q6_scale(g, h, 2 * p + 1), 5));
 }
 
-// Block b of a Q6_K group, both halves, in element order: u[h][e / 4] holds elements e..e+3.
-struct UnpackedQ6K {
-  __m256i u[2][64];
-  __m256i sc[2][16];  // each group's scale, as a signed int16 pair
-  __m256i mo[2][8];   // q6_offset_pair
-  __m256 d[2];
-};
-
-void unpack_q6_k(const uint8_t* g, UnpackedQ6K& U) {
+void unpack_q6_k(const uint8_t* g, UnpackedG16& U) {
   for (int h = 0; h < 2; ++h) {
     for (int hh = 0; hh < 2; ++hh)
       for (int k = 0; k < 16; ++k) q6_word(g, h, hh, k, U.u[h][32 * hh + k], U.u[h][32 * hh + 16 + k]);
@@ -239,29 +352,11 @@ void unpack_q6_k(const uint8_t* g, UnpackedQ6K& U) {
       U.sc[h][s] = int16_pair(v, v);
     }
     for (int p = 0; p < 8; ++p) U.mo[h][p] = q6_offset_pair(g, h, p);
-    U.d[h] = f16_lanes(g + 16 * h);
+    U.d[h] = U.dm[h] = f16_lanes(g + 16 * h);
   }
 }
 
-inline void token_q6_k(const UnpackedQ6K& U, const ActBlockQ8_K& a, float* out) {
-  __m256i isum[2], msum[2];
-  for (int h = 0; h < 2; ++h) isum[h] = msum[h] = _mm256_setzero_si256();
-  for (int p = 0; p < 8; ++p) {
-    const __m256i bs = bcast32(a.bsums + 2 * p);
-    for (int h = 0; h < 2; ++h) msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(U.mo[h][p], bs));
-  }
-  for (int v = 0; v < 64; v += 2) {  // two words of group v / 4
-    const __m256i a0 = bcast32(a.qs + 4 * v), a1 = bcast32(a.qs + 4 * v + 4);
-    for (int h = 0; h < 2; ++h) {
-      const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(U.u[h][v], a0), _mm256_maddubs_epi16(U.u[h][v + 1], a1));
-      isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(p, U.sc[h][v / 4]));
-    }
-  }
-  for (int h = 0; h < 2; ++h)
-    _mm256_storeu_ps(out + 8 * h, add_block<true>(_mm256_loadu_ps(out + 8 * h), U.d[h], U.d[h], isum[h], msum[h], a.d));
-}
-
-// One token: the words unpacked in registers, as token1_q4_k; the same sums as token_q6_k.
+// One token: the words unpacked in registers, as token1_q45_k; the same sums as token_g16<2>.
 void token1_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < nb; ++b) {
@@ -318,7 +413,7 @@ void group_blocks(int64_t nb, const uint8_t* group, const uint8_t* act, size_t a
 
 bool x16_avx2_type(DType t) {
 #ifdef SLAKE_X16_AVX2
-  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 #else
   (void)t;
   return false;
@@ -333,8 +428,14 @@ void group_x16_avx2(DType t, int64_t K, const uint8_t* group, const uint8_t* act
   if (t == DType::Q5_K)
     return group_blocks<kQ45KGroupBlock<true>, UnpackedQ45K, unpack_q45_k<true>, token_q45_k<true>, token1_q45_k<true>>(
         K / 256, group, act, as, n, out, os);
+  if (t == DType::Q2_K)
+    return group_blocks<kQ23KGroupBlock<false>, UnpackedG16, unpack_q23_k<false>, token_g16<4, false>, token1_q23_k<false>>(
+        K / 256, group, act, as, n, out, os);
+  if (t == DType::Q3_K)
+    return group_blocks<kQ23KGroupBlock<true>, UnpackedG16, unpack_q23_k<true>, token_g16<4, true>, token1_q23_k<true>>(
+        K / 256, group, act, as, n, out, os);
   if (t == DType::Q6_K)
-    return group_blocks<kQ6KGroupBlock, UnpackedQ6K, unpack_q6_k, token_q6_k, token1_q6_k>(K / 256, group, act, as, n, out, os);
+    return group_blocks<kQ6KGroupBlock, UnpackedG16, unpack_q6_k, token_g16<2, true>, token1_q6_k>(K / 256, group, act, as, n, out, os);
 #endif
   (void)K, (void)group, (void)act, (void)as, (void)n, (void)out, (void)os;
   fail(std::string("no AVX2 X16 kernel for ") + dtype_name(t));
