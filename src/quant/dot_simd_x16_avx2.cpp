@@ -1,12 +1,13 @@
-// The X16 layout's kernels on AVX2 without AVX-512 VNNI (quant_dot.h gives the layout), for Q2_K,
-// Q3_K, Q4_K, Q5_K and Q6_K. Each 256-bit half of a group's 64-byte vector is 8 rows, one per
+// The X16 layout's kernels on AVX2 without AVX-512 VNNI (quant_dot.h gives the layout), for every
+// X16 type: Q2_K..Q6_K and IQ4_XS. Each 256-bit half of a group's 64-byte vector is 8 rows, one per
 // 32-bit lane, so maddubs meets 4 quants of 8 rows with 4 activation bytes broadcast, and nothing
 // is summed across lanes. For several tokens a block is unpacked once into plain quants (two
 // halves of 64 vectors and their scales, about 5 KiB on the stack) for all of them; for one token
 // (decode) each word is unpacked in registers and meets the token at once. The pair sums add up in
 // int16 while they cannot wrap, and one madd with the rows' scales takes them to int32: a Q4_K
 // sub-block's 8 words (at most 8 x 2 x 15 x 128 = 30720), Q5_K's 4 (4 x 2 x 31 x 128 = 31744), a
-// Q2_K or Q3_K group's 4 (4 x 2 x 7 x 128 = 7168), Q6_K's 2 at a time (2 x 2 x 63 x 128 = 32256).
+// Q2_K or Q3_K group's 4 (4 x 2 x 7 x 128 = 7168), Q6_K's 2 at a time (2 x 2 x 63 x 128 = 32256),
+// IQ4_XS's one (its signed values meet the activations through the sign trick).
 // The mins and offsets meet the activations' group sums through madd, two groups per instruction.
 // Each token's block sum is exact in int32 and scaled once per block in fp32, in block order, so
 // a token's result does not depend on the other tokens of the call: decode and batches round alike.
@@ -392,6 +393,95 @@ void token1_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* ou
   for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
 }
 
+// --- IQ4_XS: d sum_r sc(r) sum_e v a over sub-blocks r of 32, v = kIQ4Values[nibble] ----------
+// The values are signed, and no offset keeps an unsigned pair sum inside int16, so maddubs takes
+// |v| against the activations with v's signs. A pair sum reaches 2 x 127 x 128 = 32512, so each
+// word meets its sub-block's scale through a madd of its own.
+
+constexpr size_t kIQ4XSGroupBlock = 16 * 136;
+
+inline __m256i iq4_table() {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIQ4Values)));
+}
+// Sub-block r's scale (-32..31) of half h's 8 rows, as an int16 pair: the nibble r of scales_l
+// (words at 64) | bits 2r, 2r + 1 of scales_h (u16 at 32) << 4, less 32.
+inline __m256i iq4_scale(const uint8_t* g, int h, int r) {
+  const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 32 + 16 * h)));
+  const __m256i l4 = _mm256_and_si256(_mm256_srli_epi32(load256(g + 64 + 32 * h), 4 * r), _mm256_set1_epi32(15));
+  const __m256i h2 = _mm256_and_si256(_mm256_srli_epi32(sh, 2 * r), _mm256_set1_epi32(3));
+  const __m256i v = _mm256_sub_epi32(_mm256_or_si256(l4, _mm256_slli_epi32(h2, 4)), _mm256_set1_epi32(32));
+  return int16_pair(v, v);
+}
+// Half h of qs word 4r + w (at 128): lo = the values of elements 32r + 4w.., hi = of 32r + 16 + 4w..
+inline void iq4_word(const uint8_t* g, __m256i table, int h, int r, int w, __m256i& lo, __m256i& hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i v = load256(g + 128 + 64 * (4 * r + w) + 32 * h);
+  lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
+  hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+}
+// One word's products, scaled: sc (sum of |v| x sign(a, v)).
+inline __m256i iq4_term(__m256i abs_v, __m256i v, __m256i av, __m256i sc) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_v, _mm256_sign_epi8(av, v)), sc);
+}
+
+// Block b of an IQ4_XS group, both halves, in element order: v[h][e / 4] holds elements e..e+3.
+struct UnpackedIQ4XS {
+  __m256i v[2][64], abs_v[2][64];
+  __m256i sc[2][8];  // iq4_scale
+  __m256 d[2];
+};
+
+void unpack_iq4_xs(const uint8_t* g, UnpackedIQ4XS& U) {
+  const __m256i table = iq4_table();
+  for (int h = 0; h < 2; ++h) {
+    for (int r = 0; r < 8; ++r) {
+      for (int w = 0; w < 4; ++w) iq4_word(g, table, h, r, w, U.v[h][8 * r + w], U.v[h][8 * r + 4 + w]);
+      U.sc[h][r] = iq4_scale(g, h, r);
+    }
+    for (int i = 0; i < 64; ++i) U.abs_v[h][i] = _mm256_abs_epi8(U.v[h][i]);
+    U.d[h] = f16_lanes(g + 16 * h);
+  }
+}
+
+inline void token_iq4_xs(const UnpackedIQ4XS& U, const ActBlockQ8_K& a, float* out) {
+  __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+  for (int i = 0; i < 64; ++i) {
+    const __m256i av = bcast32(a.qs + 4 * i);
+    for (int h = 0; h < 2; ++h) isum[h] = _mm256_add_epi32(isum[h], iq4_term(U.abs_v[h][i], U.v[h][i], av, U.sc[h][i / 8]));
+  }
+  for (int h = 0; h < 2; ++h)
+    _mm256_storeu_ps(out + 8 * h, add_block<true>(_mm256_loadu_ps(out + 8 * h), U.d[h], U.d[h], isum[h], _mm256_setzero_si256(), a.d));
+}
+
+// One token: each word unpacked in registers; the same sums as token_iq4_xs.
+void token1_iq4_xs(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
+  const __m256i table = iq4_table();
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + static_cast<size_t>(b) * kIQ4XSGroupBlock;
+    prefetch_ahead<kIQ4XSGroupBlock>(g);
+    const ActBlockQ8_K& a = reinterpret_cast<const ActBlockQ8_K*>(act)[b];
+    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int r = 0; r < 8; ++r) {
+      const __m256i sc[2] = {iq4_scale(g, 0, r), iq4_scale(g, 1, r)};
+      for (int w = 0; w < 4; ++w) {
+        const __m256i alo = bcast32(a.qs + 32 * r + 4 * w), ahi = bcast32(a.qs + 32 * r + 16 + 4 * w);
+        for (int h = 0; h < 2; ++h) {
+          __m256i lo, hi;
+          iq4_word(g, table, h, r, w, lo, hi);
+          isum[h] = _mm256_add_epi32(isum[h], iq4_term(_mm256_abs_epi8(lo), lo, alo, sc[h]));
+          isum[h] = _mm256_add_epi32(isum[h], iq4_term(_mm256_abs_epi8(hi), hi, ahi, sc[h]));
+        }
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256 d = f16_lanes(g + 16 * h);
+      acc[h] = add_block<true>(acc[h], d, d, isum[h], _mm256_setzero_si256(), a.d);
+    }
+  }
+  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
+}
+
 // A group's blocks against n tokens: one token through token1 (unpacked in registers), several
 // through each block unpacked once for all of them (Unpacked, unpack, token).
 template <size_t kBlock, class Unpacked, void (*unpack)(const uint8_t*, Unpacked&),
@@ -413,7 +503,7 @@ void group_blocks(int64_t nb, const uint8_t* group, const uint8_t* act, size_t a
 
 bool x16_avx2_type(DType t) {
 #ifdef SLAKE_X16_AVX2
-  return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+  return x16_type(t);
 #else
   (void)t;
   return false;
@@ -434,6 +524,8 @@ void group_x16_avx2(DType t, int64_t K, const uint8_t* group, const uint8_t* act
   if (t == DType::Q3_K)
     return group_blocks<kQ23KGroupBlock<true>, UnpackedG16, unpack_q23_k<true>, token_g16<4, true>, token1_q23_k<true>>(
         K / 256, group, act, as, n, out, os);
+  if (t == DType::IQ4_XS)
+    return group_blocks<kIQ4XSGroupBlock, UnpackedIQ4XS, unpack_iq4_xs, token_iq4_xs, token1_iq4_xs>(K / 256, group, act, as, n, out, os);
   if (t == DType::Q6_K)
     return group_blocks<kQ6KGroupBlock, UnpackedG16, unpack_q6_k, token_g16<2, true>, token1_q6_k>(K / 256, group, act, as, n, out, os);
 #endif

@@ -104,7 +104,7 @@ void dot_tile_x8(int64_t K, const uint8_t* group, const uint8_t* act, size_t act
 // Whether dot_tile_x8 has a kernel of its own here (AVX2 without VNNI).
 bool x8_kernel_available();
 
-// The K-quants and IQ4_XS, repacked for AVX-512 VNNI (and Q2_K..Q6_K for AVX2), come in groups of
+// The K-quants and IQ4_XS, repacked for AVX-512 VNNI (and AVX2), come in groups of
 // kGroupRowsX16 rows, transposed so that each 32-bit lane of a 512-bit register (or of two 256-bit
 // ones) is one row: a block's dot product with a token is then 64 dpbusd over all 16 rows, with no
 // unpacking per row and no horizontal sum. Per 256-element block b, the group holds its 16 rows' blocks in as many bytes (group g
@@ -141,8 +141,8 @@ void dot_group_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act,
 // call whatever its tokens, so there every type with a kernel does.
 bool x16_unpack_for_prompts(DType t);
 
-// Whether dot_tile_x16 has a kernel of its own here for t: every X16 type with AVX-512 VNNI, Q2_K
-// to Q6_K (all but IQ4_XS) with AVX2 (dot_simd_x16_avx2.cpp).
+// Whether dot_tile_x16 has a kernel of its own here for t: every X16 type with AVX-512 VNNI or
+// AVX2 (dot_simd_x16_avx2.cpp).
 bool x16_kernel_available(DType t);
 
 namespace portable {
