@@ -23,7 +23,8 @@ inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<con
 
 // One 256-element block, ready for every token: its dot product with activation block a is
 //   a.d * (d * sum_r sum_e q[r][e] a[32 r + e] scale(r, e) - dmin * sum_g mins[g] a.bsums[g]).
-// Quants stay below 64 (IQ4_XS: |v| <= 127), so a maddubs pair sum is at most 2 * 127 * 128 < 32767.
+// Quants stay below 64 (IQ4_XS: |v| <= 127, against activations in -127..127), so a maddubs pair
+// sum is at most 2 * 127 * 127 < 32767.
 struct UnpackedBlock {
   __m256i q[8];      // unsigned quants of each run of 32 elements (IQ4_XS: |v|)
   __m256i v[8];      // IQ4_XS only: the signed values, whose signs the activations take

@@ -1,16 +1,17 @@
 // The X16 layout's kernels on AVX2 without AVX-512 VNNI (quant_dot.h gives the layout), for every
-// X16 type: Q2_K..Q6_K and IQ4_XS. Each 256-bit half of a group's 64-byte vector is 8 rows, one per
-// 32-bit lane, so maddubs meets 4 quants of 8 rows with 4 activation bytes broadcast, and nothing
-// is summed across lanes. For several tokens a block is unpacked once into plain quants (two
-// halves of 64 vectors and their scales, about 5 KiB on the stack) for all of them; for one token
-// (decode) each word is unpacked in registers and meets the token at once. The pair sums add up in
-// int16 while they cannot wrap, and one madd with the rows' scales takes them to int32: a Q4_K
-// sub-block's 8 words (at most 8 x 2 x 15 x 128 = 30720), Q5_K's 4 (4 x 2 x 31 x 128 = 31744), a
-// Q2_K or Q3_K group's 4 (4 x 2 x 7 x 128 = 7168), Q6_K's 2 at a time (2 x 2 x 63 x 128 = 32256),
-// IQ4_XS's one (its signed values meet the activations through the sign trick).
-// The mins and offsets meet the activations' group sums through madd, two groups per instruction.
-// Each token's block sum is exact in int32 and scaled once per block in fp32, in block order, so
-// a token's result does not depend on the other tokens of the call: decode and batches round alike.
+// X16 type: Q2_K..Q6_K and IQ4_XS. Each 256-bit half of a group's 64-byte vector is 8 rows, one
+// per 32-bit lane, so maddubs meets 4 quants of 8 rows with 4 activation bytes broadcast, and
+// nothing is summed across lanes. For several tokens a block is unpacked once into plain quants
+// (two halves of 64 or 128 vectors and their scales, 5.6 or 8.6 KiB on the stack) for all of
+// them; for one token (decode) each word is unpacked in registers and meets the token at once.
+// The pair sums add up in int16 while they cannot wrap, and one madd with the rows' scales takes
+// them to int32: a Q4_K sub-block's 8 words (at most 8 x 2 x 15 x 128 = 30720), Q5_K's 4
+// (4 x 2 x 31 x 128 = 31744), a Q2_K or Q3_K group's 4 (4 x 2 x 7 x 128 = 7168), Q6_K's 2 at a
+// time (2 x 2 x 63 x 128 = 32256), IQ4_XS's one (its signed values meet the activations through
+// the sign trick). The mins and offsets meet the activations' group sums through madd, two groups
+// per instruction. Each token's block sum is exact in int32 and scaled once per block in fp32, in
+// block order, so a token's result does not depend on the other tokens of the call: decode and
+// batches round alike.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -395,8 +396,9 @@ void token1_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* ou
 
 // --- IQ4_XS: d sum_r sc(r) sum_e v a over sub-blocks r of 32, v = kIQ4Values[nibble] ----------
 // The values are signed, and no offset keeps an unsigned pair sum inside int16, so maddubs takes
-// |v| against the activations with v's signs. A pair sum reaches 2 x 127 x 128 = 32512, so each
-// word meets its sub-block's scale through a madd of its own.
+// |v| against the activations with v's signs (Q8_K activations are -127..127, as the sign trick
+// needs: -128 would keep its sign). A pair sum reaches 2 x 127 x 127 = 32258, so each word meets
+// its sub-block's scale through a madd of its own.
 
 constexpr size_t kIQ4XSGroupBlock = 16 * 136;
 

@@ -13,24 +13,13 @@
 #include "slake/cpu/ops.h"
 #include "slake/cpu/thread_pool.h"
 #include "slake/quant/dtype.h"
+#include "slake/quant/quant_blocks.h"
 #include "slake/quant/quant_dot.h"
 #include "slake/quant/weight_pack.h"
 
 namespace slake::test {
 
-// Byte offsets of the fp16 fields of a block of type t (ggml's block_* layouts).
-inline std::vector<int> fp16_fields(DType t) {
-  switch (t) {
-    case DType::Q4_1:
-    case DType::Q5_1:
-    case DType::Q4_K:
-    case DType::Q5_K: return {0, 2};  // d, m / dmin
-    case DType::Q2_K: return {80, 82};
-    case DType::Q3_K: return {108};
-    case DType::Q6_K: return {208};
-    default: return {0};  // Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d first
-  }
-}
+using quant::fp16_fields;  // the fp16 fields of a block of type t
 
 // Random rows of type t: random bytes, with every fp16 scale field set to a modest random value
 // (random bits there could be Inf or NaN). Any other bit pattern is a valid block.

@@ -113,12 +113,18 @@ TEST(DotTile, IQ4ExtremesDoNotSaturate) {
     for (DType t : {DType::IQ4_NL, DType::IQ4_XS}) {
       std::vector<uint8_t> a(act_row_bytes(act_format(t), K));
       quantize_act_row(act_format(t), x.data(), a.data(), K);
-      float out = NAN, port = NAN;
       const uint8_t* w = t == DType::IQ4_NL ? nl.data() : xs.data();
-      dot_tile(t, K, w, row_bytes(t, K), 1, a.data(), a.size(), 1, &out, 1);
-      portable::dot_tile(t, K, w, row_bytes(t, K), 1, a.data(), a.size(), 1, &port, 1);
-      EXPECT_EQ(out, static_cast<float>(want)) << dtype_name(t);
-      EXPECT_EQ(port, static_cast<float>(want)) << dtype_name(t);
+      for (int rn = 1; rn <= kTileTokens; ++rn) {  // the same activation row in every token slot
+        std::vector<uint8_t> acts(a.size() * static_cast<size_t>(rn));
+        for (int j = 0; j < rn; ++j) std::memcpy(acts.data() + a.size() * static_cast<size_t>(j), a.data(), a.size());
+        std::vector<float> out(static_cast<size_t>(rn), NAN), port(out);
+        dot_tile(t, K, w, row_bytes(t, K), 1, acts.data(), a.size(), rn, out.data(), 1);
+        portable::dot_tile(t, K, w, row_bytes(t, K), 1, acts.data(), a.size(), rn, port.data(), 1);
+        for (int j = 0; j < rn; ++j) {
+          EXPECT_EQ(out[static_cast<size_t>(j)], static_cast<float>(want)) << dtype_name(t) << " rn " << rn;
+          EXPECT_EQ(port[static_cast<size_t>(j)], static_cast<float>(want)) << dtype_name(t) << " rn " << rn;
+        }
+      }
     }
   }
 }
@@ -129,28 +135,25 @@ TEST(DotTile, IQ4ExtremesDoNotSaturate) {
 // equal the float64 dot product over the dequantised weights.
 TEST(DotTile, KQuantExtremesDoNotSaturate) {
   constexpr int64_t K = 512;
-  struct Layout { DType t; std::vector<int> fp16_one; };  // offsets of d (and dmin) in a block
-  const Layout layouts[] = {{DType::Q2_K, {80, 82}}, {DType::Q3_K, {108}}, {DType::Q4_K, {0, 2}},
-                            {DType::Q5_K, {0, 2}}, {DType::Q6_K, {208}}};
-  for (const Layout& l : layouts) {
-    const size_t bb = row_bytes(l.t, 256);
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const size_t bb = row_bytes(t, 256);
     std::vector<uint8_t> w(2 * bb, 0xFF);
     for (size_t b = 0; b < 2; ++b)
-      for (int off : l.fp16_one) w[b * bb + off] = 0x00, w[b * bb + off + 1] = 0x3C;
+      for (int off : fp16_fields(t)) w[b * bb + off] = 0x00, w[b * bb + off + 1] = 0x3C;
     std::vector<float> deq(K);
-    dequantize_row(l.t, w.data(), deq.data(), K);
+    dequantize_row(t, w.data(), deq.data(), K);
     for (int sign : {1, -1}) {
       std::vector<float> x(static_cast<size_t>(K), 127.0f * static_cast<float>(sign));
       double want = 0.0;
       for (int64_t k = 0; k < K; ++k) want += static_cast<double>(deq[k]) * x[k];
-      std::vector<uint8_t> a(act_row_bytes(act_format(l.t), K));
-      quantize_act_row(act_format(l.t), x.data(), a.data(), K);
+      std::vector<uint8_t> a(act_row_bytes(act_format(t), K));
+      quantize_act_row(act_format(t), x.data(), a.data(), K);
       for (int rn = 1; rn <= kTileTokens; ++rn) {  // the same activation row in every token slot
         std::vector<uint8_t> acts(a.size() * rn);
         for (int j = 0; j < rn; ++j) std::memcpy(acts.data() + a.size() * j, a.data(), a.size());
         std::vector<float> out(rn, NAN);
-        dot_tile(l.t, K, w.data(), row_bytes(l.t, K), 1, acts.data(), a.size(), rn, out.data(), 1);
-        for (int j = 0; j < rn; ++j) EXPECT_EQ(out[j], static_cast<float>(want)) << dtype_name(l.t) << " rn " << rn;
+        dot_tile(t, K, w.data(), row_bytes(t, K), 1, acts.data(), a.size(), rn, out.data(), 1);
+        for (int j = 0; j < rn; ++j) EXPECT_EQ(out[j], static_cast<float>(want)) << dtype_name(t) << " rn " << rn;
       }
     }
   }

@@ -189,52 +189,55 @@ TEST(RepackX16, GroupKernelMatchesFloat64) {
 }
 
 // The int32 sums at their largest: every quant, scale and min at its extreme magnitude (Q6_K's
-// scales -128, Q3_K's and IQ4_XS's -32, IQ4_XS's values 113, shifted 241), against activations of
-// all 127, all -127 and alternating signs. The kernel must give the float64 sums (no wrap).
+// scales -128, Q3_K's and IQ4_XS's -32, IQ4_XS's values 113, shifted 241 for AVX-512, and in a
+// second pass -127, AVX2's largest |v|), against activations of all 127, all -127 and alternating
+// signs. The kernel must give the float64 sums (no wrap).
 TEST(RepackX16, LargestSumsDoNotWrap) {
   const int64_t K = 512;
-  for (DType t : kX16Types) {
-    if (!x16_kernel_available(t)) continue;  // the portable gather: plain int sums
-    const size_t bb = static_cast<size_t>(dtype_info(t).block_bytes);
-    std::vector<uint8_t> w(row_bytes(t, K) * kGroupRowsX16, 0xFF);
-    for (size_t b = 0; b < w.size(); b += bb) {
-      for (int off : fp16_fields(t)) {
-        const uint16_t one = fp32_to_fp16(1.0f);
-        std::memcpy(&w[b + static_cast<size_t>(off)], &one, 2);
-      }
-      if (t == DType::Q6_K) std::memset(&w[b + quant::kQ6K_SCALES], 0x80, 16);
-      if (t == DType::Q3_K) std::memset(&w[b + quant::kQ3K_SCALES], 0x00, 12);
-      if (t == DType::IQ4_XS) std::memset(&w[b + quant::kIQ4XS_SCALES_H], 0x00, 6);
-    }
-    std::vector<uint8_t> packed(w.size());
-    pack_x16(view_of(t, K, kGroupRowsX16, w), packed.data());
-    Prepared a;
-    a.row_bytes = act_row_bytes(ActFormat::Q8_K, K);
-    a.bytes.assign(a.row_bytes * kTileTokens, 0);
-    a.values.resize(static_cast<size_t>(kTileTokens * K));
-    for (int j = 0; j < kTileTokens; ++j)
-      for (int64_t b = 0; b < K / 256; ++b) {
-        auto& blk = reinterpret_cast<ActBlockQ8_K*>(a.bytes.data() + j * a.row_bytes)[b];
-        blk.d = 1.0f;
-        for (int e = 0; e < 256; ++e) {
-          const int v = j % 4 == 0 ? 127 : j % 4 == 1 ? -127 : j % 4 == 2 ? (e % 2 ? 127 : -127) : (e % (j + 1) ? -127 : 127);
-          blk.qs[e] = static_cast<int8_t>(v);
-          a.values[static_cast<size_t>(j * K + 256 * b + e)] = static_cast<float>(v);
+  for (DType t : kX16Types)
+    for (int pass = 0; pass < (t == DType::IQ4_XS ? 2 : 1); ++pass) {
+      if (!x16_kernel_available(t)) continue;  // the portable gather: plain int sums
+      const size_t bb = static_cast<size_t>(dtype_info(t).block_bytes);
+      std::vector<uint8_t> w(row_bytes(t, K) * kGroupRowsX16, 0xFF);
+      for (size_t b = 0; b < w.size(); b += bb) {
+        for (int off : fp16_fields(t)) {
+          const uint16_t one = fp32_to_fp16(1.0f);
+          std::memcpy(&w[b + static_cast<size_t>(off)], &one, 2);
         }
-        for (int g = 0; g < 16; ++g) {
-          int sum = 0;
-          for (int e = 0; e < 16; ++e) sum += blk.qs[16 * g + e];
-          blk.bsums[g] = static_cast<int16_t>(sum);
-        }
+        if (t == DType::Q6_K) std::memset(&w[b + quant::kQ6K_SCALES], 0x80, 16);
+        if (t == DType::Q3_K) std::memset(&w[b + quant::kQ3K_SCALES], 0x00, 12);
+        if (t == DType::IQ4_XS) std::memset(&w[b + quant::kIQ4XS_SCALES_H], 0x00, 6);
+        if (t == DType::IQ4_XS && pass == 1) std::memset(&w[b + quant::kIQ4XS_QS], 0x00, 128);  // nibbles 0: -127
       }
-    std::vector<double> want, mag;
-    reference(t, w, kGroupRowsX16, K, a, kTileTokens, &want, &mag);
-    for (int rn : {1, kTileTokens}) {  // one token: the AVX2 decode kernels
-      std::vector<float> got(kGroupRowsX16 * kTileTokens, NAN);
-      dot_tile_x16(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, got.data(), kGroupRowsX16);
-      expect_tile(got, want, mag, kGroupRowsX16, kGroupRowsX16, rn, std::string("extremes ") + dtype_name(t));
+      std::vector<uint8_t> packed(w.size());
+      pack_x16(view_of(t, K, kGroupRowsX16, w), packed.data());
+      Prepared a;
+      a.row_bytes = act_row_bytes(ActFormat::Q8_K, K);
+      a.bytes.assign(a.row_bytes * kTileTokens, 0);
+      a.values.resize(static_cast<size_t>(kTileTokens * K));
+      for (int j = 0; j < kTileTokens; ++j)
+        for (int64_t b = 0; b < K / 256; ++b) {
+          auto& blk = reinterpret_cast<ActBlockQ8_K*>(a.bytes.data() + j * a.row_bytes)[b];
+          blk.d = 1.0f;
+          for (int e = 0; e < 256; ++e) {
+            const int v = j % 4 == 0 ? 127 : j % 4 == 1 ? -127 : j % 4 == 2 ? (e % 2 ? 127 : -127) : (e % (j + 1) ? -127 : 127);
+            blk.qs[e] = static_cast<int8_t>(v);
+            a.values[static_cast<size_t>(j * K + 256 * b + e)] = static_cast<float>(v);
+          }
+          for (int g = 0; g < 16; ++g) {
+            int sum = 0;
+            for (int e = 0; e < 16; ++e) sum += blk.qs[16 * g + e];
+            blk.bsums[g] = static_cast<int16_t>(sum);
+          }
+        }
+      std::vector<double> want, mag;
+      reference(t, w, kGroupRowsX16, K, a, kTileTokens, &want, &mag);
+      for (int rn : {1, kTileTokens}) {  // one token: the AVX2 decode kernels
+        std::vector<float> got(kGroupRowsX16 * kTileTokens, NAN);
+        dot_tile_x16(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, got.data(), kGroupRowsX16);
+        expect_tile(got, want, mag, kGroupRowsX16, kGroupRowsX16, rn, std::string("extremes ") + dtype_name(t));
+      }
     }
-  }
 }
 
 // The prompt kernel (each block unpacked once for all tokens) gives the tile kernel's results bit

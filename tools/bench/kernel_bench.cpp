@@ -21,6 +21,7 @@
 #include "bandwidth_probe.h"
 #include "slake/kv/attention.h"
 #include "slake/quant/dtype.h"
+#include "slake/quant/quant_blocks.h"
 #include "slake/kv/kv_scores.h"
 #include "slake/cpu/ops.h"
 #include "slake/quant/quant_dot.h"
@@ -56,14 +57,8 @@ std::vector<uint8_t> random_weights(DType t) {
       std::memcpy(&w[i], &v, 4);
     }
   } else {
-    // The block's fp16 scales (d, and dmin where it has one), finite.
-    std::vector<size_t> offs{0};
-    if (t == DType::Q2_K) offs = {80, 82};
-    if (t == DType::Q3_K) offs = {108};
-    if (t == DType::Q4_K || t == DType::Q5_K) offs = {0, 2};
-    if (t == DType::Q6_K) offs = {208};
-    for (size_t b = 0; b < w.size(); b += static_cast<size_t>(info.block_bytes))
-      for (size_t off : offs) std::memcpy(&w[b + off], &scale, 2);
+    for (size_t b = 0; b < w.size(); b += static_cast<size_t>(info.block_bytes))  // finite fp16 scales
+      for (int off : slake::quant::fp16_fields(t)) std::memcpy(&w[b + static_cast<size_t>(off)], &scale, 2);
   }
   return w;
 }

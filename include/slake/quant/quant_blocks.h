@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "slake/quant/dtype.h"
+
 namespace slake::quant {
 
 constexpr int kQK = 256;  // elements of a K-quant super-block
@@ -69,6 +71,26 @@ constexpr int kQ4K_D = 0, kQ4K_DMIN = 2, kQ4K_SCALES = 4, kQ4K_QS = 16;
 constexpr int kQ5K_D = 0, kQ5K_DMIN = 2, kQ5K_SCALES = 4, kQ5K_QH = 16, kQ5K_QS = 48;
 // Q6_K: ql[128], qh[64], scales[16] (int8), d (fp16).
 constexpr int kQ6K_QL = 0, kQ6K_QH = 128, kQ6K_SCALES = 192, kQ6K_D = 208;
+
+// The byte offsets of a block's fp16 fields: d, and m or dmin where the type has one.
+struct Fp16Fields {
+  int n;
+  int off[2];
+  const int* begin() const { return off; }
+  const int* end() const { return off + n; }
+};
+inline Fp16Fields fp16_fields(DType t) {
+  switch (t) {
+    case DType::Q4_1:
+    case DType::Q5_1: return {2, {0, 2}};
+    case DType::Q2_K: return {2, {kQ2K_D, kQ2K_DMIN}};
+    case DType::Q3_K: return {1, {kQ3K_D, 0}};
+    case DType::Q4_K: return {2, {kQ4K_D, kQ4K_DMIN}};
+    case DType::Q5_K: return {2, {kQ5K_D, kQ5K_DMIN}};
+    case DType::Q6_K: return {1, {kQ6K_D, 0}};
+    default: return {1, {0, 0}};  // Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d first
+  }
+}
 // IQ4_XS: d (fp16), scales_h (u16: 2 high bits per 32 elements), scales_l[4] (4 low bits per 32
 // elements), qs[128] (per 32 elements, 16 bytes: low nibbles, then high nibbles).
 constexpr int kIQ4XS_D = 0, kIQ4XS_SCALES_H = 2, kIQ4XS_SCALES_L = 4, kIQ4XS_QS = 8;

@@ -33,7 +33,7 @@ struct ActBlockQ8_1 {
 };
 struct ActBlockQ8_K {
   float d;
-  int8_t qs[256];
+  int8_t qs[256];  // -127..127: the IQ4 kernels' sign trick needs -128 absent
   int16_t bsums[16];  // sums of each 16 quants
 };
 static_assert(sizeof(ActBlockQ8_0) == 34, "block_q8_0 layout");
