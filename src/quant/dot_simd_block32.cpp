@@ -73,9 +73,7 @@ struct Block<DType::IQ4_NL> {
   static constexpr size_t kBytes = 18;
   static constexpr bool kMin = false, kSigned = true;
   static Decoded decode(const uint8_t* p) {
-    const __m256i table =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIQ4Values)));
-    return {_mm256_shuffle_epi8(table, nibbles32(p + quant::kIQ4NL_QS)), f16(p), 0.0f};
+    return {_mm256_shuffle_epi8(iq4_values256(), nibbles32(p + quant::kIQ4NL_QS)), f16(p), 0.0f};
   }
 };
 

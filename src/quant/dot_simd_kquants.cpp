@@ -149,7 +149,7 @@ template <bool kFifthBit>
 // IQ4_XS: per 32 elements, 16 bytes of nibbles (low then high) looked up in the IQ4 table; each
 // run's 6-bit scale - 32. No mins.
 [[gnu::always_inline]] inline void unpack_iq4_xs(const uint8_t* w, UnpackedBlock& u) {
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIQ4Values)));
+  const __m256i table = iq4_values256();
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int r = 0; r < 8; ++r) {
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + quant::kIQ4XS_QS + 16 * r));

@@ -153,13 +153,12 @@ inline void prefetch_ahead(const uint8_t* g) {
   for (size_t off = 0; off < kBlock; off += 64) _mm_prefetch(reinterpret_cast<const char*>(g + 2 * kBlock + off), _MM_HINT_T0);
 }
 
-// One token (decode): each quant word is unpacked in registers and meets the token at once, low
-// nibbles and high, so nothing goes through memory. The same integer sums and fp32 steps as
-// token_q45_k, so the result equals the several-token path's bit for bit.
-template <bool kFifth>
-void token1_q45_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
-  constexpr size_t kBlock = kQ45KGroupBlock<kFifth>;
-  constexpr int kW = kInt16Words<kFifth>;
+// The loop every one-token kernel shares (decode: each quant word is unpacked in registers and
+// meets the token at once, so nothing goes through memory): per block, body(g, a, isum, msum)
+// gives both halves' integer sums, and add_block scales them (dm: dmin at 32 unless kJoint), as
+// the several-token path's token function does, so the two agree bit for bit.
+template <size_t kBlock, bool kJoint, class Body>
+inline void token1_blocks(int64_t nb, const uint8_t* group, const uint8_t* act, float* out, Body body) {
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
@@ -167,6 +166,20 @@ void token1_q45_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* o
     const ActBlockQ8_K& a = reinterpret_cast<const ActBlockQ8_K*>(act)[b];
     __m256i isum[2], msum[2];
     for (int h = 0; h < 2; ++h) isum[h] = msum[h] = _mm256_setzero_si256();
+    body(g, a, isum, msum);
+    for (int h = 0; h < 2; ++h) {
+      const __m256 d = f16_lanes(g + 16 * h);
+      acc[h] = add_block<kJoint>(acc[h], d, kJoint ? d : f16_lanes(g + 32 + 16 * h), isum[h], msum[h], a.d);
+    }
+  }
+  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
+}
+
+// One token: low nibbles and high of each word; the same sums as token_q45_k.
+template <bool kFifth>
+void token1_q45_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
+  constexpr int kW = kInt16Words<kFifth>;
+  token1_blocks<kQ45KGroupBlock<kFifth>, false>(nb, group, act, out, [](const uint8_t* g, const ActBlockQ8_K& a, __m256i(&isum)[2], __m256i(&msum)[2]) {
     for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high)
       for (int k0 = 0; k0 < 8; k0 += kW) {
         __m256i plo[2], phi[2];
@@ -189,9 +202,7 @@ void token1_q45_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* o
         for (int q = 0; q < 2; ++q)
           msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(q4_k_min(g, h, 2 * c + q), bcast32(a.bsums + 2 * (2 * c + q))));
     }
-    for (int h = 0; h < 2; ++h) acc[h] = add_block<false>(acc[h], f16_lanes(g + 16 * h), f16_lanes(g + 32 + 16 * h), isum[h], msum[h], a.d);
-  }
-  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
+  });
 }
 
 // --- Q2_K, Q3_K and Q6_K: a scale per group s of 16 elements ---------------------------------
@@ -282,17 +293,11 @@ void unpack_q23_k(const uint8_t* g, UnpackedG16& U) {
   }
 }
 
-// One token: each word unpacked in registers, as token1_q45_k; the same sums as token_g16<4>.
+// One token: the same sums as token_g16<4>.
 template <bool kThird>
 void token1_q23_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
-  constexpr size_t kBlock = kQ23KGroupBlock<kThird>;
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
-    prefetch_ahead<kBlock>(g);
-    const ActBlockQ8_K& a = reinterpret_cast<const ActBlockQ8_K*>(act)[b];
-    __m256i isum[2], msum[2], prev[2];
-    for (int h = 0; h < 2; ++h) isum[h] = msum[h] = prev[h] = _mm256_setzero_si256();
+  token1_blocks<kQ23KGroupBlock<kThird>, kThird>(nb, group, act, out, [](const uint8_t* g, const ActBlockQ8_K& a, __m256i(&isum)[2], __m256i(&msum)[2]) {
+    __m256i prev[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     for (int s = 0; s < 16; ++s) {
       __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
       for (int i = 0; i < 4; ++i) {
@@ -307,12 +312,7 @@ void token1_q23_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* o
         prev[h] = v;
       }
     }
-    for (int h = 0; h < 2; ++h) {
-      const __m256 d = f16_lanes(g + 16 * h);
-      acc[h] = add_block<kThird>(acc[h], d, kThird ? d : f16_lanes(g + 32 + 16 * h), isum[h], msum[h], a.d);
-    }
-  }
-  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
+  });
 }
 
 // Q6_K: ql words at 288, qh words at 2336, the 16 int8 scales at 32.
@@ -358,15 +358,9 @@ void unpack_q6_k(const uint8_t* g, UnpackedG16& U) {
   }
 }
 
-// One token: the words unpacked in registers, as token1_q45_k; the same sums as token_g16<2>.
+// One token: the same sums as token_g16<2>.
 void token1_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* g = group + static_cast<size_t>(b) * kQ6KGroupBlock;
-    prefetch_ahead<kQ6KGroupBlock>(g);
-    const ActBlockQ8_K& a = reinterpret_cast<const ActBlockQ8_K*>(act)[b];
-    __m256i isum[2], msum[2];
-    for (int h = 0; h < 2; ++h) isum[h] = msum[h] = _mm256_setzero_si256();
+  token1_blocks<kQ6KGroupBlock, true>(nb, group, act, out, [](const uint8_t* g, const ActBlockQ8_K& a, __m256i(&isum)[2], __m256i(&msum)[2]) {
     for (int p = 0; p < 8; ++p) {
       const __m256i bs = bcast32(a.bsums + 2 * p);
       for (int h = 0; h < 2; ++h) msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(q6_offset_pair(g, h, p), bs));
@@ -386,12 +380,7 @@ void token1_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* ou
           isum[h] = _mm256_add_epi32(isum[h], _mm256_madd_epi16(phi, int16_pair(shi, shi)));
         }
       }
-    for (int h = 0; h < 2; ++h) {
-      const __m256 d = f16_lanes(g + 16 * h);
-      acc[h] = add_block<true>(acc[h], d, d, isum[h], msum[h], a.d);
-    }
-  }
-  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
+  });
 }
 
 // --- IQ4_XS: d sum_r sc(r) sum_e v a over sub-blocks r of 32, v = kIQ4Values[nibble] ----------
@@ -402,9 +391,6 @@ void token1_q6_k(int64_t nb, const uint8_t* group, const uint8_t* act, float* ou
 
 constexpr size_t kIQ4XSGroupBlock = 16 * 136;
 
-inline __m256i iq4_table() {
-  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIQ4Values)));
-}
 // Sub-block r's scale (-32..31) of half h's 8 rows, as an int16 pair: the nibble r of scales_l
 // (words at 64) | bits 2r, 2r + 1 of scales_h (u16 at 32) << 4, less 32.
 inline __m256i iq4_scale(const uint8_t* g, int h, int r) {
@@ -434,7 +420,7 @@ struct UnpackedIQ4XS {
 };
 
 void unpack_iq4_xs(const uint8_t* g, UnpackedIQ4XS& U) {
-  const __m256i table = iq4_table();
+  const __m256i table = iq4_values256();
   for (int h = 0; h < 2; ++h) {
     for (int r = 0; r < 8; ++r) {
       for (int w = 0; w < 4; ++w) iq4_word(g, table, h, r, w, U.v[h][8 * r + w], U.v[h][8 * r + 4 + w]);
@@ -455,15 +441,10 @@ inline void token_iq4_xs(const UnpackedIQ4XS& U, const ActBlockQ8_K& a, float* o
     _mm256_storeu_ps(out + 8 * h, add_block<true>(_mm256_loadu_ps(out + 8 * h), U.d[h], U.d[h], isum[h], _mm256_setzero_si256(), a.d));
 }
 
-// One token: each word unpacked in registers; the same sums as token_iq4_xs.
+// One token: the same sums as token_iq4_xs (no mins: msum stays 0).
 void token1_iq4_xs(int64_t nb, const uint8_t* group, const uint8_t* act, float* out) {
-  const __m256i table = iq4_table();
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* g = group + static_cast<size_t>(b) * kIQ4XSGroupBlock;
-    prefetch_ahead<kIQ4XSGroupBlock>(g);
-    const ActBlockQ8_K& a = reinterpret_cast<const ActBlockQ8_K*>(act)[b];
-    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+  const __m256i table = iq4_values256();
+  token1_blocks<kIQ4XSGroupBlock, true>(nb, group, act, out, [table](const uint8_t* g, const ActBlockQ8_K& a, __m256i(&isum)[2], __m256i(&)[2]) {
     for (int r = 0; r < 8; ++r) {
       const __m256i sc[2] = {iq4_scale(g, 0, r), iq4_scale(g, 1, r)};
       for (int w = 0; w < 4; ++w) {
@@ -476,12 +457,7 @@ void token1_iq4_xs(int64_t nb, const uint8_t* group, const uint8_t* act, float* 
         }
       }
     }
-    for (int h = 0; h < 2; ++h) {
-      const __m256 d = f16_lanes(g + 16 * h);
-      acc[h] = add_block<true>(acc[h], d, d, isum[h], _mm256_setzero_si256(), a.d);
-    }
-  }
-  for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + 8 * h, acc[h]);
+  });
 }
 
 // A group's blocks against n tokens: one token through token1 (unpacked in registers), several

@@ -1,5 +1,6 @@
 // Helpers shared by the x86 SIMD dot-product kernels (quant_dot_simd.cpp, dot_simd_block32.cpp,
-// dot_simd_kquants.cpp): fp16 loads, horizontal sums and the u8 x s8 product of VNNI or AVX2.
+// dot_simd_kquants.cpp, dot_simd_x16_avx2.cpp): fp16 loads, horizontal sums, the IQ4 table and the
+// u8 x s8 product of VNNI or AVX2.
 #pragma once
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its flow analysis reports as
@@ -37,6 +38,11 @@ inline float hsum512(__m512 v) {
   return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), hi));
 }
 #endif
+
+// The 16 IQ4 values (kIQ4Values) in both 128-bit lanes, for a shuffle by nibble.
+inline __m256i iq4_values256() {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::kIQ4Values)));
+}
 
 inline int hsum_i32(__m256i v) {
   __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
