@@ -97,12 +97,12 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
   // Activations are prepared once (quantised per block for quantised weights), then each chunk of
   // rows is swept by register tiles of kTileRows rows x kTileTokens tokens: the chunk's weights
   // stay in cache while every token passes over them.
-  const ActFormat fmt = act_format(W.type);
+  const ActFormat fmt = act_format(W.type, W.layout);
   const size_t ab = act_row_bytes(fmt, K);
   const bool x4 = W.layout == WeightLayout::X4;  // groups of kGroupRows rows (weight_pack.h)
   const bool x8 = W.layout == WeightLayout::X8;  // groups of kGroupRowsX8 rows
   const bool x16 = W.layout == WeightLayout::X16;  // groups of kGroupRowsX16 rows
-  const bool amx = use_amx(W.type, n_tokens, N);
+  const bool amx = use_amx(W.type, n_tokens, N) && !x16;  // AMX reads Q8_0 activations and rows of X4/X8 groups
   // Float weights at prompt sizes: outer products over k-major panels (matmul_panel.cpp).
   const bool panel = fmt == ActFormat::F32 && n_tokens >= kPanelMinTokens && panel_available();
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);

@@ -22,6 +22,13 @@ void tile_block32(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const
 void tile_kquant(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const uint8_t* a, size_t as, int rn,
                  float* out, int64_t os, bool prompt = false);
 
+// The X16 layout's 32-element types on AVX-512 VNNI builds (dot_simd_x16_block32.cpp):
+// dot_tile_x16 and dot_group_x16 (quant_dot.h) for Q4_0, IQ4_NL and Q5_0 against Q8_1 activations.
+void tile_x16_block32(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t as, int rn, float* out,
+                      int64_t os);
+void group_x16_block32(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t as, int64_t n, float* out,
+                       int64_t os);
+
 // The X16 layout on AVX2 builds without AVX-512 VNNI (dot_simd_x16_avx2.cpp): whether t has a
 // kernel there, and dot_group_x16 (quant_dot.h) for such a type, any number n of tokens.
 bool x16_avx2_type(DType t);

@@ -27,27 +27,15 @@ namespace slake {
 #ifdef SLAKE_X16_KERNEL
 namespace {
 
-inline __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
-inline __m512i bcast32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
+using simd::bcast32;
+using simd::f16_lanes;
+using simd::iq4_table512;
+using simd::load512;
+using simd::prefetch_block;
+
 // 16 int32 lanes from 16 bytes, unsigned or signed.
 inline __m512i u8_lanes(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline __m512i i8_lanes(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-inline __m512 f16_lanes(const uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-// Every cache line of the block kAhead blocks on: a group is one stream of 2.3-3.4 KB blocks that
-// the hardware prefetchers alone leave waiting on memory (Q6_K decode ran at a third of the rows
-// kernel's speed with one line per block).
-constexpr int kAhead = 2;
-template <size_t kBlock>
-inline void prefetch_block(const uint8_t* g) {
-  for (size_t off = 0; off < kBlock; off += 64) _mm_prefetch(reinterpret_cast<const char*>(g + kAhead * kBlock + off), _MM_HINT_T0);
-}
 
 inline const ActBlockQ8_K& act_block(const uint8_t* act, size_t as, int j, int64_t b) {
   return reinterpret_cast<const ActBlockQ8_K*>(act + static_cast<size_t>(j) * as)[b];
@@ -130,14 +118,9 @@ inline void q3_scales(const uint8_t* g, __m512i (&sc)[16]) {
   }
 }
 
-// IQ4_XS: the table's values + 128 (unsigned for dpbusd); sub-block r's signed scale (-32..31)
+// IQ4_XS: the table's values + 128 (iq4_table512); sub-block r's signed scale (-32..31)
 // from scales_l (word at 64) and scales_h (u16 at 32); qs word 4r+w: low nibbles elements 32r+4w..,
 // high nibbles 32r+16+4w...
-inline __m512i iq4_table() {
-  alignas(16) uint8_t shifted[16];
-  for (int i = 0; i < 16; ++i) shifted[i] = static_cast<uint8_t>(quant::kIQ4Values[i] + 128);
-  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(shifted)));
-}
 inline __m512i iq4_scale(const uint8_t* g, int r) {
   const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 32)));
   const __m512i l4 = _mm512_and_si512(_mm512_srli_epi32(load512(g + 64), 4 * r), _mm512_set1_epi32(15));
@@ -276,7 +259,7 @@ void tile_x16_q2_q3_k(int64_t nb, const uint8_t* group, const uint8_t* act, size
 template <int RN>
 void tile_x16_iq4_xs(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float* out, int64_t os) {
   constexpr size_t kBlock = 16 * 136;
-  const __m512i table = iq4_table();
+  const __m512i table = iq4_table512();
   tile_blocks<kBlock, true, RN>(nb, group, act, as, out, os, [&](const uint8_t* g, int64_t b, __m512i (&isum)[RN], __m512i (&msum)[RN]) {
     for (int r = 0; r < 8; ++r) {
       const __m512i sc = iq4_scale(g, r), mo = _mm512_slli_epi32(sc, 7), pair = int16_pair(mo, mo);
@@ -352,7 +335,7 @@ void unpack_q2_q3_k(const uint8_t* g, Unpacked& U) {
 }
 
 void unpack_iq4_xs(const uint8_t* g, Unpacked& U) {
-  const __m512i table = iq4_table();
+  const __m512i table = iq4_table512();
   for (int r = 0; r < 8; ++r) {
     U.sc[2 * r] = U.sc[2 * r + 1] = iq4_scale(g, r);
     const __m512i mo = _mm512_slli_epi32(U.sc[2 * r], 7);
@@ -447,6 +430,7 @@ void tile_x16(DType t, int64_t nb, const uint8_t* group, const uint8_t* act, siz
 void dot_tile_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int rn, float* out,
                   int64_t out_stride) {
 #ifdef SLAKE_X16_KERNEL
+  if (x16_block32_type(t)) return simd::tile_x16_block32(t, K, group, act, act_stride, rn, out, out_stride);
   const int64_t nb = K / 256;
   switch (rn) {
     case 1: return tile_x16<1>(t, nb, group, act, act_stride, out, out_stride);
@@ -463,6 +447,7 @@ void dot_tile_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act, 
 void dot_group_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t act_stride, int64_t n, float* out,
                    int64_t out_stride) {
 #ifdef SLAKE_X16_KERNEL
+  if (x16_block32_type(t)) return simd::group_x16_block32(t, K, group, act, act_stride, n, out, out_stride);
   group_x16(t, K / 256, group, act, act_stride, n, out, out_stride);
 #else
   if (simd::x16_avx2_type(t)) return simd::group_x16_avx2(t, K, group, act, act_stride, n, out, out_stride);
@@ -482,7 +467,7 @@ bool x16_kernel_available(DType t) {
 
 bool x16_unpack_for_prompts(DType t) {
 #ifdef SLAKE_X16_KERNEL
-  return t == DType::Q3_K || t == DType::Q5_K || t == DType::Q6_K;
+  return t == DType::Q3_K || t == DType::Q5_K || t == DType::Q6_K || x16_block32_type(t);
 #else
   return simd::x16_avx2_type(t);
 #endif

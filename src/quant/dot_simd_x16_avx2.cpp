@@ -481,7 +481,7 @@ void group_blocks(int64_t nb, const uint8_t* group, const uint8_t* act, size_t a
 
 bool x16_avx2_type(DType t) {
 #ifdef SLAKE_X16_AVX2
-  return x16_type(t);
+  return x16_kquant_type(t);
 #else
   (void)t;
   return false;

@@ -33,6 +33,10 @@ ActFormat act_format(DType weight) {
   }
 }
 
+ActFormat act_format(DType weight, WeightLayout layout) {
+  return layout == WeightLayout::X16 && x16_block32_type(weight) ? ActFormat::Q8_1 : act_format(weight);
+}
+
 size_t act_row_bytes(ActFormat f, int64_t n) {
   switch (f) {
     case ActFormat::Q8_0: return static_cast<size_t>(n / 32) * sizeof(ActBlockQ8_0);
@@ -355,6 +359,20 @@ void dot_tile_gathered(DType t, WeightLayout layout, int rows, int64_t K, const 
   const size_t rb = row_bytes(t, K);
   std::vector<uint8_t> gathered(static_cast<size_t>(rows) * rb), scratch;
   for (int i = 0; i < rows; ++i) std::memcpy(gathered.data() + i * rb, row_in_file_layout(v, i, scratch), rb);
+  std::vector<uint8_t> q8_0;  // Q8_1 activations (act_format for the layout) back to the rows' Q8_0
+  if (act_format(t, layout) != act_format(t)) {
+    const int64_t nb = K / 32;
+    q8_0.resize(static_cast<size_t>(rn * nb) * sizeof(ActBlockQ8_0));
+    auto* dst = reinterpret_cast<ActBlockQ8_0*>(q8_0.data());
+    for (int j = 0; j < rn; ++j)
+      for (int64_t b = 0; b < nb; ++b) {
+        const auto& src = reinterpret_cast<const ActBlockQ8_1*>(act + static_cast<size_t>(j) * act_stride)[b];
+        dst[j * nb + b].d = fp32_to_fp16(src.d);  // src.d is an fp16 value: exact
+        std::memcpy(dst[j * nb + b].qs, src.qs, 32);
+      }
+    act = q8_0.data();
+    act_stride = static_cast<size_t>(nb) * sizeof(ActBlockQ8_0);
+  }
   portable::dot_tile(t, K, gathered.data(), rb, rows, act, act_stride, rn, out, out_stride);
 }
 }  // namespace

@@ -67,6 +67,9 @@ X16Fields x16_fields(DType t) {
     case DType::Q4_K: return {{{0, q::kQ4K_D, 1, 2}, {32, q::kQ4K_DMIN, 1, 2}, {256, q::kQ4K_QS, 32, 4}, {}}, 3};
     case DType::Q5_K: return {{{0, q::kQ5K_D, 1, 2}, {32, q::kQ5K_DMIN, 1, 2}, {256, q::kQ5K_QS, 32, 4}, {2304, q::kQ5K_QH, 8, 4}}, 4};
     case DType::Q6_K: return {{{0, q::kQ6K_D, 1, 2}, {32, q::kQ6K_SCALES, 16, 1}, {288, q::kQ6K_QL, 32, 4}, {2336, q::kQ6K_QH, 16, 4}}, 4};
+    case DType::Q4_0: return {{{0, 0, 1, 2}, {32, 2, 4, 4}, {}, {}}, 2};
+    case DType::IQ4_NL: return {{{0, 0, 1, 2}, {32, q::kIQ4NL_QS, 4, 4}, {}, {}}, 2};
+    case DType::Q5_0: return {{{0, 0, 1, 2}, {32, q::kQ5_0_QH, 1, 4}, {96, q::kQ5_0_QS, 4, 4}, {}}, 3};
     default: return {{{0, q::kIQ4XS_D, 1, 2}, {32, q::kIQ4XS_SCALES_H, 1, 2}, {64, q::kIQ4XS_SCALES_L, 1, 4}, {128, q::kIQ4XS_QS, 32, 4}}, 4};
   }
 }
@@ -127,7 +130,7 @@ void x16_scales(DType t, GroupBlock<kPack> gb, int i, FileBlock<kPack> file) {
 
 bool x16_shape_fits(const TensorView& w) {
   return w.layout == WeightLayout::Rows && x16_type(w.type) && w.ne.size() == 2 && w.n_rows() % kGroupRowsX16 == 0 &&
-         w.row_len() % quant::kQK == 0;
+         w.row_len() % dtype_info(w.type).block_elems == 0;
 }
 
 // Row i's block `file` to or from the group's block `gb`: kPack copies file -> gb, else gb -> file.
@@ -155,7 +158,7 @@ bool repack_x16_applies(const TensorView& w) {
 
 TensorView pack_x16(const TensorView& w, uint8_t* dst) {
   if (!x16_shape_fits(w)) fail(w.name + ": cannot be repacked into groups of 16 rows");
-  const int64_t nb = w.row_len() / quant::kQK;
+  const int64_t nb = w.row_len() / dtype_info(w.type).block_elems;
   const size_t bb = static_cast<size_t>(dtype_info(w.type).block_bytes), rb = row_bytes(w.type, w.row_len());
   for (int64_t g = 0; g < w.n_rows() / kGroupRowsX16; ++g) {
     const size_t group = static_cast<size_t>(g) * kGroupRowsX16 * rb;
@@ -171,7 +174,7 @@ TensorView pack_x16(const TensorView& w, uint8_t* dst) {
 }
 
 void unpack_x16_row(const TensorView& packed, int64_t row, uint8_t* dst) {
-  const int64_t nb = packed.row_len() / quant::kQK;
+  const int64_t nb = packed.row_len() / dtype_info(packed.type).block_elems;
   const size_t bb = static_cast<size_t>(dtype_info(packed.type).block_bytes), rb = row_bytes(packed.type, packed.row_len());
   const uint8_t* group = packed.data + static_cast<size_t>(row / kGroupRowsX16) * kGroupRowsX16 * rb;
   for (int64_t b = 0; b < nb; ++b)

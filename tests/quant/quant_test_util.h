@@ -66,8 +66,9 @@ struct Prepared {
   size_t row_bytes = 0;
 };
 
-inline Prepared prepare(DType w, const std::vector<float>& x, int64_t rows, int64_t K) {
-  const ActFormat f = act_format(w);
+// `layout`: the weights' (act_format).
+inline Prepared prepare(DType w, const std::vector<float>& x, int64_t rows, int64_t K, WeightLayout layout = WeightLayout::Rows) {
+  const ActFormat f = act_format(w, layout);
   Prepared p;
   p.row_bytes = act_row_bytes(f, K);
   p.bytes.resize(static_cast<size_t>(rows) * p.row_bytes);
@@ -116,7 +117,7 @@ inline void expect_matmul_matches_float64(const TensorView& W, const std::vector
   const int64_t K = W.row_len(), N = W.n_rows();
   for (int64_t tokens : token_counts) {
     const auto x = random_floats(tokens * K, rng);
-    const Prepared a = prepare(t, x, tokens, K);
+    const Prepared a = prepare(t, x, tokens, K, W.layout);
     std::vector<double> want, mag;
     reference(t, rows, N, K, a, tokens, &want, &mag);
     for (int threads : {1, 2}) {
@@ -161,15 +162,15 @@ void expect_rows_unpack_to_file_bytes(const TensorView& P, const std::vector<uin
 }
 
 // A group layout's kernel (SIMD where built) and its portable gather against float64, every token
-// count: `pack` writes `rows` random rows of type t in the layout, `simd` and `port` run a tile
-// (group, prepared activations, rn, out with row stride `rows`).
+// count: `pack` writes `rows` random rows of type t in the layout and returns its view, `simd` and
+// `port` run a tile (group, prepared activations, rn, out with row stride `rows`).
 template <class Pack, class Tile, class Gather>
 void expect_group_kernel_matches_float64(DType t, int64_t K, int rows, std::mt19937& rng, Pack pack, Tile simd, Gather port) {
   const auto w = random_rows(t, rows, K, rng);
   std::vector<uint8_t> packed(w.size());
-  pack(view_of(t, K, rows, w), packed.data());
+  const TensorView P = pack(view_of(t, K, rows, w), packed.data());
   const auto x = random_floats(kTileTokens * K, rng);
-  const Prepared a = prepare(t, x, kTileTokens, K);
+  const Prepared a = prepare(t, x, kTileTokens, K, P.layout);
   std::vector<double> want, mag;
   reference(t, w, rows, K, a, kTileTokens, &want, &mag);
   const std::string what = std::string(dtype_name(t)) + " K " + std::to_string(K);

@@ -67,7 +67,7 @@ TEST(RepackX4, GroupKernelMatchesFloat64) {
     for (int64_t K : {128, 384, 2048}) {  // whole runs: 1, 3 and 16 of Q4_0's 4 blocks
       std::mt19937 rng(static_cast<unsigned>(K) * 7 + static_cast<unsigned>(t));
       expect_group_kernel_matches_float64(
-          t, K, kGroupRows, rng, [](const TensorView& v, uint8_t* dst) { pack_x4(v, dst); },
+          t, K, kGroupRows, rng, [](const TensorView& v, uint8_t* dst) { return pack_x4(v, dst); },
           [&](const uint8_t* g, const Prepared& a, int rn, float* out) { dot_tile_x4(t, K, g, a.bytes.data(), a.row_bytes, rn, out, kGroupRows); },
           [&](const uint8_t* g, const Prepared& a, int rn, float* out) {
             portable::dot_tile_x4(t, K, g, a.bytes.data(), a.row_bytes, rn, out, kGroupRows);
@@ -119,7 +119,7 @@ TEST(RepackX8, GroupKernelMatchesFloat64) {
   for (int64_t K : {32, 96, 2048}) {
     std::mt19937 rng(static_cast<unsigned>(K) * 13 + 5);
     expect_group_kernel_matches_float64(
-        DType::Q4_0, K, kGroupRowsX8, rng, [](const TensorView& v, uint8_t* dst) { pack_x8(v, dst); },
+        DType::Q4_0, K, kGroupRowsX8, rng, [](const TensorView& v, uint8_t* dst) { return pack_x8(v, dst); },
         [&](const uint8_t* g, const Prepared& a, int rn, float* out) { dot_tile_x8(K, g, a.bytes.data(), a.row_bytes, rn, out, kGroupRowsX8); },
         [&](const uint8_t* g, const Prepared& a, int rn, float* out) {
           portable::dot_tile_x8(K, g, a.bytes.data(), a.row_bytes, rn, out, kGroupRowsX8);
@@ -136,13 +136,21 @@ TEST(RepackX8, MatmulOverGroupsMatchesFloat64) {
   expect_matmul_matches_float64(P, w, {1, 2, 5, 17, 33}, rng);
 }
 
-// The X16 layout (the K-quants and IQ4_XS in transposed groups of 16 rows): every row unpacks to the file's
-// bytes (a re-encoding of every field, so any lost bit shows), through row_in_file_layout too.
-constexpr DType kX16Types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS};
+// The X16 layout (the K-quants, IQ4_XS and the 32-element Q4_0, IQ4_NL and Q5_0 in transposed groups
+// of 16 rows): every row unpacks to the file's bytes (a re-encoding of every field, so any lost bit
+// shows), through row_in_file_layout too.
+constexpr DType kX16Types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,   DType::Q6_K,
+                               DType::IQ4_XS, DType::Q4_0, DType::IQ4_NL, DType::Q5_0};
+
+// Row lengths for a test: the K-quants' `kquant`, the 32-element types' `block32` (not whole runs of
+// X4's 128 elements, nor of the kernel's chunk of 8 blocks).
+std::vector<int64_t> x16_lengths(DType t, std::vector<int64_t> kquant, std::vector<int64_t> block32) {
+  return x16_block32_type(t) ? block32 : kquant;
+}
 
 TEST(RepackX16, EveryRowUnpacksToTheFileBytes) {
   for (DType t : kX16Types)
-    for (int64_t K : {256, 768}) {
+    for (int64_t K : x16_lengths(t, {256, 768}, {32, 576})) {
       const int64_t N = 32;
       std::mt19937 rng(static_cast<unsigned>(K) + 31 * static_cast<unsigned>(t));
       const auto w = random_rows(t, N, K, rng);
@@ -162,7 +170,7 @@ TEST(RepackX16, RefusesShapesOutsideTheLayout) {
   W.ne = {256, 16};
   EXPECT_EQ(repack_x16_applies(W), x16_kernel_available(DType::Q4_K));  // only where its kernel is built
   EXPECT_EQ(repack_applies(W), x16_kernel_available(DType::Q4_K));
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::IQ4_NL, DType::F16}) {  // not 256-element K-quants
+  for (DType t : {DType::Q8_0, DType::Q4_1, DType::F16}) {  // not X16 types
     W.type = t;
     EXPECT_FALSE(repack_x16_applies(W)) << dtype_name(t);
     EXPECT_THROW(pack_x16(W, bytes.data()), Error) << dtype_name(t);
@@ -173,10 +181,10 @@ TEST(RepackX16, RefusesShapesOutsideTheLayout) {
 // Random bytes give every scale, min and quant its extremes (Q6_K's scales -128..127).
 TEST(RepackX16, GroupKernelMatchesFloat64) {
   for (DType t : kX16Types)
-    for (int64_t K : {256, 2048}) {
+    for (int64_t K : x16_lengths(t, {256, 2048}, {32, 288, 640})) {
       std::mt19937 rng(static_cast<unsigned>(K) * 11 + static_cast<unsigned>(t));
       expect_group_kernel_matches_float64(
-          t, K, kGroupRowsX16, rng, [](const TensorView& v, uint8_t* dst) { pack_x16(v, dst); },
+          t, K, kGroupRowsX16, rng, [](const TensorView& v, uint8_t* dst) { return pack_x16(v, dst); },
           [&](const uint8_t* g, const Prepared& a, int rn, float* out) {
             dot_tile_x16(t, K, g, a.bytes.data(), a.row_bytes, rn, out, kGroupRowsX16);
           },
@@ -191,12 +199,13 @@ TEST(RepackX16, GroupKernelMatchesFloat64) {
 // The int32 sums at their largest: every quant, scale and min at its extreme magnitude (Q6_K's
 // scales -128, Q3_K's and IQ4_XS's -32, IQ4_XS's values 113, shifted 241 for AVX-512, and in a
 // second pass -127, AVX2's largest |v|), against activations of all 127, all -127 and alternating
-// signs. The kernel must give the float64 sums (no wrap).
+// signs. The kernel must give the float64 sums (no wrap). The 32-element types' sums stay below
+// 2^20 (32 x 241 x 127 per block before the fp32 scale).
 TEST(RepackX16, LargestSumsDoNotWrap) {
   const int64_t K = 512;
   for (DType t : kX16Types)
     for (int pass = 0; pass < (t == DType::IQ4_XS ? 2 : 1); ++pass) {
-      if (!x16_kernel_available(t)) continue;  // the portable gather: plain int sums
+      if (!x16_kernel_available(t) || !x16_kquant_type(t)) continue;  // the portable gather: plain int sums
       const size_t bb = static_cast<size_t>(dtype_info(t).block_bytes);
       std::vector<uint8_t> w(row_bytes(t, K) * kGroupRowsX16, 0xFF);
       for (size_t b = 0; b < w.size(); b += bb) {
@@ -244,12 +253,12 @@ TEST(RepackX16, LargestSumsDoNotWrap) {
 // for bit, for token counts across and between tiles of 4.
 TEST(RepackX16, PromptKernelEqualsTileKernel) {
   for (DType t : kX16Types) {
-    const int64_t K = 768, n = 11;
+    const int64_t K = x16_block32_type(t) ? 608 : 768, n = 11;  // 608: 19 blocks, chunks of 8, 8 and 3
     std::mt19937 rng(static_cast<unsigned>(t) + 500);
     const auto w = random_rows(t, kGroupRowsX16, K, rng);
     std::vector<uint8_t> packed(w.size());
-    pack_x16(view_of(t, K, kGroupRowsX16, w), packed.data());
-    const Prepared a = prepare(t, random_floats(n * K, rng), n, K);
+    const TensorView P = pack_x16(view_of(t, K, kGroupRowsX16, w), packed.data());
+    const Prepared a = prepare(t, random_floats(n * K, rng), n, K, P.layout);
     for (int64_t tokens : {1, 4, 5, 11}) {
       std::vector<float> group(static_cast<size_t>(tokens * kGroupRowsX16), NAN), tiles(group);
       dot_group_x16(t, K, packed.data(), a.bytes.data(), a.row_bytes, tokens, group.data(), kGroupRowsX16);
@@ -266,7 +275,7 @@ TEST(RepackX16, PromptKernelEqualsTileKernel) {
 // does not depend on the other tokens of its tile (decode rounds as a batch does).
 TEST(RepackX16, MatmulOverGroupsMatchesFloat64) {
   for (DType t : kX16Types) {
-    const int64_t K = 512, N = 80;  // 2 threads' decode halves round up to 48 + 32 rows
+    const int64_t K = x16_block32_type(t) ? 576 : 512, N = 80;  // 2 threads' decode halves round up to 48 + 32 rows
     std::mt19937 rng(static_cast<unsigned>(t) + 400);
     const auto w = random_rows(t, N, K, rng);
     std::vector<uint8_t> packed(w.size());

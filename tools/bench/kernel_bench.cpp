@@ -104,8 +104,8 @@ void BM_matmul(benchmark::State& state) {
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K,
-                  DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q2_K,
+                  DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
     for (int64_t tokens : {1, 64})
       for (int threads : {1, 2}) b->Args({static_cast<int64_t>(t), tokens, threads});
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "slake/quant/dtype.h"
+#include "slake/quant/tensor.h"
 
 namespace slake {
 
@@ -41,6 +42,9 @@ static_assert(sizeof(ActBlockQ8_1) == 40, "Q8_1 activation layout");
 static_assert(sizeof(ActBlockQ8_K) == 292, "block_q8_K layout");
 
 ActFormat act_format(DType weight);
+// The activations a matrix of this type in this layout meets: act_format(weight), but Q8_1 for the
+// 32-element types in the X16 layout (the block sums meet their offsets there).
+ActFormat act_format(DType weight, WeightLayout layout);
 // Bytes of one prepared activation row of n elements (n a multiple of the weight's block size).
 size_t act_row_bytes(ActFormat f, int64_t n);
 // Prepares one activation row: a copy for F32, per-block quantisation otherwise (ggml's rounding).
@@ -120,10 +124,16 @@ bool x8_kernel_available();
 //   Q5_K (16 x 176): Q4_K's, then at 2304 the 8 words of qh.
 //   Q6_K (16 x 210): d; at 32 the 16 int8 scales; at 288 the 32 words of ql; at 2336 the 16 of qh.
 //   IQ4_XS (16 x 136): d, scales_h (u16) at 32; at 64 the word of scales_l; at 128 the 32 words of qs.
+// The 32-element types Q4_0, IQ4_NL and Q5_0 take the same form per 32-element block (AVX-512
+// VNNI builds only), against Q8_1 activations, whose sums meet the quants' offsets:
+//   Q4_0, IQ4_NL (16 x 18): d; at 32 the 4 words of qs.
+//   Q5_0 (16 x 22): d; at 32 the word of qh; at 96 the 4 words of qs.
 constexpr int kGroupRowsX16 = 16;
-constexpr bool x16_type(DType t) {
+constexpr bool x16_kquant_type(DType t) {
   return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_XS;
 }
+constexpr bool x16_block32_type(DType t) { return t == DType::Q4_0 || t == DType::Q5_0 || t == DType::IQ4_NL; }
+constexpr bool x16_type(DType t) { return x16_kquant_type(t) || x16_block32_type(t); }
 
 // out[j * out_stride + i] = (row i of the X16 group at `group`) . (activation row j), for the
 // group's 16 rows and j < rn <= kTileTokens.
@@ -137,12 +147,13 @@ void dot_group_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act,
 
 // Whether prompts go through dot_group_x16 rather than tiles of 4 tokens. With AVX-512 VNNI it
 // pays where unpacking costs most: Q3_K, Q5_K, Q6_K (pp512 on the TinyLlama shape 1.13-1.24x
-// faster than the tiles, Q4_K and IQ4_XS 10% slower). The AVX2 kernels unpack a block once per
+// faster than the tiles, Q4_K and IQ4_XS 10% slower), and the 32-element types, whose tiles would
+// add each token's partial sums to memory every 8 blocks. The AVX2 kernels unpack a block once per
 // call whatever its tokens, so there every type with a kernel does.
 bool x16_unpack_for_prompts(DType t);
 
-// Whether dot_tile_x16 has a kernel of its own here for t: every X16 type with AVX-512 VNNI or
-// AVX2 (dot_simd_x16_avx2.cpp).
+// Whether dot_tile_x16 has a kernel of its own here for t: every X16 type with AVX-512 VNNI, the
+// K-quants and IQ4_XS with AVX2 (dot_simd_x16_avx2.cpp).
 bool x16_kernel_available(DType t);
 
 namespace portable {
