@@ -70,6 +70,8 @@ X16Fields x16_fields(DType t) {
     case DType::Q4_0: return {{{0, 0, 1, 2}, {32, 2, 4, 4}, {}, {}}, 2};
     case DType::IQ4_NL: return {{{0, 0, 1, 2}, {32, q::kIQ4NL_QS, 4, 4}, {}, {}}, 2};
     case DType::Q5_0: return {{{0, 0, 1, 2}, {32, q::kQ5_0_QH, 1, 4}, {96, q::kQ5_0_QS, 4, 4}, {}}, 3};
+    case DType::Q4_1: return {{{0, 0, 1, 2}, {32, 2, 1, 2}, {64, q::kQ4_1_QS, 4, 4}, {}}, 3};
+    case DType::Q5_1: return {{{0, 0, 1, 2}, {32, 2, 1, 2}, {64, q::kQ5_1_QH, 1, 4}, {128, q::kQ5_1_QS, 4, 4}}, 4};
     default: return {{{0, q::kIQ4XS_D, 1, 2}, {32, q::kIQ4XS_SCALES_H, 1, 2}, {64, q::kIQ4XS_SCALES_L, 1, 4}, {128, q::kIQ4XS_QS, 32, 4}}, 4};
   }
 }

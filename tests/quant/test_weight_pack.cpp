@@ -136,11 +136,11 @@ TEST(RepackX8, MatmulOverGroupsMatchesFloat64) {
   expect_matmul_matches_float64(P, w, {1, 2, 5, 17, 33}, rng);
 }
 
-// The X16 layout (the K-quants, IQ4_XS and the 32-element Q4_0, IQ4_NL and Q5_0 in transposed groups
-// of 16 rows): every row unpacks to the file's bytes (a re-encoding of every field, so any lost bit
+// The X16 layout (the K-quants, IQ4_XS and the 32-element types but Q8_0 in transposed groups of 16
+// rows): every row unpacks to the file's bytes (a re-encoding of every field, so any lost bit
 // shows), through row_in_file_layout too.
-constexpr DType kX16Types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,   DType::Q6_K,
-                               DType::IQ4_XS, DType::Q4_0, DType::IQ4_NL, DType::Q5_0};
+constexpr DType kX16Types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS,
+                               DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL};
 
 // Row lengths for a test: the K-quants' `kquant`, the 32-element types' `block32` (not whole runs of
 // X4's 128 elements, nor of the kernel's chunk of 8 blocks).
@@ -170,7 +170,7 @@ TEST(RepackX16, RefusesShapesOutsideTheLayout) {
   W.ne = {256, 16};
   EXPECT_EQ(repack_x16_applies(W), x16_kernel_available(DType::Q4_K));  // only where its kernel is built
   EXPECT_EQ(repack_applies(W), x16_kernel_available(DType::Q4_K));
-  for (DType t : {DType::Q8_0, DType::Q4_1, DType::F16}) {  // not X16 types
+  for (DType t : {DType::Q8_0, DType::F16}) {  // not X16 types
     W.type = t;
     EXPECT_FALSE(repack_x16_applies(W)) << dtype_name(t);
     EXPECT_THROW(pack_x16(W, bytes.data()), Error) << dtype_name(t);

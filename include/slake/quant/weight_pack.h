@@ -1,7 +1,7 @@
 // The layouts of the CPU path's copy of a model's matrices (cpu/cpu_weights.h): Q8_0/Q4_0 matrices repacked into interleaved groups
 // of 4 rows (X4, AVX-512 VNNI builds) or Q4_0 into groups of 8 (X8, AVX2 builds without VNNI),
 // and the K-quants and IQ4_XS into transposed groups of 16 (X16: AVX-512 VNNI and AVX2 builds),
-// Q4_0, IQ4_NL and Q5_0 too on AVX-512 VNNI; quant_dot.h
+// the 32-element types but Q8_0 too on AVX-512 VNNI; quant_dot.h
 // describes the layouts. The decode kernel then streams one contiguous run of bytes
 // per register tile and loads the rows' scales with one instruction, instead of gathering 18- or
 // 34-byte blocks from 4 or 8 rows. The quantised values and scales are unchanged, so the arithmetic
@@ -34,7 +34,7 @@ TensorView pack_x8(const TensorView& w, uint8_t* dst);
 void unpack_x8_row(const TensorView& packed, int64_t r, uint8_t* dst);
 
 // Whether the CPU path repacks this matrix into groups of 16 rows (X16, quant_dot.h): Q2_K..Q6_K,
-// IQ4_XS, Q4_0, IQ4_NL or Q5_0, rows a multiple of 16, and a group kernel for the type built here
+// IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL, rows a multiple of 16, and a group kernel for the type built here
 // (x16_kernel_available: all of them with AVX-512 VNNI, the K-quants and IQ4_XS with AVX2). Where
 // X16 and X4 both apply (Q4_0), pack_for_cpu takes X16 (cpu_weights.cpp keeps X4 for AMX).
 // SLAKE_NO_REPACK=1 turns it off too.
