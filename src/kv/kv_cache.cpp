@@ -163,9 +163,9 @@ KvCompaction KvCache::compact_head(int layer, int h, const std::vector<char>& ke
     int e = r + 1;
     while (e < kh.n && keep[static_cast<size_t>(e)]) ++e;
     const size_t rows = static_cast<size_t>(e - r);
-    if (w != r) {
-      std::memmove(kh.k.data() + w * kh.k_row, kh.k.data() + r * kh.k_row, rows * kh.k_row);
-      std::memmove(kh.v.data() + w * kh.v_row, kh.v.data() + r * kh.v_row, rows * kh.v_row);
+    if (w != r) {  // k and v are empty where KIVI holds the rows (memmove from null is undefined)
+      if (!kh.k.empty()) std::memmove(kh.k.data() + w * kh.k_row, kh.k.data() + r * kh.k_row, rows * kh.k_row);
+      if (!kh.v.empty()) std::memmove(kh.v.data() + w * kh.v_row, kh.v.data() + r * kh.v_row, rows * kh.v_row);
       std::memmove(kh.pos.data() + w, kh.pos.data() + r, rows * sizeof(int32_t));
     }
     w += static_cast<int>(rows);
