@@ -2,21 +2,17 @@
 
 #include <memory>
 
-#include "matmul_amx.h"
 #include "slake/quant/weight_pack.h"
 
 namespace slake {
 
 namespace {
 
-// The view of `w` the CPU path uses: a repacked copy where that applies. With AMX, Q4_0 stays in
-// X4 groups where they fit, whose prompts the AMX kernel runs (ops.cpp); X16 would take them to VNNI.
+// The view of `w` the CPU path uses: a repacked copy where that applies.
 TensorView for_cpu(const Model& m, const TensorView& w, CpuWeights& cw) {
   if (!repack_applies(w)) return w;  // already repacked (synthetic weights), or not to be
   cw.buffers.emplace_back(new uint8_t[w.nbytes]);
-  uint8_t* dst = cw.buffers.back().get();
-  const bool amx_x4 = w.type == DType::Q4_0 && amx_available() && repack_x4_applies(w);
-  const TensorView v = amx_x4 ? pack_x4(w, dst) : pack_for_cpu(w, dst);
+  const TensorView v = pack_for_cpu(w, cw.buffers.back().get());
   if (m.release_pages) m.release_pages(w.data, w.nbytes);
   return v;
 }

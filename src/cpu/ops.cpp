@@ -97,12 +97,13 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
   // Activations are prepared once (quantised per block for quantised weights), then each chunk of
   // rows is swept by register tiles of kTileRows rows x kTileTokens tokens: the chunk's weights
   // stay in cache while every token passes over them.
-  const ActFormat fmt = act_format(W.type, W.layout);
+  const bool amx = use_amx(W.type, n_tokens, N);
+  // AMX takes every row of such a product, from Q8_0 activations, whatever the layout.
+  const ActFormat fmt = amx ? act_format(W.type) : act_format(W.type, W.layout);
   const size_t ab = act_row_bytes(fmt, K);
   const bool x4 = W.layout == WeightLayout::X4;  // groups of kGroupRows rows (weight_pack.h)
   const bool x8 = W.layout == WeightLayout::X8;  // groups of kGroupRowsX8 rows
   const bool x16 = W.layout == WeightLayout::X16;  // groups of kGroupRowsX16 rows
-  const bool amx = use_amx(W.type, n_tokens, N) && !x16;  // AMX reads Q8_0 activations and rows of X4/X8 groups
   // Float weights at prompt sizes: outer products over k-major panels (matmul_panel.cpp).
   const bool panel = fmt == ActFormat::F32 && n_tokens >= kPanelMinTokens && panel_available();
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
@@ -166,13 +167,14 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
       if (amx && r1 - r0 >= 16) {
         const int64_t rows = (r1 - r0) / 16 * 16;
         const uint8_t* w = W.data + static_cast<size_t>(r0) * wb;
-        if (x4 || x8) {  // AMX reads rows: the chunk's groups unpacked, a copy per chunk beside its product
+        if (x4 || x8 || x16) {  // AMX reads rows: the chunk's groups unpacked, a copy per chunk beside its product
           thread_local std::vector<uint8_t> rows_buf;
           rows_buf.resize(static_cast<size_t>(rows) * wb);
           for (int64_t r = 0; r < rows; ++r) {
             uint8_t* dst = rows_buf.data() + static_cast<size_t>(r) * wb;
             if (x4) unpack_x4_row(W, r0 + r, dst);
-            else unpack_x8_row(W, r0 + r, dst);
+            else if (x8) unpack_x8_row(W, r0 + r, dst);
+            else unpack_x16_row(W, r0 + r, dst);
           }
           w = rows_buf.data();
         }

@@ -175,6 +175,17 @@ TEST(RepackX16, RefusesShapesOutsideTheLayout) {
     EXPECT_FALSE(repack_x16_applies(W)) << dtype_name(t);
     EXPECT_THROW(pack_x16(W, bytes.data()), Error) << dtype_name(t);
   }
+  // The 32-element types have a kernel with AVX-512 VNNI alone, and are repacked only there.
+  const bool vnni512 = std::string(dot_kernel_isa()) == "avx512-vnni";
+  for (DType t : kX16Types) {
+    if (!x16_block32_type(t)) continue;
+    W.type = t;
+    W.ne = {96, 16};
+    EXPECT_EQ(x16_kernel_available(t), vnni512) << dtype_name(t);
+    EXPECT_EQ(repack_x16_applies(W), vnni512) << dtype_name(t);
+    W.ne = {96, 24};
+    EXPECT_FALSE(repack_x16_applies(W)) << dtype_name(t);
+  }
 }
 
 // The group kernel (SIMD where built, and the portable gather) against float64, every token count.
@@ -199,13 +210,37 @@ TEST(RepackX16, GroupKernelMatchesFloat64) {
 // The int32 sums at their largest: every quant, scale and min at its extreme magnitude (Q6_K's
 // scales -128, Q3_K's and IQ4_XS's -32, IQ4_XS's values 113, shifted 241 for AVX-512, and in a
 // second pass -127, AVX2's largest |v|), against activations of all 127, all -127 and alternating
-// signs. The kernel must give the float64 sums (no wrap). The 32-element types' sums stay below
-// 2^20 (32 x 241 x 127 per block before the fp32 scale).
+// signs. The kernel must give the float64 sums (no wrap). The 32-element types take every byte
+// 0xFF (nibbles 15, fifth bits set: Q4_0's 16 u of the high nibbles 240, IQ4_NL's 113 + 128 = 241)
+// and then 0x00, against Q8_1 activations of the same values.
 TEST(RepackX16, LargestSumsDoNotWrap) {
   const int64_t K = 512;
   for (DType t : kX16Types)
-    for (int pass = 0; pass < (t == DType::IQ4_XS ? 2 : 1); ++pass) {
-      if (!x16_kernel_available(t) || !x16_kquant_type(t)) continue;  // the portable gather: plain int sums
+    for (int pass = 0; pass < (t == DType::IQ4_XS || x16_block32_type(t) ? 2 : 1); ++pass) {
+      if (!x16_kernel_available(t)) continue;  // the portable gather: plain int sums
+      if (x16_block32_type(t)) {
+        std::vector<uint8_t> w(row_bytes(t, K) * kGroupRowsX16, pass == 0 ? 0xFF : 0x00);
+        const size_t bb = static_cast<size_t>(dtype_info(t).block_bytes);
+        const uint16_t one = fp32_to_fp16(1.0f);
+        for (size_t b = 0; b < w.size(); b += bb)
+          for (int off : fp16_fields(t)) std::memcpy(&w[b + static_cast<size_t>(off)], &one, 2);
+        std::vector<uint8_t> packed(w.size());
+        const TensorView P = pack_x16(view_of(t, K, kGroupRowsX16, w), packed.data());
+        std::vector<float> x(static_cast<size_t>(kTileTokens * K));
+        for (int j = 0; j < kTileTokens; ++j)
+          for (int64_t e = 0; e < K; ++e)
+            x[static_cast<size_t>(j * K + e)] = j % 4 == 0 ? 127.0f : j % 4 == 1 ? -127.0f : j % 4 == 2 ? (e % 2 ? 127.0f : -127.0f)
+                                                                                                : (e % (j + 1) ? -127.0f : 127.0f);
+        const Prepared a = prepare(t, x, kTileTokens, K, P.layout);  // d = 1, quants +-127
+        std::vector<double> want, mag;
+        reference(t, w, kGroupRowsX16, K, a, kTileTokens, &want, &mag);
+        for (int rn : {1, kTileTokens}) {
+          std::vector<float> got(kGroupRowsX16 * kTileTokens, NAN);
+          dot_tile_x16(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, got.data(), kGroupRowsX16);
+          expect_tile(got, want, mag, kGroupRowsX16, kGroupRowsX16, rn, std::string("extremes ") + dtype_name(t));
+        }
+        continue;
+      }
       const size_t bb = static_cast<size_t>(dtype_info(t).block_bytes);
       std::vector<uint8_t> w(row_bytes(t, K) * kGroupRowsX16, 0xFF);
       for (size_t b = 0; b < w.size(); b += bb) {

@@ -1,7 +1,7 @@
 // Dot products of weight rows of any supported type with activation rows, without dequantising
 // the weights. As in llama.cpp, the activations of a product with quantised weights are first
-// quantised per block (Q8_0 for Q8_0/Q4_0/Q5_0/IQ4_NL weights, Q8_1 for Q4_1/Q5_1, Q8_K for the
-// K-quants and IQ4_XS), so the inner loop is an integer dot product; float weights (F32/F16/BF16)
+// quantised per block (Q8_0 for Q8_0/Q4_0/Q5_0/IQ4_NL weights, Q8_1 for Q4_1/Q5_1 and for the
+// 32-element types in the X16 layout, Q8_K for the K-quants and IQ4_XS), so the inner loop is an integer dot product; float weights (F32/F16/BF16)
 // take fp32 activations.
 //
 // Two implementations share this interface: the portable one (plain C++, any machine) and the
@@ -151,8 +151,8 @@ void dot_group_x16(DType t, int64_t K, const uint8_t* group, const uint8_t* act,
 
 // Whether prompts go through dot_group_x16 rather than tiles of 4 tokens. With AVX-512 VNNI it
 // pays where unpacking costs most: Q3_K, Q5_K, Q6_K (pp512 on the TinyLlama shape 1.13-1.24x
-// faster than the tiles, Q4_K and IQ4_XS 10% slower), and the 32-element types, whose tiles would
-// add each token's partial sums to memory every 8 blocks. The AVX2 kernels unpack a block once per
+// faster than the tiles, Q4_K and IQ4_XS 10% slower), and the 32-element types, whose chunks of 8
+// blocks unpack once for every token instead of once per 4. The AVX2 kernels unpack a block once per
 // call whatever its tokens, so there every type with a kernel does.
 bool x16_unpack_for_prompts(DType t);
 
