@@ -142,7 +142,7 @@ class Router(unittest.TestCase):
         try:
             complete(router, "second", "Hi", 1)
             req = urllib.request.Request(router.url + "/v1/completions", headers={"Content-Type": "application/json"},
-                                         data=json.dumps({"model": "second", "prompt": "Once upon a time", "max_tokens": 400,
+                                         data=json.dumps({"model": "second", "prompt": "Once upon a time", "max_tokens": 2000,
                                                           "temperature": 0, "stream": True, "ignore_eos": True}).encode())
             with urllib.request.urlopen(req, timeout=120) as stream:
                 stream.readline()  # the first event: the request is running
