@@ -98,7 +98,8 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
   // rows is swept by register tiles of kTileRows rows x kTileTokens tokens: the chunk's weights
   // stay in cache while every token passes over them.
   const bool amx = use_amx(W.type, n_tokens, N);
-  // AMX takes every row of such a product, from Q8_0 activations, whatever the layout.
+  // AMX reads Q8_0 activations whatever the layout; the rows it leaves (N % 16) are in Rows or X4,
+  // whose kernels take Q8_0 too (an X16 matrix has whole groups of 16).
   const ActFormat fmt = amx ? act_format(W.type) : act_format(W.type, W.layout);
   const size_t ab = act_row_bytes(fmt, K);
   const bool x4 = W.layout == WeightLayout::X4;  // groups of kGroupRows rows (weight_pack.h)
