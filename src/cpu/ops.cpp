@@ -168,15 +168,10 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
       if (amx && r1 - r0 >= 16) {
         const int64_t rows = (r1 - r0) / 16 * 16;
         const uint8_t* w = W.data + static_cast<size_t>(r0) * wb;
-        if (x4 || x8 || x16) {  // AMX reads rows: the chunk's groups unpacked, a copy per chunk beside its product
+        if (W.layout != WeightLayout::Rows) {  // AMX reads rows: the chunk's groups unpacked, a copy per chunk beside its product
           thread_local std::vector<uint8_t> rows_buf;
           rows_buf.resize(static_cast<size_t>(rows) * wb);
-          for (int64_t r = 0; r < rows; ++r) {
-            uint8_t* dst = rows_buf.data() + static_cast<size_t>(r) * wb;
-            if (x4) unpack_x4_row(W, r0 + r, dst);
-            else if (x8) unpack_x8_row(W, r0 + r, dst);
-            else unpack_x16_row(W, r0 + r, dst);
-          }
+          for (int64_t r = 0; r < rows; ++r) unpack_row(W, r0 + r, rows_buf.data() + static_cast<size_t>(r) * wb);
           w = rows_buf.data();
         }
         amx_rows_q8(W.type == DType::Q4_0, K, w, wb, rows, act, ab, scales, n_tokens, out + r0, N);

@@ -357,8 +357,8 @@ void dot_tile_gathered(DType t, WeightLayout layout, int rows, int64_t K, const 
   v.data = group;
   v.layout = layout;
   const size_t rb = row_bytes(t, K);
-  std::vector<uint8_t> gathered(static_cast<size_t>(rows) * rb), scratch;
-  for (int i = 0; i < rows; ++i) std::memcpy(gathered.data() + i * rb, row_in_file_layout(v, i, scratch), rb);
+  std::vector<uint8_t> gathered(static_cast<size_t>(rows) * rb);
+  for (int i = 0; i < rows; ++i) unpack_row(v, i, gathered.data() + i * rb);
   std::vector<uint8_t> q8_0;  // Q8_1 activations (act_format for the layout) back to the rows' Q8_0
   if (act_format(t, layout) != act_format(t)) {
     const int64_t nb = K / 32;

@@ -262,12 +262,19 @@ void unpack_x4_row(const TensorView& packed, int64_t row, uint8_t* dst) {
     }
 }
 
+void unpack_row(const TensorView& packed, int64_t r, uint8_t* dst) {
+  switch (packed.layout) {
+    case WeightLayout::X4: return unpack_x4_row(packed, r, dst);
+    case WeightLayout::X8: return unpack_x8_row(packed, r, dst);
+    case WeightLayout::X16: return unpack_x16_row(packed, r, dst);
+    case WeightLayout::Rows: std::memcpy(dst, packed.row(r), row_bytes(packed.type, packed.row_len())); return;
+  }
+}
+
 const uint8_t* row_in_file_layout(const TensorView& t, int64_t r, std::vector<uint8_t>& scratch) {
   if (t.layout == WeightLayout::Rows) return t.row(r);
   scratch.resize(row_bytes(t.type, t.row_len()));
-  if (t.layout == WeightLayout::X8) unpack_x8_row(t, r, scratch.data());
-  else if (t.layout == WeightLayout::X16) unpack_x16_row(t, r, scratch.data());
-  else unpack_x4_row(t, r, scratch.data());
+  unpack_row(t, r, scratch.data());
   return scratch.data();
 }
 

@@ -43,6 +43,9 @@ bool repack_x16_applies(const TensorView& w);
 TensorView pack_x16(const TensorView& w, uint8_t* dst);
 void unpack_x16_row(const TensorView& packed, int64_t r, uint8_t* dst);
 
+// Row r of any view in the file's block layout, written to dst (row_bytes(type, K) bytes): the
+// unpacking of its layout, or a copy of the row.
+void unpack_row(const TensorView& packed, int64_t r, uint8_t* dst);
 // Row r of any view in the file's block layout: the row itself, or its copy in `scratch`.
 const uint8_t* row_in_file_layout(const TensorView& t, int64_t r, std::vector<uint8_t>& scratch);
 // Repacks w's own bytes (writable memory) into the layout the CPU path uses here, if
