@@ -215,34 +215,15 @@ TEST(RepackX16, GroupKernelMatchesFloat64) {
 // and then 0x00, against Q8_1 activations of the same values.
 TEST(RepackX16, LargestSumsDoNotWrap) {
   const int64_t K = 512;
+  const auto act = [](int j, int64_t e) {  // token j's element e
+    return j % 4 == 0 ? 127 : j % 4 == 1 ? -127 : j % 4 == 2 ? (e % 2 ? 127 : -127) : (e % (j + 1) ? -127 : 127);
+  };
   for (DType t : kX16Types)
     for (int pass = 0; pass < (t == DType::IQ4_XS || x16_block32_type(t) ? 2 : 1); ++pass) {
       if (!x16_kernel_available(t)) continue;  // the portable gather: plain int sums
-      if (x16_block32_type(t)) {
-        std::vector<uint8_t> w(row_bytes(t, K) * kGroupRowsX16, pass == 0 ? 0xFF : 0x00);
-        const size_t bb = static_cast<size_t>(dtype_info(t).block_bytes);
-        const uint16_t one = fp32_to_fp16(1.0f);
-        for (size_t b = 0; b < w.size(); b += bb)
-          for (int off : fp16_fields(t)) std::memcpy(&w[b + static_cast<size_t>(off)], &one, 2);
-        std::vector<uint8_t> packed(w.size());
-        const TensorView P = pack_x16(view_of(t, K, kGroupRowsX16, w), packed.data());
-        std::vector<float> x(static_cast<size_t>(kTileTokens * K));
-        for (int j = 0; j < kTileTokens; ++j)
-          for (int64_t e = 0; e < K; ++e)
-            x[static_cast<size_t>(j * K + e)] = j % 4 == 0 ? 127.0f : j % 4 == 1 ? -127.0f : j % 4 == 2 ? (e % 2 ? 127.0f : -127.0f)
-                                                                                                : (e % (j + 1) ? -127.0f : 127.0f);
-        const Prepared a = prepare(t, x, kTileTokens, K, P.layout);  // d = 1, quants +-127
-        std::vector<double> want, mag;
-        reference(t, w, kGroupRowsX16, K, a, kTileTokens, &want, &mag);
-        for (int rn : {1, kTileTokens}) {
-          std::vector<float> got(kGroupRowsX16 * kTileTokens, NAN);
-          dot_tile_x16(t, K, packed.data(), a.bytes.data(), a.row_bytes, rn, got.data(), kGroupRowsX16);
-          expect_tile(got, want, mag, kGroupRowsX16, kGroupRowsX16, rn, std::string("extremes ") + dtype_name(t));
-        }
-        continue;
-      }
+      const bool block32 = x16_block32_type(t);
       const size_t bb = static_cast<size_t>(dtype_info(t).block_bytes);
-      std::vector<uint8_t> w(row_bytes(t, K) * kGroupRowsX16, 0xFF);
+      std::vector<uint8_t> w(row_bytes(t, K) * kGroupRowsX16, block32 && pass == 1 ? 0x00 : 0xFF);
       for (size_t b = 0; b < w.size(); b += bb) {
         for (int off : fp16_fields(t)) {
           const uint16_t one = fp32_to_fp16(1.0f);
@@ -254,26 +235,33 @@ TEST(RepackX16, LargestSumsDoNotWrap) {
         if (t == DType::IQ4_XS && pass == 1) std::memset(&w[b + quant::kIQ4XS_QS], 0x00, 128);  // nibbles 0: -127
       }
       std::vector<uint8_t> packed(w.size());
-      pack_x16(view_of(t, K, kGroupRowsX16, w), packed.data());
+      const TensorView P = pack_x16(view_of(t, K, kGroupRowsX16, w), packed.data());
       Prepared a;
-      a.row_bytes = act_row_bytes(ActFormat::Q8_K, K);
-      a.bytes.assign(a.row_bytes * kTileTokens, 0);
-      a.values.resize(static_cast<size_t>(kTileTokens * K));
-      for (int j = 0; j < kTileTokens; ++j)
-        for (int64_t b = 0; b < K / 256; ++b) {
-          auto& blk = reinterpret_cast<ActBlockQ8_K*>(a.bytes.data() + j * a.row_bytes)[b];
-          blk.d = 1.0f;
-          for (int e = 0; e < 256; ++e) {
-            const int v = j % 4 == 0 ? 127 : j % 4 == 1 ? -127 : j % 4 == 2 ? (e % 2 ? 127 : -127) : (e % (j + 1) ? -127 : 127);
-            blk.qs[e] = static_cast<int8_t>(v);
-            a.values[static_cast<size_t>(j * K + 256 * b + e)] = static_cast<float>(v);
+      if (block32) {  // Q8_1 blocks of d = 1 and quants +-127
+        std::vector<float> x(static_cast<size_t>(kTileTokens * K));
+        for (int j = 0; j < kTileTokens; ++j)
+          for (int64_t e = 0; e < K; ++e) x[static_cast<size_t>(j * K + e)] = static_cast<float>(act(j, e));
+        a = prepare(t, x, kTileTokens, K, P.layout);
+      } else {
+        a.row_bytes = act_row_bytes(ActFormat::Q8_K, K);
+        a.bytes.assign(a.row_bytes * kTileTokens, 0);
+        a.values.resize(static_cast<size_t>(kTileTokens * K));
+        for (int j = 0; j < kTileTokens; ++j)
+          for (int64_t b = 0; b < K / 256; ++b) {
+            auto& blk = reinterpret_cast<ActBlockQ8_K*>(a.bytes.data() + j * a.row_bytes)[b];
+            blk.d = 1.0f;
+            for (int e = 0; e < 256; ++e) {
+              const int v = act(j, 256 * b + e);
+              blk.qs[e] = static_cast<int8_t>(v);
+              a.values[static_cast<size_t>(j * K + 256 * b + e)] = static_cast<float>(v);
+            }
+            for (int g = 0; g < 16; ++g) {
+              int sum = 0;
+              for (int e = 0; e < 16; ++e) sum += blk.qs[16 * g + e];
+              blk.bsums[g] = static_cast<int16_t>(sum);
+            }
           }
-          for (int g = 0; g < 16; ++g) {
-            int sum = 0;
-            for (int e = 0; e < 16; ++e) sum += blk.qs[16 * g + e];
-            blk.bsums[g] = static_cast<int16_t>(sum);
-          }
-        }
+      }
       std::vector<double> want, mag;
       reference(t, w, kGroupRowsX16, K, a, kTileTokens, &want, &mag);
       for (int rn : {1, kTileTokens}) {  // one token: the AVX2 decode kernels
