@@ -9,7 +9,6 @@
 // Each token's block sum is exact in int32 and scaled once per block in fp32, so a token's result
 // does not depend on the other tokens of the tile: decode and batches round alike.
 #include <algorithm>
-#include <cstring>
 
 #include <string>
 

@@ -93,6 +93,17 @@ struct Block<DType::Q4_1> {
 };
 
 template <>
+struct Block<DType::Q5_0> {
+  static constexpr size_t kBytes = 16 * 22;
+  static constexpr float kOffset = 16.0f;
+  static constexpr bool kMin = false, kHigh16 = false;
+  static void unpack(const uint8_t* g, __m512i (&u)[8]) {
+    nibbles(g + 96, u);
+    fifth_bits(g + 32, u);
+  }
+};
+
+template <>
 struct Block<DType::Q5_1> {
   static constexpr size_t kBytes = 16 * 24;
   static constexpr float kOffset = 0.0f;
@@ -112,17 +123,6 @@ struct Block<DType::IQ4_NL> {
     const __m512i table = iq4_table512();
     nibbles(g + 32, u);
     for (int q = 0; q < 8; ++q) u[q] = _mm512_shuffle_epi8(table, u[q]);
-  }
-};
-
-template <>
-struct Block<DType::Q5_0> {
-  static constexpr size_t kBytes = 16 * 22;
-  static constexpr float kOffset = 16.0f;
-  static constexpr bool kMin = false, kHigh16 = false;
-  static void unpack(const uint8_t* g, __m512i (&u)[8]) {
-    nibbles(g + 96, u);
-    fifth_bits(g + 32, u);
   }
 };
 
