@@ -153,7 +153,10 @@ inline void tile_blocks(int64_t nb, const uint8_t* group, const uint8_t* act, si
   for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
-    prefetch_block<kBlock>(g);
+    // Into L2, 4 blocks ahead: into L1, 2 ahead, the prefetches themselves stalled decode on a Zen
+    // 4 (slake-kernel-bench, one token: Q5_K 2.6x and Q6_K 2.0x slower on one thread, 2.0x and 1.5x
+    // on two). Every line counts: one in 2 or 4 left Q3_K, Q5_K and Q6_K as slow as before.
+    prefetch_block<kBlock, 4, true>(g);
     __m512i isum[RN], msum[RN];
     for (int j = 0; j < RN; ++j) isum[j] = msum[j] = _mm512_setzero_si512();
     body(g, b, isum, msum);

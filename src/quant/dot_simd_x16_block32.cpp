@@ -164,7 +164,7 @@ void tile(int64_t nb, const uint8_t* group, const uint8_t* act, size_t as, float
     for (int j = 0; j < RN; ++j) part[j] = _mm512_setzero_ps();
     for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* g = group + static_cast<size_t>(b) * B::kBytes;
-      prefetch_block<B::kBytes, 16>(g);
+      prefetch_block<B::kBytes, 16, false>(g);
       __m512i u[8];
       B::unpack(g, u);
       const Scales w = scales<T>(g);
