@@ -146,13 +146,6 @@ inline void token_q45_k(const UnpackedQ45K& U, const ActBlockQ8_K& a, float* out
     _mm256_storeu_ps(out + 8 * h, add_block<false>(_mm256_loadu_ps(out + 8 * h), U.d[h], U.dm[h], isum[h], msum[h], a.d));
 }
 
-// Every cache line of the block two ahead: a group is one stream the prefetchers alone leave
-// waiting on memory (as the AVX-512 kernel).
-template <size_t kBlock>
-inline void prefetch_ahead(const uint8_t* g) {
-  for (size_t off = 0; off < kBlock; off += 64) _mm_prefetch(reinterpret_cast<const char*>(g + 2 * kBlock + off), _MM_HINT_T0);
-}
-
 // The loop every one-token kernel shares (decode: each quant word is unpacked in registers and
 // meets the token at once, so nothing goes through memory): per block, body(g, a, isum, msum)
 // gives both halves' integer sums, and add_block scales them (dm: dmin at 32 unless kJoint), as
@@ -162,7 +155,10 @@ inline void token1_blocks(int64_t nb, const uint8_t* group, const uint8_t* act, 
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
-    prefetch_ahead<kBlock>(g);
+    // Into L1, 2 blocks ahead. The AVX-512 tiles fetch into L2 (dot_simd_x16.cpp); this build on a
+    // Zen 4 gained from that only in Q5_K (one token, one thread: 618-634 -> 431-480 us), and the
+    // AVX2 machines it is for are not measured.
+    prefetch_block<kBlock, 2, false>(g);
     const ActBlockQ8_K& a = reinterpret_cast<const ActBlockQ8_K*>(act)[b];
     __m256i isum[2], msum[2];
     for (int h = 0; h < 2; ++h) isum[h] = msum[h] = _mm256_setzero_si256();
@@ -470,7 +466,7 @@ void group_blocks(int64_t nb, const uint8_t* group, const uint8_t* act, size_t a
   alignas(32) Unpacked U;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* g = group + static_cast<size_t>(b) * kBlock;
-    prefetch_ahead<kBlock>(g);
+    prefetch_block<kBlock, 2, false>(g);
     unpack(g, U);
     for (int64_t j = 0; j < n; ++j) token(U, reinterpret_cast<const ActBlockQ8_K*>(act + static_cast<size_t>(j) * as)[b], out + j * os);
   }

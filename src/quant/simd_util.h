@@ -33,6 +33,15 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(h);
 }
 
+// Every cache line of an X16 group's block kAhead blocks on, into L1 or (kL2) L2: a group is one
+// stream of blocks that the hardware prefetchers alone leave waiting on memory (Q6_K decode ran at
+// a third of the rows kernel's speed with one line per block).
+template <size_t kBlock, int kAhead, bool kL2>
+inline void prefetch_block(const uint8_t* g) {
+  for (size_t off = 0; off < kBlock; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(g + kAhead * kBlock + off), kL2 ? _MM_HINT_T1 : _MM_HINT_T0);
+}
+
 #if defined(__AVX512F__)
 inline float hsum512(__m512 v) {
   const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
@@ -48,14 +57,6 @@ inline __m512i bcast32(const void* p) {
   return _mm512_set1_epi32(v);
 }
 inline __m512 f16_lanes(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-
-// Every cache line of the group's block kAhead blocks on, into L1 or (kL2) L2: a group is one stream of blocks that the hardware prefetchers alone leave waiting
-// on memory (Q6_K decode ran at a third of the rows kernel's speed with one line per block).
-template <size_t kBlock, int kAhead, bool kL2>
-inline void prefetch_block(const uint8_t* g) {
-  for (size_t off = 0; off < kBlock; off += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(g + kAhead * kBlock + off), kL2 ? _MM_HINT_T1 : _MM_HINT_T0);
-}
 
 // The 16 IQ4 values + 128 (unsigned, for dpbusd) in every 128-bit lane, for a shuffle by nibble.
 inline __m512i iq4_table512() {
