@@ -1,12 +1,13 @@
 // Micro-benchmarks of the CPU kernels (Google Benchmark): matmul for every weight type at the
 // decode shape (one token: bound by reading the weights) and at a prefill shape (64 tokens: bound
-// by arithmetic), on TinyLlama-1.1B's FFN matrix (5632 x 2048), in the layout the CPU path gives
-// a model's matrix (Q8_0, the 32-element types and the K-quants repacked where this build does: "repacked" in the label). Counters: weight GB/s and GFLOP/s
-// (2 K N tokens per product). slake-kernel-bench --bandwidth first prints the machine's read
-// bandwidth (the decode ceiling) from the same probe as slake-bench; BM_fma_peak measures one
-// core's fp32 FMA peak (the ceiling of the float-weight prefill figures). BM_attention compares the
-// flash attention kernel with the scalar reference at decode and prefill shapes; BM_decode_scores
-// times an attention-scored policy's decode-time ranking of one KV head.
+// by arithmetic), on TinyLlama-1.1B's FFN matrix (5632 x 2048), in the layout the CPU path gives a
+// model's matrix (Q8_0, the 32-element types and the K-quants repacked where this build does:
+// "repacked" in the label). Counters: weight GB/s and GFLOP/s (2 K N tokens per product).
+// slake-kernel-bench --bandwidth first prints the machine's read bandwidth (the decode ceiling)
+// from the same probe as slake-bench; BM_fma_peak measures one core's fp32 FMA peak (the ceiling of
+// the float-weight prefill figures). BM_attention compares the flash attention kernel with the
+// scalar reference at decode and prefill shapes; BM_decode_scores times an attention-scored
+// policy's decode-time ranking of one KV head.
 //
 //   build/bin/slake-kernel-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>

@@ -1,8 +1,8 @@
-// Dot products of weight rows of any supported type with activation rows, without dequantising
-// the weights. As in llama.cpp, the activations of a product with quantised weights are first
-// quantised per block (Q8_0 for Q8_0/Q4_0/Q5_0/IQ4_NL weights, Q8_1 for Q4_1/Q5_1 and for the
-// 32-element types in the X16 layout, Q8_K for the K-quants and IQ4_XS), so the inner loop is an integer dot product; float weights (F32/F16/BF16)
-// take fp32 activations.
+// Dot products of weight rows of any supported type with activation rows, without dequantising the
+// weights. As in llama.cpp, the activations of a product with quantised weights are first quantised
+// per block (Q8_0 for Q8_0/Q4_0/Q5_0/IQ4_NL weights, Q8_1 for Q4_1/Q5_1 and for the 32-element
+// types in the X16 layout, Q8_K for the K-quants and IQ4_XS), so the inner loop is an integer dot
+// product; float weights (F32/F16/BF16) take fp32 activations.
 //
 // Two implementations share this interface: the portable one (plain C++, any machine) and the
 // SIMD one (AVX2 / AVX-512 VNNI, chosen at build time from the compiler's target). The SIMD one is

@@ -34,10 +34,10 @@ TensorView pack_x8(const TensorView& w, uint8_t* dst);
 void unpack_x8_row(const TensorView& packed, int64_t r, uint8_t* dst);
 
 // Whether the CPU path repacks this matrix into groups of 16 rows (X16, quant_dot.h): Q2_K..Q6_K,
-// IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL, rows a multiple of 16, and a group kernel for the type built here
-// (x16_kernel_available: all of them with AVX-512 VNNI, the K-quants and IQ4_XS with AVX2). Where
-// X16 and X4 both apply (Q4_0), pack_for_cpu takes X16; AMX's prompts unpack either (ops.cpp).
-// SLAKE_NO_REPACK=1 turns it off too.
+// IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL, rows a multiple of 16, and a group kernel for the type
+// built here (x16_kernel_available: all of them with AVX-512 VNNI, the K-quants and IQ4_XS with
+// AVX2). Where X16 and X4 both apply (Q4_0), pack_for_cpu takes X16; AMX's prompts unpack either
+// (ops.cpp). SLAKE_NO_REPACK=1 turns it off too.
 bool repack_x16_applies(const TensorView& w);
 // As pack_x4 and unpack_x4_row, for the X16 layout.
 TensorView pack_x16(const TensorView& w, uint8_t* dst);
