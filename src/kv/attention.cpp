@@ -57,7 +57,7 @@ bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, 
                  const std::vector<int>* chosen = nullptr) {
   thread_local std::vector<int> pages;
   if (!chosen) {
-    if (scores) kv.recall.select_scored(scores, n, cache.recall().pages, &pages);
+    if (scores) kv.recall.select_scored(q, scores, n, cache.recall().pages, &pages);
     else kv.recall.select(q, n, cache.recall().pages, &pages);
   }
   const bool covers = covers_recalled(kv);
@@ -156,14 +156,11 @@ std::vector<std::vector<int>> chunk_pages(const float* q, int n_tokens, const Kv
       const KvHead& kv = cache.head(layer, static_cast<int>(kvh));
       if (!recalls(cache, kv)) continue;
       std::vector<int>* chosen = &pages[static_cast<size_t>(kvh)];
-      if (const float* sc = head_scores(scores, static_cast<int>(kvh))) {
-        kv.recall.select_scored(sc, rows, cache.recall().pages, chosen);
-        continue;
-      }
       qr.clear();
       for (int t = t0; t < n_tokens; ++t)
         for (int g = 0; g < group; ++g) qr.push_back(q + t * qdim + (kvh * group + g) * d);
-      kv.recall.select(qr.data(), rows, cache.recall().pages, chosen);
+      if (const float* sc = head_scores(scores, static_cast<int>(kvh))) kv.recall.select_scored(qr.data(), sc, rows, cache.recall().pages, chosen);
+      else kv.recall.select(qr.data(), rows, cache.recall().pages, chosen);
     }
   });
   return pages;

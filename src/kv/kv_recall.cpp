@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -19,17 +20,20 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 }  // namespace
 
 const std::vector<std::string>& recall_score_names() {
-  static const std::vector<std::string> names{"keys", "quest"};
+  static const std::vector<std::string> names{"keys", "quest", "shortlist"};
   return names;
 }
 
 RecallScore parse_recall_score(const std::string& name) {
   if (name == "keys") return RecallScore::Keys;
   if (name == "quest") return RecallScore::Quest;
-  fail("unknown recall score '" + name + "' (keys, quest)");
+  if (name == "shortlist") return RecallScore::Shortlist;
+  fail("unknown recall score '" + name + "' (keys, quest, shortlist)");
 }
 
-const char* recall_score_name(RecallScore s) { return s == RecallScore::Quest ? "quest" : "keys"; }
+const char* recall_score_name(RecallScore s) {
+  return s == RecallScore::Quest ? "quest" : s == RecallScore::Shortlist ? "shortlist" : "keys";
+}
 
 RecallStore::RecallStore(int head_dim, int page, KvType type, RecallScore score, std::shared_ptr<const std::string> file_dir)
     : d_(head_dim), page_(page), type_(type), score_(score), k_(StoreAllocator<uint8_t>(file_dir)), v_(StoreAllocator<uint8_t>(file_dir)) {
@@ -37,11 +41,16 @@ RecallStore::RecallStore(int head_dim, int page, KvType type, RecallScore score,
   if (kv_is_kivi(type)) fail(std::string("the recall store keeps rows; ") + kv_type_name(type) + " is not a row type");
   check_kv_type(type, head_dim, "--kv-store-type");
   row_ = kv_row_bytes(type, head_dim);
+  if (score == RecallScore::Shortlist && head_dim % 16 != 0)
+    fail("--kv-recall-score shortlist keeps page summaries in q8_0 blocks of 32: needs a head size that is a multiple of 16, got " +
+         std::to_string(head_dim));
 }
+
+size_t RecallStore::sketch_row() const { return kv_row_bytes(KvType::Q8_0, 2 * d_); }
 
 RecallStore::RecallStore(const RecallStore& o)
     : d_(o.d_), page_(o.page_), type_(o.type_), score_(o.score_), row_(o.row_), n_(o.n_), k_(o.k_), v_(o.v_), pos_(o.pos_),
-      summary_(o.summary_) {
+      summary_(o.summary_), sketch_(o.sketch_) {
   release_all();
   o.release_all();  // read whole to copy it
 }
@@ -49,7 +58,7 @@ RecallStore::RecallStore(const RecallStore& o)
 RecallStore& RecallStore::operator=(const RecallStore& o) {
   if (this == &o) return *this;
   d_ = o.d_, page_ = o.page_, type_ = o.type_, score_ = o.score_, row_ = o.row_, n_ = o.n_;
-  k_ = o.k_, v_ = o.v_, pos_ = o.pos_, summary_ = o.summary_;
+  k_ = o.k_, v_ = o.v_, pos_ = o.pos_, summary_ = o.summary_, sketch_ = o.sketch_;
   reads_ = 0, written_ = 0;
   release_all();
   o.release_all();
@@ -58,21 +67,24 @@ RecallStore& RecallStore::operator=(const RecallStore& o) {
 
 RecallStore::RecallStore(RecallStore&& o) noexcept
     : d_(o.d_), page_(o.page_), type_(o.type_), score_(o.score_), row_(o.row_), n_(o.n_), k_(std::move(o.k_)),
-      v_(std::move(o.v_)), pos_(std::move(o.pos_)), summary_(std::move(o.summary_)), reads_(o.reads_.load()), written_(o.written_) {}
+      v_(std::move(o.v_)), pos_(std::move(o.pos_)), summary_(std::move(o.summary_)),
+      sketch_(std::move(o.sketch_)), reads_(o.reads_.load()), written_(o.written_) {}
 
 RecallStore& RecallStore::operator=(RecallStore&& o) noexcept {
   d_ = o.d_, page_ = o.page_, type_ = o.type_, score_ = o.score_, row_ = o.row_, n_ = o.n_;
   k_ = std::move(o.k_), v_ = std::move(o.v_), pos_ = std::move(o.pos_), summary_ = std::move(o.summary_);
+  sketch_ = std::move(o.sketch_);
   reads_ = o.reads_.load(), written_ = o.written_;
   return *this;
 }
 
 void RecallStore::check_read() const {
-  if (page_ == 0 && n_ == 0 && k_.empty() && v_.empty() && pos_.empty() && summary_.empty()) return;  // no store
+  if (page_ == 0 && n_ == 0 && k_.empty() && v_.empty() && pos_.empty() && summary_.empty() && sketch_.empty()) return;  // no store
   const size_t n = static_cast<size_t>(n_);
   const bool ok = d_ > 0 && page_ > 0 && n_ >= 0 && !kv_is_kivi(type_) && row_ == kv_row_bytes(type_, d_) &&
                   k_.size() == n * row_ && v_.size() == n * row_ && pos_.size() == n &&
-                  summary_.size() == (score_ == RecallScore::Quest ? static_cast<size_t>(n_pages()) * 2 * d_ : 0);
+                  summary_.size() == (score_ == RecallScore::Quest ? static_cast<size_t>(n_pages()) * 2 * d_ : 0) &&
+                  sketch_.size() == (score_ == RecallScore::Shortlist ? static_cast<size_t>(n_pages()) * sketch_row() : 0);
   if (!ok) fail("state file: a recall store whose sizes disagree with each other");
 }
 
@@ -95,7 +107,7 @@ void RecallStore::release_pages(int p0, int p1) const {
   const size_t at = static_cast<size_t>(p0) * static_cast<size_t>(page_) * row_;
   const size_t bytes = std::min(static_cast<size_t>(p1) * static_cast<size_t>(page_) * row_, v_.size()) - at;
   release_store_pages(v_, at, bytes);
-  if (score_ == RecallScore::Quest) release_store_pages(k_, at, bytes);
+  if (summarised()) release_store_pages(k_, at, bytes);
 }
 
 void RecallStore::add(const float* k, const float* v, int32_t pos) {
@@ -107,7 +119,7 @@ void RecallStore::add(const float* k, const float* v, int32_t pos) {
   kv_store_row(type_, v, v_.data() + n * row_, d_);
   pos_.push_back(pos);
   ++n_;
-  if (score_ == RecallScore::Quest) summarise(n);
+  if (summarised()) summarise(n);
   // A mapped store: a grown mapping was filled by the copy; the pages written go back in batches.
   if (!file_backed()) return;
   if (v_.data() != was) {
@@ -121,10 +133,30 @@ void RecallStore::add(const float* k, const float* v, int32_t pos) {
 
 void RecallStore::summarise(size_t n) {
   // The summary bounds the keys as they are read back, so that the bound holds for what is attended.
+  const int p = static_cast<int>(n / static_cast<size_t>(page_));
   thread_local std::vector<float> back;
+  if (score_ == RecallScore::Shortlist) {
+    // The page's range from its keys so far, rounded to q8_0 again as the page fills.
+    const size_t j0 = static_cast<size_t>(p) * static_cast<size_t>(page_);
+    const int cnt = static_cast<int>(n + 1 - j0);
+    back.resize(static_cast<size_t>(cnt + 2) * d_);
+    float* mm = back.data() + static_cast<size_t>(cnt) * d_;
+    kv_load_rows(type_, k_.data() + j0 * row_, back.data(), cnt, d_);
+    for (int i = 0; i < d_; ++i) {
+      float lo = back[static_cast<size_t>(i)], hi = lo;
+      for (int j = 1; j < cnt; ++j) {
+        lo = std::min(lo, back[static_cast<size_t>(j) * d_ + i]);
+        hi = std::max(hi, back[static_cast<size_t>(j) * d_ + i]);
+      }
+      mm[i] = lo;
+      mm[d_ + i] = hi;
+    }
+    sketch_.resize(static_cast<size_t>(p + 1) * sketch_row());
+    kv_store_row(KvType::Q8_0, mm, sketch_.data() + static_cast<size_t>(p) * sketch_row(), 2 * d_);
+    return;
+  }
   back.resize(static_cast<size_t>(d_));
   kv_load_rows(type_, k_.data() + n * row_, back.data(), 1, d_);
-  const int p = static_cast<int>(n / static_cast<size_t>(page_));
   if (n % static_cast<size_t>(page_) == 0) {
     summary_.insert(summary_.end(), back.begin(), back.end());
     summary_.insert(summary_.end(), back.begin(), back.end());
@@ -138,53 +170,110 @@ void RecallStore::summarise(size_t n) {
   }
 }
 
+void RecallStore::page_sketch(int p, float* minmax) const {
+  if (score_ != RecallScore::Shortlist || p < 0 || p >= n_pages()) fail("internal: no q8_0 summary of page " + std::to_string(p));
+  kv_load_rows(KvType::Q8_0, sketch_.data() + static_cast<size_t>(p) * sketch_row(), minmax, 1, 2 * d_);
+}
+
 void RecallStore::clear() {
   written_ = 0;
   k_.clear();
   v_.clear();
   pos_.clear();
   summary_.clear();
+  sketch_.clear();
   n_ = 0;
 }
 
 size_t RecallStore::planned_bytes(int head_dim, int page, KvType type, int64_t tokens, RecallScore score) {
   if (page < 1 || tokens <= 0) return 0;
   const size_t pages = static_cast<size_t>((tokens + page - 1) / page);
-  return static_cast<size_t>(tokens) * (2 * kv_row_bytes(type, head_dim) + sizeof(int32_t)) +
-         (score == RecallScore::Quest ? pages * 2 * static_cast<size_t>(head_dim) * sizeof(float) : 0);
+  const size_t summary = score == RecallScore::Quest       ? 2 * static_cast<size_t>(head_dim) * sizeof(float)
+                         : score == RecallScore::Shortlist ? kv_row_bytes(KvType::Q8_0, 2 * head_dim)
+                                                           : 0;
+  return static_cast<size_t>(tokens) * (2 * kv_row_bytes(type, head_dim) + sizeof(int32_t)) + pages * summary;
 }
 
 size_t RecallStore::bytes() const { return active() ? planned_bytes(d_, page_, type_, n_, score_) : 0; }
 
 void RecallStore::page_bounds(const float* q, float* bound) const {
-  if (score_ != RecallScore::Quest) fail("internal: page bounds of a store ranked by its keys (no summaries kept)");
+  if (score_ != RecallScore::Quest) fail("internal: page bounds of a store without Quest's summaries");
   page_scores(&q, 1, 0, n_pages(), bound);
 }
 
 void RecallStore::page_scores(const float* const* q, int rows, int p0, int p1, float* score) const {
   const size_t np = static_cast<size_t>(n_pages());
-  if (score_ == RecallScore::Quest) {
-    thread_local std::vector<float> split;
-    split.resize(static_cast<size_t>(2 * d_));
-    for (int r = 0; r < rows; ++r) {
-      // max(q_i min_i, q_i max_i) is q_i min_i where q_i < 0 and q_i max_i elsewhere.
-      for (int i = 0; i < d_; ++i) {
-        split[static_cast<size_t>(i)] = std::min(q[r][i], 0.0f);
-        split[static_cast<size_t>(d_ + i)] = std::max(q[r][i], 0.0f);
-      }
-      for (int p = p0; p < p1; ++p) score[static_cast<size_t>(r) * np + p] = dot_f32(split.data(), page_min(p), 2 * d_);
-    }
-    return;
+  if (!summarised()) {
+    thread_local std::vector<int> range;
+    range.resize(static_cast<size_t>(std::max(0, p1 - p0)));
+    std::iota(range.begin(), range.end(), p0);
+    return key_scores(q, rows, range.data(), static_cast<int>(range.size()), score);
   }
-  if (type_ == KvType::Q8_0) return page_scores_q8_0(q, rows, p0, p1, score);
+  if (score_ == RecallScore::Shortlist) return sketch_scores(q, rows, p0, p1, score);
+  // max(q_i min_i, q_i max_i) is q_i min_i where q_i < 0 and q_i max_i elsewhere: the bound is
+  // one dot product of [min(q, 0), max(q, 0)] with the page's [min, max].
+  const int w = 2 * d_;
+  thread_local std::vector<float> split;
+  split.resize(static_cast<size_t>(rows) * w);
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < d_; ++i) {
+      split[static_cast<size_t>(r) * w + i] = std::min(q[r][i], 0.0f);
+      split[static_cast<size_t>(r) * w + d_ + i] = std::max(q[r][i], 0.0f);
+    }
+  // Tiles of 16 pages by the attention kernel's tile scorer (lanes over pages, no horizontal sum
+  // per page), each tile's summaries read once for all rows; the last pages one at a time.
+  int p = p0;
+  if (w % 16 == 0)
+    for (; p + kLanes <= p1; p += kLanes)
+      for (int r = 0; r < rows; ++r) {
+        const lanes_f b = score_tile_of_keys(split.data() + static_cast<size_t>(r) * w, page_min(p), w);
+        for (int j = 0; j < kLanes; ++j) score[static_cast<size_t>(r) * np + p + j] = b[j];
+      }
+  for (; p < p1; ++p)
+    for (int r = 0; r < rows; ++r) score[static_cast<size_t>(r) * np + p] = dot_f32(split.data() + static_cast<size_t>(r) * w, page_min(p), w);
+}
+
+void RecallStore::sketch_scores(const float* const* q, int rows, int p0, int p1, float* score) const {
+  // [min(q, 0), max(q, 0)] rounded to q8_0 blocks against the pages' q8_0 summaries: integer dot
+  // products (quant_dot.h, dot_tile), kTileRows pages by up to kTileTokens query rows a call.
+  const size_t np = static_cast<size_t>(n_pages()), srow = sketch_row();
+  const int w = 2 * d_;
+  const size_t act = act_row_bytes(ActFormat::Q8_0, w);
+  thread_local std::vector<float> split;
+  thread_local std::vector<uint8_t> qa;
+  split.resize(static_cast<size_t>(w));
+  qa.resize(act * static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < d_; ++i) {
+      split[static_cast<size_t>(i)] = std::min(q[r][i], 0.0f);
+      split[static_cast<size_t>(d_ + i)] = std::max(q[r][i], 0.0f);
+    }
+    quantize_act_row(ActFormat::Q8_0, split.data(), qa.data() + act * static_cast<size_t>(r), w);
+  }
+  float out[kTileTokens * kTileRows];
+  for (int p = p0; p < p1; p += kTileRows) {
+    const int pm = std::min(kTileRows, p1 - p);
+    for (int r0 = 0; r0 < rows; r0 += kTileTokens) {
+      const int rn = std::min(kTileTokens, rows - r0);
+      dot_tile(DType::Q8_0, w, sketch_.data() + static_cast<size_t>(p) * srow, srow, pm, qa.data() + act * static_cast<size_t>(r0), act,
+               rn, out, kTileRows);
+      for (int j = 0; j < rn; ++j)
+        for (int i = 0; i < pm; ++i) score[static_cast<size_t>(r0 + j) * np + p + i] = out[j * kTileRows + i];
+    }
+  }
+}
+
+void RecallStore::key_scores(const float* const* q, int rows, const int* pages, int n, float* score) const {
+  if (type_ == KvType::Q8_0) return key_scores_q8_0(q, rows, pages, n, score);
+  const size_t np = static_cast<size_t>(n_pages());
   // The page's keys as floats, a tile of 16 at a time scored by the attention kernel's tile scorer
   // (lanes over keys, no horizontal sum per key); the lanes of rows past the page's end are not read.
   const bool tiles = d_ % 16 == 0;
   const int padded = (page_ + kLanes - 1) / kLanes * kLanes;
   thread_local std::vector<float> ks;
   ks.resize(static_cast<size_t>(padded) * d_);
-  for (int p = p0; p < p1; ++p) {
-    const int j0 = p * page_, cnt = std::min(page_, n_ - j0);
+  for (int i = 0; i < n; ++i) {
+    const int p = pages[i], j0 = p * page_, cnt = std::min(page_, n_ - j0);
     kv_load_rows(type_, k_.data() + static_cast<size_t>(j0) * row_, ks.data(), cnt, d_);
     for (int r = 0; r < rows; ++r) {
       float top = kNegInf;
@@ -201,7 +290,7 @@ void RecallStore::page_scores(const float* const* q, int rows, int p0, int p1, f
   }
 }
 
-void RecallStore::page_scores_q8_0(const float* const* q, int rows, int p0, int p1, float* score) const {
+void RecallStore::key_scores_q8_0(const float* const* q, int rows, const int* pages, int n, float* score) const {
   // q8_0 keys against the query rounded to q8_0 blocks once (as ggml's CPU attention does with a
   // q8_0 cache): integer dot products over the stored blocks, no key dequantised
   // (quant_dot.h, dot_tile), kTileRows keys by up to kTileTokens query rows a call.
@@ -211,8 +300,8 @@ void RecallStore::page_scores_q8_0(const float* const* q, int rows, int p0, int 
   qa.resize(act * static_cast<size_t>(rows));
   for (int r = 0; r < rows; ++r) quantize_act_row(ActFormat::Q8_0, q[r], qa.data() + act * static_cast<size_t>(r), d_);
   float out[kTileTokens * kTileRows];
-  for (int p = p0; p < p1; ++p) {
-    const int j0 = p * page_, cnt = std::min(page_, n_ - j0);
+  for (int i = 0; i < n; ++i) {
+    const int p = pages[i], j0 = p * page_, cnt = std::min(page_, n_ - j0);
     for (int r0 = 0; r0 < rows; r0 += kTileTokens) {
       const int rn = std::min(kTileTokens, rows - r0);
       float top[kTileTokens];
@@ -222,23 +311,63 @@ void RecallStore::page_scores_q8_0(const float* const* q, int rows, int p0, int 
         dot_tile(DType::Q8_0, d_, k_.data() + static_cast<size_t>(j0 + t) * row_, row_, rm,
                  qa.data() + act * static_cast<size_t>(r0), act, rn, out, kTileRows);
         for (int j = 0; j < rn; ++j)
-          for (int i = 0; i < rm; ++i) top[j] = std::max(top[j], out[j * kTileRows + i]);
+          for (int k = 0; k < rm; ++k) top[j] = std::max(top[j], out[j * kTileRows + k]);
       }
       for (int j = 0; j < rn; ++j) score[static_cast<size_t>(r0 + j) * np + p] = top[j];
     }
   }
 }
 
+namespace {
+// The `want` of the n pages `among` whose score (score[r * np + p]), relative to each row's best
+// of them, is highest for some row, into `out` (ties to the later page), in increasing order: a page
+// ranks by the row that wants it most, so that a page one query head needs is not outvoted by the
+// others. Scores are in each row's own softmax units.
+void rank_pages(const float* score, int np, int rows, const int* among, int n, int want, std::vector<int>* out) {
+  thread_local std::vector<float> best, sorted;
+  best.assign(static_cast<size_t>(np), kNegInf);
+  const bool all = n == np;  // among is every page, in order: direct loops
+  for (int r = 0; r < rows; ++r) {
+    const float* sr = score + static_cast<size_t>(r) * np;
+    float top = kNegInf;
+    if (all) {
+      top = *std::max_element(sr, sr + np);
+      for (int p = 0; p < np; ++p) best[static_cast<size_t>(p)] = std::max(best[static_cast<size_t>(p)], sr[p] - top);
+      continue;
+    }
+    for (int i = 0; i < n; ++i) top = std::max(top, sr[among[i]]);
+    for (int i = 0; i < n; ++i) best[static_cast<size_t>(among[i])] = std::max(best[static_cast<size_t>(among[i])], sr[among[i]] - top);
+  }
+  out->clear();
+  want = std::min(want, n);
+  if (want <= 0) return;
+  // The want-th largest value, found among the values themselves (no comparator reaching through
+  // indices); then the pages above it, and of the pages at it the latest ones.
+  sorted.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) sorted[static_cast<size_t>(i)] = best[static_cast<size_t>(among[i])];
+  std::nth_element(sorted.begin(), sorted.begin() + (want - 1), sorted.end(), std::greater<float>());
+  const float at = sorted[static_cast<size_t>(want - 1)];
+  int above = 0;
+  for (int i = 0; i < n; ++i) above += best[static_cast<size_t>(among[i])] > at;
+  int ties = want - above;
+  for (int i = n - 1; i >= 0; --i) {
+    const float b = best[static_cast<size_t>(among[i])];
+    if (b > at || (b == at && ties-- > 0)) out->push_back(among[i]);
+  }
+  std::sort(out->begin(), out->end());
+}
+}  // namespace
+
 void RecallStore::select(const float* const* q, int rows, int want, std::vector<int>* pages) const {
   const int np = n_pages();
-  if (want <= 0 || np == 0 || want >= np) return select_scored(nullptr, rows, want, pages);
+  if (want <= 0 || np == 0 || want >= np) return select_scored(q, nullptr, rows, want, pages);
   thread_local std::vector<float> score;
   score.resize(static_cast<size_t>(rows) * np);
   page_scores(q, rows, 0, np, score.data());
-  select_scored(score.data(), rows, want, pages);
+  select_scored(q, score.data(), rows, want, pages);
 }
 
-void RecallStore::select_scored(const float* score, int rows, int want, std::vector<int>* pages) const {
+void RecallStore::select_scored(const float* const* q, const float* score, int rows, int want, std::vector<int>* pages) const {
   pages->clear();
   const int np = n_pages();
   if (want <= 0 || np == 0) return;
@@ -247,24 +376,19 @@ void RecallStore::select_scored(const float* score, int rows, int want, std::vec
     std::iota(pages->begin(), pages->end(), 0);
     return;
   }
-  // Each row's scores in its own softmax units, relative to its best page; a page ranks by the
-  // row that wants it most, so that a page one query head needs is not outvoted by the others.
-  thread_local std::vector<float> best;
-  best.assign(static_cast<size_t>(np), kNegInf);
-  for (int r = 0; r < rows; ++r) {
-    const float* sr = score + static_cast<size_t>(r) * np;
-    const float top = *std::max_element(sr, sr + np);
-    for (int p = 0; p < np; ++p) best[static_cast<size_t>(p)] = std::max(best[static_cast<size_t>(p)], sr[p] - top);
-  }
-  pages->resize(static_cast<size_t>(np));
-  std::iota(pages->begin(), pages->end(), 0);
-  // Ties go to the later page, deterministically.
-  std::nth_element(pages->begin(), pages->begin() + want, pages->end(), [&](int a, int b) {
-    const float x = best[static_cast<size_t>(a)], y = best[static_cast<size_t>(b)];
-    return x != y ? x > y : a > b;
-  });
-  pages->resize(static_cast<size_t>(want));
-  std::sort(pages->begin(), pages->end());
+  thread_local std::vector<int> all;
+  all.resize(static_cast<size_t>(np));
+  std::iota(all.begin(), all.end(), 0);
+  if (score_ != RecallScore::Shortlist) return rank_pages(score, np, rows, all.data(), np, want, pages);
+  // The bound shortlists kShortlist * want pages (all of them when that is every page); their keys
+  // choose `want`, relative to each row's best key score among the shortlisted pages.
+  thread_local std::vector<int> shortlist;
+  thread_local std::vector<float> keys;
+  if (kShortlist * want < np) rank_pages(score, np, rows, all.data(), np, kShortlist * want, &shortlist);
+  else shortlist = all;
+  keys.resize(static_cast<size_t>(rows) * np);
+  key_scores(q, rows, shortlist.data(), static_cast<int>(shortlist.size()), keys.data());
+  rank_pages(keys.data(), np, rows, shortlist.data(), static_cast<int>(shortlist.size()), want, pages);
 }
 
 void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, int window, float softcap,

@@ -18,6 +18,7 @@
 #include "slake/kv/attention.h"
 #include "slake/kv/kv_recall.h"
 #include "slake/kv/kv_scores.h"
+#include "slake/quant/quant_dot.h"
 #include "slake/state_archive.h"
 #include "test_util.h"
 
@@ -49,6 +50,37 @@ TEST(RecallStore, PageBoundsAreUpperBoundsOfEveryKeyScore) {
   }
 }
 
+// Shortlist's q8_0 summary of each page, full or filling, holds the float64 minimum and maximum
+// of the page's keys as read back, to q8_0's rounding (half a block's step).
+TEST(RecallStore, ShortlistSummariesHoldEachPagesKeyRange) {
+  std::mt19937 rng(4);
+  const int d = 64, page = 8;
+  for (KvType t : {KvType::F32, KvType::Q8_0, KvType::Q4_0}) {
+    RecallStore st(d, page, t, RecallScore::Shortlist);
+    for (int j = 0; j < 53; ++j) st.add(randn(d, 1.0f, rng).data(), randn(d, 1.0f, rng).data(), j);
+    ASSERT_EQ(st.n_pages(), 7);
+    std::vector<float> k(d), v(d), mm(2 * d);
+    for (int p = 0; p < st.n_pages(); ++p) {
+      std::vector<double> lo(d, INFINITY), hi(d, -INFINITY);
+      for (int j = p * page; j < std::min(st.n(), (p + 1) * page); ++j) {
+        st.load(j, k.data(), v.data());
+        for (int i = 0; i < d; ++i) lo[static_cast<size_t>(i)] = std::min<double>(lo[static_cast<size_t>(i)], k[static_cast<size_t>(i)]),
+                                    hi[static_cast<size_t>(i)] = std::max<double>(hi[static_cast<size_t>(i)], k[static_cast<size_t>(i)]);
+      }
+      st.page_sketch(p, mm.data());
+      for (int b = 0; b < 2 * d; b += 32) {  // each q8_0 block's step is its largest magnitude / 127
+        double top = 0;
+        for (int i = b; i < b + 32; ++i) top = std::max(top, std::abs(i < d ? lo[static_cast<size_t>(i)] : hi[static_cast<size_t>(i - d)]));
+        for (int i = b; i < b + 32; ++i) {
+          const double want = i < d ? lo[static_cast<size_t>(i)] : hi[static_cast<size_t>(i - d)];
+          EXPECT_NEAR(mm[static_cast<size_t>(i)], want, top / 127 * 0.5 + 1e-3 * top) << kv_type_name(t) << " page " << p << " channel " << i;
+        }
+      }
+    }
+  }
+  EXPECT_THROW(RecallStore(40, 16, KvType::F32, RecallScore::Shortlist), Error);  // 2 d = 80: not q8_0 blocks
+}
+
 TEST(RecallStore, RefusesWhatItCannotStore) {
   EXPECT_THROW(RecallStore(64, 0, KvType::Q8_0), Error);
   EXPECT_THROW(RecallStore(64, 16, KvType::KIVI4), Error);
@@ -56,13 +88,31 @@ TEST(RecallStore, RefusesWhatItCannotStore) {
   EXPECT_THROW(KvCache(1, 1, 64, 8, 4, KvType::F32, KvType::F32, RecallConfig{4, 16, KvType::Q8_0}), Error);  // centroids
 }
 
+// The `want` of the pages `among` a float64 reader would rank first by the per-row scores b[r][p]:
+// each page's score relative to the row's best of them, the largest over the rows (ties to the later
+// page); increasing order.
+std::vector<int> rank64(const std::vector<std::vector<double>>& b, std::vector<int> among, int want) {
+  std::vector<double> best(b.front().size(), -INFINITY);
+  for (const std::vector<double>& br : b) {
+    double top = -INFINITY;
+    for (const int p : among) top = std::max(top, br[static_cast<size_t>(p)]);
+    for (const int p : among) best[static_cast<size_t>(p)] = std::max(best[static_cast<size_t>(p)], br[static_cast<size_t>(p)] - top);
+  }
+  std::sort(among.begin(), among.end(), [&](int a, int c) {
+    return best[static_cast<size_t>(a)] != best[static_cast<size_t>(c)] ? best[static_cast<size_t>(a)] > best[static_cast<size_t>(c)] : a > c;
+  });
+  among.resize(std::min(among.size(), static_cast<size_t>(want)));
+  std::sort(among.begin(), among.end());
+  return among;
+}
+
 // The pages a float64 reader of the store would choose: each page's score for each query row (the
 // bound of the float64 min/max of its rows as read back, or the largest float64 q . k_j of them),
-// relative to the row's best page, the largest over the rows; the `want` largest (ties to the
-// later page).
+// ranked by rank64; Shortlist: the RecallStore::kShortlist * want pages of highest bound, ranked
+// by their keys, the bound that of the page's q8_0 summary as read back for the query's
+// [min(q, 0), max(q, 0)] rounded to q8_0 as read back.
 std::vector<int> pages64(const RecallStore& st, const std::vector<const float*>& q, int d, int want, RecallScore how) {
   const int np = st.n_pages();
-  std::vector<double> best(static_cast<size_t>(np), -INFINITY);
   std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
   std::vector<std::vector<double>> mn(static_cast<size_t>(np), std::vector<double>(d, INFINITY)),
       mx(static_cast<size_t>(np), std::vector<double>(d, -INFINITY));
@@ -73,29 +123,39 @@ std::vector<int> pages64(const RecallStore& st, const std::vector<const float*>&
       mx[static_cast<size_t>(j / st.page())][static_cast<size_t>(i)] = std::max<double>(mx[static_cast<size_t>(j / st.page())][static_cast<size_t>(i)], k[static_cast<size_t>(i)]);
     }
   }
+  std::vector<std::vector<double>> bound, keys;
   for (const float* qr : q) {
-    std::vector<double> b(static_cast<size_t>(np), how == RecallScore::Quest ? 0.0 : -INFINITY);
-    if (how == RecallScore::Quest) {
+    std::vector<double> b(static_cast<size_t>(np), 0.0), x(static_cast<size_t>(np), -INFINITY);
+    if (how == RecallScore::Shortlist) {
+      std::vector<float> split(static_cast<size_t>(2 * d)), mm(split.size());
+      for (int i = 0; i < d; ++i) {
+        split[static_cast<size_t>(i)] = std::min(qr[i], 0.0f);
+        split[static_cast<size_t>(d + i)] = std::max(qr[i], 0.0f);
+      }
+      std::vector<uint8_t> qa(act_row_bytes(ActFormat::Q8_0, 2 * d));
+      quantize_act_row(ActFormat::Q8_0, split.data(), qa.data(), 2 * d);
+      dequantize_act_row(ActFormat::Q8_0, qa.data(), split.data(), 2 * d);
+      for (int p = 0; p < np; ++p) {
+        st.page_sketch(p, mm.data());
+        b[static_cast<size_t>(p)] = test::dot64(split.data(), mm.data(), 2 * d);
+      }
+    } else {
       for (int p = 0; p < np; ++p)
         for (int i = 0; i < d; ++i)
           b[static_cast<size_t>(p)] += std::max(qr[i] * mn[static_cast<size_t>(p)][static_cast<size_t>(i)], qr[i] * mx[static_cast<size_t>(p)][static_cast<size_t>(i)]);
-    } else {
-      for (int j = 0; j < st.n(); ++j) {
-        st.load(j, k.data(), v.data());
-        b[static_cast<size_t>(j / st.page())] = std::max(b[static_cast<size_t>(j / st.page())], test::dot64(qr, k.data(), d));
-      }
     }
-    const double top = *std::max_element(b.begin(), b.end());
-    for (int p = 0; p < np; ++p) best[static_cast<size_t>(p)] = std::max(best[static_cast<size_t>(p)], b[static_cast<size_t>(p)] - top);
+    for (int j = 0; j < st.n(); ++j) {
+      st.load(j, k.data(), v.data());
+      x[static_cast<size_t>(j / st.page())] = std::max(x[static_cast<size_t>(j / st.page())], test::dot64(qr, k.data(), d));
+    }
+    bound.push_back(b);
+    keys.push_back(x);
   }
-  std::vector<int> order(static_cast<size_t>(np));
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return best[static_cast<size_t>(a)] != best[static_cast<size_t>(b)] ? best[static_cast<size_t>(a)] > best[static_cast<size_t>(b)] : a > b;
-  });
-  order.resize(static_cast<size_t>(std::min(want, np)));
-  std::sort(order.begin(), order.end());
-  return order;
+  std::vector<int> all(static_cast<size_t>(np));
+  std::iota(all.begin(), all.end(), 0);
+  if (how == RecallScore::Quest) return rank64(bound, all, want);
+  if (how == RecallScore::Keys) return rank64(keys, all, want);
+  return rank64(keys, rank64(bound, all, RecallStore::kShortlist * want), want);
 }
 
 struct Case {
@@ -163,7 +223,11 @@ TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
                        // Soft-capped logits: recalled rows capped, the Taylor state of the rest by the chain rule.
                        Case{6, 2, 64, 300, 64, 5, 8, KvType::F32, true, S::Keys, 1.5f},
                        Case{9, 3, 64, 2600, 1100, 7, 16, KvType::F32, true, S::Quest, 1.5f},
-                       Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false, S::Quest, 1.5f}}) {
+                       Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false, S::Quest, 1.5f},
+                       // The bound's shortlist re-ranked by the keys: a short store scored in the
+                       // head's item, a long one in parallel chunks, a shortlist of every page.
+                       Case{6, 2, 64, 400, 64, 5, 8, KvType::Q8_0, false, S::Shortlist}, Case{6, 2, 64, 3000, 200, 10, 8, KvType::F32, true, S::Shortlist},
+                       Case{4, 1, 64, 1500, 100, 9, 16, KvType::Q4_0, false, S::Shortlist}, Case{4, 2, 32, 300, 40, 20, 8, KvType::F16, true, S::Shortlist}}) {
     std::mt19937 rng(11 + c.n_keys + c.pages);
     const KvCache cache = evicted_cache(c, rng);
     const int group = c.n_heads / c.n_kv;
@@ -211,7 +275,7 @@ TEST(Recall, ChunkRowsAttendThePagesTheirLastTokensChose) {
   using S = RecallScore;
   constexpr int kTokens = 40, kChooser = 32;  // attention.cpp's kChunkRecallTokens
   for (const Case c : {Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false, S::Keys}, Case{9, 3, 64, 2600, 1100, 7, 16, KvType::F32, true, S::Quest},
-                       Case{6, 2, 64, 3000, 200, 10, 8, KvType::F32, true, S::Keys, 1.5f},
+                       Case{6, 2, 64, 3000, 200, 10, 8, KvType::F32, true, S::Keys, 1.5f}, Case{6, 2, 64, 3000, 200, 10, 8, KvType::Q8_0, false, S::Shortlist},
                        Case{6, 2, 64, 3000, 200, 10, 8, KvType::Q8_0, false, S::Keys, 1.5f}}) {
     std::mt19937 rng(23 + c.n_keys);
     const KvCache cache = evicted_cache(c, rng);
@@ -280,7 +344,7 @@ TEST(Recall, StoreInMappedFilesAttendsAsOnTheHeapAndStaysOutOfMemory) {
   char tmpl[] = "/tmp/slake-store-test-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const auto dir = std::make_shared<const std::string>(tmpl);
-  for (const RecallScore score : {RecallScore::Keys, RecallScore::Quest}) {
+  for (const RecallScore score : {RecallScore::Keys, RecallScore::Quest, RecallScore::Shortlist}) {
     // 24000 evicted tokens of 68-byte q8_0 rows: 1.6 MB of keys and of values, past kStoreFileMinBytes.
     const Case c{2, 1, 64, 24500, 500, 16, 16, KvType::Q8_0, false, score};
     std::mt19937 rng_heap(5), rng_file(5), rng(9);
@@ -306,9 +370,9 @@ TEST(Recall, StoreInMappedFilesAttendsAsOnTheHeapAndStaysOutOfMemory) {
     ASSERT_EQ(heap.store_bytes_used(), file.store_bytes_used());
     EXPECT_EQ(out_heap, out_file) << recall_score_name(score);
     // Written and read, the mapped rows went back to the page cache: of the 3.3 MB the store
-    // holds, under 0.5 MB stays resident, and 2 MB when pages are ranked by their keys (1.6 MB,
-    // read by every query).
-    EXPECT_LT(kept, score == RecallScore::Quest ? 512u << 10 : 2u << 20) << recall_score_name(score) << ": " << kept << " bytes";
+    // holds, under 0.5 MB stays resident (the shortlist's keys are read back like the values), and
+    // 2 MB when pages are ranked by their keys (1.6 MB, read by every query).
+    EXPECT_LT(kept, score != RecallScore::Keys ? 512u << 10 : 2u << 20) << recall_score_name(score) << ": " << kept << " bytes";
     // ... and they were in files: ranked by their keys, the keys every query reads are file pages.
     if (score == RecallScore::Keys) EXPECT_GT(kept, 1u << 20) << kept;
     // A copy (a saved state) is made in files of its own and given back whole.

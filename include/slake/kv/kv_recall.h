@@ -4,7 +4,8 @@
 // largest q . k_j of its keys (RecallScore::Keys) or the bound of a summary of them, the
 // per-channel minimum and maximum (RecallScore::Quest; Tang et al., ICML 2024),
 //   U(q, page) = sum_i max(q_i min_i, q_i max_i)  >=  q . k_j for every key j of the page,
-// and the P pages of highest score are attended exactly, in one softmax with the exact cache.
+// or the keys' largest score over a shortlist the bound chose (RecallScore::Shortlist), and the P
+// pages of highest score are attended exactly, in one softmax with the exact cache.
 // The rest of the store is left out, or covered by the Taylor state of the head minus what was
 // recalled (RecallCover, ptaa.h).
 #pragma once
@@ -25,9 +26,11 @@ namespace slake {
 // How a query ranks the pages of a store (algorithm.md §9.2):
 //   Keys:  by the largest score q . k_j of the page's keys, read from the store (every stored key
 //          is read at each step, the values only of the pages chosen);
-//   Quest: by the bound of the page's summary (only the summaries are read).
-enum class RecallScore { Keys, Quest };
-const std::vector<std::string>& recall_score_names();  // "keys", "quest"
+//   Quest: by the bound of the page's summary (only the summaries are read);
+//   Shortlist: the kShortlist * P pages of highest bound, re-ranked by their keys' largest score
+//          (the summaries read, and the keys of the shortlisted pages only).
+enum class RecallScore { Keys, Quest, Shortlist };
+const std::vector<std::string>& recall_score_names();  // "keys", "quest", "shortlist"
 // Throws slake::Error naming the known ones.
 RecallScore parse_recall_score(const std::string& name);
 const char* recall_score_name(RecallScore s);
@@ -94,24 +97,30 @@ class RecallStore {
   // Appends an evicted token (key after RoPE, value) at position pos to the last page.
   void add(const float* k, const float* v, int32_t pos);
   void clear();
-  // Bytes in use: stored rows, positions and (Quest) the pages' summaries.
+  // Bytes in use: stored rows, positions and (Quest, Shortlist) the pages' summaries.
   size_t bytes() const;
   // Bytes a store of `tokens` tokens takes (for planning).
   static size_t planned_bytes(int head_dim, int page, KvType type, int64_t tokens, RecallScore score);
 
+  // Shortlist: the pages the summaries' bound shortlists, per page attended.
+  static constexpr int kShortlist = 4;
+
   // The Quest bound of each page for query q (head_dim floats, unscaled): bound[p] (n_pages()).
   void page_bounds(const float* q, float* bound) const;
-  // The rank score of pages [p0, p1) for the `rows` queries q[r] (unscaled): the bound (Quest) or
-  // the keys' largest q . k_j (Keys, each page's keys read once for all rows), into
-  // score[r * n_pages() + p]. Distinct page ranges may be scored concurrently.
+  // The first-pass score of pages [p0, p1) for the `rows` queries q[r] (unscaled): the bound
+  // (Quest, Shortlist) or the keys' largest q . k_j (Keys), into score[r * n_pages() + p].
+  // Distinct page ranges may be scored concurrently.
   void page_scores(const float* const* q, int rows, int p0, int p1, float* score) const;
-  // page_scores of a q8_0 store's keys: the query rounded to q8_0 blocks, integer dot products.
-  void page_scores_q8_0(const float* const* q, int rows, int p0, int p1, float* score) const;
+  // The keys' largest q . k_j of each of the n pages `pages` (each page's keys read once for all
+  // rows), into score[r * n_pages() + pages[i]]; a q8_0 store's keys against the query rounded to
+  // q8_0 blocks, in integer dot products.
+  void key_scores(const float* const* q, int rows, const int* pages, int n, float* score) const;
   // The pages to attend for the `rows` queries q[r] of one KV head: the `want` pages whose score,
-  // relative to each row's best page, is highest for some row; increasing page order.
+  // relative to each row's best page, is highest for some row (Shortlist: of the kShortlist * want
+  // pages so chosen by the bound, by their keys); increasing page order.
   void select(const float* const* q, int rows, int want, std::vector<int>* pages) const;
-  // select from scores page_scores wrote for every page.
-  void select_scored(const float* score, int rows, int want, std::vector<int>* pages) const;
+  // select from the first-pass scores page_scores wrote for every page.
+  void select_scored(const float* const* q, const float* score, int rows, int want, std::vector<int>* pages) const;
 
   // Exact attention of rows q[r] (positions qpos[r]; keys visible as key_visible says) over the
   // tokens of `pages`, before normalisation, as attend_rows (attention_rows.h) gives it:
@@ -126,13 +135,16 @@ class RecallStore {
   // recalled rows, gathered once per call: attention.cpp; tests, references).
   void load(int j, float* k, float* v) const;
   int32_t pos(int j) const { return pos_[static_cast<size_t>(j)]; }
+  // Quest: page p's summary, per channel the minimum and maximum of its keys as stored.
   const float* page_min(int p) const { return summary_.data() + static_cast<size_t>(p) * 2 * d_; }
   const float* page_max(int p) const { return page_min(p) + d_; }
+  // Shortlist: page p's summary as stored (q8_0), read back: 2 d floats, the minima then the maxima.
+  void page_sketch(int p, float* minmax) const;
 
   // Every field, for state files (state_archive.h).
   template <class A>
   void io(A& a) {
-    a(d_, page_, type_, score_, row_, n_, k_, v_, pos_, summary_);
+    a(d_, page_, type_, score_, row_, n_, k_, v_, pos_, summary_, sketch_);
     if constexpr (std::is_same_v<A, StateReader>) check_read();
   }
  private:
@@ -142,20 +154,29 @@ class RecallStore {
   size_t row_ = 0;
   int n_ = 0;
   // Gives pages [p0, p1) of a mapped store back to the page cache: their values, and their keys
-  // when queries read only summaries (Quest). Called in batches (kReleaseEvery written pages, or
+  // when queries read their summaries first (Quest, Shortlist). Called in batches (kReleaseEvery written pages, or
   // kReleaseEvery attention calls that read the store: count_read), not after every read or write.
   void release_pages(int p0, int p1) const;
-  // Quest: row n's key (as stored) into its page's summary.
+  // Row n's key (as stored) into its page's summary.
   void summarise(size_t n);
+  // Whether pages keep a summary (Quest, Shortlist): their keys are then read for a few pages only.
+  bool summarised() const { return score_ != RecallScore::Keys; }
+  void key_scores_q8_0(const float* const* q, int rows, const int* pages, int n, float* score) const;
   // Gives back every page of a mapped store, keys and values.
   void release_all() const;
   // After a state file was read: throws slake::Error when the fields disagree with each other.
   void check_read() const;
   StoreBytes k_, v_;               // [n][row_]
   std::vector<int32_t> pos_;       // [n]
-  // Quest only: [pages][2 d]: per channel, the minimum then the maximum of the page's keys as
-  // stored; side by side, so that a page's bound is one dot product, [min(q, 0), max(q, 0)] . [min, max].
+  // The pages' summaries, per channel the minimum then the maximum of the page's keys as stored;
+  // side by side, so that a page's bound is one dot product, [min(q, 0), max(q, 0)] . [min, max].
+  // Quest: [pages][2 d] floats, an exact bound. Shortlist: [pages] q8_0 rows of 2 d values, a
+  // quarter of the bytes every step reads, scored by integer dot products against the query
+  // rounded to q8_0 as the keys are (the keys of the shortlist decide).
   std::vector<float> summary_;
+  std::vector<uint8_t> sketch_;
+  size_t sketch_row() const;
+  void sketch_scores(const float* const* q, int rows, int p0, int p1, float* score) const;
   // A mapped store: attention calls that read it since its pages were last given back
   // (count_read), and the pages written and not given back yet.
   mutable std::atomic<int> reads_{0};
