@@ -11,8 +11,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#include <cstring>
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "slake/quant/quant_blocks.h"
 #include "dot_simd_internal.h"
@@ -271,6 +273,57 @@ void tile_q8_0_q4_0_pairs(bool q4, int64_t nb, const uint8_t* w, size_t ws, cons
     }
   }
   store_sums<RM, RN>(acc, out, os);
+}
+
+// dot_rows16_q8_0: 16 rows by one activation row, a block pair at a time. Each row's pair is one
+// 512-bit register of unsigned quants (w xor 0x80, as in the pair kernel); dpbusd against the
+// activation's pair gives 16 int32 lanes per row, lanes 0-7 block 0 and 8-15 block 1. A transposing
+// tree of adds turns the 16 rows' registers into two, lane i holding row i's block-0 (block-1) sum,
+// which meet the rows' scales, gathered a lane per row, in two multiply-adds.
+inline __m512i add_unpack32(__m512i a, __m512i b) {  // per 128-bit lane [a0+a2, b0+b2, a1+a3, b1+b3]
+  return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+inline __m512i add_unpack64(__m512i a, __m512i b) {  // per 128-bit lane [a0+a1, b0+b1] of 64-bit halves
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+inline __m512i add_lanes128(__m512i a, __m512i b) {  // [a.L0 + a.L1, a.L2 + a.L3, b.L0 + b.L1, b.L2 + b.L3]
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD));
+}
+
+// The 16 rows' fp16 scales of one block, a lane per row (the 32-bit word at each block's start,
+// low half), as floats.
+inline __m512 rows16_scales(const uint8_t* w, size_t ws) {
+  const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(static_cast<int>(ws)));
+  const __m512i words = _mm512_i32gather_epi32(rows, w, 1);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_and_si512(words, _mm512_set1_epi32(0xFFFF))));
+}
+
+// One activation row's pair (block b, and b + 1 when `pair`) against the 16 rows' pairs at w: the
+// rows' integer block sums, block 0's in lane i of *b0 and block 1's in lane i of *b1 for row i.
+// The tree reduces the rows four at a time as their products come, so that few registers stay live.
+inline void rows16_pair(const uint8_t* w, size_t ws, const uint8_t* a, bool pair, __m512i* b0, __m512i* b1) {
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i zero = _mm512_setzero_si512();
+  // Upper half zero without a second block: its products are then 0 whatever the rows hold there.
+  __m512i aq = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2)));
+  if (pair) aq = _mm512_inserti64x4(aq, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 36)), 1);
+  const __m512i start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, aq));  // -128 sum a, per lane
+  const auto row = [&](int i) {
+    const uint8_t* p = w + i * ws;
+    __m512i wq = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)));
+    if (pair) wq = _mm512_inserti64x4(wq, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 36)), 1);
+    return _mm512_dpbusd_epi32(start, _mm512_xor_si512(wq, offset), aq);
+  };
+  __m512i u[4];  // rows 4q..4q+3, per 128-bit lane
+  for (int q = 0; q < 4; ++q) {
+    const __m512i t0 = add_unpack32(row(4 * q), row(4 * q + 1));
+    const __m512i t1 = add_unpack32(row(4 * q + 2), row(4 * q + 3));
+    u[q] = add_unpack64(t0, t1);
+  }
+  const __m512i r01 = add_lanes128(u[0], u[1]), r23 = add_lanes128(u[2], u[3]);
+  *b0 = _mm512_shuffle_i32x4(r01, r23, 0x88);
+  *b1 = _mm512_shuffle_i32x4(r01, r23, 0xDD);
 }
 
 // The kernels of repacked groups of 4 rows (quant_dot.h): a group's bytes are one contiguous
@@ -594,5 +647,49 @@ void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, con
 const char* dot_kernel_isa() { return "portable"; }
 
 #endif
+
+void dot_rows16_q8_0(int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride, int rn,
+                     float* out, int64_t out_stride) {
+#ifdef SLAKE_PAIR_KERNEL
+  const int64_t nb = K / 32;
+  if (rm < kRows16) {  // the kernel reads 16 rows: the rest as zero rows (scale 0)
+    thread_local std::vector<uint8_t> pad;
+    const size_t rb = static_cast<size_t>(nb) * 34;
+    pad.assign(rb * kRows16, 0);
+    for (int i = 0; i < rm; ++i) std::memcpy(pad.data() + i * rb, w + i * w_stride, rb);
+    w = pad.data();
+    w_stride = rb;
+  }
+  // Activation rows four at a time; each pair's row scales gathered once for them.
+  for (int j0 = 0; j0 < rn; j0 += 4) {
+    const int n = std::min(4, rn - j0);
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t b = 0; b < nb; b += 2) {
+      const bool pair = b + 1 < nb;
+      const __m512 d0 = rows16_scales(w + b * 34, w_stride);
+      const __m512 d1 = pair ? rows16_scales(w + (b + 1) * 34, w_stride) : _mm512_setzero_ps();
+      for (int j = 0; j < n; ++j) {
+        const uint8_t* a = act + (j0 + j) * act_stride + b * 34;
+        __m512i s0, s1;
+        rows16_pair(w + b * 34, w_stride, a, pair, &s0, &s1);
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(d0, _mm512_set1_ps(_cvtsh_ss(load_u16(a)))), acc[j]);
+        if (pair)
+          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(d1, _mm512_set1_ps(_cvtsh_ss(load_u16(a + 34)))), acc[j]);
+      }
+    }
+    for (int j = 0; j < n; ++j) {
+      alignas(64) float sums[kRows16];
+      _mm512_store_ps(sums, acc[j]);
+      std::copy(sums, sums + rm, out + (j0 + j) * out_stride);
+    }
+  }
+#else
+  const int step = tile_rows_max(DType::Q8_0);
+  for (int j = 0; j < rn; j += kTileTokens)
+    for (int i = 0; i < rm; i += step)
+      dot_tile(DType::Q8_0, K, w + i * w_stride, w_stride, std::min(step, rm - i), act + j * act_stride, act_stride,
+               std::min(kTileTokens, rn - j), out + j * out_stride + i, out_stride);
+#endif
+}
 
 }  // namespace slake

@@ -73,6 +73,26 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, DotTile,
 // The largest Q4_0 x Q8_0 products (nibbles 15 or 0 against activations of +-127): the wide
 // kernel adds 8 int16 pair sums per block, which must not wrap. Scales of 1, so the exact dot
 // products are small integers.
+// dot_rows16_q8_0 (the recall store's keys and page summaries): every row count up to 16, block
+// counts odd and even, any number of activation rows, against the float64 sum.
+TEST(DotRows16, EveryRowCountMatchesFloat64) {
+  for (const int64_t K : {32, 64, 96, 128, 512}) {
+    std::mt19937 rng(static_cast<unsigned>(K) * 7 + 1);
+    constexpr int R = kRows16, N = kTileTokens;
+    const auto w = random_rows(DType::Q8_0, R, K, rng);
+    const auto x = random_floats(N * K, rng);
+    const Prepared a = prepare(DType::Q8_0, x, N, K);
+    std::vector<double> want, mag;
+    reference(DType::Q8_0, w, R, K, a, N, &want, &mag);
+    for (int rm = 1; rm <= R; ++rm)
+      for (int rn = 1; rn <= N; ++rn) {
+        std::vector<float> got(static_cast<size_t>(R) * N, NAN);
+        dot_rows16_q8_0(K, w.data(), row_bytes(DType::Q8_0, K), rm, a.bytes.data(), a.row_bytes, rn, got.data(), R);
+        expect_tile(got, want, mag, R, rm, rn, "dot_rows16_q8_0 K " + std::to_string(K));
+      }
+  }
+}
+
 TEST(DotTile, Q4_0ExtremesDoNotWrap) {
   const int R = tile_rows_max(DType::Q4_0);
   constexpr int64_t K = 64;

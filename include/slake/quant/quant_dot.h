@@ -69,6 +69,14 @@ int tile_rows_max(DType t);
 void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride,
               int rn, float* out, int64_t out_stride, bool prompt = false);
 
+// out[j * out_stride + i] = (q8_0 row i) . (q8_0 activation row j) for i < rm <= kRows16 and any
+// number rn of activation rows: short rows, many of them, as the recall store's keys and page
+// summaries are (kv_recall.h). The rows' sums come out a lane per row (no horizontal sum per row and
+// activation row, which is most of dot_tile's work when K is 64). Rows as dot_tile's.
+constexpr int kRows16 = 16;
+void dot_rows16_q8_0(int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride, int rn,
+                     float* out, int64_t out_stride);
+
 // Q8_0/Q4_0 matrices repacked for the CPU (weight_pack.h) come in groups of kGroupRows rows whose
 // blocks are interleaved in runs of x4_run_blocks blocks (2 for Q8_0, 4 for Q4_0): per run, the
 // 4 x R fp16 scales (row 0's R blocks, then row 1's, ...), then the quants of the same 4 x R blocks
