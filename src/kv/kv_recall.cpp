@@ -84,7 +84,8 @@ RecallStore& RecallStore::operator=(RecallStore&& o) noexcept {
 void RecallStore::check_read() const {
   if (page_ == 0 && n_ == 0 && k_.empty() && v_.empty() && pos_.empty() && summary_.empty() && sketch_.empty()) return;  // no store
   const size_t n = static_cast<size_t>(n_);
-  const bool ok = d_ > 0 && page_ > 0 && n_ >= 0 && !kv_is_kivi(type_) && row_ == kv_row_bytes(type_, d_) &&
+  const bool known = score_ == RecallScore::Keys || score_ == RecallScore::Quest || (score_ == RecallScore::Shortlist && d_ % 16 == 0);
+  const bool ok = known && d_ > 0 && page_ > 0 && n_ >= 0 && !kv_is_kivi(type_) && row_ == kv_row_bytes(type_, d_) &&
                   k_.size() == n * row_ && v_.size() == n * row_ && pos_.size() == n &&
                   summary_.size() == (score_ == RecallScore::Quest ? static_cast<size_t>(n_pages()) * 2 * d_ : 0) &&
                   sketch_.size() == (score_ == RecallScore::Shortlist ? static_cast<size_t>(n_pages()) * sketch_row() : 0);

@@ -81,6 +81,19 @@ TEST(RecallStore, ShortlistSummariesHoldEachPagesKeyRange) {
   EXPECT_THROW(RecallStore(40, 16, KvType::F32, RecallScore::Shortlist), Error);  // 2 d = 80: not q8_0 blocks
 }
 
+// A state file's store whose page score is none of the known ones, or a shortlist over heads
+// whose summaries are not q8_0 blocks, is refused when read, not taken as summarised.
+TEST(RecallStore, StateWithAnUnknownScoreIsRefused) {
+  for (const auto& [score, d] : {std::pair<int, int>{7, 64}, std::pair<int, int>{2, 40}}) {
+    StateWriter w;
+    w(d, 16, KvType::F32, static_cast<RecallScore>(score), kv_row_bytes(KvType::F32, d), 0, StoreBytes(), StoreBytes(),
+      std::vector<int32_t>(), std::vector<float>(), std::vector<uint8_t>());
+    RecallStore st;
+    StateReader r(w.bytes().data(), w.bytes().size());
+    EXPECT_THROW(st.io(r), Error) << score << " " << d;
+  }
+}
+
 TEST(RecallStore, RefusesWhatItCannotStore) {
   EXPECT_THROW(RecallStore(64, 0, KvType::Q8_0), Error);
   EXPECT_THROW(RecallStore(64, 16, KvType::KIVI4), Error);

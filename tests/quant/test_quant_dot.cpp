@@ -68,11 +68,6 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, DotTile,
                                            Case{DType::IQ4_XS, 1024}),
                          case_name);
 
-// Q8_0 activations: each value within half a step of its fp32 original (the step is the block's
-// fp16 scale), and the scale is the block's largest magnitude / 127.
-// The largest Q4_0 x Q8_0 products (nibbles 15 or 0 against activations of +-127): the wide
-// kernel adds 8 int16 pair sums per block, which must not wrap. Scales of 1, so the exact dot
-// products are small integers.
 // dot_rows16_q8_0 (the recall store's keys and page summaries): every row count up to 16, block
 // counts odd and even, any number of activation rows, against the float64 sum.
 TEST(DotRows16, EveryRowCountMatchesFloat64) {
@@ -86,13 +81,20 @@ TEST(DotRows16, EveryRowCountMatchesFloat64) {
     reference(DType::Q8_0, w, R, K, a, N, &want, &mag);
     for (int rm = 1; rm <= R; ++rm)
       for (int rn = 1; rn <= N; ++rn) {
+        // Exactly rm rows, so that a read past them is outside the buffer (ASan).
+        const std::vector<uint8_t> rows(w.begin(), w.begin() + static_cast<ptrdiff_t>(rm * row_bytes(DType::Q8_0, K)));
         std::vector<float> got(static_cast<size_t>(R) * N, NAN);
-        dot_rows16_q8_0(K, w.data(), row_bytes(DType::Q8_0, K), rm, a.bytes.data(), a.row_bytes, rn, got.data(), R);
+        dot_rows16_q8_0(K, rows.data(), row_bytes(DType::Q8_0, K), rm, a.bytes.data(), a.row_bytes, rn, got.data(), R);
         expect_tile(got, want, mag, R, rm, rn, "dot_rows16_q8_0 K " + std::to_string(K));
       }
   }
 }
 
+// Q8_0 activations: each value within half a step of its fp32 original (the step is the block's
+// fp16 scale), and the scale is the block's largest magnitude / 127.
+// The largest Q4_0 x Q8_0 products (nibbles 15 or 0 against activations of +-127): the wide
+// kernel adds 8 int16 pair sums per block, which must not wrap. Scales of 1, so the exact dot
+// products are small integers.
 TEST(DotTile, Q4_0ExtremesDoNotWrap) {
   const int R = tile_rows_max(DType::Q4_0);
   constexpr int64_t K = 64;
