@@ -23,7 +23,7 @@ void tile_kquant(DType t, int64_t K, const uint8_t* w, size_t ws, int rm, const 
                  float* out, int64_t os, bool prompt = false);
 
 // The X16 layout's 32-element types on AVX-512 VNNI builds (dot_simd_x16_block32.cpp):
-// dot_tile_x16 and dot_group_x16 (quant_dot.h) for Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL against Q8_1
+// dot_tile_x16 and dot_group_x16 (quant_dot.h) for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0 against Q8_1
 // activations.
 void tile_x16_block32(DType t, int64_t K, const uint8_t* group, const uint8_t* act, size_t as, int rn, float* out,
                       int64_t os);

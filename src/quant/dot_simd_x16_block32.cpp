@@ -1,12 +1,12 @@
-// The X16 layout's kernels for the 32-element types Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL (AVX-512
-// VNNI): 16 rows per group, one row per 32-bit lane (quant_dot.h), any K that is a multiple of 32.
-// A block costs a token 8 dpbusd over all 16 rows, each meeting 4 activation bytes broadcast from
-// memory, and no horizontal sum. The X4 tiles take Q4_0 alone and need whole runs of 128 elements
-// (SmolLM2's rows of 576 and Gemma-3's of 640 are not); the row kernels unpack a row's block once
-// per 4 tokens and end each row in a horizontal sum.
+// The X16 layout's kernels for the 32-element types Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0
+// (AVX-512 VNNI): 16 rows per group, one row per 32-bit lane (quant_dot.h), any K that is a
+// multiple of 32. A block costs a token 8 dpbusd over all 16 rows, each meeting 4 activation bytes
+// broadcast from memory, and no horizontal sum. The X4 tiles take Q4_0 and Q8_0 alone and need
+// whole runs of 128 and 64 elements (SmolLM2's rows of 576 and Gemma-3's of 640 are not); the row
+// kernels unpack a row's block once per 4 tokens and end each row in a horizontal sum.
 //
 // The quants enter dpbusd unsigned, u = value + offset (Q4_0 the nibble, offset 8; Q5_0 the nibble
-// and fifth bit, 16; IQ4_NL the table's value + 128), so a block's sum over a token is
+// and fifth bit, 16; IQ4_NL the table's value + 128; Q8_0 the byte with its sign bit flipped, 128), so a block's sum over a token is
 // d_w (d_a sum u a - offset s_a), where s_a = d_a sum a comes with the Q8_1 activations
 // (act_format for the layout: the quants and d of Q8_0); Q4_1 and Q5_1 are d_w u + m_w, so
 // theirs is d_w d_a sum u a + m_w s_a. Per token, the blocks of a chunk of kChunk
@@ -82,6 +82,18 @@ struct Block<DType::Q4_0> {
   static constexpr float kOffset = 8.0f;
   static constexpr bool kMin = false, kHigh16 = true;
   static void unpack(const uint8_t* g, __m512i (&u)[8]) { nibbles16(g + 32, u); }
+};
+
+// Q8_0's quants are bytes already: each word of the 16 rows enters as it is, its sign bit flipped.
+template <>
+struct Block<DType::Q8_0> {
+  static constexpr size_t kBytes = 16 * 34;
+  static constexpr float kOffset = 128.0f;
+  static constexpr bool kMin = false, kHigh16 = false;
+  static void unpack(const uint8_t* g, __m512i (&u)[8]) {
+    const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int q = 0; q < 8; ++q) u[q] = _mm512_xor_si512(load512(g + 32 + 64 * q), sign);
+  }
 };
 
 template <>
@@ -230,6 +242,7 @@ void tile_x16_block32(DType t, int64_t K, const uint8_t* group, const uint8_t* a
                       int64_t os) {
   switch (t) {
     case DType::Q4_0: return tile_tokens<DType::Q4_0>(K / 32, group, act, as, rn, out, os);
+    case DType::Q8_0: return tile_tokens<DType::Q8_0>(K / 32, group, act, as, rn, out, os);
     case DType::IQ4_NL: return tile_tokens<DType::IQ4_NL>(K / 32, group, act, as, rn, out, os);
     case DType::Q5_0: return tile_tokens<DType::Q5_0>(K / 32, group, act, as, rn, out, os);
     case DType::Q4_1: return tile_tokens<DType::Q4_1>(K / 32, group, act, as, rn, out, os);
@@ -242,6 +255,7 @@ void group_x16_block32(DType t, int64_t K, const uint8_t* g, const uint8_t* act,
                        int64_t os) {
   switch (t) {
     case DType::Q4_0: return group<DType::Q4_0>(K / 32, g, act, as, n, out, os);
+    case DType::Q8_0: return group<DType::Q8_0>(K / 32, g, act, as, n, out, os);
     case DType::IQ4_NL: return group<DType::IQ4_NL>(K / 32, g, act, as, n, out, os);
     case DType::Q5_0: return group<DType::Q5_0>(K / 32, g, act, as, n, out, os);
     case DType::Q4_1: return group<DType::Q4_1>(K / 32, g, act, as, n, out, os);

@@ -68,6 +68,7 @@ X16Fields x16_fields(DType t) {
     case DType::Q5_K: return {{{0, q::kQ5K_D, 1, 2}, {32, q::kQ5K_DMIN, 1, 2}, {256, q::kQ5K_QS, 32, 4}, {2304, q::kQ5K_QH, 8, 4}}, 4};
     case DType::Q6_K: return {{{0, q::kQ6K_D, 1, 2}, {32, q::kQ6K_SCALES, 16, 1}, {288, q::kQ6K_QL, 32, 4}, {2336, q::kQ6K_QH, 16, 4}}, 4};
     case DType::Q4_0: return {{{0, 0, 1, 2}, {32, 2, 4, 4}, {}, {}}, 2};
+    case DType::Q8_0: return {{{0, 0, 1, 2}, {32, 2, 8, 4}, {}, {}}, 2};
     case DType::IQ4_NL: return {{{0, 0, 1, 2}, {32, q::kIQ4NL_QS, 4, 4}, {}, {}}, 2};
     case DType::Q5_0: return {{{0, 0, 1, 2}, {32, q::kQ5_0_QH, 1, 4}, {96, q::kQ5_0_QS, 4, 4}, {}}, 3};
     case DType::Q4_1: return {{{0, 0, 1, 2}, {32, 2, 1, 2}, {64, q::kQ4_1_QS, 4, 4}, {}}, 3};

@@ -140,7 +140,7 @@ TEST(RepackX8, MatmulOverGroupsMatchesFloat64) {
 // rows): every row unpacks to the file's bytes (a re-encoding of every field, so any lost bit
 // shows), through row_in_file_layout too.
 constexpr DType kX16Types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS,
-                               DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL};
+                               DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q8_0};
 
 // Row lengths for a test: the K-quants' `kquant`, the 32-element types' `block32` (not whole runs of
 // X4's 128 elements, nor of the kernel's chunk of 8 blocks).
@@ -170,7 +170,7 @@ TEST(RepackX16, RefusesShapesOutsideTheLayout) {
   W.ne = {256, 16};
   EXPECT_EQ(repack_x16_applies(W), x16_kernel_available(DType::Q4_K));  // only where its kernel is built
   EXPECT_EQ(repack_applies(W), x16_kernel_available(DType::Q4_K));
-  for (DType t : {DType::Q8_0, DType::F16}) {  // not X16 types
+  for (DType t : {DType::F16, DType::BF16}) {  // not X16 types
     W.type = t;
     EXPECT_FALSE(repack_x16_applies(W)) << dtype_name(t);
     EXPECT_THROW(pack_x16(W, bytes.data()), Error) << dtype_name(t);
@@ -212,7 +212,7 @@ TEST(RepackX16, GroupKernelMatchesFloat64) {
 // second pass -127, AVX2's largest |v|), against activations of all 127, all -127 and alternating
 // signs. The kernel must give the float64 sums (no wrap). The 32-element types take every byte
 // 0xFF (nibbles 15, fifth bits set: Q4_0's 16 u of the high nibbles 240, IQ4_NL's 113 + 128 = 241)
-// and then 0x00, against Q8_1 activations of the same values.
+// and then 0x00 (Q8_0: 127, u = 255, and then -128), against Q8_1 activations of the same values.
 TEST(RepackX16, LargestSumsDoNotWrap) {
   const int64_t K = 512;
   const auto act = [](int j, int64_t e) {  // token j's element e
@@ -223,7 +223,8 @@ TEST(RepackX16, LargestSumsDoNotWrap) {
       if (!x16_kernel_available(t)) continue;  // the portable gather: plain int sums
       const bool block32 = x16_block32_type(t);
       const size_t bb = static_cast<size_t>(dtype_info(t).block_bytes);
-      std::vector<uint8_t> w(row_bytes(t, K) * kGroupRowsX16, block32 && pass == 1 ? 0x00 : 0xFF);
+      const uint8_t fill = t == DType::Q8_0 ? (pass == 1 ? 0x80 : 0x7F) : block32 && pass == 1 ? 0x00 : 0xFF;
+      std::vector<uint8_t> w(row_bytes(t, K) * kGroupRowsX16, fill);
       for (size_t b = 0; b < w.size(); b += bb) {
         for (int off : fp16_fields(t)) {
           const uint16_t one = fp32_to_fp16(1.0f);

@@ -132,9 +132,10 @@ bool x8_kernel_available();
 //   Q5_K (16 x 176): Q4_K's, then at 2304 the 8 words of qh.
 //   Q6_K (16 x 210): d; at 32 the 16 int8 scales; at 288 the 32 words of ql; at 2336 the 16 of qh.
 //   IQ4_XS (16 x 136): d, scales_h (u16) at 32; at 64 the word of scales_l; at 128 the 32 words of qs.
-// The 32-element types Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL take the same form per 32-element block
-// (AVX-512 VNNI builds only), against Q8_1 activations, whose sums meet the quants' offsets and mins:
+// The 32-element types Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0 take the same form per 32-element
+// block (AVX-512 VNNI builds only), against Q8_1 activations, whose sums meet the quants' offsets and mins:
 //   Q4_0, IQ4_NL (16 x 18): d; at 32 the 4 words of qs.
+//   Q8_0 (16 x 34): d; at 32 the 8 words of qs.
 //   Q4_1 (16 x 20): d, m at 32; at 64 the 4 words of qs.
 //   Q5_0 (16 x 22): d; at 32 the word of qh; at 96 the 4 words of qs.
 //   Q5_1 (16 x 24): d, m at 32; at 64 the word of qh; at 128 the 4 words of qs.
@@ -143,7 +144,8 @@ constexpr bool x16_kquant_type(DType t) {
   return t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::IQ4_XS;
 }
 constexpr bool x16_block32_type(DType t) {
-  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL;
+  return t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::IQ4_NL ||
+         t == DType::Q8_0;
 }
 constexpr bool x16_type(DType t) { return x16_kquant_type(t) || x16_block32_type(t); }
 

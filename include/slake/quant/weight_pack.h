@@ -1,8 +1,8 @@
-// The layouts of the CPU path's copy of a model's matrices (cpu/cpu_weights.h): Q8_0/Q4_0 matrices repacked into interleaved groups
-// of 4 rows (X4, AVX-512 VNNI builds) or Q4_0 into groups of 8 (X8, AVX2 builds without VNNI),
-// and the K-quants and IQ4_XS into transposed groups of 16 (X16: AVX-512 VNNI and AVX2 builds),
-// the 32-element types but Q8_0 too on AVX-512 VNNI; quant_dot.h
-// describes the layouts. The decode kernel then streams one contiguous run of bytes
+// The layouts of the CPU path's copy of a model's matrices (cpu/cpu_weights.h): the K-quants and
+// IQ4_XS in transposed groups of 16 rows (X16: AVX-512 VNNI and AVX2 builds), and on AVX-512 VNNI
+// the 32-element types Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0 too; Q8_0/Q4_0 matrices whose rows
+// do not come in 16s in interleaved groups of 4 rows (X4, AVX-512 VNNI builds); Q4_0 in groups of
+// 8 (X8, AVX2 builds without VNNI). quant_dot.h describes the layouts. The decode kernel then streams one contiguous run of bytes
 // per register tile and loads the rows' scales with one instruction, instead of gathering 18- or
 // 34-byte blocks from 4 or 8 rows. The quantised values and scales are unchanged, so the arithmetic
 // is the same as on the file's rows. Every other tensor is the model's own view.
@@ -34,9 +34,9 @@ TensorView pack_x8(const TensorView& w, uint8_t* dst);
 void unpack_x8_row(const TensorView& packed, int64_t r, uint8_t* dst);
 
 // Whether the CPU path repacks this matrix into groups of 16 rows (X16, quant_dot.h): Q2_K..Q6_K,
-// IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL, rows a multiple of 16, and a group kernel for the type
-// built here (x16_kernel_available: all of them with AVX-512 VNNI, the K-quants and IQ4_XS with
-// AVX2). Where X16 and X4 both apply (Q4_0), pack_for_cpu takes X16; AMX's prompts unpack either
+// IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL or Q8_0, rows a multiple of 16, and a group kernel for the
+// type built here (x16_kernel_available: all of them with AVX-512 VNNI, the K-quants and IQ4_XS
+// with AVX2). Where X16 and X4 both apply (Q4_0, Q8_0), pack_for_cpu takes X16; AMX's prompts unpack either
 // (ops.cpp). SLAKE_NO_REPACK=1 turns it off too.
 bool repack_x16_applies(const TensorView& w);
 // As pack_x4 and unpack_x4_row, for the X16 layout.
