@@ -1,9 +1,10 @@
 // The X16 layout's kernels for the 32-element types Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0
 // (AVX-512 VNNI): 16 rows per group, one row per 32-bit lane (quant_dot.h), any K that is a
 // multiple of 32. A block costs a token 8 dpbusd over all 16 rows, each meeting 4 activation bytes
-// broadcast from memory, and no horizontal sum. The X4 tiles take Q4_0 and Q8_0 alone and need
-// whole runs of 128 and 64 elements (SmolLM2's rows of 576 and Gemma-3's of 640 are not); the row
-// kernels unpack a row's block once per 4 tokens and end each row in a horizontal sum.
+// broadcast from memory, and no horizontal sum. The X4 tiles take Q4_0 and Q8_0 alone, and Q4_0's
+// need whole runs of 128 elements (SmolLM2's rows of 576 and Gemma-3's of 640 are not); the row
+// kernels unpack a row's block once per 4 tokens and end each row in a horizontal sum. Q8_0's X4
+// tiles unpack a block once per 4 tokens; the prompt kernel here, once per 64.
 //
 // The quants enter dpbusd unsigned, u = value + offset (Q4_0 the nibble, offset 8; Q5_0 the nibble
 // and fifth bit, 16; IQ4_NL the table's value + 128; Q8_0 the byte with its sign bit flipped, 128), so a block's sum over a token is

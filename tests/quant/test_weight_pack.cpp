@@ -136,14 +136,14 @@ TEST(RepackX8, MatmulOverGroupsMatchesFloat64) {
   expect_matmul_matches_float64(P, w, {1, 2, 5, 17, 33}, rng);
 }
 
-// The X16 layout (the K-quants, IQ4_XS and the 32-element types but Q8_0 in transposed groups of 16
+// The X16 layout (the K-quants, IQ4_XS, the 32-element types and Q8_0 in transposed groups of 16
 // rows): every row unpacks to the file's bytes (a re-encoding of every field, so any lost bit
 // shows), through row_in_file_layout too.
 constexpr DType kX16Types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS,
                                DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q8_0};
 
 // Row lengths for a test: the K-quants' `kquant`, the 32-element types' `block32` (not whole runs of
-// X4's 128 elements, nor of the kernel's chunk of 8 blocks).
+// X4's 128 Q4_0 elements, nor of the kernel's chunk of 8 blocks).
 std::vector<int64_t> x16_lengths(DType t, std::vector<int64_t> kquant, std::vector<int64_t> block32) {
   return x16_block32_type(t) ? block32 : kquant;
 }

@@ -10,7 +10,7 @@ namespace slake {
 
 // How a matrix's rows lie in memory: as the file stores them, or repacked by the CPU path into
 // interleaved groups of 4 rows (X4), 8 rows (X8) or 16 rows (X16: the K-quants, and the 32-element
-// types but Q8_0 with AVX-512 VNNI) (weight_pack.h; row() does not apply).
+// types and Q8_0 with AVX-512 VNNI) (weight_pack.h; row() does not apply).
 enum class WeightLayout : uint8_t { Rows, X4, X8, X16 };
 
 struct TensorView {
