@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -23,7 +24,7 @@ constexpr int kPrefetchPages = 2;
 }  // namespace
 
 const std::vector<std::string>& recall_score_names() {
-  static const std::vector<std::string> names{"keys", "quest", "shortlist"};
+  static const std::vector<std::string> names{"keys", "quest", "shortlist", "lowrank"};
   return names;
 }
 
@@ -31,11 +32,12 @@ RecallScore parse_recall_score(const std::string& name) {
   if (name == "keys") return RecallScore::Keys;
   if (name == "quest") return RecallScore::Quest;
   if (name == "shortlist") return RecallScore::Shortlist;
-  fail("unknown recall score '" + name + "' (keys, quest, shortlist)");
+  if (name == "lowrank") return RecallScore::Lowrank;
+  fail("unknown recall score '" + name + "' (keys, quest, shortlist, lowrank)");
 }
 
 const char* recall_score_name(RecallScore s) {
-  return s == RecallScore::Quest ? "quest" : s == RecallScore::Shortlist ? "shortlist" : "keys";
+  return s == RecallScore::Quest ? "quest" : s == RecallScore::Shortlist ? "shortlist" : s == RecallScore::Lowrank ? "lowrank" : "keys";
 }
 
 RecallStore::RecallStore(int head_dim, int page, KvType type, RecallScore score, std::shared_ptr<const std::string> file_dir)
@@ -47,13 +49,16 @@ RecallStore::RecallStore(int head_dim, int page, KvType type, RecallScore score,
   if (score == RecallScore::Shortlist && head_dim % 16 != 0)
     fail("--kv-recall-score shortlist keeps page summaries in q8_0 blocks of 32: needs a head size that is a multiple of 16, got " +
          std::to_string(head_dim));
+  if (score == RecallScore::Lowrank && (head_dim % 16 != 0 || page % 16 != 0))
+    fail("--kv-recall-score lowrank scores keys 16 at a time in groups of 4 coordinates: needs a head size and a page size (--kv-recall-page) "
+         "that are multiples of 16, got " + std::to_string(head_dim) + " and " + std::to_string(page));
 }
 
 size_t RecallStore::sketch_row() const { return kv_row_bytes(KvType::Q8_0, 2 * d_); }
 
 RecallStore::RecallStore(const RecallStore& o)
     : d_(o.d_), page_(o.page_), type_(o.type_), score_(o.score_), row_(o.row_), n_(o.n_), k_(o.k_), v_(o.v_), pos_(o.pos_),
-      summary_(o.summary_), sketch_(o.sketch_) {
+      summary_(o.summary_), sketch_(o.sketch_), basis_(o.basis_), coords_(o.coords_) {
   release_all();
   o.release_all();  // read whole to copy it
 }
@@ -61,7 +66,7 @@ RecallStore::RecallStore(const RecallStore& o)
 RecallStore& RecallStore::operator=(const RecallStore& o) {
   if (this == &o) return *this;
   d_ = o.d_, page_ = o.page_, type_ = o.type_, score_ = o.score_, row_ = o.row_, n_ = o.n_;
-  k_ = o.k_, v_ = o.v_, pos_ = o.pos_, summary_ = o.summary_, sketch_ = o.sketch_;
+  k_ = o.k_, v_ = o.v_, pos_ = o.pos_, summary_ = o.summary_, sketch_ = o.sketch_, basis_ = o.basis_, coords_ = o.coords_;
   reads_ = 0, written_ = 0;
   release_all();
   o.release_all();
@@ -71,24 +76,36 @@ RecallStore& RecallStore::operator=(const RecallStore& o) {
 RecallStore::RecallStore(RecallStore&& o) noexcept
     : d_(o.d_), page_(o.page_), type_(o.type_), score_(o.score_), row_(o.row_), n_(o.n_), k_(std::move(o.k_)),
       v_(std::move(o.v_)), pos_(std::move(o.pos_)), summary_(std::move(o.summary_)),
-      sketch_(std::move(o.sketch_)), reads_(o.reads_.load()), written_(o.written_) {}
+      sketch_(std::move(o.sketch_)), basis_(std::move(o.basis_)), coords_(std::move(o.coords_)), reads_(o.reads_.load()),
+      written_(o.written_) {}
 
 RecallStore& RecallStore::operator=(RecallStore&& o) noexcept {
   d_ = o.d_, page_ = o.page_, type_ = o.type_, score_ = o.score_, row_ = o.row_, n_ = o.n_;
   k_ = std::move(o.k_), v_ = std::move(o.v_), pos_ = std::move(o.pos_), summary_ = std::move(o.summary_);
-  sketch_ = std::move(o.sketch_);
+  sketch_ = std::move(o.sketch_), basis_ = std::move(o.basis_), coords_ = std::move(o.coords_);
   reads_ = o.reads_.load(), written_ = o.written_;
   return *this;
 }
 
 void RecallStore::check_read() const {
-  if (page_ == 0 && n_ == 0 && k_.empty() && v_.empty() && pos_.empty() && summary_.empty() && sketch_.empty()) return;  // no store
+  if (page_ == 0 && n_ == 0 && k_.empty() && v_.empty() && pos_.empty() && summary_.empty() && sketch_.empty() && !basis_.fitted() &&
+      coords_.empty())
+    return;  // no store
   const size_t n = static_cast<size_t>(n_);
-  const bool known = score_ == RecallScore::Keys || score_ == RecallScore::Quest || (score_ == RecallScore::Shortlist && d_ % 16 == 0);
+  const bool lowrank = score_ == RecallScore::Lowrank;
+  // Lowrank: the basis fitted once the store reached kFitKeysPerDim * d keys, of d / kLowrankDiv
+  // coordinates, and every key's coordinates in tiles of 16.
+  const bool fit_ok = !lowrank ? !basis_.fitted() && coords_.empty()
+                      : d_ % 16 == 0 && page_ % 16 == 0 && basis_.consistent() &&
+                            basis_.fitted() == (n_ >= kFitKeysPerDim * d_) &&
+                            (!basis_.fitted() || (basis_.d == d_ && basis_.r == rank())) &&
+                            coords_.size() == (basis_.fitted() ? (n + 15) / 16 * coord_tile() : 0);
+  const bool known = score_ == RecallScore::Keys || score_ == RecallScore::Quest || (score_ == RecallScore::Shortlist && d_ % 16 == 0) ||
+                     lowrank;
   const bool ok = known && d_ > 0 && page_ > 0 && n_ >= 0 && !kv_is_kivi(type_) && row_ == kv_row_bytes(type_, d_) &&
                   k_.size() == n * row_ && v_.size() == n * row_ && pos_.size() == n &&
                   summary_.size() == (score_ == RecallScore::Quest ? static_cast<size_t>(n_pages()) * 2 * d_ : 0) &&
-                  sketch_.size() == (score_ == RecallScore::Shortlist ? static_cast<size_t>(n_pages()) * sketch_row() : 0);
+                  sketch_.size() == (score_ == RecallScore::Shortlist ? static_cast<size_t>(n_pages()) * sketch_row() : 0) && fit_ok;
   if (!ok) fail("state file: a recall store whose sizes disagree with each other");
 }
 
@@ -111,7 +128,7 @@ void RecallStore::release_pages(int p0, int p1) const {
   const size_t at = static_cast<size_t>(p0) * static_cast<size_t>(page_) * row_;
   const size_t bytes = std::min(static_cast<size_t>(p1) * static_cast<size_t>(page_) * row_, v_.size()) - at;
   release_store_pages(v_, at, bytes);
-  if (summarised()) release_store_pages(k_, at, bytes);
+  if (reads_few_keys()) release_store_pages(k_, at, bytes);
 }
 
 void RecallStore::add(const float* k, const float* v, int32_t pos) {
@@ -139,6 +156,20 @@ void RecallStore::summarise(size_t n) {
   // The summary bounds the keys as they are read back, so that the bound holds for what is attended.
   const int p = static_cast<int>(n / static_cast<size_t>(page_));
   thread_local std::vector<float> back;
+  if (score_ == RecallScore::Lowrank) {
+    if (basis_.fitted()) {
+      back.resize(static_cast<size_t>(d_));
+      kv_load_rows(type_, k_.data() + n * row_, back.data(), 1, d_);
+      return store_coords(n, back.data());
+    }
+    if (n_ < kFitKeysPerDim * d_) return;  // ranked by the keys until then
+    // The store's keys as they are read back fit the basis; each gets its coordinates.
+    back.resize(static_cast<size_t>(n_) * d_);
+    kv_load_rows(type_, k_.data(), back.data(), n_, d_);
+    basis_ = fit_key_basis(back.data(), n_, d_, rank());
+    for (size_t j = 0; j < static_cast<size_t>(n_); ++j) store_coords(j, back.data() + j * static_cast<size_t>(d_));
+    return;
+  }
   if (score_ == RecallScore::Shortlist) {
     // The page's range from its keys so far, rounded to q8_0 again as the page fills.
     const size_t j0 = static_cast<size_t>(p) * static_cast<size_t>(page_);
@@ -174,6 +205,36 @@ void RecallStore::summarise(size_t n) {
   }
 }
 
+void RecallStore::store_coords(size_t n, const float* k) {
+  const size_t tile = coord_tile(), t = n / 16, lane = n % 16;
+  if (coords_.size() < (t + 1) * tile) coords_.resize((t + 1) * tile, 0);
+  uint8_t* at = coords_.data() + t * tile;
+  const int r = rank();
+  thread_local std::vector<float> c;
+  c.resize(static_cast<size_t>(r));
+  basis_.key_coords(k, c.data());
+  float amax = 0.0f;
+  for (float x : c) amax = std::max(amax, std::fabs(x));
+  const uint16_t h = fp32_to_fp16(amax / 127.0f);
+  std::memcpy(at + 2 * lane, &h, 2);
+  const float s = fp16_to_fp32(h), inv = s > 0.0f ? 1.0f / s : 0.0f;
+  for (int i = 0; i < r; ++i) {
+    const float v = std::clamp(std::nearbyint(c[static_cast<size_t>(i)] * inv), -127.0f, 127.0f);
+    at[32 + 64 * static_cast<size_t>(i / 4) + 4 * lane + static_cast<size_t>(i % 4)] = static_cast<uint8_t>(static_cast<int>(v) + 128);
+  }
+}
+
+void RecallStore::key_coords(int j, float* c) const {
+  if (!basis_.fitted() || j < 0 || j >= n_) fail("internal: no low-rank coordinates of key " + std::to_string(j));
+  const uint8_t* at = coords_.data() + static_cast<size_t>(j / 16) * coord_tile();
+  const int lane = j % 16;
+  uint16_t h;
+  std::memcpy(&h, at + 2 * lane, 2);
+  const float s = fp16_to_fp32(h);
+  for (int i = 0; i < rank(); ++i)
+    c[i] = s * static_cast<float>(static_cast<int>(at[32 + 64 * static_cast<size_t>(i / 4) + 4 * static_cast<size_t>(lane) + i % 4]) - 128);
+}
+
 void RecallStore::page_sketch(int p, float* minmax) const {
   if (score_ != RecallScore::Shortlist || p < 0 || p >= n_pages()) fail("internal: no q8_0 summary of page " + std::to_string(p));
   kv_load_rows(KvType::Q8_0, sketch_.data() + static_cast<size_t>(p) * sketch_row(), minmax, 1, 2 * d_);
@@ -186,6 +247,8 @@ void RecallStore::clear() {
   pos_.clear();
   summary_.clear();
   sketch_.clear();
+  basis_ = KeyBasis();
+  coords_.clear();
   n_ = 0;
 }
 
@@ -195,7 +258,12 @@ size_t RecallStore::planned_bytes(int head_dim, int page, KvType type, int64_t t
   const size_t summary = score == RecallScore::Quest       ? 2 * static_cast<size_t>(head_dim) * sizeof(float)
                          : score == RecallScore::Shortlist ? kv_row_bytes(KvType::Q8_0, 2 * head_dim)
                                                            : 0;
-  return static_cast<size_t>(tokens) * (2 * kv_row_bytes(type, head_dim) + sizeof(int32_t)) + pages * summary;
+  size_t lowrank = 0;  // once fitted: the basis, and the coordinates in tiles of 16 keys
+  if (score == RecallScore::Lowrank && tokens >= static_cast<int64_t>(kFitKeysPerDim) * head_dim) {
+    const size_t d = static_cast<size_t>(head_dim), r = d / kLowrankDiv;
+    lowrank = (d + 2 * r * d) * sizeof(float) + static_cast<size_t>((tokens + 15) / 16) * (32 + 16 * r);
+  }
+  return static_cast<size_t>(tokens) * (2 * kv_row_bytes(type, head_dim) + sizeof(int32_t)) + pages * summary + lowrank;
 }
 
 size_t RecallStore::bytes() const { return active() ? planned_bytes(d_, page_, type_, n_, score_) : 0; }
@@ -207,13 +275,14 @@ void RecallStore::page_bounds(const float* q, float* bound) const {
 
 void RecallStore::page_scores(const float* const* q, int rows, int p0, int p1, float* score) const {
   const size_t np = static_cast<size_t>(n_pages());
-  if (!summarised()) {
+  if (score_ == RecallScore::Keys || (score_ == RecallScore::Lowrank && !basis_.fitted())) {
     thread_local std::vector<int> range;
     range.resize(static_cast<size_t>(std::max(0, p1 - p0)));
     std::iota(range.begin(), range.end(), p0);
     return key_scores(q, rows, range.data(), static_cast<int>(range.size()), score);
   }
   if (score_ == RecallScore::Shortlist) return sketch_scores(q, rows, p0, p1, score);
+  if (score_ == RecallScore::Lowrank) return lowrank_scores(q, rows, p0, p1, score);
   // max(q_i min_i, q_i max_i) is q_i min_i where q_i < 0 and q_i max_i elsewhere: the bound is
   // one dot product of [min(q, 0), max(q, 0)] with the page's [min, max].
   const int w = 2 * d_;
@@ -264,6 +333,52 @@ void RecallStore::sketch_scores(const float* const* q, int rows, int p0, int p1,
       for (int j = 0; j < rn; ++j)
         for (int i = 0; i < pm; ++i) score[static_cast<size_t>(r0 + j) * np + p + i] = out[j * kRows16 + i];
     }
+  }
+}
+
+void RecallStore::lowrank_scores(const float* const* q, int rows, int p0, int p1, float* score) const {
+  // Each query's coordinates rounded to int8 once; then the keys' coordinates 16 at a time
+  // (quant_dot.h, max_dot_lanes16_u8), a page (a whole number of tiles) taking its tiles' largest.
+  const size_t np = static_cast<size_t>(n_pages()), tile = coord_tile();
+  const int r = rank();
+  thread_local std::vector<float> qc, qscale;
+  thread_local std::vector<int8_t> qi;
+  thread_local std::vector<int32_t> qsum;
+  qc.resize(static_cast<size_t>(r));
+  qscale.resize(static_cast<size_t>(rows));
+  qsum.assign(static_cast<size_t>(rows), 0);
+  qi.resize(static_cast<size_t>(rows) * r);
+  for (int row = 0; row < rows; ++row) {
+    basis_.query_coords(q[row], qc.data());
+    float amax = 0.0f;
+    for (float x : qc) amax = std::max(amax, std::fabs(x));
+    const float s = amax / 127.0f, inv = s > 0.0f ? 1.0f / s : 0.0f;
+    qscale[static_cast<size_t>(row)] = s;
+    for (int i = 0; i < r; ++i) {
+      qi[static_cast<size_t>(row) * r + i] = static_cast<int8_t>(std::clamp(std::nearbyint(qc[static_cast<size_t>(i)] * inv), -127.0f, 127.0f));
+      qsum[static_cast<size_t>(row)] += qi[static_cast<size_t>(row) * r + i];
+    }
+  }
+  // Pages [p0, p1) are tiles [p0 m, ...) of 16 keys, m = page / 16: one call per up to 4 rows; with
+  // pages of 16 the tiles' largest scores are the pages' and land in `score` directly.
+  const int m = page_ / 16, j0 = p0 * page_, j1 = std::min(n_, p1 * page_);
+  if (j1 <= j0) return;
+  const int n_tiles = (j1 - j0 + 15) / 16, valid_last = j1 - j0 - 16 * (n_tiles - 1);
+  thread_local std::vector<float> tile_top;
+  if (m > 1) tile_top.resize(static_cast<size_t>(kTileTokens) * n_tiles);
+  for (int r0 = 0; r0 < rows; r0 += kTileTokens) {
+    const int rn = std::min(kTileTokens, rows - r0);
+    float* out = m == 1 ? score + static_cast<size_t>(r0) * np + p0 : tile_top.data();
+    const size_t out_stride = m == 1 ? np : static_cast<size_t>(n_tiles);
+    max_dot_lanes16_u8(r, coords_.data() + static_cast<size_t>(j0 / 16) * tile, tile, n_tiles, valid_last,
+                       qi.data() + static_cast<size_t>(r0) * r, static_cast<size_t>(r), qscale.data() + r0, qsum.data() + r0, rn, out,
+                       out_stride);
+    if (m == 1) continue;
+    for (int k = 0; k < rn; ++k)
+      for (int p = p0; p < p1 && (p - p0) * m < n_tiles; ++p) {
+        const float* tt = tile_top.data() + static_cast<size_t>(k) * n_tiles + static_cast<size_t>((p - p0) * m);
+        score[static_cast<size_t>(r0 + k) * np + p] = *std::max_element(tt, tt + std::min(m, n_tiles - (p - p0) * m));
+      }
   }
 }
 
@@ -390,9 +505,9 @@ void RecallStore::select_scored(const float* const* q, const float* score, int r
   thread_local std::vector<int> all;
   all.resize(static_cast<size_t>(np));
   std::iota(all.begin(), all.end(), 0);
-  if (score_ != RecallScore::Shortlist) return rank_pages(score, np, rows, all.data(), np, want, pages);
-  // The bound shortlists kShortlist * want pages (all of them when that is every page); their keys
-  // choose `want`, relative to each row's best key score among the shortlisted pages.
+  if (!shortlists()) return rank_pages(score, np, rows, all.data(), np, want, pages);
+  // The first pass shortlists kShortlist * want pages (all of them when that is every page); their
+  // keys choose `want`, relative to each row's best key score among the shortlisted pages.
   thread_local std::vector<int> shortlist;
   thread_local std::vector<float> keys;
   if (kShortlist * want < np) rank_pages(score, np, rows, all.data(), np, kShortlist * want, &shortlist);

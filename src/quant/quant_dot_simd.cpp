@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "slake/quant/quant_blocks.h"
@@ -647,6 +648,41 @@ void dot_tile(DType t, int64_t K, const uint8_t* w, size_t w_stride, int rm, con
 const char* dot_kernel_isa() { return "portable"; }
 
 #endif
+
+void max_dot_lanes16_u8(int r, const uint8_t* tiles, size_t tile_stride, int n_tiles, int valid_last, const int8_t* q,
+                        size_t q_stride, const float* q_scale, const int32_t* q_sum, int rn, float* out, size_t out_stride) {
+  for (int t = 0; t < n_tiles; ++t) {
+    const uint8_t* tile = tiles + static_cast<size_t>(t) * tile_stride;
+    const uint8_t* u = tile + 32;
+    const int valid = t + 1 == n_tiles ? std::min(valid_last, 16) : 16;
+#ifdef SLAKE_PAIR_KERNEL
+    const __m512 ks = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile)));
+    const __mmask16 lanes = static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1);
+#endif
+    for (int k = 0; k < rn; ++k) {
+      const int8_t* qk = q + static_cast<size_t>(k) * q_stride;
+#ifdef SLAKE_PAIR_KERNEL
+      // One dpbusd per 4 values of all 16 lanes; the +128 of every u comes off as 128 sum q once.
+      __m512i acc = _mm512_set1_epi32(-128 * q_sum[k]);
+      for (int m = 0; m < r / 4; ++m) {
+        int32_t q4;
+        std::memcpy(&q4, qk + 4 * m, 4);
+        acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(u + 64 * m), _mm512_set1_epi32(q4));
+      }
+      const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(ks, _mm512_set1_ps(q_scale[k])));
+      out[static_cast<size_t>(k) * out_stride + static_cast<size_t>(t)] = _mm512_mask_reduce_max_ps(lanes, v);
+#else
+      float top = -std::numeric_limits<float>::infinity();
+      for (int j = 0; j < valid; ++j) {
+        int32_t s = -128 * q_sum[k];
+        for (int i = 0; i < r; ++i) s += static_cast<int32_t>(u[64 * (i / 4) + 4 * j + i % 4]) * qk[i];
+        top = std::max(top, static_cast<float>(s) * (fp16_to_fp32(load_u16(tile + 2 * j)) * q_scale[k]));
+      }
+      out[static_cast<size_t>(k) * out_stride + static_cast<size_t>(t)] = top;
+#endif
+    }
+  }
+}
 
 void dot_rows16_q8_0(int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride, int rn,
                      float* out, int64_t out_stride) {

@@ -87,11 +87,57 @@ TEST(RecallStore, StateWithAnUnknownScoreIsRefused) {
   for (const auto& [score, d] : {std::pair<int, int>{7, 64}, std::pair<int, int>{2, 40}}) {
     StateWriter w;
     w(d, 16, KvType::F32, static_cast<RecallScore>(score), kv_row_bytes(KvType::F32, d), 0, StoreBytes(), StoreBytes(),
-      std::vector<int32_t>(), std::vector<float>(), std::vector<uint8_t>());
+      std::vector<int32_t>(), std::vector<float>(), std::vector<uint8_t>(), KeyBasis(), std::vector<uint8_t>());
     RecallStore st;
     StateReader r(w.bytes().data(), w.bytes().size());
     EXPECT_THROW(st.io(r), Error) << score << " " << d;
   }
+}
+
+// Lowrank's state: a basis where the store is too small to have fitted one, none where it is large
+// enough, or coordinates of the wrong size, are refused; the store's own state reads back.
+TEST(RecallStore, LowrankStateMustAgreeWithItsSize) {
+  const int d = 32, n = RecallStore::kFitKeysPerDim * d + 5;
+  std::mt19937 rng(4);
+  RecallStore st(d, 16, KvType::F32, RecallScore::Lowrank);
+  for (int j = 0; j < n; ++j) {
+    const std::vector<float> k = randn(static_cast<size_t>(d), 1.0f, rng), v = randn(static_cast<size_t>(d), 1.0f, rng);
+    st.add(k.data(), v.data(), j);
+  }
+  ASSERT_TRUE(st.key_basis().fitted());
+  StateWriter good;
+  st.io(good);
+  RecallStore back;
+  StateReader r(good.bytes().data(), good.bytes().size());
+  back.io(r);
+  EXPECT_EQ(back.key_basis().r, d / RecallStore::kLowrankDiv);
+  std::vector<float> c1(8), c2(8);
+  st.key_coords(n - 1, c1.data());
+  back.key_coords(n - 1, c2.data());
+  EXPECT_EQ(c1, c2);
+  const auto state = [&](int keys, const KeyBasis& basis, size_t coord_bytes) {
+    StateWriter w;
+    const size_t row = kv_row_bytes(KvType::F32, d);
+    w(d, 16, KvType::F32, RecallScore::Lowrank, row, keys, StoreBytes(row * static_cast<size_t>(keys)),
+      StoreBytes(row * static_cast<size_t>(keys)), std::vector<int32_t>(static_cast<size_t>(keys)), std::vector<float>(),
+      std::vector<uint8_t>(), basis, std::vector<uint8_t>(coord_bytes));
+    return w;
+  };
+  const size_t tiles = static_cast<size_t>(n + 15) / 16 * (32 + 16 * 8);
+  std::vector<std::pair<StateWriter, bool>> states;
+  states.emplace_back(state(n, st.key_basis(), tiles), true);
+  states.emplace_back(state(n, KeyBasis(), 0), false);                 // large enough, and no basis
+  states.emplace_back(state(n - 10, st.key_basis(), tiles), false);    // a basis before the store could fit one
+  states.emplace_back(state(n, st.key_basis(), tiles - 1), false);     // coordinates short of the keys
+  states.emplace_back(state(100, KeyBasis(), 0), true);                // not fitted yet
+  for (auto& [w, ok] : states) {
+    RecallStore s;
+    StateReader rd(w.bytes().data(), w.bytes().size());
+    if (ok) EXPECT_NO_THROW(s.io(rd));
+    else EXPECT_THROW(s.io(rd), Error);
+  }
+  EXPECT_THROW(RecallStore(40, 16, KvType::F32, RecallScore::Lowrank), Error);  // d / 4 = 10: not groups of 4 of 16 lanes
+  EXPECT_THROW(RecallStore(64, 8, KvType::F32, RecallScore::Lowrank), Error);   // pages of 8: not whole tiles of 16 keys
 }
 
 TEST(RecallStore, RefusesWhatItCannotStore) {
@@ -123,7 +169,9 @@ std::vector<int> rank64(const std::vector<std::vector<double>>& b, std::vector<i
 // bound of the float64 min/max of its rows as read back, or the largest float64 q . k_j of them),
 // ranked by rank64; Shortlist: the RecallStore::kShortlist * want pages of highest bound, ranked
 // by their keys, the bound that of the page's q8_0 summary as read back for the query's
-// [min(q, 0), max(q, 0)] rounded to q8_0 as read back.
+// [min(q, 0), max(q, 0)] rounded to q8_0 as read back; Lowrank the same with the largest score of
+// the page's key coordinates as read back against the query's (float64 from the store's basis),
+// rounded to int8 by its largest magnitude, or as Keys before the store fitted its basis.
 std::vector<int> pages64(const RecallStore& st, const std::vector<const float*>& q, int d, int want, RecallScore how) {
   const int np = st.n_pages();
   std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d));
@@ -139,7 +187,22 @@ std::vector<int> pages64(const RecallStore& st, const std::vector<const float*>&
   std::vector<std::vector<double>> bound, keys;
   for (const float* qr : q) {
     std::vector<double> b(static_cast<size_t>(np), 0.0), x(static_cast<size_t>(np), -INFINITY);
-    if (how == RecallScore::Shortlist) {
+    if (how == RecallScore::Lowrank && st.key_basis().fitted()) {
+      const KeyBasis& B = st.key_basis();
+      std::vector<float> qc(static_cast<size_t>(B.r)), kc(qc.size());
+      float amax = 0.0f;
+      for (int i = 0; i < B.r; ++i) {
+        qc[static_cast<size_t>(i)] = static_cast<float>(test::dot64(B.query.data() + static_cast<size_t>(i) * d, qr, d));
+        amax = std::max(amax, std::abs(qc[static_cast<size_t>(i)]));
+      }
+      const float s = amax / 127.0f;
+      for (float& x : qc) x = s * std::nearbyint(x / s);
+      std::fill(b.begin(), b.end(), -INFINITY);
+      for (int j = 0; j < st.n(); ++j) {
+        st.key_coords(j, kc.data());
+        b[static_cast<size_t>(j / st.page())] = std::max(b[static_cast<size_t>(j / st.page())], test::dot64(qc.data(), kc.data(), B.r));
+      }
+    } else if (how == RecallScore::Shortlist) {
       std::vector<float> split(static_cast<size_t>(2 * d)), mm(split.size());
       for (int i = 0; i < d; ++i) {
         split[static_cast<size_t>(i)] = std::min(qr[i], 0.0f);
@@ -167,7 +230,7 @@ std::vector<int> pages64(const RecallStore& st, const std::vector<const float*>&
   std::vector<int> all(static_cast<size_t>(np));
   std::iota(all.begin(), all.end(), 0);
   if (how == RecallScore::Quest) return rank64(bound, all, want);
-  if (how == RecallScore::Keys) return rank64(keys, all, want);
+  if (how == RecallScore::Keys || (how == RecallScore::Lowrank && !st.key_basis().fitted())) return rank64(keys, all, want);
   return rank64(keys, rank64(bound, all, RecallStore::kShortlist * want), want);
 }
 
@@ -240,7 +303,12 @@ TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
                        // The bound's shortlist re-ranked by the keys: a short store scored in the
                        // head's item, a long one in parallel chunks, a shortlist of every page.
                        Case{6, 2, 64, 400, 64, 5, 8, KvType::Q8_0, false, S::Shortlist}, Case{6, 2, 64, 3000, 200, 10, 8, KvType::F32, true, S::Shortlist},
-                       Case{4, 1, 64, 1500, 100, 9, 16, KvType::Q4_0, false, S::Shortlist}, Case{4, 2, 32, 300, 40, 20, 8, KvType::F16, true, S::Shortlist}}) {
+                       Case{4, 1, 64, 1500, 100, 9, 16, KvType::Q4_0, false, S::Shortlist}, Case{4, 2, 32, 300, 40, 20, 8, KvType::F16, true, S::Shortlist},
+                       // Low-rank coordinates' shortlist: a store that fitted its basis (scored in
+                       // parallel chunks, or in the head's item), one too small to (ranked as Keys),
+                       // a shortlist of every page.
+                       Case{6, 2, 64, 3000, 200, 10, 16, KvType::Q8_0, false, S::Lowrank}, Case{4, 1, 64, 3000, 100, 4, 32, KvType::F32, true, S::Lowrank},
+                       Case{6, 2, 64, 400, 64, 5, 16, KvType::F32, false, S::Lowrank}, Case{4, 2, 32, 1000, 40, 20, 16, KvType::F16, true, S::Lowrank}}) {
     std::mt19937 rng(11 + c.n_keys + c.pages);
     const KvCache cache = evicted_cache(c, rng);
     const int group = c.n_heads / c.n_kv;
@@ -289,7 +357,7 @@ TEST(Recall, ChunkRowsAttendThePagesTheirLastTokensChose) {
   constexpr int kTokens = 40, kChooser = 32;  // attention.cpp's kChunkRecallTokens
   for (const Case c : {Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false, S::Keys}, Case{9, 3, 64, 2600, 1100, 7, 16, KvType::F32, true, S::Quest},
                        Case{6, 2, 64, 3000, 200, 10, 8, KvType::F32, true, S::Keys, 1.5f}, Case{6, 2, 64, 3000, 200, 10, 8, KvType::Q8_0, false, S::Shortlist},
-                       Case{6, 2, 64, 3000, 200, 10, 8, KvType::Q8_0, false, S::Keys, 1.5f}}) {
+                       Case{6, 2, 64, 3000, 200, 10, 8, KvType::Q8_0, false, S::Keys, 1.5f}, Case{6, 2, 64, 3000, 200, 10, 16, KvType::Q8_0, false, S::Lowrank}}) {
     std::mt19937 rng(23 + c.n_keys);
     const KvCache cache = evicted_cache(c, rng);
     const int group = c.n_heads / c.n_kv;
@@ -339,6 +407,15 @@ TEST(Recall, StoreBytesCountInTheCache) {
   EXPECT_EQ(RecallStore::planned_bytes(64, 16, KvType::Q8_0, 60, RecallScore::Keys), size_t{60} * (2 * 68 + 4));
   const KvCache keys = evicted_cache(Case{4, 2, 64, 100, 40, 2, 16, KvType::Q4_0, false, RecallScore::Keys}, rng);
   EXPECT_EQ(keys.store_bytes_used(), size_t{2} * 60 * (2 * 36 + 4));
+  // Lowrank: nothing more until the store fits its basis (1024 keys of 64); then the basis (mean,
+  // and 16 rows of 64 for keys and for queries, in floats) and per 16 keys 16 fp16 scales and
+  // 16 x 16 coordinate bytes.
+  EXPECT_EQ(RecallStore::planned_bytes(64, 16, KvType::Q8_0, 1023, RecallScore::Lowrank), size_t{1023} * (2 * 68 + 4));
+  EXPECT_EQ(RecallStore::planned_bytes(64, 16, KvType::Q8_0, 1030, RecallScore::Lowrank),
+            size_t{1030} * (2 * 68 + 4) + (64 + 2 * 16 * 64) * 4 + 65 * (32 + 256));
+  const KvCache low = evicted_cache(Case{4, 2, 64, 1200, 100, 2, 16, KvType::Q8_0, false, RecallScore::Lowrank}, rng);
+  ASSERT_TRUE(low.head(0, 0).recall.key_basis().fitted());
+  EXPECT_EQ(low.store_bytes_used(), 2 * RecallStore::planned_bytes(64, 16, KvType::Q8_0, 1100, RecallScore::Lowrank));
 }
 
 // Resident bytes of file pages mapped by this process (RssFile + RssShmem of /proc/self/status).
@@ -357,7 +434,7 @@ TEST(Recall, StoreInMappedFilesAttendsAsOnTheHeapAndStaysOutOfMemory) {
   char tmpl[] = "/tmp/slake-store-test-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const auto dir = std::make_shared<const std::string>(tmpl);
-  for (const RecallScore score : {RecallScore::Keys, RecallScore::Quest, RecallScore::Shortlist}) {
+  for (const RecallScore score : {RecallScore::Keys, RecallScore::Quest, RecallScore::Shortlist, RecallScore::Lowrank}) {
     // 24000 evicted tokens of 68-byte q8_0 rows: 1.6 MB of keys and of values, past kStoreFileMinBytes.
     const Case c{2, 1, 64, 24500, 500, 16, 16, KvType::Q8_0, false, score};
     std::mt19937 rng_heap(5), rng_file(5), rng(9);

@@ -90,6 +90,58 @@ TEST(DotRows16, EveryRowCountMatchesFloat64) {
   }
 }
 
+// The low-rank first pass's kernel (kv_recall.h): tiles of 16 lanes of r unsigned bytes (value +
+// 128, 4 per lane at a time) after their 16 fp16 scales, against int8 rows: per tile and row the
+// largest lane (of the first `valid_last` in the last tile), for 1 to 3 tiles, every lane count of the
+// last, up to 4 rows, against float64 sums over the same integers. Bytes 0 and 255 (values -128 and
+// 127) included; exactly the bytes read, for ASan.
+TEST(MaxDotLanes16, EveryLaneCountMatchesFloat64) {
+  for (const int r : {4, 16, 64}) {
+    std::mt19937 rng(static_cast<unsigned>(r) + 3);
+    std::uniform_int_distribution<int> byte(0, 255), val(-127, 127);
+    std::uniform_real_distribution<float> pos(0.001f, 2.0f);
+    const size_t stride = 32 + static_cast<size_t>(16 * r);
+    std::vector<uint8_t> tiles(3 * stride);
+    for (size_t t = 0; t < 3; ++t) {
+      for (int j = 0; j < 16; ++j) {
+        const uint16_t h = fp32_to_fp16(pos(rng));
+        std::memcpy(&tiles[t * stride + 2 * static_cast<size_t>(j)], &h, 2);
+      }
+      for (size_t b = 32; b < stride; ++b) tiles[t * stride + b] = static_cast<uint8_t>(byte(rng));
+      tiles[t * stride + 32] = 0, tiles[t * stride + 33] = 255;
+    }
+    std::vector<int8_t> q(static_cast<size_t>(4 * r));
+    for (auto& x : q) x = static_cast<int8_t>(val(rng));
+    const float q_scale[4] = {0.5f, 0.013f, 1.7f, 0.25f};
+    int32_t q_sum[4] = {0, 0, 0, 0};
+    for (int k = 0; k < 4; ++k)
+      for (int i = 0; i < r; ++i) q_sum[k] += q[static_cast<size_t>(k * r + i)];
+    for (int n_tiles = 1; n_tiles <= 3; ++n_tiles)
+      for (int valid = 1; valid <= 16; ++valid)
+        for (int rn = 1; rn <= 4; ++rn) {
+          const std::vector<uint8_t> used(tiles.begin(), tiles.begin() + static_cast<ptrdiff_t>(n_tiles * stride));
+          const size_t os = 5;
+          std::vector<float> got(4 * os, NAN);
+          max_dot_lanes16_u8(r, used.data(), stride, n_tiles, valid, q.data(), static_cast<size_t>(r), q_scale, q_sum, rn, got.data(), os);
+          for (int k = 0; k < rn; ++k)
+            for (int t = 0; t < n_tiles; ++t) {
+              const uint8_t* tile = used.data() + static_cast<size_t>(t) * stride;
+              double want = -INFINITY;
+              for (int j = 0; j < (t + 1 == n_tiles ? valid : 16); ++j) {
+                double sum = 0;
+                for (int i = 0; i < r; ++i)
+                  sum += (static_cast<double>(tile[32 + 64 * (i / 4) + 4 * j + i % 4]) - 128) * q[static_cast<size_t>(k * r + i)];
+                uint16_t h;
+                std::memcpy(&h, tile + 2 * j, 2);
+                want = std::max(want, sum * fp16_to_fp32(h) * q_scale[k]);
+              }
+              ASSERT_NEAR(got[static_cast<size_t>(k) * os + static_cast<size_t>(t)], want, 1e-6 * std::abs(want) + 1e-30)
+                  << "r " << r << " tiles " << n_tiles << " valid " << valid << " row " << k << " tile " << t;
+            }
+        }
+  }
+}
+
 // Q8_0 activations: each value within half a step of its fp32 original (the step is the block's
 // fp16 scale), and the scale is the block's largest magnitude / 127.
 // The largest Q4_0 x Q8_0 products (nibbles 15 or 0 against activations of +-127): the wide

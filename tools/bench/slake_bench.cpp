@@ -227,7 +227,7 @@ void add_options(CLI::App& app, Options& o) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--kv-recall-score", o.recall_score, "how a query ranks the recall store's pages: keys, quest, shortlist")
+  app.add_option("--kv-recall-score", o.recall_score, "how a query ranks the recall store's pages: keys, quest, shortlist, lowrank")
       ->capture_default_str()
       ->check(CLI::IsMember(slake::recall_score_names()));
   app.add_option("--kv-store-type", o.store_type, "row type of the recall store")

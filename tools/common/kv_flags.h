@@ -85,8 +85,10 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--kv-recall-score", f.recall_score,
                  "how a query ranks the store's pages: keys (the largest score of their keys, every stored key read), "
-                 "quest (the bound of their per-channel key min/max, only those read) or shortlist (the 4 P pages of "
-                 "highest bound re-ranked by their keys) (default: keys)")
+                 "quest (the bound of their per-channel key min/max, only those read), shortlist (the 4 P pages of "
+                 "highest bound re-ranked by their keys) or lowrank (the 4 P pages whose keys score highest in d/4 "
+                 "int8 coordinates along the store's leading key directions, re-ranked by their keys; needs pages "
+                 "of a multiple of 16) (default: keys)")
       ->check(CLI::IsMember(recall_score_names()));
   app.add_option("--kv-store-type", f.store_type, "row type of the recall store: f32, f16, bf16, q8_0, q4_0 (default: q8_0)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));

@@ -4,8 +4,9 @@
 // largest q . k_j of its keys (RecallScore::Keys) or the bound of a summary of them, the
 // per-channel minimum and maximum (RecallScore::Quest; Tang et al., ICML 2024),
 //   U(q, page) = sum_i max(q_i min_i, q_i max_i)  >=  q . k_j for every key j of the page,
-// or the keys' largest score over a shortlist the bound chose (RecallScore::Shortlist), and the P
-// pages of highest score are attended exactly, in one softmax with the exact cache.
+// or the keys' largest score over a shortlist the bound chose (RecallScore::Shortlist) or a
+// low-rank projection of the keys chose (RecallScore::Lowrank), and the P pages of highest score
+// are attended exactly, in one softmax with the exact cache.
 // The rest of the store is left out, or covered by the Taylor state of the head minus what was
 // recalled (RecallCover, ptaa.h).
 #pragma once
@@ -17,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "slake/kv/key_basis.h"
 #include "slake/kv/kv_type.h"
 #include "slake/kv/store_memory.h"
 #include "slake/state_archive.h"
@@ -28,9 +30,14 @@ namespace slake {
 //          is read at each step, the values only of the pages chosen);
 //   Quest: by the bound of the page's summary (only the summaries are read);
 //   Shortlist: the kShortlist * P pages of highest bound, re-ranked by their keys' largest score
-//          (the summaries read, and the keys of the shortlisted pages only).
-enum class RecallScore { Keys, Quest, Shortlist };
-const std::vector<std::string>& recall_score_names();  // "keys", "quest", "shortlist"
+//          (the summaries read, and the keys of the shortlisted pages only);
+//   Lowrank: the kShortlist * P pages whose keys score highest in d / kLowrankDiv coordinates
+//          (key_basis.h: the leading directions of the store's first kFitKeysPerDim * d keys, each
+//          key's coordinates in int8), re-ranked by their keys' largest score (the coordinates
+//          read, a quarter of the keys' bytes, and the keys of the shortlisted pages only). Until
+//          the store holds enough keys to fit the basis it ranks as Keys.
+enum class RecallScore { Keys, Quest, Shortlist, Lowrank };
+const std::vector<std::string>& recall_score_names();  // "keys", "quest", "shortlist", "lowrank"
 // Throws slake::Error naming the known ones.
 RecallScore parse_recall_score(const std::string& name);
 const char* recall_score_name(RecallScore s);
@@ -102,8 +109,16 @@ class RecallStore {
   // Bytes a store of `tokens` tokens takes (for planning).
   static size_t planned_bytes(int head_dim, int page, KvType type, int64_t tokens, RecallScore score);
 
-  // Shortlist: the pages the summaries' bound shortlists, per page attended.
+  // Shortlist, Lowrank: the pages the first pass shortlists, per page attended.
   static constexpr int kShortlist = 4;
+  // Lowrank: the coordinates a key keeps (d / kLowrankDiv), and the keys the basis is fitted from
+  // (kFitKeysPerDim * d, the store's first ones).
+  static constexpr int kLowrankDiv = 4;
+  static constexpr int kFitKeysPerDim = 16;
+  // Lowrank: the basis, once fitted (not before the store holds kFitKeysPerDim * d keys).
+  const KeyBasis& key_basis() const { return basis_; }
+  // Lowrank: key j's coordinates as stored, read back (key_basis().r floats); a fitted store only.
+  void key_coords(int j, float* c) const;
 
   // The Quest bound of each page for query q (head_dim floats, unscaled): bound[p] (n_pages()).
   void page_bounds(const float* q, float* bound) const;
@@ -144,7 +159,7 @@ class RecallStore {
   // Every field, for state files (state_archive.h).
   template <class A>
   void io(A& a) {
-    a(d_, page_, type_, score_, row_, n_, k_, v_, pos_, summary_, sketch_);
+    a(d_, page_, type_, score_, row_, n_, k_, v_, pos_, summary_, sketch_, basis_, coords_);
     if constexpr (std::is_same_v<A, StateReader>) check_read();
   }
  private:
@@ -159,8 +174,12 @@ class RecallStore {
   void release_pages(int p0, int p1) const;
   // Row n's key (as stored) into its page's summary.
   void summarise(size_t n);
-  // Whether pages keep a summary (Quest, Shortlist): their keys are then read for a few pages only.
+  // Whether pages keep a summary (Quest, Shortlist, Lowrank): summarise runs at each add.
   bool summarised() const { return score_ != RecallScore::Keys; }
+  // Whether a first pass over summaries chooses the pages whose keys are read (Shortlist, and
+  // Lowrank once its basis is fitted), and whether queries read the keys of a few pages only.
+  bool shortlists() const { return score_ == RecallScore::Shortlist || (score_ == RecallScore::Lowrank && basis_.fitted()); }
+  bool reads_few_keys() const { return score_ == RecallScore::Quest || shortlists(); }
   void key_scores_q8_0(const float* const* q, int rows, const int* pages, int n, float* score) const;
   // Gives back every page of a mapped store, keys and values.
   void release_all() const;
@@ -176,6 +195,15 @@ class RecallStore {
   std::vector<float> summary_;
   std::vector<uint8_t> sketch_;
   size_t sketch_row() const;
+  // Lowrank: the basis, and per tile of 16 keys the keys' fp16 scales (32 bytes), then their
+  // coordinates as int8 + 128, 4 per key at a time (quant_dot.h, max_dot_lanes16_u8).
+  KeyBasis basis_;
+  std::vector<uint8_t> coords_;
+  int rank() const { return d_ / kLowrankDiv; }
+  size_t coord_tile() const { return 32 + 16 * static_cast<size_t>(rank()); }
+  // Key n's coordinates into its tile.
+  void store_coords(size_t n, const float* k);
+  void lowrank_scores(const float* const* q, int rows, int p0, int p1, float* score) const;
   void sketch_scores(const float* const* q, int rows, int p0, int p1, float* score) const;
   // A mapped store: attention calls that read it since its pages were last given back
   // (count_read), and the pages written and not given back yet.

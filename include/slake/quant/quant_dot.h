@@ -77,6 +77,16 @@ constexpr int kRows16 = 16;
 void dot_rows16_q8_0(int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride, int rn,
                      float* out, int64_t out_stride);
 
+// n_tiles tiles of 16 vectors of r int8 values each (r % 4 == 0), tile t at tiles + t tile_stride:
+// the vectors' fp16 scales (32 bytes), then the values held unsigned (value + 128) 4 per lane at a
+// time: byte 4j + i of the 64-byte group m at 32 + 64 m is value 4m + i of vector j. For the rn
+// int8 rows q_k (at q + k q_stride, r values each, scale q_scale[k], sum q_sum[k]):
+// out[k out_stride + t] = the largest over the tile's vectors j (j < valid_last in the last tile) of
+// scale_j q_scale[k] sum_i (u_j[i] - 128) q_k[i], the integer sums exact. The recall store's
+// low-rank key coordinates against a query's, a lane per key and a tile per 16 keys (kv_recall.h).
+void max_dot_lanes16_u8(int r, const uint8_t* tiles, size_t tile_stride, int n_tiles, int valid_last, const int8_t* q,
+                        size_t q_stride, const float* q_scale, const int32_t* q_sum, int rn, float* out, size_t out_stride);
+
 // Q8_0/Q4_0 matrices repacked for the CPU (weight_pack.h) come in groups of kGroupRows rows whose
 // blocks are interleaved in runs of x4_run_blocks blocks (2 for Q8_0, 4 for Q4_0): per run, the
 // 4 x R fp16 scales (row 0's R blocks, then row 1's, ...), then the quants of the same 4 x R blocks
