@@ -205,6 +205,21 @@ void RecallStore::summarise(size_t n) {
   }
 }
 
+namespace {
+// Lowrank's int8 rounding of a key's or a query's coordinates: scale the largest magnitude / 127,
+// each value x to round(x / scale) in -127..127 (inv = 1 / scale, 0 for a zero vector). A NaN
+// coordinate (a broken model's key) is left out of the scale and rounds to 0.
+float largest_magnitude(const float* c, int r) {
+  float amax = 0.0f;
+  for (int i = 0; i < r; ++i) amax = std::max(amax, std::fabs(c[i]));
+  return amax;
+}
+int round_int8(float x, float inv) {
+  const float v = std::nearbyint(x * inv);
+  return std::isnan(v) ? 0 : static_cast<int>(std::clamp(v, -127.0f, 127.0f));
+}
+}  // namespace
+
 void RecallStore::store_coords(size_t n, const float* k) {
   const size_t tile = coord_tile(), t = n / 16, lane = n % 16;
   if (coords_.size() < (t + 1) * tile) coords_.resize((t + 1) * tile, 0);
@@ -213,15 +228,10 @@ void RecallStore::store_coords(size_t n, const float* k) {
   thread_local std::vector<float> c;
   c.resize(static_cast<size_t>(r));
   basis_.key_coords(k, c.data());
-  float amax = 0.0f;
-  for (float x : c) amax = std::max(amax, std::fabs(x));
-  const uint16_t h = fp32_to_fp16(amax / 127.0f);
+  const uint16_t h = fp32_to_fp16(largest_magnitude(c.data(), r) / 127.0f);
   std::memcpy(at + 2 * lane, &h, 2);
   const float s = fp16_to_fp32(h), inv = s > 0.0f ? 1.0f / s : 0.0f;
-  for (int i = 0; i < r; ++i) {
-    const float v = std::clamp(std::nearbyint(c[static_cast<size_t>(i)] * inv), -127.0f, 127.0f);
-    at[32 + 64 * static_cast<size_t>(i / 4) + 4 * lane + static_cast<size_t>(i % 4)] = static_cast<uint8_t>(static_cast<int>(v) + 128);
-  }
+  for (int i = 0; i < r; ++i) at[coord_at(lane, i)] = static_cast<uint8_t>(round_int8(c[static_cast<size_t>(i)], inv) + 128);
 }
 
 void RecallStore::key_coords(int j, float* c) const {
@@ -231,8 +241,7 @@ void RecallStore::key_coords(int j, float* c) const {
   uint16_t h;
   std::memcpy(&h, at + 2 * lane, 2);
   const float s = fp16_to_fp32(h);
-  for (int i = 0; i < rank(); ++i)
-    c[i] = s * static_cast<float>(static_cast<int>(at[32 + 64 * static_cast<size_t>(i / 4) + 4 * static_cast<size_t>(lane) + i % 4]) - 128);
+  for (int i = 0; i < rank(); ++i) c[i] = s * static_cast<float>(static_cast<int>(at[coord_at(static_cast<size_t>(lane), i)]) - 128);
 }
 
 void RecallStore::page_sketch(int p, float* minmax) const {
@@ -261,7 +270,7 @@ size_t RecallStore::planned_bytes(int head_dim, int page, KvType type, int64_t t
   size_t lowrank = 0;  // once fitted: the basis, and the coordinates in tiles of 16 keys
   if (score == RecallScore::Lowrank && tokens >= static_cast<int64_t>(kFitKeysPerDim) * head_dim) {
     const size_t d = static_cast<size_t>(head_dim), r = d / kLowrankDiv;
-    lowrank = (d + 2 * r * d) * sizeof(float) + static_cast<size_t>((tokens + 15) / 16) * (32 + 16 * r);
+    lowrank = (d + 2 * r * d) * sizeof(float) + static_cast<size_t>((tokens + 15) / 16) * coord_tile_bytes(head_dim);
   }
   return static_cast<size_t>(tokens) * (2 * kv_row_bytes(type, head_dim) + sizeof(int32_t)) + pages * summary + lowrank;
 }
@@ -350,12 +359,10 @@ void RecallStore::lowrank_scores(const float* const* q, int rows, int p0, int p1
   qi.resize(static_cast<size_t>(rows) * r);
   for (int row = 0; row < rows; ++row) {
     basis_.query_coords(q[row], qc.data());
-    float amax = 0.0f;
-    for (float x : qc) amax = std::max(amax, std::fabs(x));
-    const float s = amax / 127.0f, inv = s > 0.0f ? 1.0f / s : 0.0f;
+    const float s = largest_magnitude(qc.data(), r) / 127.0f, inv = s > 0.0f ? 1.0f / s : 0.0f;
     qscale[static_cast<size_t>(row)] = s;
     for (int i = 0; i < r; ++i) {
-      qi[static_cast<size_t>(row) * r + i] = static_cast<int8_t>(std::clamp(std::nearbyint(qc[static_cast<size_t>(i)] * inv), -127.0f, 127.0f));
+      qi[static_cast<size_t>(row) * r + i] = static_cast<int8_t>(round_int8(qc[static_cast<size_t>(i)], inv));
       qsum[static_cast<size_t>(row)] += qi[static_cast<size_t>(row) * r + i];
     }
   }

@@ -200,7 +200,10 @@ class RecallStore {
   KeyBasis basis_;
   std::vector<uint8_t> coords_;
   int rank() const { return d_ / kLowrankDiv; }
-  size_t coord_tile() const { return 32 + 16 * static_cast<size_t>(rank()); }
+  static size_t coord_tile_bytes(int head_dim) { return 32 + 16 * static_cast<size_t>(head_dim / kLowrankDiv); }
+  size_t coord_tile() const { return coord_tile_bytes(d_); }
+  // Where coordinate i of the key in `lane` lies in its tile.
+  static size_t coord_at(size_t lane, int i) { return 32 + 64 * static_cast<size_t>(i / 4) + 4 * lane + static_cast<size_t>(i % 4); }
   // Key n's coordinates into its tile.
   void store_coords(size_t n, const float* k);
   void lowrank_scores(const float* const* q, int rows, int p0, int p1, float* score) const;
