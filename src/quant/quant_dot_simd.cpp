@@ -676,7 +676,7 @@ void max_dot_lanes16_u8(int r, const uint8_t* tiles, size_t tile_stride, int n_t
       for (int j = 0; j < valid; ++j) {
         int32_t s = -128 * q_sum[k];
         for (int i = 0; i < r; ++i) s += static_cast<int32_t>(u[64 * (i / 4) + 4 * j + i % 4]) * qk[i];
-        top = std::max(top, static_cast<float>(s) * (fp16_to_fp32(load_u16(tile + 2 * j)) * q_scale[k]));
+        top = std::max(top, static_cast<float>(s) * (fp16_to_fp32(quant::load_u16(tile + 2 * j)) * q_scale[k]));
       }
       out[static_cast<size_t>(k) * out_stride + static_cast<size_t>(t)] = top;
 #endif
