@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <string>
 
@@ -16,19 +17,39 @@ namespace {
 // rate of the eigenvalue gap after the r-th; it need not be exact, only good enough to rank keys.
 constexpr int kIterations = 64;
 
-// Orthonormalises the r columns of V (d x r, column-major) in place; a column with nothing left
-// after the earlier ones is set to zero.
-void orthonormalise(std::vector<double>& V, int d, int r) {
+// A fixed stream of numbers in [-1, 1) (splitmix64), so that a fit is the same on every platform.
+double next_uniform(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0;
+}
+
+// Orthonormalises the r columns of V (d x r, column-major) in place. A column with nothing left
+// after the earlier ones (less than kLost of its length: C V_i fell in the span of C's earlier
+// columns, as when two starting channels move together, or the keys have rank below i) is
+// re-seeded with a pseudo-random vector: left at zero, C 0 = 0 would keep it there and lose the
+// direction for good, where the next round of C V brings out whatever of it the keys have.
+constexpr double kLost = 1e-11;
+void orthonormalise(std::vector<double>& V, int d, int r, uint64_t& seed) {
   for (int i = 0; i < r; ++i) {
     double* v = V.data() + static_cast<size_t>(i) * d;
-    for (int pass = 0; pass < 2; ++pass)  // twice: the second removes what rounding left of the first
-      for (int j = 0; j < i; ++j) {
-        const double* u = V.data() + static_cast<size_t>(j) * d;
-        const double dot = std::inner_product(v, v + d, u, 0.0);
-        for (int e = 0; e < d; ++e) v[e] -= dot * u[e];
-      }
-    const double norm = std::sqrt(std::inner_product(v, v + d, v, 0.0));
-    if (norm > 1e-150) for (int e = 0; e < d; ++e) v[e] /= norm;
+    double norm = 0.0;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      const double before = std::sqrt(std::inner_product(v, v + d, v, 0.0));
+      for (int pass = 0; pass < 2; ++pass)  // twice: the second removes what rounding left of the first
+        for (int j = 0; j < i; ++j) {
+          const double* u = V.data() + static_cast<size_t>(j) * d;
+          const double dot = std::inner_product(v, v + d, u, 0.0);
+          for (int e = 0; e < d; ++e) v[e] -= dot * u[e];
+        }
+      norm = std::sqrt(std::inner_product(v, v + d, v, 0.0));
+      if (norm > kLost * before && norm > 1e-150) break;
+      for (int e = 0; e < d; ++e) v[e] = next_uniform(seed);
+      norm = 0.0;
+    }
+    if (norm > 0.0) for (int e = 0; e < d; ++e) v[e] /= norm;
     else std::fill(v, v + d, 0.0);
   }
 }
@@ -72,6 +93,7 @@ KeyBasis fit_key_basis(const float* keys, int n, int d, int r) {
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return C[static_cast<size_t>(a) * (D + 1)] > C[static_cast<size_t>(b) * (D + 1)]; });
   std::vector<double> V(D * static_cast<size_t>(r), 0.0), W(V.size());
+  uint64_t seed = 0;
   for (int i = 0; i < r; ++i) V[static_cast<size_t>(i) * D + static_cast<size_t>(order[static_cast<size_t>(i)])] = 1.0;
   for (int it = 0; it < kIterations; ++it) {
     for (int i = 0; i < r; ++i)
@@ -80,7 +102,7 @@ KeyBasis fit_key_basis(const float* keys, int n, int d, int r) {
                                                                C.begin() + static_cast<std::ptrdiff_t>((a + 1) * D),
                                                                V.begin() + static_cast<std::ptrdiff_t>(i * D), 0.0);
     V.swap(W);
-    orthonormalise(V, d, r);
+    orthonormalise(V, d, r, seed);
   }
   // A direction along which the keys vary by no more than rounding (keys of lower rank than r, or
   // all alike) keeps zero rows: scaled to unit variance, its noise would count as much as a key's

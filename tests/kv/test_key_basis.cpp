@@ -129,5 +129,36 @@ TEST(KeyBasis, KeysOfLowerRankGiveFiniteCoordinates) {
   EXPECT_THROW(fit_key_basis(keys.data(), n, d, d + 1), Error);
 }
 
+// Two starting channels that move together (keys' channels 0 and 1 equal) give the same C V
+// column twice; the second has nothing left once the first is taken out. Keys of rank 2 (channels
+// 0 = 1 and 2, exactly uncorrelated) must still be spanned by a basis of rank 2: its projector
+// V V^T gives each centred key back (sum_i key_i (query_i . x) = V V^T x).
+TEST(KeyBasis, FindsTheDirectionTwoCollapsedStartingChannelsHide) {
+  const int d = 6, r = 2, n = 4;
+  const float t[n] = {1, -1, 1, -1}, s[n] = {0.5f, 0.5f, -0.5f, -0.5f};
+  std::vector<float> keys(static_cast<size_t>(n) * d, 0.0f);
+  for (int j = 0; j < n; ++j) {
+    float* k = keys.data() + static_cast<size_t>(j) * d;
+    k[0] = k[1] = t[j];
+    k[2] = s[j];
+    k[5] = 2.0f;  // a constant channel: in the mean, not in the span
+  }
+  const KeyBasis B = fit_key_basis(keys.data(), n, d, r);
+  ASSERT_TRUE(B.consistent());
+  for (int j = 0; j < n; ++j) {
+    std::vector<double> x(static_cast<size_t>(d));
+    for (int e = 0; e < d; ++e) x[static_cast<size_t>(e)] = keys[static_cast<size_t>(j) * d + e] - static_cast<double>(B.mean[static_cast<size_t>(e)]);
+    for (int a = 0; a < d; ++a) {
+      double back = 0;
+      for (int i = 0; i < r; ++i) {
+        double qx = 0;
+        for (int b = 0; b < d; ++b) qx += static_cast<double>(B.query[static_cast<size_t>(i * d + b)]) * x[static_cast<size_t>(b)];
+        back += static_cast<double>(B.key[static_cast<size_t>(i * d + a)]) * qx;
+      }
+      EXPECT_NEAR(back, x[static_cast<size_t>(a)], 1e-5) << "key " << j << " channel " << a;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace slake
