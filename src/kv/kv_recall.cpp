@@ -214,6 +214,7 @@ float largest_magnitude(const float* c, int r) {
   for (int i = 0; i < r; ++i) amax = std::max(amax, std::fabs(c[i]));
   return amax;
 }
+constexpr float kFp16Max = 65504.0f;
 int round_int8(float x, float inv) {
   const float v = std::nearbyint(x * inv);
   return std::isnan(v) ? 0 : static_cast<int>(std::clamp(v, -127.0f, 127.0f));
@@ -228,7 +229,10 @@ void RecallStore::store_coords(size_t n, const float* k) {
   thread_local std::vector<float> c;
   c.resize(static_cast<size_t>(r));
   basis_.key_coords(k, c.data());
-  const uint16_t h = fp32_to_fp16(largest_magnitude(c.data(), r) / 127.0f);
+  // The scale is capped at fp16's largest finite value: a key past 127 x 65504 along a direction
+  // (a broken model's) keeps coordinates clamped to +-127 rather than an infinite scale, whose
+  // products with its zero coordinates would be NaN scores.
+  const uint16_t h = fp32_to_fp16(std::min(largest_magnitude(c.data(), r) / 127.0f, kFp16Max));
   std::memcpy(at + 2 * lane, &h, 2);
   const float s = fp16_to_fp32(h), inv = s > 0.0f ? 1.0f / s : 0.0f;
   for (int i = 0; i < r; ++i) at[coord_at(lane, i)] = static_cast<uint8_t>(round_int8(c[static_cast<size_t>(i)], inv) + 128);

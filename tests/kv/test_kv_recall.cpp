@@ -18,6 +18,7 @@
 #include "slake/kv/attention.h"
 #include "slake/kv/kv_recall.h"
 #include "slake/kv/kv_scores.h"
+#include "slake/quant/dtype.h"
 #include "slake/quant/quant_dot.h"
 #include "slake/state_archive.h"
 #include "test_util.h"
@@ -123,11 +124,13 @@ TEST(RecallStore, LowrankStateMustAgreeWithItsSize) {
       std::vector<uint8_t>(), basis, std::vector<uint8_t>(coord_bytes));
     return w;
   };
-  const size_t tiles = static_cast<size_t>(n + 15) / 16 * (32 + 16 * 8);
+  const auto tiles_of = [](int keys) { return static_cast<size_t>(keys + 15) / 16 * (32 + 16 * 8); };
+  const size_t tiles = tiles_of(n);
   std::vector<std::pair<StateWriter, bool>> states;
   states.emplace_back(state(n, st.key_basis(), tiles), true);
   states.emplace_back(state(n, KeyBasis(), 0), false);                 // large enough, and no basis
-  states.emplace_back(state(n - 10, st.key_basis(), tiles), false);    // a basis before the store could fit one
+  // A basis before the store could fit one, with coordinates of the right size for its keys.
+  states.emplace_back(state(n - 10, st.key_basis(), tiles_of(n - 10)), false);
   states.emplace_back(state(n, st.key_basis(), tiles - 1), false);     // coordinates short of the keys
   states.emplace_back(state(100, KeyBasis(), 0), true);                // not fitted yet
   for (auto& [w, ok] : states) {
@@ -138,6 +141,53 @@ TEST(RecallStore, LowrankStateMustAgreeWithItsSize) {
   }
   EXPECT_THROW(RecallStore(40, 16, KvType::F32, RecallScore::Lowrank), Error);  // d / 4 = 10: not groups of 4 of 16 lanes
   EXPECT_THROW(RecallStore(64, 8, KvType::F32, RecallScore::Lowrank), Error);   // pages of 8: not whole tiles of 16 keys
+}
+
+// Lowrank's stored coordinates are the basis' coordinates of each key as read back, rounded to
+// int8 at a per-key fp16 scale of its largest magnitude / 127: within half a step of the float64
+// projection. A key far outside fp16's range along the basis (past 127 x 65504) keeps finite
+// coordinates, clamped at +-127 steps of the largest scale, and finite page scores.
+TEST(RecallStore, LowrankCoordinatesAreTheBasisCoordinatesRounded) {
+  const int d = 64, n = RecallStore::kFitKeysPerDim * d + 40, r = d / RecallStore::kLowrankDiv;
+  std::mt19937 rng(11);
+  RecallStore st(d, 16, KvType::F32, RecallScore::Lowrank);
+  std::vector<float> v = randn(static_cast<size_t>(d), 1.0f, rng);
+  for (int j = 0; j < n; ++j) {
+    std::vector<float> k = randn(static_cast<size_t>(d), 1.0f, rng);
+    for (int e = 0; e < 8; ++e) k[static_cast<size_t>(e)] *= 6.0f;  // a few channels of larger spread
+    st.add(k.data(), v.data(), j);
+  }
+  const KeyBasis& B = st.key_basis();
+  ASSERT_TRUE(B.fitted());
+  std::vector<float> k(static_cast<size_t>(d)), vb(static_cast<size_t>(d)), c(static_cast<size_t>(r));
+  const auto exact = [&](int j) {  // float64 coordinates of key j as read back
+    st.load(j, k.data(), vb.data());
+    std::vector<double> x(static_cast<size_t>(r), 0.0);
+    for (int i = 0; i < r; ++i)
+      for (int e = 0; e < d; ++e)
+        x[static_cast<size_t>(i)] += static_cast<double>(B.key[static_cast<size_t>(i * d + e)]) * (static_cast<double>(k[static_cast<size_t>(e)]) - B.mean[static_cast<size_t>(e)]);
+    return x;
+  };
+  for (int j = 0; j < n; j += 7) {
+    const std::vector<double> x = exact(j);
+    double amax = 0;
+    for (double e : x) amax = std::max(amax, std::abs(e));
+    const double step = fp16_to_fp32(fp32_to_fp16(static_cast<float>(amax / 127)));
+    st.key_coords(j, c.data());
+    for (int i = 0; i < r; ++i) EXPECT_NEAR(c[static_cast<size_t>(i)], x[static_cast<size_t>(i)], 0.5 * step + 1e-4 * amax) << j << " " << i;
+  }
+  // A key of 1e9 along the basis' first direction, and a page of such keys.
+  for (int j = 0; j < 16; ++j) {
+    for (int e = 0; e < d; ++e) k[static_cast<size_t>(e)] = B.mean[static_cast<size_t>(e)] + 1e9f * B.query[static_cast<size_t>(e)];
+    st.add(k.data(), v.data(), n + j);
+  }
+  st.key_coords(n + 3, c.data());
+  for (float x : c) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_EQ(std::abs(c[0]), 127.0f * 65504.0f);
+  std::vector<float> score(static_cast<size_t>(st.n_pages()));
+  const float* qs[1] = {k.data()};
+  st.page_scores(qs, 1, 0, st.n_pages(), score.data());
+  for (float x : score) ASSERT_TRUE(std::isfinite(x));
 }
 
 TEST(RecallStore, RefusesWhatItCannotStore) {
@@ -464,7 +514,9 @@ TEST(Recall, StoreInMappedFilesAttendsAsOnTheHeapAndStaysOutOfMemory) {
     // 2 MB when pages are ranked by their keys (1.6 MB, read by every query).
     EXPECT_LT(kept, score != RecallScore::Keys ? 512u << 10 : 2u << 20) << recall_score_name(score) << ": " << kept << " bytes";
     // ... and they were in files: ranked by their keys, the keys every query reads are file pages.
-    if (score == RecallScore::Keys) EXPECT_GT(kept, 1u << 20) << kept;
+    if (score == RecallScore::Keys) {
+      EXPECT_GT(kept, 1u << 20) << kept;
+    }
     // A copy (a saved state) is made in files of its own and given back whole.
     const size_t before_copy = resident_file_bytes();
     const KvCache copy = file;

@@ -104,7 +104,8 @@ class RecallStore {
   // Appends an evicted token (key after RoPE, value) at position pos to the last page.
   void add(const float* k, const float* v, int32_t pos);
   void clear();
-  // Bytes in use: stored rows, positions and (Quest, Shortlist) the pages' summaries.
+  // Bytes in use: stored rows, positions, the pages' summaries (Quest, Shortlist) and Lowrank's
+  // basis and keys' coordinates once fitted.
   size_t bytes() const;
   // Bytes a store of `tokens` tokens takes (for planning).
   static size_t planned_bytes(int head_dim, int page, KvType type, int64_t tokens, RecallScore score);
@@ -123,7 +124,9 @@ class RecallStore {
   // The Quest bound of each page for query q (head_dim floats, unscaled): bound[p] (n_pages()).
   void page_bounds(const float* q, float* bound) const;
   // The first-pass score of pages [p0, p1) for the `rows` queries q[r] (unscaled): the bound
-  // (Quest, Shortlist) or the keys' largest q . k_j (Keys), into score[r * n_pages() + p].
+  // (Quest, Shortlist), the keys' largest q . k_j (Keys, and Lowrank before its basis is fitted)
+  // or the keys' largest score in the basis' int8 coordinates (Lowrank; q . mu left out), into
+  // score[r * n_pages() + p].
   // Distinct page ranges may be scored concurrently.
   void page_scores(const float* const* q, int rows, int p0, int p1, float* score) const;
   // The keys' largest q . k_j of each of the n pages `pages` (each page's keys read once for all
