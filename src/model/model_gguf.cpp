@@ -180,13 +180,26 @@ std::unique_ptr<Model> model_from_gguf(std::shared_ptr<const GgufFile> g) {
   if (!m->vocab.tokens.empty() && m->vocab.tokens.size() > static_cast<size_t>(c.n_vocab))
     fail(f + ": the vocabulary has " + std::to_string(m->vocab.tokens.size()) + " tokens but the model only " + std::to_string(c.n_vocab));
 
-  TensorNames names{"token_embd.weight", "output_norm.weight", "output.weight",
-                    "blk.{}.attn_norm.weight", "blk.{}.attn_q.weight", "blk.{}.attn_k.weight", "blk.{}.attn_v.weight",
-                    "blk.{}.attn_output.weight", "blk.{}.ffn_norm.weight", "blk.{}.ffn_gate.weight", "blk.{}.ffn_up.weight",
-                    "blk.{}.ffn_down.weight",
-                    "blk.{}.attn_q.bias", "blk.{}.attn_k.bias", "blk.{}.attn_v.bias",
-                    "blk.{}.attn_q_norm.weight", "blk.{}.attn_k_norm.weight",
-                    "blk.{}.post_attention_norm.weight", "blk.{}.post_ffw_norm.weight"};
+  TensorNames names;
+  names.tok_embd = "token_embd.weight";
+  names.output_norm = "output_norm.weight";
+  names.output = "output.weight";
+  names.attn_norm = "blk.{}.attn_norm.weight";
+  names.wq = "blk.{}.attn_q.weight";
+  names.wk = "blk.{}.attn_k.weight";
+  names.wv = "blk.{}.attn_v.weight";
+  names.wo = "blk.{}.attn_output.weight";
+  names.ffn_norm = "blk.{}.ffn_norm.weight";
+  names.w_gate = "blk.{}.ffn_gate.weight";
+  names.w_up = "blk.{}.ffn_up.weight";
+  names.w_down = "blk.{}.ffn_down.weight";
+  names.bq = "blk.{}.attn_q.bias";
+  names.bk = "blk.{}.attn_k.bias";
+  names.bv = "blk.{}.attn_v.bias";
+  names.q_norm = "blk.{}.attn_q_norm.weight";
+  names.k_norm = "blk.{}.attn_k_norm.weight";
+  names.attn_post_norm = "blk.{}.post_attention_norm.weight";
+  names.ffn_post_norm = "blk.{}.post_ffw_norm.weight";
   if (c.n_expert > 0) {
     names.router = "blk.{}.ffn_gate_inp.weight";
     names.exp_gate = "blk.{}.ffn_gate_exps.weight";

@@ -388,7 +388,7 @@ void responses(const HttpRequest& http, HttpReply& reply, ServerEnv& env) {
     if (tools) {
       for (const ToolStreamEvent& e : tools->push(t)) tool_event(o, e);
     } else if (!t.empty()) {
-      tool_event(o, ToolStreamEvent{ToolStreamEvent::Content, t});
+      tool_event(o, ToolStreamEvent{ToolStreamEvent::Content, t, 0, {}, {}});
     }
   };
   std::vector<Piece> all;
