@@ -79,7 +79,7 @@ void decode_batch(const std::vector<Context*>& ctxs, const std::vector<int32_t>&
         if (scored)
           attention_decode(att_rows + i * qd, qi, p, s.kv_, l, shape, *scored, pool);
         else
-          attention_prefill(att_rows + i * qd, qi, &p, 1, s.kv_, l, shape, pool);
+          attention_prefill(att_rows + i * qd, qi, &p, 1, s.kv_, l, shape, pool, true);
         if (c.layer_local(l)) s.kv_.drop_before(l, c.local_first_visible(p));  // as Context::run_layer
         s.kv_.settle(l);
       }

@@ -133,7 +133,7 @@ void Context::run_layer(int l, float* x, int n, const int32_t* pos, bool prompt,
       if (scored)
         attention_decode(att, q, p[0], kv_, l, s, *scored, *pool_);
       else
-        attention_prefill(att, q, p, nb, kv_, l, s, *pool_);
+        attention_prefill(att, q, p, nb, kv_, l, s, *pool_, !prompt && nb == 1);
       if (c.layer_local(l)) {  // what no later query can see leaves a local layer
         const int32_t min_pos = c.local_first_visible(p[nb - 1]);
         kv_.drop_before(l, min_pos);

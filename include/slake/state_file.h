@@ -17,7 +17,7 @@
 
 namespace slake {
 
-constexpr uint32_t kStateFileVersion = 3;
+constexpr uint32_t kStateFileVersion = 4;
 
 // Identifies a model's weights and vocabulary: a hash of every tensor's name, type, shape and a
 // sample of its bytes, and of the vocabulary.

@@ -52,14 +52,21 @@ struct StoreReads {
 // whether cover was filled.
 // `scores`: the pages' scores for these rows (page_scores over every page), or null to score them here;
 // `chosen`, when given, the pages themselves (chosen for the rows of a prompt chunk's call: chunk_pages).
+// `decode`: the rows are a decode step's, which attends the pages an earlier step chose while that
+// choice holds (RecallConfig::every; then `scores` is null) and keeps the choice it makes.
 bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, const int32_t* qpos, int n, int window,
                  float softcap, float* acc, float* m, float* l, RecallCover* cover, float* cover_buf, const float* scores,
-                 const std::vector<int>* chosen = nullptr) {
+                 const std::vector<int>* chosen = nullptr, bool decode = false) {
   thread_local std::vector<int> pages;
-  if (!chosen) {
-    if (scores) kv.recall.select_scored(q, scores, n, cache.recall().pages, &pages);
-    else kv.recall.select(q, n, cache.recall().pages, &pages);
+  const RecallConfig& rc = cache.recall();
+  if (decode && kv.recall.holds_choice(rc.every, q, n)) {
+    chosen = &kv.recall.held_choice();
+  } else if (!chosen) {
+    if (scores) kv.recall.select_scored(q, scores, n, rc.pages, &pages);
+    else kv.recall.select(q, n, rc.pages, &pages);
+    if (decode) kv.recall.hold_choice(pages, q, n);
   }
+  if (!decode) kv.recall.forget_choice();
   const bool covers = covers_recalled(kv);
   kv.recall.attend(q, qpos, n, window, softcap, chosen ? *chosen : pages, acc, m, l, covers ? cover : nullptr, cover_buf);
   return covers;
@@ -68,13 +75,13 @@ bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, 
 // recall_part merged into a block's exact part (acc, m, l) of n rows.
 bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q, const int32_t* qpos, int n, int window,
                   float softcap, float* acc, float* m, float* l, RecallCover* cover, std::vector<float>& cover_buf, const float* scores,
-                  const std::vector<int>* chosen = nullptr) {
+                  const std::vector<int>* chosen = nullptr, bool decode = false) {
   const int d = cache.head_dim();
   thread_local std::vector<float> r_acc;
   float r_m[kLanes], r_l[kLanes];
   r_acc.resize(static_cast<size_t>(n) * d);
   cover_buf.resize(static_cast<size_t>(2 * n) * d);
-  const bool covers = recall_part(cache, kv, q, qpos, n, window, softcap, r_acc.data(), r_m, r_l, cover, cover_buf.data(), scores, chosen);
+  const bool covers = recall_part(cache, kv, q, qpos, n, window, softcap, r_acc.data(), r_m, r_l, cover, cover_buf.data(), scores, chosen, decode);
   for (int r = 0; r < n; ++r)
     merge_softmax(m[r], l[r], acc + static_cast<size_t>(r) * d, r_m[r], r_l[r], r_acc.data() + static_cast<size_t>(r) * d, d);
   return covers;
@@ -87,16 +94,21 @@ bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q,
 // its scores (RecallStore::page_scores over every page, row r of the range's token t0 + r / group)
 // or null where its store is too short to be worth it, in the calling thread's buffers until its
 // next call; null itself when no head's scores were computed (a cache that does not recall: no
-// work, no allocation). For a prompt chunk's rows the buffer holds every long head's scores at once
+// work, no allocation). A decode step (`decode`) skips the heads that attend an earlier step's
+// choice (RecallStore::holds_choice). For a prompt chunk's rows the buffer holds every long head's scores at once
 // (32 x group rows by n_pages floats a head: 512 KiB for a 16K-token store and a group of 4).
 constexpr int kScorePages = 64;
 const float* const* recall_scores(const float* q, int t0, int n_tokens, const KvCache& cache, int layer,
-                                  const AttentionShape& s, ThreadPool& pool) {
+                                  const AttentionShape& s, ThreadPool& pool, bool decode = false) {
   if (!cache.recall().on()) return nullptr;
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, rows = (n_tokens - t0) * group;
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
   thread_local std::vector<float> buf;
   thread_local std::vector<const float*> qr;  // [n_kv_heads][rows]
+  qr.resize(static_cast<size_t>(s.n_kv_heads) * rows);
+  for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
+    for (int r = 0; r < rows; ++r)
+      qr[static_cast<size_t>(kvh) * rows + r] = q + (t0 + r / group) * qdim + static_cast<int64_t>(kvh * group + r % group) * d;
   std::vector<size_t> off(static_cast<size_t>(s.n_kv_heads), 0);
   std::vector<std::pair<int, int>> items;  // (KV head, first page)
   size_t total = 0;
@@ -104,16 +116,13 @@ const float* const* recall_scores(const float* q, int t0, int n_tokens, const Kv
     const RecallStore& st = cache.head(layer, kvh).recall;
     const int np = st.n_pages();
     if (np <= kScorePages || np <= cache.recall().pages) continue;  // scored in the head's own item, or all recalled
+    if (decode && st.holds_choice(cache.recall().every, qr.data() + static_cast<size_t>(kvh) * rows, rows)) continue;
     off[static_cast<size_t>(kvh)] = total;
     total += static_cast<size_t>(rows) * np;
     for (int p0 = 0; p0 < np; p0 += kScorePages) items.emplace_back(kvh, p0);
   }
   if (items.empty()) return nullptr;
   buf.resize(total);
-  qr.resize(static_cast<size_t>(s.n_kv_heads) * rows);
-  for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
-    for (int r = 0; r < rows; ++r)
-      qr[static_cast<size_t>(kvh) * rows + r] = q + (t0 + r / group) * qdim + static_cast<int64_t>(kvh * group + r % group) * d;
   // The pool's threads read the calling thread's buffers through these.
   float* const base = buf.data();
   const float* const* const qrows = qr.data();
@@ -154,6 +163,7 @@ std::vector<std::vector<int>> chunk_pages(const float* q, int n_tokens, const Kv
     std::vector<const float*> qr;
     for (int64_t kvh = b; kvh < e; ++kvh) {
       const KvHead& kv = cache.head(layer, static_cast<int>(kvh));
+      kv.recall.forget_choice();  // a prompt's rows: the next decode step chooses afresh
       if (!recalls(cache, kv)) continue;
       std::vector<int>* chosen = &pages[static_cast<size_t>(kvh)];
       qr.clear();
@@ -207,10 +217,10 @@ std::vector<KvHead> recalled_rows(const KvCache& cache, int layer, const std::ve
 // SmolLM2's 3 heads on 2 threads leave one thread idle a third of the time. The split depends on
 // the keys only, never on the thread count, so results do not change with -t.
 // With `scores` (a decode step, attention_decode), each part takes its rows' scores from them and
-// reads no key.
+// reads no key. `decode`: the rows are a decode step's (recall_part).
 void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
                           const AttentionShape& s, int splits, ThreadPool& pool, const std::vector<DecodeRowScores>* scores,
-                          const float* const* page_scores) {
+                          const float* const* page_scores, bool decode) {
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, rows = n_tokens * group;
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
   // A cache that recalls gives each KV head one more part: the pages recalled from its store.
@@ -258,7 +268,8 @@ void attention_split_keys(float* out, const float* q, const int32_t* qpos, int n
           continue;
         }
         covered_by[kvh] = recall_part(cache, kv, qr, pr, rows, s.sliding_window, s.softcap, acc, m, l, covers + static_cast<size_t>(kvh) * kLanes,
-                                      cover_at + static_cast<size_t>(kvh) * 2 * kLanes * d, head_scores(page_scores, kvh));
+                                      cover_at + static_cast<size_t>(kvh) * 2 * kLanes * d, head_scores(page_scores, kvh), nullptr,
+                                      decode);
         continue;
       }
       block.begin(qr, pr, rows, d, s.softcap);
@@ -334,7 +345,7 @@ void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, i
 }
 
 void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
-                       const AttentionShape& s, ThreadPool& pool) {
+                       const AttentionShape& s, ThreadPool& pool, bool decode_step) {
   const StoreReads reads{cache, layer, s.n_kv_heads};
   // Row r of KV head kvh is token r / group, query head kvh * group + r % group: a block of kLanes
   // rows holds whole GQA groups of neighbouring tokens. A work item is up to kBlocks blocks of one
@@ -348,9 +359,10 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
   const int64_t items = (blocks + kBlocks - 1) / kBlocks;
   const float* const* page_scores = nullptr;
   if (blocks == 1) {
-    page_scores = recall_scores(q, 0, n_tokens, cache, layer, s, pool);
+    page_scores = recall_scores(q, 0, n_tokens, cache, layer, s, pool, decode_step);
     const int splits = key_splits(cache, layer, s.n_kv_heads);
-    if (splits > 1) return attention_split_keys(out, q, qpos, n_tokens, cache, layer, s, splits, pool, nullptr, page_scores);
+    if (splits > 1)
+      return attention_split_keys(out, q, qpos, n_tokens, cache, layer, s, splits, pool, nullptr, page_scores, decode_step);
   }
   // Rows of more than one block recall pages chosen for all of them (a prompt chunk after the first).
   const std::vector<std::vector<int>> chosen =
@@ -409,7 +421,7 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
         if (blocks == 1 ? recalls(cache, kv) : pages && !pages->empty() && covers_recalled(kv)) {
           for (int r = 0; r < n; ++r) pr[r] = qpos[((b0 + i) * kLanes + r) / group];
           covered = recall_merge(cache, kv, qr[i], pr, n, s.sliding_window, s.softcap, acc.data(), m, l, cover, cover_buf,
-                                 head_scores(page_scores, kvh), blocks == 1 ? nullptr : pages);
+                                 head_scores(page_scores, kvh), blocks == 1 ? nullptr : pages, blocks == 1 && decode_step);
         }
         for (int r = 0; r < n; ++r)
           ptaa_finish(outr[i][r], qr[i][r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, s.softcap,
@@ -433,9 +445,9 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
   // threads busy and both paths sum in the same order.
   const float* const* page_scores = nullptr;
   if (blocks == 1) {
-    page_scores = recall_scores(q, 0, 1, cache, layer, s, pool);
+    page_scores = recall_scores(q, 0, 1, cache, layer, s, pool, true);
     const int splits = key_splits(cache, layer, s.n_kv_heads);
-    if (splits > 1) return attention_split_keys(out, q, &qpos, 1, cache, layer, s, splits, pool, &scores, page_scores);
+    if (splits > 1) return attention_split_keys(out, q, &qpos, 1, cache, layer, s, splits, pool, &scores, page_scores, true);
   }
   pool.parallel_for(static_cast<int64_t>(s.n_kv_heads) * blocks, 1, [&](int64_t b, int64_t e, int) {
     thread_local RowBlock block;
@@ -458,8 +470,9 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
       const auto [j_begin, j_end] = block.key_range(kv, s.sliding_window);
       block.attend_scored(kv, xs.x[static_cast<size_t>(g0 / kLanes)].data(), s.sliding_window, j_begin, j_end);
       block.finish(acc.data(), m, l);
+      // Rows of more than one block (a GQA group over kLanes) each choose for themselves.
       const bool covered = recalls(cache, kv) && recall_merge(cache, kv, qr, pr, n, s.sliding_window, s.softcap, acc.data(), m, l, cover, cover_buf,
-                                                              head_scores(page_scores, kvh));
+                                                              head_scores(page_scores, kvh), nullptr, blocks == 1);
       for (int r = 0; r < n; ++r)
         ptaa_finish(out + (qr[r] - q), qr[r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, s.softcap,
                     covered ? &cover[r] : nullptr);

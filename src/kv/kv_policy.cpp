@@ -32,7 +32,7 @@ bool operator==(const KvPolicyParams& a, const KvPolicyParams& b) {
   auto fields = [](const KvPolicyParams& p) {
     return std::tie(p.policy, p.budget, p.window, p.observe, p.compensate, p.centroids, p.gamma, p.tau1, p.tau2, p.alpha, p.beta,
                     p.delta, p.cascade, p.evict_every, p.prefill_chunk, p.type_k, p.type_v, p.recall_pages, p.recall_page,
-                    p.store_type, p.recall_score, p.selector, p.aha, p.sre_mass, p.sre_floor);
+                    p.store_type, p.recall_score, p.recall_every, p.selector, p.aha, p.sre_mass, p.sre_floor);
   };
   return fields(a) == fields(b);
 }
@@ -116,6 +116,8 @@ void validate(const KvPolicyParams& p) {
     fail("--kv-recall-pages must be in 0.." + std::to_string(kMaxTokens) + ", got " + std::to_string(p.recall_pages));
   if (p.recall_page < 1 || p.recall_page > 1024)
     fail("--kv-recall-page must be in 1..1024 tokens, got " + std::to_string(p.recall_page));
+  if (p.recall_every < 1 || p.recall_every > 4096)
+    fail("--kv-recall-every must be in 1..4096 decode steps, got " + std::to_string(p.recall_every));
   if (p.recall_pages > 0) {
     if (p.centroid_count() > 0) fail("--kv-recall-pages: the recall store covers the rest with the Taylor state or nothing, not centroids");
     if (kv_is_kivi(p.store_type))

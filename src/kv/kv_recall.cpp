@@ -67,7 +67,7 @@ RecallStore& RecallStore::operator=(const RecallStore& o) {
   if (this == &o) return *this;
   d_ = o.d_, page_ = o.page_, type_ = o.type_, score_ = o.score_, row_ = o.row_, n_ = o.n_;
   k_ = o.k_, v_ = o.v_, pos_ = o.pos_, summary_ = o.summary_, sketch_ = o.sketch_, basis_ = o.basis_, coords_ = o.coords_;
-  reads_ = 0, written_ = 0;
+  reads_ = 0, written_ = 0, held_uses_ = 0;
   release_all();
   o.release_all();
   return *this;
@@ -77,13 +77,14 @@ RecallStore::RecallStore(RecallStore&& o) noexcept
     : d_(o.d_), page_(o.page_), type_(o.type_), score_(o.score_), row_(o.row_), n_(o.n_), k_(std::move(o.k_)),
       v_(std::move(o.v_)), pos_(std::move(o.pos_)), summary_(std::move(o.summary_)),
       sketch_(std::move(o.sketch_)), basis_(std::move(o.basis_)), coords_(std::move(o.coords_)), reads_(o.reads_.load()),
-      written_(o.written_) {}
+      written_(o.written_), held_(std::move(o.held_)), held_pages_(o.held_pages_), held_uses_(o.held_uses_) {}
 
 RecallStore& RecallStore::operator=(RecallStore&& o) noexcept {
   d_ = o.d_, page_ = o.page_, type_ = o.type_, score_ = o.score_, row_ = o.row_, n_ = o.n_;
   k_ = std::move(o.k_), v_ = std::move(o.v_), pos_ = std::move(o.pos_), summary_ = std::move(o.summary_);
   sketch_ = std::move(o.sketch_), basis_ = std::move(o.basis_), coords_ = std::move(o.coords_);
   reads_ = o.reads_.load(), written_ = o.written_;
+  held_ = std::move(o.held_), held_pages_ = o.held_pages_, held_uses_ = o.held_uses_;
   return *this;
 }
 
@@ -262,6 +263,7 @@ void RecallStore::clear() {
   sketch_.clear();
   basis_ = KeyBasis();
   coords_.clear();
+  held_uses_ = 0;
   n_ = 0;
 }
 
@@ -526,6 +528,36 @@ void RecallStore::select_scored(const float* const* q, const float* score, int r
   keys.resize(static_cast<size_t>(rows) * np);
   key_scores(q, rows, shortlist.data(), static_cast<int>(shortlist.size()), keys.data());
   rank_pages(keys.data(), np, rows, shortlist.data(), static_cast<int>(shortlist.size()), want, pages);
+}
+
+bool RecallStore::holds_choice(int every, const float* const* q, int rows) const {
+  if (held_uses_ <= 0 || held_uses_ >= every || held_q_.size() != static_cast<size_t>(rows) * d_) return false;
+  for (int r = 0; r < rows; ++r) {
+    const float* u = held_q_.data() + static_cast<size_t>(r) * d_;
+    const float qq = dot_f32(q[r], q[r], d_);
+    if (!(dot_f32(q[r], u, d_) >= kHoldCos * std::sqrt(qq))) return false;
+  }
+  return true;
+}
+
+void RecallStore::hold_choice(const std::vector<int>& pages, const float* const* q, int rows) const {
+  held_ = pages;
+  held_pages_ = n_pages();
+  held_uses_ = 1;
+  held_q_.resize(static_cast<size_t>(rows) * d_);
+  for (int r = 0; r < rows; ++r) {
+    const float n = std::sqrt(dot_f32(q[r], q[r], d_)), inv = n > 0.0f ? 1.0f / n : 0.0f;
+    for (int i = 0; i < d_; ++i) held_q_[static_cast<size_t>(r) * d_ + i] = q[r][i] * inv;
+  }
+}
+
+const std::vector<int>& RecallStore::held_choice() const {
+  ++held_uses_;
+  held_view_ = held_;
+  for (int p = std::max(0, held_pages_ - 1); p < n_pages(); ++p) held_view_.push_back(p);
+  std::sort(held_view_.begin(), held_view_.end());
+  held_view_.erase(std::unique(held_view_.begin(), held_view_.end()), held_view_.end());
+  return held_view_;
 }
 
 void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, int window, float softcap,

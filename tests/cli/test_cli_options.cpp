@@ -104,6 +104,9 @@ TEST(CliOptions, WhatCannotRunIsRefusedBeforeTheModelLoads) {
   EXPECT_NE(refused({"-m", "m.gguf", "--kv-recall-pages", "8"}).find("needs an evicting policy"), std::string::npos);
   EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-store-type", "q4_0"}).find("needs --kv-recall-pages"), std::string::npos);
   EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-recall-score", "quest"}).find("needs --kv-recall-pages"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-recall-every", "4"}).find("needs --kv-recall-pages"), std::string::npos);
+  EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-recall-pages", "8", "--kv-recall-every", "0"}), "");
+  EXPECT_EQ(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-recall-pages", "8", "--kv-recall-every", "4"}), "");
   EXPECT_NE(refused({"-m", "m.gguf", "--kv-budget", "256", "--kv-recall-pages", "8", "--kv-store-type", "kivi4"}), "");
   EXPECT_NE(refused({"-m", "m.gguf", "--batch", "r.jsonl", "--kv-sweep", "full/none/0", "--kv-recall-pages", "8"}).find("none would recall"),
             std::string::npos);

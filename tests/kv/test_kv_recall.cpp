@@ -294,8 +294,8 @@ struct Case {
 
 // A cache of one layer that held n_keys tokens, of which each head kept `kept` (its own random
 // choice, the newest 16 always) and sent the rest to its store (and its Taylor state).
-KvCache evicted_cache(const Case& c, std::mt19937& rng, std::shared_ptr<const std::string> file_dir = nullptr) {
-  KvCache cache(1, c.n_kv, c.d, c.n_keys, 0, KvType::F32, KvType::F32, RecallConfig{c.pages, c.page, c.store, c.score, file_dir});
+KvCache evicted_cache(const Case& c, std::mt19937& rng, std::shared_ptr<const std::string> file_dir = nullptr, int every = 1) {
+  KvCache cache(1, c.n_kv, c.d, c.n_keys, 0, KvType::F32, KvType::F32, RecallConfig{c.pages, c.page, c.store, c.score, file_dir, every});
   for (int j = 0; j < c.n_keys; ++j) {
     const std::vector<float> k = randn(static_cast<size_t>(c.n_kv * c.d), 1.5f, rng), v = randn(k.size(), 1.0f, rng);
     cache.append(0, k.data(), v.data(), j);
@@ -393,6 +393,114 @@ TEST(Recall, AttentionEqualsFloat64OverTheExactRowsAndTheRecalledPages) {
           ASSERT_NEAR(dec[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], tol) << "keys " << c.n_keys << " head " << g * group + r << " dim " << i;
         }
       }
+    }
+  }
+}
+
+// --kv-recall-every 3: a decode step that chooses a head's pages holds the choice, and the next two
+// decode steps attend those pages, with the pages written since (the one then last and any new),
+// while each of their rows' queries stays within RecallStore::kHoldCos of the choosing one's
+// direction; the fourth chooses again, as does a step whose query turned away. A call that is not
+// a decode step chooses for itself and drops the choice held. Each step's output against float64 over the exact rows and the
+// pages it should have attended, through attention_decode and attention_prefill's decode step; a
+// short exact cache and a long one (split over its keys).
+TEST(Recall, DecodeStepsAttendTheHeldChoiceUntilItExpires) {
+  using S = RecallScore;
+  for (const Case c : {Case{6, 2, 64, 3000, 200, 10, 16, KvType::Q8_0, false, S::Lowrank}, Case{8, 1, 32, 3000, 2200, 12, 16, KvType::Q4_0, false, S::Keys},
+                       Case{6, 2, 64, 400, 64, 5, 8, KvType::F32, false, S::Quest}}) {
+    for (const bool scored : {true, false}) {
+      std::mt19937 rng(5 + c.n_keys);
+      KvCache cache = evicted_cache(c, rng, nullptr, 3);
+      const int group = c.n_heads / c.n_kv, added = 40;
+      const int32_t qpos = c.n_keys + added;
+      const AttentionShape shape{c.n_heads, c.n_kv, c.d, 0, c.softcap};
+      ThreadPool pool(2);
+      // Queries 0 and 2 at random, 1 and 3 near them (cosine about 0.99) but choosing other pages.
+      std::vector<std::vector<float>> qs;
+      for (int i = 0; i < 4; ++i) {
+        qs.push_back(randn(static_cast<size_t>(c.n_heads * c.d), i % 2 ? 0.15f : 1.0f, rng));
+        if (i % 2)
+          for (size_t e = 0; e < qs.back().size(); ++e) qs.back()[e] += qs[static_cast<size_t>(i - 1)][e];
+      }
+      const auto rows_of = [&](const std::vector<float>& q, int g) {
+        std::vector<const float*> rows;
+        for (int r = 0; r < group; ++r) rows.push_back(q.data() + static_cast<size_t>(g * group + r) * c.d);
+        return rows;
+      };
+      // The pages float64 chooses for query qs[qi], per KV head, in the store as it is now.
+      const auto choice = [&](int qi) {
+        std::vector<std::vector<int>> pages;
+        for (int g = 0; g < c.n_kv; ++g) pages.push_back(pages64(cache.head(0, g).recall, rows_of(qs[static_cast<size_t>(qi)], g), c.d, c.pages, c.score));
+        return pages;
+      };
+      // One call with query qs[qi]: a decode step (through attention_decode or attention_prefill's
+      // decode step) or not; its output must be float64 attention over the exact rows and `pages`.
+      const auto step = [&](int qi, bool decode, const std::vector<std::vector<int>>& pages, const char* what) {
+        const std::vector<float>& q = qs[static_cast<size_t>(qi)];
+        std::vector<float> out(q.size());
+        if (decode && scored) {
+          std::vector<DecodeRowScores> xs(static_cast<size_t>(c.n_kv));
+          for (int g = 0; g < c.n_kv; ++g) xs[static_cast<size_t>(g)].compute(q.data() + static_cast<size_t>(g * group) * c.d, group, qpos, cache.head(0, g), c.d, c.softcap);
+          attention_decode(out.data(), q.data(), qpos, cache, 0, shape, xs, pool);
+        } else {
+          attention_prefill(out.data(), q.data(), &qpos, 1, cache, 0, shape, pool, decode);
+        }
+        for (int g = 0; g < c.n_kv; ++g) {
+          const AttendedRows a = attended_rows(cache.head(0, g), pages[static_cast<size_t>(g)], c.d, qpos);
+          const std::vector<const float*> rows = rows_of(q, g);
+          for (int r = 0; r < group; ++r) {
+            const std::vector<double> ref = test::softmax_attention(rows[static_cast<size_t>(r)], qpos, a.both.head(0, 0), c.d, 0, c.softcap);
+            const size_t off = static_cast<size_t>(g * group + r) * c.d;
+            for (int i = 0; i < c.d; ++i)
+              ASSERT_NEAR(out[off + static_cast<size_t>(i)], ref[static_cast<size_t>(i)], 2e-5 * (1 + std::abs(ref[static_cast<size_t>(i)])))
+                  << what << ": " << recall_score_name(c.score) << " keys " << c.n_keys << " head " << g * group + r << " dim " << i;
+          }
+        }
+      };
+      // A held choice as attended: with each head's pages from `from` (per head) on.
+      const auto held = [&](std::vector<std::vector<int>> pages, const std::vector<int>& from) {
+        for (int g = 0; g < c.n_kv; ++g) {
+          std::vector<int>& p = pages[static_cast<size_t>(g)];
+          for (int i = from[static_cast<size_t>(g)]; i < cache.head(0, g).recall.n_pages(); ++i) p.push_back(i);
+          std::sort(p.begin(), p.end());
+          p.erase(std::unique(p.begin(), p.end()), p.end());
+        }
+        return pages;
+      };
+      const auto last_pages = [&] {
+        std::vector<int> last;
+        for (int g = 0; g < c.n_kv; ++g) last.push_back(cache.head(0, g).recall.n_pages() - 1);
+        return last;
+      };
+      const std::vector<std::vector<int>> first = choice(0);
+      const std::vector<int> last_then = last_pages();
+      // The queries choose different pages, so that a held choice shows.
+      ASSERT_NE(held(first, last_then), held(choice(1), last_then));
+      step(0, true, first, "the first step chooses");
+      step(1, true, held(first, last_then), "the second attends the first's pages");
+      // Decode evicts: 24 of `added` new tokens of each head go to its store, filling its last page
+      // and writing new ones; the third step attends them with the held choice.
+      for (int j = 0; j < added; ++j) {
+        const std::vector<float> k = randn(static_cast<size_t>(c.n_kv * c.d), 1.5f, rng), v = randn(k.size(), 1.0f, rng);
+        cache.append(0, k.data(), v.data(), c.n_keys + j);
+      }
+      for (int g = 0; g < c.n_kv; ++g) {
+        std::vector<char> keep(static_cast<size_t>(cache.head(0, g).n), 1);
+        for (int j = 0; j < 24; ++j) keep[keep.size() - added + static_cast<size_t>(j)] = 0;
+        cache.compact(0, g, keep, false, true);
+        ASSERT_GT(cache.head(0, g).recall.n_pages() - 1, last_then[static_cast<size_t>(g)]);
+      }
+      step(1, true, held(first, last_then), "the third attends them and the pages written since");
+      const std::vector<std::vector<int>> fourth = choice(1);
+      step(1, true, fourth, "the fourth chooses again");
+      step(2, true, choice(2), "the fifth's query turned away: it chooses");
+      const std::vector<int> last_now = last_pages();
+      ASSERT_NE(choice(3), held(choice(2), last_now));
+      step(3, true, held(choice(2), last_now), "the sixth's is near: it holds the fifth's");
+      step(0, false, choice(0), "a call that is not a decode step chooses for itself");
+      // The fifth's own query again: held, it would attend the last page as well.
+      ASSERT_NE(choice(2), held(choice(2), last_now));
+      step(2, true, choice(2), "and the next decode step chooses afresh");
     }
   }
 }

@@ -109,7 +109,7 @@ class Scoring(unittest.TestCase):
 class Labels(unittest.TestCase):
     def test_the_full_cache_is_named_without_the_recall_stores_flags(self):
         # --kv-sweep gives the recall store to the evicting settings only, so the full row keeps its name
-        self.assertEqual(ruler.label("full", "auto", "--kv-recall-pages 64 --kv-recall-score quest"), "full")
+        self.assertEqual(ruler.label("full", "auto", "--kv-recall-pages 64 --kv-recall-score quest --kv-recall-every 4"), "full")
         self.assertEqual(ruler.label("full", "auto", "-ctk q8_0 --kv-store-type q4_0 -ctv q8_0"), "full -ctk q8_0 -ctv q8_0")
         self.assertEqual(ruler.label("snapkv", "auto", "--kv-recall-pages 64"), "snapkv --kv-recall-pages 64")
         self.assertEqual(ruler.label("cake", "none", "--kv-observe 32"), "cake --kv-compensate none --kv-observe 32")

@@ -115,6 +115,8 @@ TEST_F(OpenAiRequest, ValuesOutOfRangeAreRefusedByName) {
   EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_recall_pages": 8, "kv_store_type": "kivi4")"), "kv_store_type");
   EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_store_type": "q4_0")"), "kv_store_type");  // no recall pages
   EXPECT_EQ(refused_param(R"("kv_recall_score": "quest")"), "kv_recall_score");
+  EXPECT_EQ(refused_param(R"("kv_recall_every": 4)"), "kv_recall_every");  // nothing recalled
+  EXPECT_EQ(refused_param(R"("kv_policy": "snapkv", "kv_budget": 64, "kv_recall_pages": 8, "kv_recall_every": 0)"), "kv_recall_every");
   EXPECT_EQ(refused_param(R"("kv_policy": "cake", "kv_budget": 64, "kv_selector": "oracle")"), "kv_selector");
   EXPECT_EQ(refused_param(R"("kv_policy": "streaming", "kv_budget": 64, "kv_selector": "ahakv")"), "kv_selector");
   EXPECT_EQ(refused_param(R"("kv_policy": "ahakv", "kv_budget": 64, "kv_ahakv": "gain+bias")"), "kv_ahakv");
@@ -190,7 +192,14 @@ TEST_F(OpenAiRequest, KvFieldsResolveAsTheFlagsDo) {
   EXPECT_EQ(recall.recall().pages, 8);
   EXPECT_EQ(recall.store_type, KvType::Q4_0);
   EXPECT_EQ(recall.recall_score, RecallScore::Quest);
+  EXPECT_EQ(recall.recall().every, 1);
   EXPECT_NE(got, recall);
+  // A request's kv_recall_every reaches the cache's recall settings and makes a policy of its own.
+  const KvPolicyParams held = completion(
+      R"("kv_policy": "snapkv", "kv_budget": 64, "kv_observe": 8, "kv_window": 16, "kv_recall_pages": 8, "kv_store_type": "q4_0", "kv_recall_score": "quest", "kv_recall_every": 6)")
+                                  .gen.kv;
+  EXPECT_EQ(held.recall().every, 6);
+  EXPECT_NE(held, recall);
   // AhaKV as a policy and as CAKE's selector, with its parts.
   const KvPolicyParams aha = completion(R"("kv_policy": "ahakv", "kv_budget": 64, "kv_ahakv": "value+recent")").gen.kv;
   EXPECT_EQ(aha.policy, "ahakv");

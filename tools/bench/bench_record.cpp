@@ -40,6 +40,7 @@ nlohmann::ordered_json BenchRecord::to_json() const {
     j["kv_recall_pages"] = kv_recall_pages;
     j["kv_store_type"] = kv_store_type;
     j["kv_recall_score"] = kv_recall_score;
+    j["kv_recall_every"] = kv_recall_every;
     j["kv_store_file"] = kv_store_file;
   }
   j["type_k"] = type_k;

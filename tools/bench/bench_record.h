@@ -22,6 +22,7 @@ struct BenchRecord {
   int kv_prefill_chunk = 0;  // 0: prompts in one pass
   int kv_recall_pages = 0;   // recall store pages a query reads (0: no store)
   std::string kv_store_type = "q8_0", kv_recall_score = "keys";
+  int kv_recall_every = 1;
   bool kv_store_file = false;  // the store's rows in memory-mapped files (--kv-store-file)
   std::string type_k = "f16", type_v = "f16";  // KV cache types, as llama-bench names the columns
   // Timings of the whole test per repetition (prompt processing or generation), in ns.

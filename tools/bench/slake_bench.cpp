@@ -105,6 +105,7 @@ slake::bench::BenchRecord run_test(const TestSpec& t, int reps, bool warmup, dou
   rec.kv_recall_pages = t.kv.recall().pages;
   rec.kv_store_type = slake::kv_type_name(t.kv.store_type);
   rec.kv_recall_score = slake::recall_score_name(t.kv.recall_score);
+  rec.kv_recall_every = t.kv.recall_every;
   rec.kv_store_file = !t.kv.store_file.empty();
   rec.type_k = slake::kv_type_name(t.kv.type_k);
   rec.type_v = slake::kv_type_name(t.kv.type_v);
@@ -188,6 +189,7 @@ struct Options {
   int reps = 5, window = 32, observe = 0;
   uint64_t seed = 42;
   std::string format = "md", synth_type = "q4_0", store_type = "q8_0", recall_score = "keys", store_file;
+  int recall_every = 1;
   bool no_warmup = false, beyond_train = false;
   double bandwidth = 0;  // GB/s; <= 0: measured at start
 };
@@ -230,6 +232,9 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--kv-recall-score", o.recall_score, "how a query ranks the recall store's pages: keys, quest, shortlist, lowrank")
       ->capture_default_str()
       ->check(CLI::IsMember(slake::recall_score_names()));
+  app.add_option("--kv-recall-every", o.recall_every, "decode steps a choice of recall pages serves (1: every step chooses)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app.add_option("--kv-store-type", o.store_type, "row type of the recall store")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
@@ -279,6 +284,7 @@ std::vector<slake::KvPolicyParams> kv_settings(const Options& o) {
               if (!kv.evicts()) kv.recall_pages = 0;  // nothing evicted, nothing to recall
               kv.store_type = slake::parse_kv_type(o.store_type);
               kv.recall_score = slake::parse_recall_score(o.recall_score);
+              kv.recall_every = o.recall_every;
               kv.store_file = o.store_file;
               kv.type_k = slake::parse_kv_type(tk);
               kv.type_v = slake::parse_kv_type(tv);

@@ -42,6 +42,7 @@ json kv_label(const KvPolicyParams& kv) {
     j["recall_pages"] = kv.recall_pages;
     j["recall_score"] = recall_score_name(kv.recall_score);
     j["store_type"] = kv_type_name(kv.store_type);
+    if (kv.recall_every != 1) j["recall_every"] = kv.recall_every;
   }
   return j;
 }

@@ -90,6 +90,11 @@ inline void add_kv_flags(CLI::App& app, KvFlags& f) {
                  "int8 coordinates along the store's leading key directions, re-ranked by their keys; needs pages "
                  "of a multiple of 16) (default: keys)")
       ->check(CLI::IsMember(recall_score_names()));
+  app.add_option("--kv-recall-every", kv.recall_every,
+                 "recall store: a decode step chooses each head's pages once every N steps, and the steps between attend "
+                 "that choice without scoring the store (1: every step)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app.add_option("--kv-store-type", f.store_type, "row type of the recall store: f32, f16, bf16, q8_0, q4_0 (default: q8_0)")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   app.add_option("--kv-store-file", kv.store_file,
@@ -123,7 +128,7 @@ inline void finish_kv_flags(const CLI::App& app, KvFlags& f) {
   const CLI::Option* sweep = app.get_option_no_throw("--kv-sweep");
   if (kv.recall_pages > 0 && !kv.evicts() && !(sweep && sweep->count() > 0))
     fail("--kv-recall-pages recalls evicted tokens: it needs an evicting policy and a --kv-budget");
-  for (const char* flag : {"--kv-recall-page", "--kv-recall-score", "--kv-store-type", "--kv-store-file"})
+  for (const char* flag : {"--kv-recall-page", "--kv-recall-score", "--kv-recall-every", "--kv-store-type", "--kv-store-file"})
     if (app.count(flag) > 0 && kv.recall_pages == 0) fail(std::string(flag) + " sets the recall store: it needs --kv-recall-pages");
   if (!kv.store_file.empty()) check_store_dir(kv.store_file);
   if (app.count("--kv-ahakv") > 0 && !uses_aha(kv) && !(sweep && sweep->count() > 0))

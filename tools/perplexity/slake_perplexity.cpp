@@ -217,6 +217,7 @@ nlohmann::json record(const Options& o, int chunks, const Run& r, bool kl, doubl
     j["kv_recall_page"] = kv.recall_page;
     j["kv_store_type"] = slake::kv_type_name(kv.store_type);
     j["kv_recall_score"] = slake::recall_score_name(kv.recall_score);
+    j["kv_recall_every"] = kv.recall_every;
     j["kv_store_bytes_end"] = r.kv_store_end;
   }
   if (kl) {
@@ -246,9 +247,10 @@ void print_text(const Options& o, int chunks, const Run& r, const nlohmann::json
                 j["full_ppl"].get<double>(), j["kl_mean"].get<double>(), j["kl_p99"].get<double>(), j["kl_max"].get<double>(),
                 100.0 * j["top1_agreement"].get<double>());
   if (kv.recall().on())
-    std::printf("recall store: %d pages of %d tokens a query ranked by %s, %s rows, %.3f MiB of the cache at the end\n",
-                kv.recall_pages, kv.recall_page, slake::recall_score_name(kv.recall_score), slake::kv_type_name(kv.store_type),
-                r.kv_store_end / 1048576.0);
+    std::printf("recall store: %d pages of %d tokens a query ranked by %s (chosen every %d decode steps), %s rows, %.3f MiB of "
+                "the cache at the end\n",
+                kv.recall_pages, kv.recall_page, slake::recall_score_name(kv.recall_score), kv.recall_every,
+                slake::kv_type_name(kv.store_type), r.kv_store_end / 1048576.0);
   std::printf("KV cache: %.3f MiB after prefill, %.3f MiB at the end, %.3f MiB peak (%.1f s)\n", r.kv_bytes_prefill / 1048576.0,
               r.kv_bytes_end / 1048576.0, r.kv_peak / 1048576.0, secs);
 }

@@ -197,7 +197,7 @@ def token_counter(args):
 
 
 # Flags of the recall store (with their values), which apply to the evicting settings only.
-RECALL_FLAGS = ("--kv-recall-pages", "--kv-recall-page", "--kv-recall-score", "--kv-store-type")
+RECALL_FLAGS = ("--kv-recall-pages", "--kv-recall-page", "--kv-recall-score", "--kv-recall-every", "--kv-store-type")
 
 
 def label(policy, comp, extra):

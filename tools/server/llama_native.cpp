@@ -20,7 +20,7 @@ std::string native_to_openai(const std::string& text) {
                                       "repeat_last_n", "presence_penalty", "frequency_penalty", "seed", "stop",
                                       "ignore_eos", "grammar", "json_schema", "return_tokens", "kv_policy", "kv_budget",
                                       "kv_window", "kv_observe", "kv_prefill_chunk", "kv_recall_pages", "kv_store_type",
-                                      "kv_recall_score", "kv_selector", "kv_ahakv", "kv_sre_mass",
+                                      "kv_recall_score", "kv_recall_every", "kv_selector", "kv_ahakv", "kv_sre_mass",
                                       "kv_sre_floor", "model", "typical_p", "xtc_probability",
                                       "xtc_threshold", "mirostat", "mirostat_tau", "mirostat_eta", "dry_multiplier",
                                       "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers"};

@@ -72,7 +72,7 @@ const std::set<std::string> kFields = {"model", "stream", "stream_options", "max
                                        "dry_penalty_last_n", "dry_sequence_breakers",
                                        "logit_bias", "grammar", "response_format", "json_schema", "return_tokens",
                                        "kv_policy", "kv_budget", "kv_window", "kv_observe", "kv_prefill_chunk", "kv_recall_pages",
-                                       "kv_store_type", "kv_recall_score", "kv_selector", "kv_ahakv", "kv_sre_mass",
+                                       "kv_store_type", "kv_recall_score", "kv_recall_every", "kv_selector", "kv_ahakv", "kv_sre_mass",
                                        "kv_sre_floor", "logprobs",
                                        "user", "metadata", "store", "cache_prompt", "service_tier"};
 const std::set<std::string> kChatFields = {"messages", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
@@ -430,6 +430,7 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
     return type;
   });
   kv.recall_score = get_named(body, "kv_recall_score", kv.recall_score, parse_recall_score);
+  kv.recall_every = static_cast<int>(get_int(body, "kv_recall_every", kv.recall_every, 1, 4096));
   // A request that names its policy gets that policy's own token scores unless it names a selector
   // or SRE-mass too: the server's --kv-selector and --kv-sre-mass go with the server's policy.
   if (policy_given && !field(body, "kv_selector") && !field(body, "kv_sre_mass")) {
@@ -476,7 +477,7 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
   if (!out.recall().on()) {
     if (field(body, "kv_recall_pages") && out.recall_pages > 0)
       throw bad_field("kv_recall_pages", "'kv_recall_pages' recalls evicted tokens: it needs an evicting kv_policy and a kv_budget");
-    for (const char* f : {"kv_store_type", "kv_recall_score"})
+    for (const char* f : {"kv_store_type", "kv_recall_score", "kv_recall_every"})
       if (field(body, f))
         throw bad_field(f, std::string("'") + f + "' sets the recall store: it needs kv_recall_pages and an evicting kv_policy");
     const KvPolicyParams dflt;
@@ -484,6 +485,7 @@ KvPolicyParams get_kv(const json& body, const RequestEnv& env) {
     out.recall_page = dflt.recall_page;
     out.store_type = dflt.store_type;
     out.recall_score = dflt.recall_score;
+    out.recall_every = dflt.recall_every;
   }
   return out;
 }

@@ -46,7 +46,7 @@ std::string responses_to_chat(const std::string& text) {
       "logit_bias", "typical_p", "xtc_probability", "xtc_threshold", "mirostat", "mirostat_tau", "mirostat_eta",
       "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "ignore_eos",
       "kv_policy", "kv_budget", "kv_window", "kv_observe", "kv_prefill_chunk", "kv_recall_pages", "kv_store_type",
-      "kv_recall_score", "kv_selector", "kv_ahakv", "kv_sre_mass", "kv_sre_floor",
+      "kv_recall_score", "kv_recall_every", "kv_selector", "kv_ahakv", "kv_sre_mass", "kv_sre_floor",
       "reasoning_format", "chat_template_kwargs"};
   ojson out = ojson::object();
   for (const auto& [k, v] : body.items()) {

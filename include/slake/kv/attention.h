@@ -29,8 +29,10 @@ struct AttentionShape {
 // (the logits soft-capped when s.softcap > 0)
 // whose positions are visible from qpos[t]; PTAA (ptaa.h) for heads whose linear state is not empty.
 // Query heads of one KV head read each key once (GQA), whatever the number of tokens.
+// `decode_step`: the one token of a decode step, which may attend the recall pages an earlier step
+// chose (RecallConfig::every); other calls choose afresh and drop any choice held.
 void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
-                       const AttentionShape& s, ThreadPool& pool);
+                       const AttentionShape& s, ThreadPool& pool, bool decode_step = false);
 
 struct DecodeRowScores;  // kv_scores.h
 

@@ -55,6 +55,9 @@ struct KvPolicyParams {
   int recall_page = 16;
   KvType store_type = KvType::Q8_0;
   RecallScore recall_score = RecallScore::Keys;  // how pages are ranked (kv_recall.h)
+  // A decode step chooses a head's pages once every recall_every steps; the steps between attend
+  // the last choice without scoring the store (RecallConfig::every; 1: every step).
+  int recall_every = 1;
   // --kv-store-file: a directory whose memory-mapped files hold the stores' rows (store_memory.h);
   // "": the heap. Where the rows live, not the policy: not in operator== or state files.
   std::string store_file;
@@ -73,7 +76,8 @@ struct KvPolicyParams {
   template <class A>
   void io(A& a) {
     a(policy, budget, window, observe, compensate, centroids, gamma, tau1, tau2, alpha, beta, delta, cascade, evict_every,
-      prefill_chunk, type_k, type_v, recall_pages, recall_page, store_type, recall_score, selector, aha, sre_mass, sre_floor);
+      prefill_chunk, type_k, type_v, recall_pages, recall_page, store_type, recall_score, recall_every, selector, aha, sre_mass,
+      sre_floor);
   }
 
   // Evicted tokens go to the Taylor state (algorithm.md §3.1).
@@ -89,7 +93,7 @@ struct KvPolicyParams {
   // applies --kv-recall-pages to the settings that evict; the tools refuse it alone without one).
   RecallConfig recall() const {
     return RecallConfig{evicts() ? recall_pages : 0, recall_page, store_type, recall_score,
-                        store_file.empty() ? nullptr : std::make_shared<const std::string>(store_file)};
+                        store_file.empty() ? nullptr : std::make_shared<const std::string>(store_file), recall_every};
   }
   // The observing queries at prefill: Sobs, or the whole window.
   int observed() const { return observe > 0 ? observe : window; }

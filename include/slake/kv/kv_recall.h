@@ -53,11 +53,14 @@ struct RecallConfig {
   // --kv-store-file: the stores' rows in mapped files of this directory (store_memory.h); null:
   // on the heap. Where the rows live, not what they are: not in state files.
   std::shared_ptr<const std::string> file_dir = nullptr;
+  // --kv-recall-every: a decode step scores the store and chooses its pages once every `every`
+  // steps of a head; the steps between attend the pages the last choice made (1: every step).
+  int every = 1;
   bool on() const { return pages > 0; }
-  // The fields that say what the store holds, for state files (state_archive.h).
+  // The fields that say what the store holds and how it is read, for state files (state_archive.h).
   template <class A>
   void io(A& a) {
-    a(pages, page, type, score);
+    a(pages, page, type, score, every);
   }
 };
 
@@ -140,6 +143,21 @@ class RecallStore {
   // select from the first-pass scores page_scores wrote for every page.
   void select_scored(const float* const* q, const float* score, int rows, int want, std::vector<int>* pages) const;
 
+  // Decode's choice kept for the next steps (RecallConfig::every): whether the pages the last
+  // decode step chose may serve this one, the `rows` queries q[r] of one KV head: they have served
+  // fewer than `every` steps, and each row's query is within kHoldCos (cosine) of the direction of
+  // the row's query that chose them (a token whose query turned elsewhere chooses again;
+  // TokenSelect, Wu et al. 2024, reuses a choice between similar queries so).
+  // Keeping a new choice. A held choice is attended with the pages written since it was made (the
+  // page then last, and any after it): tokens evicted at decode steps are the newest. A head's
+  // choice is read and written by its own work item only; a copy, clear() and any call that is not
+  // a decode step (forget_choice: a prompt's rows) start without one.
+  static constexpr float kHoldCos = 0.8f;
+  bool holds_choice(int every, const float* const* q, int rows) const;
+  const std::vector<int>& held_choice() const;
+  void hold_choice(const std::vector<int>& pages, const float* const* q, int rows) const;
+  void forget_choice() const { held_uses_ = 0; }
+
   // Exact attention of rows q[r] (positions qpos[r]; keys visible as key_visible says) over the
   // tokens of `pages`, before normalisation, as attend_rows (attention_rows.h) gives it:
   // m[r] = max x_j, l[r] = sum exp(x_j - m[r]), acc[r * d ..] = sum exp(x_j - m[r]) v_j, the
@@ -215,6 +233,11 @@ class RecallStore {
   // (count_read), and the pages written and not given back yet.
   mutable std::atomic<int> reads_{0};
   int written_ = 0;
+  // The pages decode chose last, the store's pages then, and the steps they have served (0: none
+  // held); held_choice's answer.
+  mutable std::vector<int> held_, held_view_;
+  mutable std::vector<float> held_q_;  // the choosing rows' queries, unit length
+  mutable int held_pages_ = 0, held_uses_ = 0;
 };
 
 // Merges the unnormalised softmax part (m2, l2, acc2) of one row into (m, l, acc) (d values).
