@@ -564,6 +564,32 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
                          const std::vector<int>& pages, float* acc, float* m, float* l, RecallCover* cover,
                          float* cover_buf) const {
   const size_t d = static_cast<size_t>(d_);
+  if (!cover && window <= 0 && rows <= kLanes) {
+    // The pages' rows as stored, copied into one run of a head of the store's type, through the
+    // tiled kernel the exact cache goes through. Every stored key precedes the rows (evicted
+    // tokens are earlier ones), so their order does not matter without a window.
+    thread_local KvHead run;
+    run.type_k = run.type_v = type_;
+    run.k_row = run.v_row = row_;
+    run.n = 0;
+    for (const int p : pages) run.n += std::min(page_, n_ - p * page_);
+    run.k.resize(static_cast<size_t>(run.n) * row_);
+    run.v.resize(run.k.size());
+    run.pos.resize(static_cast<size_t>(run.n));
+    size_t at = 0;
+    for (const int p : pages) {
+      const size_t j0 = static_cast<size_t>(p) * static_cast<size_t>(page_), cnt = static_cast<size_t>(std::min(page_, n_ - p * page_));
+      std::memcpy(run.k.data() + at * row_, k_.data() + j0 * row_, cnt * row_);
+      std::memcpy(run.v.data() + at * row_, v_.data() + j0 * row_, cnt * row_);
+      std::memcpy(run.pos.data() + at, pos_.data() + j0, cnt * sizeof(int32_t));
+      at += cnt;
+    }
+    thread_local RowBlock block;
+    block.begin(q, qpos, rows, d_, softcap);
+    if (run.n > 0) block.attend(run, window, 0, run.n);
+    block.finish(acc, m, l);
+    return;
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(d_));
   std::fill(acc, acc + rows * d, 0.0f);
   std::fill(m, m + rows, kNegInf);
