@@ -45,6 +45,13 @@ struct StoreReads {
   }
 };
 
+// Drops each KV head's held recall choice (RecallStore::forget_choice) in the calling thread, before
+// a call's work items start: a call that is not a decode step of one block of rows per head.
+void forget_choices(const KvCache& cache, int layer, int n_kv_heads) {
+  if (!cache.recall().on() || cache.recall().every <= 1) return;
+  for (int kvh = 0; kvh < n_kv_heads; ++kvh) cache.head(layer, kvh).recall.forget_choice();
+}
+
 // The recall part of a block of n rows of one KV head (algorithm.md §9.2): the cache's recall.pages
 // pages of kv's store with the highest score for the rows, attended exactly into (acc, m, l) as
 // attend_rows would. When the head's Taylor state holds the evicted tokens, it must then stand for
@@ -53,7 +60,8 @@ struct StoreReads {
 // `scores`: the pages' scores for these rows (page_scores over every page), or null to score them here;
 // `chosen`, when given, the pages themselves (chosen for the rows of a prompt chunk's call: chunk_pages).
 // `decode`: the rows are a decode step's, which attends the pages an earlier step chose while that
-// choice holds (RecallConfig::every; then `scores` is null) and keeps the choice it makes.
+// choice holds (RecallConfig::every; then `scores` is null) and keeps the choice it makes. A call
+// that is not such a step dropped every head's choice before its work items started (forget_choices).
 bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, const int32_t* qpos, int n, int window,
                  float softcap, float* acc, float* m, float* l, RecallCover* cover, float* cover_buf, const float* scores,
                  const std::vector<int>* chosen = nullptr, bool decode = false) {
@@ -64,9 +72,8 @@ bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, 
   } else if (!chosen) {
     if (scores) kv.recall.select_scored(q, scores, n, rc.pages, &pages);
     else kv.recall.select(q, n, rc.pages, &pages);
-    if (decode) kv.recall.hold_choice(pages, q, n);
+    if (decode && rc.every > 1) kv.recall.hold_choice(pages, q, n);
   }
-  if (!decode) kv.recall.forget_choice();
   const bool covers = covers_recalled(kv);
   kv.recall.attend(q, qpos, n, window, softcap, chosen ? *chosen : pages, acc, m, l, covers ? cover : nullptr, cover_buf);
   return covers;
@@ -163,7 +170,6 @@ std::vector<std::vector<int>> chunk_pages(const float* q, int n_tokens, const Kv
     std::vector<const float*> qr;
     for (int64_t kvh = b; kvh < e; ++kvh) {
       const KvHead& kv = cache.head(layer, static_cast<int>(kvh));
-      kv.recall.forget_choice();  // a prompt's rows: the next decode step chooses afresh
       if (!recalls(cache, kv)) continue;
       std::vector<int>* chosen = &pages[static_cast<size_t>(kvh)];
       qr.clear();
@@ -347,6 +353,7 @@ void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, i
 void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
                        const AttentionShape& s, ThreadPool& pool, bool decode_step) {
   const StoreReads reads{cache, layer, s.n_kv_heads};
+  if (!decode_step) forget_choices(cache, layer, s.n_kv_heads);
   // Row r of KV head kvh is token r / group, query head kvh * group + r % group: a block of kLanes
   // rows holds whole GQA groups of neighbouring tokens. A work item is up to kBlocks blocks of one
   // KV head; they take the keys chunk by chunk, so a chunk is read from memory once per item and
@@ -441,6 +448,7 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
     if (xs.n != cache.head(layer, kvh).n || xs.group != group) fail("internal: decode scores are out of step with the cache");
   }
   const StoreReads reads{cache, layer, s.n_kv_heads};
+  if (blocks > 1) forget_choices(cache, layer, s.n_kv_heads);  // each block of a large group chooses for itself
   // A long cache is split over its keys as attention_prefill splits it, so that 3 KV heads keep 2
   // threads busy and both paths sum in the same order.
   const float* const* page_scores = nullptr;

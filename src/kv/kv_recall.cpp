@@ -77,14 +77,16 @@ RecallStore::RecallStore(RecallStore&& o) noexcept
     : d_(o.d_), page_(o.page_), type_(o.type_), score_(o.score_), row_(o.row_), n_(o.n_), k_(std::move(o.k_)),
       v_(std::move(o.v_)), pos_(std::move(o.pos_)), summary_(std::move(o.summary_)),
       sketch_(std::move(o.sketch_)), basis_(std::move(o.basis_)), coords_(std::move(o.coords_)), reads_(o.reads_.load()),
-      written_(o.written_), held_(std::move(o.held_)), held_pages_(o.held_pages_), held_uses_(o.held_uses_) {}
+      written_(o.written_) {
+  o.held_uses_ = 0;  // a moved store holds no choice, nor does its target
+}
 
 RecallStore& RecallStore::operator=(RecallStore&& o) noexcept {
   d_ = o.d_, page_ = o.page_, type_ = o.type_, score_ = o.score_, row_ = o.row_, n_ = o.n_;
   k_ = std::move(o.k_), v_ = std::move(o.v_), pos_ = std::move(o.pos_), summary_ = std::move(o.summary_);
   sketch_ = std::move(o.sketch_), basis_ = std::move(o.basis_), coords_ = std::move(o.coords_);
   reads_ = o.reads_.load(), written_ = o.written_;
-  held_ = std::move(o.held_), held_pages_ = o.held_pages_, held_uses_ = o.held_uses_;
+  held_uses_ = 0, o.held_uses_ = 0;
   return *this;
 }
 
@@ -564,10 +566,20 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
                          const std::vector<int>& pages, float* acc, float* m, float* l, RecallCover* cover,
                          float* cover_buf) const {
   const size_t d = static_cast<size_t>(d_);
-  if (!cover && window <= 0 && rows <= kLanes) {
+  // Whether every key of the pages precedes every row: evicted tokens are earlier ones, so it
+  // holds for what the store is given; the tiled kernel's masking assumes keys in position order
+  // otherwise.
+  const auto all_before = [&] {
+    const int32_t first = *std::min_element(qpos, qpos + rows);
+    for (const int p : pages)
+      for (int j = p * page_; j < std::min(n_, (p + 1) * page_); ++j)
+        if (pos_[static_cast<size_t>(j)] > first) return false;
+    return true;
+  };
+  if (!cover && window <= 0 && rows > 0 && rows <= kLanes && all_before()) {
     // The pages' rows as stored, copied into one run of a head of the store's type, through the
-    // tiled kernel the exact cache goes through. Every stored key precedes the rows (evicted
-    // tokens are earlier ones), so their order does not matter without a window.
+    // tiled kernel the exact cache goes through; every key precedes the rows, so their order does
+    // not matter without a window.
     thread_local KvHead run;
     run.type_k = run.type_v = type_;
     run.k_row = run.v_row = row_;

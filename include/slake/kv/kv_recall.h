@@ -150,8 +150,9 @@ class RecallStore {
   // TokenSelect, Wu et al. 2024, reuses a choice between similar queries so).
   // Keeping a new choice. A held choice is attended with the pages written since it was made (the
   // page then last, and any after it): tokens evicted at decode steps are the newest. A head's
-  // choice is read and written by its own work item only; a copy, clear() and any call that is not
-  // a decode step (forget_choice: a prompt's rows) start without one.
+  // choice is read and written by its own work item only, and dropped (forget_choice) by the
+  // calling thread before a call that is not a decode step; a copy, a move and clear() start
+  // without one.
   static constexpr float kHoldCos = 0.8f;
   bool holds_choice(int every, const float* const* q, int rows) const;
   const std::vector<int>& held_choice() const;
