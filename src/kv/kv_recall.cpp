@@ -407,7 +407,7 @@ void RecallStore::key_scores(const float* const* q, int rows, const int* pages, 
   thread_local std::vector<float> ks;
   ks.resize(static_cast<size_t>(padded) * d_);
   for (int i = 0; i < n; ++i) {
-    const int p = pages[i], j0 = p * page_, cnt = std::min(page_, n_ - j0);
+    const int p = pages[i], j0 = p * page_, cnt = page_tokens(p);
     kv_load_rows(type_, k_.data() + static_cast<size_t>(j0) * row_, ks.data(), cnt, d_);
     for (int r = 0; r < rows; ++r) {
       float top = kNegInf;
@@ -436,7 +436,7 @@ void RecallStore::key_scores_q8_0(const float* const* q, int rows, const int* pa
   float out[kTileTokens * kRows16];
   const size_t page_bytes = static_cast<size_t>(page_) * row_;
   for (int i = 0; i < n; ++i) {
-    const int p = pages[i], j0 = p * page_, cnt = std::min(page_, n_ - j0);
+    const int p = pages[i], j0 = p * page_, cnt = page_tokens(p);
     // The keys of the page kPrefetchPages on (a page's first touch is its 16 keys' scales at once).
     if (i + kPrefetchPages < n && pages[i + kPrefetchPages] * page_ < n_) {
       const uint8_t* next = k_.data() + static_cast<size_t>(pages[i + kPrefetchPages]) * page_bytes;
@@ -572,7 +572,7 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
   const auto all_before = [&] {
     const int32_t first = *std::min_element(qpos, qpos + rows);
     for (const int p : pages)
-      for (int j = p * page_; j < std::min(n_, (p + 1) * page_); ++j)
+      for (int j = p * page_; j < p * page_ + page_tokens(p); ++j)
         if (pos_[static_cast<size_t>(j)] > first) return false;
     return true;
   };
@@ -584,13 +584,13 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
     run.type_k = run.type_v = type_;
     run.k_row = run.v_row = row_;
     run.n = 0;
-    for (const int p : pages) run.n += std::min(page_, n_ - p * page_);
+    for (const int p : pages) run.n += page_tokens(p);
     run.k.resize(static_cast<size_t>(run.n) * row_);
     run.v.resize(run.k.size());
     run.pos.resize(static_cast<size_t>(run.n));
     size_t at = 0;
     for (const int p : pages) {
-      const size_t j0 = static_cast<size_t>(p) * static_cast<size_t>(page_), cnt = static_cast<size_t>(std::min(page_, n_ - p * page_));
+      const size_t j0 = static_cast<size_t>(p) * static_cast<size_t>(page_), cnt = static_cast<size_t>(page_tokens(p));
       std::memcpy(run.k.data() + at * row_, k_.data() + j0 * row_, cnt * row_);
       std::memcpy(run.v.data() + at * row_, v_.data() + j0 * row_, cnt * row_);
       std::memcpy(run.pos.data() + at, pos_.data() + j0, cnt * sizeof(int32_t));
@@ -616,7 +616,7 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
   x.resize(static_cast<size_t>(page_));
   raw.resize(static_cast<size_t>(page_));
   for (const int p : pages) {
-    const int j0 = p * page_, cnt = std::min(page_, n_ - j0);
+    const int j0 = p * page_, cnt = page_tokens(p);
     kv_load_rows(type_, k_.data() + static_cast<size_t>(j0) * row_, ks.data(), cnt, d_);
     kv_load_rows(type_, v_.data() + static_cast<size_t>(j0) * row_, vs.data(), cnt, d_);
     for (int r = 0; r < rows; ++r) {

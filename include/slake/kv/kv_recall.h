@@ -10,6 +10,7 @@
 // The rest of the store is left out, or covered by the Taylor state of the head minus what was
 // recalled (RecallCover, ptaa.h).
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -102,6 +103,8 @@ class RecallStore {
   int n() const { return n_; }
   int page() const { return page_; }
   int n_pages() const { return page_ > 0 ? (n_ + page_ - 1) / page_ : 0; }
+  // Tokens in page p (page_ but for the last).
+  int page_tokens(int p) const { return std::min(page_, n_ - p * page_); }
   KvType type() const { return type_; }
 
   // Appends an evicted token (key after RoPE, value) at position pos to the last page.
