@@ -13,6 +13,7 @@
 #include "ptaa_decode.cuh"
 #include "compact.cuh"
 #include "topk.cuh"
+#include "recall.cuh"
 #include "prefill_attention.cuh"
 #include "window_stats.cuh"
 #include "backend_kernels.cuh"

@@ -92,6 +92,37 @@ struct LinearStateView {
   float* cv = nullptr;
 };
 
+// ---- the recall store (recall.cuh; docs/algorithm.md §9) ----
+
+// A layer's recall stores as the attention kernels read them: `store` holds each KV head's evicted
+// rows in position order (the layout of KvLayerView; n_held: the rows each head's store holds,
+// type_k = type_v: the store's row type), in pages of `page` rows (page p: rows p * page ..);
+// the pages each head attends are pages[g * pages_ld + i], i < n_chosen[g] (recall_select's
+// output), at most max_chosen of them (0: no recall). pages_per_split is the launcher's.
+struct RecallView {
+  KvLayerView store{};
+  int page = 0;
+  const int32_t* pages = nullptr;
+  int64_t pages_ld = 0;
+  const int32_t* n_chosen = nullptr;
+  int max_chosen = 0;
+  int pages_per_split = 1;
+};
+
+// RecallScore::Keys on the device: score[h * score_ld + p] = the largest q_h . k_j over the keys
+// j of page p of KV head h / (n_heads / n_kv_heads)'s store (unscaled, as stored; -inf for the
+// pages past that head's last), for p < ceil(max rows of any head / page) <= score_ld.
+void recall_page_scores(float* score, int64_t score_ld, const float* q, int n_heads, const KvLayerView& store, int page,
+                        Stream stream = nullptr);
+// RecallStore::select_scored's rule for Keys on those scores: per KV head g, of its
+// n_pages = ceil(n_held[g] / page) pages the `want` whose score relative to each of its query
+// rows' best is highest for some row (ties to the later page), into pages[g * pages_ld ..] in
+// increasing order, n_chosen[g] of them (every page when want >= n_pages). scratch:
+// recall_select_scratch_bytes() bytes (the ranks, reversed, and topk_flags' flags).
+size_t recall_select_scratch_bytes(int n_kv_heads, int64_t score_ld);
+void recall_select(int32_t* pages, int64_t pages_ld, int32_t* n_chosen, const float* score, int64_t score_ld, int n_heads,
+                   const KvLayerView& store, int page, int want, void* scratch, Stream stream = nullptr);
+
 // ---- PTAA decode (ptaa_decode.cuh) ----
 
 // The split step: each of `n_splits` blocks per query head covers split_len retained tokens and
@@ -104,6 +135,14 @@ size_t ptaa_scratch_floats(int n_heads, int head_dim, int n_splits);
 // heads (exact attention there); pass lin.n == nullptr for none at all. max_held >= every n_held.
 void ptaa_decode(float* out, const float* q, int32_t qpos, int n_heads, const KvLayerView& kv, const LinearStateView& lin,
                  int sliding_window, int max_held, int split_len, float* scratch, Stream stream = nullptr);
+// The same with the pages each KV head recalls (RecallView) attended in the same softmax, as the
+// CPU's attention_decode with a recall store gives it (RecallStore::attend merged with the exact
+// part). No linear state (lin.n null): the Taylor cover of what is not recalled is the CPU's.
+// Scratch: ptaa_scratch_floats(n_heads, head_dim, ptaa_splits(max_held, split_len, recall)).
+int ptaa_splits(int max_held, int split_len, const RecallView& recall);
+void ptaa_decode(float* out, const float* q, int32_t qpos, int n_heads, const KvLayerView& kv, const LinearStateView& lin,
+                 int sliding_window, int max_held, int split_len, float* scratch, const RecallView& recall,
+                 Stream stream = nullptr);
 
 // ---- prefill attention (prefill_attention.cuh) ----
 

@@ -1,5 +1,6 @@
 // PTAA decode (docs/algorithm.md §4, src/kv/ptaa.cpp), flash-decoding style: the retained tokens of a
-// KV head are split into chunks of split_len, one block per (chunk, query head) computing an
+// KV head are split into chunks of split_len, and the pages it recalls from its store (RecallView,
+// recall.cuh) into chunks of about as many rows, one block per (chunk, query head) computing an
 // online-softmax partial; a merge block per query head combines the partials with the Taylor term
 // of the linear state:
 //   m* = max(max_s m_s, mu),  mu = q . ksum / (n sqrt d),  lam = exp(mu - m*)
@@ -22,8 +23,10 @@ __device__ __forceinline__ bool key_visible_dev(int32_t key_pos, int32_t qpos, i
 }
 
 // Scratch layout: part_m [n_heads][n_splits], part_l [n_heads][n_splits], part_acc [n_heads][n_splits][d].
+// Splits s < exact_splits cover the exact cache's rows (split_len each); the others, with a recall
+// store, `rc.pages_per_split` of the pages each KV head chose (RecallView): gridDim.x = n_splits.
 __global__ void ptaa_split_kernel(float* scratch, const float* q, int32_t qpos, int n_heads, KvLayerView kv, int window,
-                                  int split_len) {
+                                  int split_len, int exact_splits, RecallView rc) {
   SLAKE_SHARED(float, qs, kMaxHeadDim);
   SLAKE_SHARED(float, wm, kPtaaWarps);
   SLAKE_SHARED(float, wl, kPtaaWarps);
@@ -36,24 +39,39 @@ __global__ void ptaa_split_kernel(float* scratch, const float* q, int32_t qpos, 
   for (int i = static_cast<int>(threadIdx.x); i < d; i += kPtaaThreads) qs[i] = q[static_cast<int64_t>(h) * d + i];
   __syncthreads();
 
-  const int n = kv.n_held[g];
-  const int j0 = s * split_len, j1 = min(n, j0 + split_len);
-  const int32_t* ph = kv.pos + static_cast<int64_t>(g) * kv.capacity;
+  // The rows of this split: rows [j0, j1) of the exact cache, or slots [j0, j1) of the chosen
+  // pages (slot f: row f % page of page list entry f / page; a page's rows past its store's end are
+  // skipped).
+  const bool recall = s >= exact_splits;
+  const KvLayerView& src = recall ? rc.store : kv;
+  int j0, j1;
+  if (!recall) {
+    j0 = s * split_len, j1 = min(kv.n_held[g], j0 + split_len);
+  } else {
+    const int first = (s - exact_splits) * rc.pages_per_split;
+    j0 = first * rc.page, j1 = min(rc.n_chosen[g], first + rc.pages_per_split) * rc.page;
+  }
+  const int32_t* ph = src.pos + static_cast<int64_t>(g) * src.capacity;
   float m = -INFINITY, l = 0.0f, acc[kPtaaLaneDims];
   for (int c = 0; c < kPtaaLaneDims; ++c) acc[c] = 0.0f;
-  for (int j = j0 + warp; j < j1; j += kPtaaWarps) {  // warp-uniform loop: every lane takes part
+  for (int f = j0 + warp; f < j1; f += kPtaaWarps) {  // warp-uniform loop: every lane takes part
+    int j = f;
+    if (recall) {
+      j = rc.pages[static_cast<int64_t>(g) * rc.pages_ld + f / rc.page] * rc.page + f % rc.page;
+      if (j >= rc.store.n_held[g]) continue;
+    }
     if (!key_visible_dev(ph[j], qpos, window)) continue;
-    const uint8_t* kj = kv.krow(g, j);
+    const uint8_t* kj = src.krow(g, j);
     float dot = 0.0f;
-    for (int i = lane; i < d; i += 32) dot += qs[i] * kv_elem(kv.type_k, kj, i);
+    for (int i = lane; i < d; i += 32) dot += qs[i] * kv_elem(src.type_k, kj, i);
     const float x = cap_logit(warp_sum(dot) * scale, kv.softcap);
     const float m_new = fmaxf(m, x);
     const float corr = expf(m - m_new), p = expf(x - m_new);
     l = l * corr + p;
-    const uint8_t* vj = kv.vrow(g, j);
+    const uint8_t* vj = src.vrow(g, j);
     for (int c = 0; c < kPtaaLaneDims; ++c) {
       const int i = lane + 32 * c;
-      if (i < d) acc[c] = acc[c] * corr + p * kv_elem(kv.type_v, vj, i);
+      if (i < d) acc[c] = acc[c] * corr + p * kv_elem(src.type_v, vj, i);
     }
     m = m_new;
   }
@@ -166,17 +184,39 @@ __global__ void ptaa_merge_kernel(float* out, const float* scratch, const float*
 
 int ptaa_splits(int max_held, int split_len) { return max_held <= 0 ? 1 : ceil_div(max_held, split_len); }
 
+int recall_pages_per_split(int page, int split_len) { return page <= 0 || split_len < 2 * page ? 1 : split_len / page; }
+
+int ptaa_splits(int max_held, int split_len, const RecallView& rc) {
+  const int exact = ptaa_splits(max_held, split_len);
+  return rc.max_chosen <= 0 ? exact : exact + ceil_div(rc.max_chosen, recall_pages_per_split(rc.page, split_len));
+}
+
 size_t ptaa_scratch_floats(int n_heads, int head_dim, int n_splits) {
   return static_cast<size_t>(n_heads) * static_cast<size_t>(n_splits) * (2 + static_cast<size_t>(head_dim));
 }
 
 void ptaa_decode(float* out, const float* q, int32_t qpos, int n_heads, const KvLayerView& kv, const LinearStateView& lin,
                  int sliding_window, int max_held, int split_len, float* scratch, Stream stream) {
+  ptaa_decode(out, q, qpos, n_heads, kv, lin, sliding_window, max_held, split_len, scratch, RecallView{}, stream);
+}
+
+void ptaa_decode(float* out, const float* q, int32_t qpos, int n_heads, const KvLayerView& kv, const LinearStateView& lin,
+                 int sliding_window, int max_held, int split_len, float* scratch, const RecallView& recall, Stream stream) {
   if (kv.head_dim <= 0 || kv.head_dim > kMaxHeadDim || split_len <= 0 || n_heads % kv.n_kv_heads != 0)
     throw Error("ptaa_decode: unsupported shape");
-  const int n_splits = ptaa_splits(max_held, split_len);
+  RecallView rc = recall;
+  if (rc.max_chosen > 0) {
+    if (rc.page <= 0 || rc.store.head_dim != kv.head_dim || rc.store.n_kv_heads != kv.n_kv_heads)
+      throw Error("ptaa_decode: the recall store's shape differs from the cache's");
+    if (lin.n != nullptr)
+      throw Error("ptaa_decode: recalled pages beside a linear state (the Taylor cover of algorithm.md §9.3) run on the cpu only");
+    rc.pages_per_split = recall_pages_per_split(rc.page, split_len);
+  } else {
+    rc.max_chosen = 0;
+  }
+  const int exact_splits = ptaa_splits(max_held, split_len), n_splits = ptaa_splits(max_held, split_len, rc);
   SLAKE_LAUNCH(dim3(static_cast<unsigned>(n_splits), static_cast<unsigned>(n_heads)), dim3(kPtaaThreads), 0, stream,
-               ptaa_split_kernel)(scratch, q, qpos, n_heads, kv, sliding_window, split_len);
+               ptaa_split_kernel)(scratch, q, qpos, n_heads, kv, sliding_window, split_len, exact_splits, rc);
   SLAKE_CHECK_LAUNCH("ptaa_split_kernel");
   SLAKE_LAUNCH(dim3(static_cast<unsigned>(n_heads)), dim3(kPtaaThreads), 0, stream, ptaa_merge_kernel)
   (out, scratch, q, n_heads, kv.n_kv_heads, kv.head_dim, n_splits, lin, kv.softcap);

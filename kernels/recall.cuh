@@ -1,0 +1,115 @@
+// The recall store's page choice on the device (docs/algorithm.md §9.2, src/kv/kv_recall.cpp):
+// each page scored by its keys' largest q . k (RecallScore::Keys), then per KV head the pages whose
+// score relative to each query row's best is highest for some row. The chosen pages are attended
+// with the exact cache by ptaa_decode (ptaa_decode.cuh, RecallView).
+#pragma once
+#include "common.cuh"
+#include "topk.cuh"
+
+namespace slake::gpu {
+
+constexpr int kRecallThreads = 128;
+constexpr int kRecallWarps = kRecallThreads / 32;
+constexpr int kRecallRows = 8;  // query rows a warp scores per pass over a page's keys
+
+// A warp per page, kRecallWarps pages a block, grid (pages / kRecallWarps, n_kv_heads): each key
+// of the page is read once per kRecallRows query rows of its GQA group, its dot products summed
+// across the warp's lanes.
+__global__ void recall_page_scores_kernel(float* score, int64_t score_ld, const float* q, int group, KvLayerView store,
+                                          int page, int score_pages) {
+  const int g = static_cast<int>(blockIdx.y), d = store.head_dim;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int p = static_cast<int>(blockIdx.x) * kRecallWarps + warp;
+  if (p >= score_pages) return;  // warp-uniform
+  const int n = store.n_held[g], j0 = p * page, j1 = min(n, j0 + page);
+  for (int r0 = 0; r0 < group; r0 += kRecallRows) {
+    const int rn = min(kRecallRows, group - r0);
+    float top[kRecallRows];
+    for (int r = 0; r < kRecallRows; ++r) top[r] = -INFINITY;
+    for (int j = j0; j < j1; ++j) {
+      const uint8_t* kj = store.krow(g, j);
+      float dot[kRecallRows];
+      for (int r = 0; r < kRecallRows; ++r) dot[r] = 0.0f;
+      for (int i = lane; i < d; i += 32) {
+        const float k = kv_elem(store.type_k, kj, i);
+        for (int r = 0; r < rn; ++r) dot[r] += k * q[static_cast<int64_t>(g * group + r0 + r) * d + i];
+      }
+      for (int r = 0; r < rn; ++r) top[r] = fmaxf(top[r], warp_sum(dot[r]));
+    }
+    if (lane == 0)
+      for (int r = 0; r < rn; ++r) score[static_cast<int64_t>(g * group + r0 + r) * score_ld + p] = top[r];
+  }
+}
+
+// Block per KV head: rank[g * ld + (n_pages - 1 - p)] = max over rows r of score[r][p] - max_p'
+// score[r][p'], -inf past n_pages. Reversed, so that topk_flags' ties to the lower index go to the
+// later page, as rank_pages' do.
+__global__ void recall_rank_kernel(float* rank, int64_t ld, const float* score, int64_t score_ld, int group, KvLayerView store,
+                                   int page) {
+  SLAKE_SHARED(float, red, 32);
+  const int g = static_cast<int>(blockIdx.x), t = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  const int np = ceil_div(store.n_held[g], page);
+  float* rk = rank + static_cast<int64_t>(g) * ld;
+  for (int i = t; i < ld; i += nt) rk[i] = -INFINITY;
+  for (int r = 0; r < group; ++r) {
+    const float* sr = score + static_cast<int64_t>(g * group + r) * score_ld;
+    float top = -INFINITY;
+    for (int p = t; p < np; p += nt) top = fmaxf(top, sr[p]);
+    top = block_max(top, red);  // its barriers also order the writes to rk before the next row's reads
+    for (int p = t; p < np; p += nt) rk[np - 1 - p] = fmaxf(rk[np - 1 - p], sr[p] - top);
+  }
+}
+
+// Block per KV head: the flagged pages in increasing order (flags reversed as rank's) and their count.
+__global__ void recall_list_kernel(int32_t* pages, int64_t pages_ld, int32_t* n_chosen, const uint8_t* flags, int64_t ld,
+                                   KvLayerView store, int page) {
+  SLAKE_SHARED(int, scan, 33);
+  const int g = static_cast<int>(blockIdx.x), t = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  const int np = ceil_div(store.n_held[g], page);
+  const uint8_t* f = flags + static_cast<int64_t>(g) * ld;
+  int before = 0;
+  for (int p0 = 0; p0 < np; p0 += nt) {
+    const int p = p0 + t;
+    const int on = p < np && f[np - 1 - p] ? 1 : 0;
+    int chunk;
+    const int at = before + block_exclusive_scan(on, scan, &chunk);
+    if (on) pages[static_cast<int64_t>(g) * pages_ld + at] = p;
+    before += chunk;
+  }
+  if (t == 0) n_chosen[g] = before;
+}
+
+void recall_page_scores(float* score, int64_t score_ld, const float* q, int n_heads, const KvLayerView& store, int page,
+                        Stream stream) {
+  if (store.head_dim <= 0 || page <= 0 || n_heads % store.n_kv_heads != 0) throw Error("recall_page_scores: unsupported shape");
+  const int score_pages = ceil_div(store.capacity, page);
+  if (score_ld < score_pages) throw Error("recall_page_scores: score_ld below the store's pages");
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(ceil_div(score_pages, kRecallWarps)), static_cast<unsigned>(store.n_kv_heads)),
+               dim3(kRecallThreads), 0, stream, recall_page_scores_kernel)
+  (score, score_ld, q, n_heads / store.n_kv_heads, store, page, score_pages);
+  SLAKE_CHECK_LAUNCH("recall_page_scores_kernel");
+}
+
+size_t recall_select_scratch_bytes(int n_kv_heads, int64_t score_ld) {
+  return static_cast<size_t>(n_kv_heads) * static_cast<size_t>(score_ld) * (sizeof(float) + 1);
+}
+
+void recall_select(int32_t* pages, int64_t pages_ld, int32_t* n_chosen, const float* score, int64_t score_ld, int n_heads,
+                   const KvLayerView& store, int page, int want, void* scratch, Stream stream) {
+  if (page <= 0 || n_heads % store.n_kv_heads != 0) throw Error("recall_select: unsupported shape");
+  const int score_pages = ceil_div(store.capacity, page);
+  if (score_ld < score_pages || pages_ld < (want < score_pages ? want : score_pages))
+    throw Error("recall_select: score_ld or pages_ld too small");
+  float* rank = static_cast<float*>(scratch);
+  uint8_t* flags = reinterpret_cast<uint8_t*>(rank + static_cast<int64_t>(store.n_kv_heads) * score_ld);
+  const int H = store.n_kv_heads;
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(H)), dim3(kRecallThreads), 0, stream, recall_rank_kernel)
+  (rank, score_ld, score, score_ld, n_heads / H, store, page);
+  SLAKE_CHECK_LAUNCH("recall_rank_kernel");
+  topk_flags(flags, rank, H, score_pages, score_ld, want, stream);
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(H)), dim3(kRecallThreads), 0, stream, recall_list_kernel)
+  (pages, pages_ld, n_chosen, flags, score_ld, store, page);
+  SLAKE_CHECK_LAUNCH("recall_list_kernel");
+}
+
+}  // namespace slake::gpu
