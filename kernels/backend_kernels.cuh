@@ -81,6 +81,43 @@ void kv_append(const KvLayerMut& kv, int row0, const float* k, const float* v, i
   SLAKE_CHECK_LAUNCH("kv_append_kernel");
 }
 
+// Block (row r, KV head g): row row0 + r of head g of `store` = row idx[g * idx_ld + r] of `src` (or
+// row[g] when count_from_row: one row a head where row[g] >= 0), read as floats and stored as the
+// store's type, as the CPU's RecallStore::add takes an evicted row (kv_load_rows, kv_store_row).
+__global__ void store_rows_kernel(KvLayerMut store, int row0, KvLayerView src, const int32_t* idx, int64_t idx_ld, bool one_per_head) {
+  SLAKE_SHARED(float, x, kMaxHeadDim);
+  const int r = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y), d = src.head_dim;
+  const int j = idx[static_cast<int64_t>(g) * idx_ld + r];
+  if (one_per_head && j < 0) return;  // block-uniform
+  const int64_t to = static_cast<int64_t>(g) * store.capacity + row0 + r;
+  for (int i = static_cast<int>(threadIdx.x); i < d; i += static_cast<int>(blockDim.x)) x[i] = kv_elem(src.type_k, src.krow(g, j), i);
+  __syncthreads();
+  store_kv_row(store.type_k, store.k + to * elem_row_bytes(store.type_k, d), x, d);
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < d; i += static_cast<int>(blockDim.x)) x[i] = kv_elem(src.type_v, src.vrow(g, j), i);
+  __syncthreads();
+  store_kv_row(store.type_v, store.v + to * elem_row_bytes(store.type_v, d), x, d);
+  if (threadIdx.x == 0) store.pos[to] = src.pos[static_cast<int64_t>(g) * src.capacity + j];
+}
+
+void store_rows(const KvLayerMut& store, int row0, const KvLayerView& src, const int32_t* idx, int64_t idx_ld, int count,
+                Stream stream) {
+  if (count <= 0) return;
+  if (row0 < 0 || row0 + count > store.capacity || store.head_dim != src.head_dim || store.n_kv_heads != src.n_kv_heads)
+    throw Error("store_rows: rows beyond the store's capacity, or another shape");
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(count), static_cast<unsigned>(store.n_kv_heads)), dim3(128), 0, stream, store_rows_kernel)
+  (store, row0, src, idx, idx_ld, false);
+  SLAKE_CHECK_LAUNCH("store_rows_kernel");
+}
+
+void store_row_each(const KvLayerMut& store, int row0, const KvLayerView& src, const int32_t* row, Stream stream) {
+  if (row0 < 0 || row0 + 1 > store.capacity || store.head_dim != src.head_dim || store.n_kv_heads != src.n_kv_heads)
+    throw Error("store_row_each: a row beyond the store's capacity, or another shape");
+  SLAKE_LAUNCH(dim3(1, static_cast<unsigned>(store.n_kv_heads)), dim3(128), 0, stream, store_rows_kernel)
+  (store, row0, src, row, 1, true);
+  SLAKE_CHECK_LAUNCH("store_rows_kernel");
+}
+
 // ---- prefill eviction ----
 
 __global__ void gather_scores_kernel(float* out, int64_t ld, const float* indicator, int P, KvLayerView kv, int n_cand) {

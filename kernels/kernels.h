@@ -111,7 +111,8 @@ struct RecallView {
 
 // RecallScore::Keys on the device: score[h * score_ld + p] = the largest q_h . k_j over the keys
 // j of page p of KV head h / (n_heads / n_kv_heads)'s store (unscaled, as stored; -inf for the
-// pages past that head's last), for p < ceil(max rows of any head / page) <= score_ld.
+// pages past that head's last), for p < ceil(capacity / page) <= score_ld. A q8_0 store's keys
+// meet q_h rounded to q8_0 blocks in integer dot products (RecallStore::key_scores_q8_0).
 void recall_page_scores(float* score, int64_t score_ld, const float* q, int n_heads, const KvLayerView& store, int page,
                         Stream stream = nullptr);
 // RecallStore::select_scored's rule for Keys on those scores: per KV head g, of its
@@ -222,6 +223,13 @@ void fill_i32(int32_t* p, int32_t value, int n, Stream stream = nullptr);
 // cache's types (rounded to nearest even for F16/BF16; Q8_0 as slake::kv_store_row), position pos[t].
 void kv_append(const KvLayerMut& kv, int row0, const float* k, const float* v, int64_t src_stride, const int32_t* pos,
                int n_tokens, Stream stream = nullptr);
+// The recall store takes evicted rows (docs/algorithm.md §9): row row0 + r < row0 + count of every
+// KV head g of `store` (its own row type, the layout of KvLayerMut) = row idx[g * idx_ld + r] of
+// `src` with its position, read as floats and stored as the store's type (RecallStore::add).
+void store_rows(const KvLayerMut& store, int row0, const KvLayerView& src, const int32_t* idx, int64_t idx_ld, int count,
+                Stream stream = nullptr);
+// The same for one row a head, row[g] (a decode step's victims; none where row[g] < 0), into row row0.
+void store_row_each(const KvLayerMut& store, int row0, const KvLayerView& src, const int32_t* row, Stream stream = nullptr);
 // out[g * ld + r] = indicator[g * P + pos of row r of head g], r < n_cand: the prefill scores of a
 // layer's candidate rows (slake::KvEvictor::evict_to).
 void gather_scores(float* out, int64_t ld, const float* indicator, int P, const KvLayerView& kv, int n_cand, Stream stream = nullptr);

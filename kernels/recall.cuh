@@ -1,5 +1,6 @@
 // The recall store's page choice on the device (docs/algorithm.md §9.2, src/kv/kv_recall.cpp):
-// each page scored by its keys' largest q . k (RecallScore::Keys), then per KV head the pages whose
+// each page scored by its keys' largest q . k (RecallScore::Keys, a q8_0 store's in integers as on
+// the CPU), then per KV head the pages whose
 // score relative to each query row's best is highest for some row. The chosen pages are attended
 // with the exact cache by ptaa_decode (ptaa_decode.cuh, RecallView).
 #pragma once
@@ -12,22 +13,54 @@ constexpr int kRecallThreads = 128;
 constexpr int kRecallWarps = kRecallThreads / 32;
 constexpr int kRecallRows = 8;  // query rows a warp scores per pass over a page's keys
 
+// A q8_0 store's keys meet the query rounded to q8_0 blocks, in integer dot products, as the CPU
+// scores them (RecallStore::key_scores_q8_0: quantize_q8_0 and dot_rows16_q8_0, whose block sums
+// add up in block order as fma(sum, d_k d_q, acc)); other types meet the query in fp32.
 // A warp per page, kRecallWarps pages a block, grid (pages / kRecallWarps, n_kv_heads): each key
 // of the page is read once per kRecallRows query rows of its GQA group, its dot products summed
 // across the warp's lanes.
 __global__ void recall_page_scores_kernel(float* score, int64_t score_ld, const float* q, int group, KvLayerView store,
                                           int page, int score_pages) {
-  const int g = static_cast<int>(blockIdx.y), d = store.head_dim;
+  SLAKE_SHARED(int8_t, qq, kRecallWarps * kRecallRows * kMaxHeadDim);       // a warp's rows rounded to q8_0
+  SLAKE_SHARED(float, qd, kRecallWarps * kRecallRows * (kMaxHeadDim / 32));  // and their blocks' scales
+  const int g = static_cast<int>(blockIdx.y), d = store.head_dim, nb = d / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int p = static_cast<int>(blockIdx.x) * kRecallWarps + warp;
   if (p >= score_pages) return;  // warp-uniform
+  const bool q8 = store.type_k == ElemType::Q8_0;
+  int8_t* wq = qq + warp * kRecallRows * kMaxHeadDim;
+  float* wd = qd + warp * kRecallRows * (kMaxHeadDim / 32);
   const int n = store.n_held[g], j0 = p * page, j1 = min(n, j0 + page);
   for (int r0 = 0; r0 < group; r0 += kRecallRows) {
     const int rn = min(kRecallRows, group - r0);
+    if (q8) {  // quantize_q8_0 of each row: a block of 32 per pass of the warp
+      for (int r = 0; r < rn; ++r)
+        for (int b = 0; b < nb; ++b) {
+          const float x = q[static_cast<int64_t>(g * group + r0 + r) * d + b * 32 + lane];
+          const float dq = warp_max(fabsf(x)) / 127.0f, id = dq != 0.0f ? 1.0f / dq : 0.0f;
+          wq[r * kMaxHeadDim + b * 32 + lane] = static_cast<int8_t>(rintf(x * id));
+          if (lane == 0) wd[r * (kMaxHeadDim / 32) + b] = f16_bits_to_float(float_to_f16_bits(dq));
+        }
+      __syncwarp();
+    }
     float top[kRecallRows];
     for (int r = 0; r < kRecallRows; ++r) top[r] = -INFINITY;
     for (int j = j0; j < j1; ++j) {
       const uint8_t* kj = store.krow(g, j);
+      if (q8) {
+        for (int r = 0; r < rn; ++r) {
+          float acc = 0.0f;
+          for (int b = 0; b < nb; ++b) {
+            const uint8_t* blk = kj + b * 34;
+            int s = static_cast<int>(static_cast<int8_t>(blk[2 + lane])) * wq[r * kMaxHeadDim + b * 32 + lane];
+            for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(kFullMask, s, o);
+            const float dk = f16_bits_to_float(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
+            acc = fmaf(static_cast<float>(s), dk * wd[r * (kMaxHeadDim / 32) + b], acc);
+          }
+          top[r] = fmaxf(top[r], acc);
+        }
+        continue;
+      }
       float dot[kRecallRows];
       for (int r = 0; r < kRecallRows; ++r) dot[r] = 0.0f;
       for (int i = lane; i < d; i += 32) {
@@ -38,6 +71,7 @@ __global__ void recall_page_scores_kernel(float* score, int64_t score_ld, const 
     }
     if (lane == 0)
       for (int r = 0; r < rn; ++r) score[static_cast<int64_t>(g * group + r0 + r) * score_ld + p] = top[r];
+    if (q8) __syncwarp();  // the next rows overwrite wq
   }
 }
 

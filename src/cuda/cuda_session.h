@@ -22,6 +22,7 @@ class CudaSession final : public Session {
   int64_t tokens_held() const override { return ctx_->tokens_held(); }
   void reset() override;
   size_t kv_bytes_used() const override { return ctx_->kv_bytes_used(); }
+  size_t kv_store_bytes() const override { return ctx_->kv_store_bytes(); }
   size_t kv_peak_bytes() const override { return ctx_->kv_peak_bytes(); }
   size_t peak_device_bytes() const override { return ctx_->peak_device_bytes(); }
   std::string describe() const override {

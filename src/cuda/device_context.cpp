@@ -25,7 +25,15 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params, st
          " is not supported by the cuda backend (use the cpu backend)");
   if (plan_.evicting && !p.cascade) fail("the cuda backend evicts after every layer (cascade) only");
   if (plan_.evicting && p.evict_every != 1) fail("the cuda backend evicts one token per decode step (--kv-evict-every 1) only");
-  if (p.recall().on()) fail("--kv-recall-pages runs on the cpu backend only, for now (docs/algorithm.md §9)");
+  if (plan_.recall) {  // the parts of the recall store the device has (device_context.h)
+    const char* cpu_only = p.recall_score != RecallScore::Keys ? "--kv-recall-score other than keys"
+                           : p.recall_every != 1                ? "--kv-recall-every above 1"
+                           : p.prefill_chunk > 0                ? "--kv-recall-pages with --prefill-chunk"
+                           : p.absorbs()                        ? "--kv-recall-pages with a compensator"
+                           : !p.store_file.empty()              ? "--kv-store-file"
+                                                                : nullptr;
+    if (cpu_only) fail(std::string(cpu_only) + " runs on the cpu backend only (docs/algorithm.md §9)");
+  }
   if (!emulated() && device_count() == 0) fail("the cuda backend needs a CUDA device, and none is available");
   plan_.check_fits();  // before anything is allocated
   gemm_ = make_gemm();
@@ -72,8 +80,10 @@ void DeviceContext::reset() {
     L.cap = plan_.evicting ? 0 : plan_.n_ctx;
     L.held = 0;
     L.lin = false;
+    L.stored = 0;
   }
   device_memset(at<int32_t>("kv.n_held"), 0, static_cast<size_t>(c.n_layers) * c.n_kv_heads * sizeof(int32_t));
+  if (plan_.recall) device_memset(at<int32_t>("store.n_held"), 0, static_cast<size_t>(c.n_layers) * c.n_kv_heads * sizeof(int32_t));
   const size_t H = static_cast<size_t>(c.n_layers) * c.n_kv_heads, d = static_cast<size_t>(c.head_dim);
   if (plan_.evicting && plan_.kv.taylor()) {
     device_memset(at<float>("lin.n"), 0, H * sizeof(float));
@@ -112,6 +122,43 @@ KvLayerView DeviceContext::view(const KvLayerMut& m, int l) const {
   return KvLayerView{m.k, m.v, m.pos, n_held, m.n_kv_heads, m.capacity, m.head_dim, m.type_k, m.type_v, model_.cfg.attn_softcap};
 }
 
+KvLayerMut DeviceContext::store_layer(int l) const {
+  const ModelConfig& c = model_.cfg;
+  const int64_t rows = static_cast<int64_t>(l) * c.n_kv_heads * plan_.n_ctx;
+  return KvLayerMut{at<uint8_t>("store.k") + rows * static_cast<int64_t>(plan_.store_row),
+                    at<uint8_t>("store.v") + rows * static_cast<int64_t>(plan_.store_row), at<int32_t>("store.pos") + rows,
+                    c.n_kv_heads, plan_.n_ctx, c.head_dim, plan_.store_type, plan_.store_type};
+}
+
+KvLayerView DeviceContext::store_view(int l) const {
+  const KvLayerMut m = store_layer(l);
+  const int32_t* n_held = at<int32_t>("store.n_held") + static_cast<int64_t>(l) * m.n_kv_heads;
+  return KvLayerView{m.k, m.v, m.pos, n_held, m.n_kv_heads, m.capacity, m.head_dim, m.type_k, m.type_v, model_.cfg.attn_softcap};
+}
+
+void DeviceContext::store_evicted(int l, const KvLayerView& src, const int32_t* idx, int64_t ld, int count) {
+  Layer& L = layers_[static_cast<size_t>(l)];
+  if (count < 0) store_row_each(store_layer(l), L.stored, src, idx);
+  else store_rows(store_layer(l), L.stored, src, idx, ld, count);
+  L.stored += count < 0 ? 1 : count;
+  fill_i32(at<int32_t>("store.n_held") + static_cast<int64_t>(l) * model_.cfg.n_kv_heads, L.stored, model_.cfg.n_kv_heads);
+}
+
+void DeviceContext::attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held) {
+  const ModelConfig& c = model_.cfg;
+  const KvPolicyParams& p = plan_.kv;
+  const KvLayerView st = store_view(l);
+  float* score = at<float>("recall.score");
+  int32_t *pages = at<int32_t>("recall.pages"), *n_chosen = at<int32_t>("recall.n_chosen");
+  recall_page_scores(score, plan_.score_pages, q, c.n_heads, st, p.recall_page);
+  recall_select(pages, p.recall_pages, n_chosen, score, plan_.score_pages, c.n_heads, st, p.recall_page, p.recall_pages,
+                at<uint8_t>("recall.select"));
+  RecallView rc;
+  rc.store = st, rc.page = p.recall_page, rc.pages = pages, rc.pages_ld = p.recall_pages, rc.n_chosen = n_chosen;
+  rc.max_chosen = std::min(p.recall_pages, (layers_[static_cast<size_t>(l)].stored + p.recall_page - 1) / p.recall_page);
+  ptaa_decode(att, q, qpos, c.n_heads, kvv, lin(l), c.layer_window(l), max_held, plan_.ptaa_split_len, at<float>("ptaa"), rc);
+}
+
 int DeviceContext::centroids() const { return plan_.evicting ? plan_.kv.centroid_count() : 0; }
 
 LinearStateView DeviceContext::lin(int l) const {
@@ -146,7 +193,13 @@ size_t DeviceContext::kv_bytes_used() const {
   size_t lin_heads = 0;
   for (const Layer& L : layers_) lin_heads += L.lin ? static_cast<size_t>(c.n_kv_heads) : 0;
   return static_cast<size_t>(tokens_held()) * (plan_.k_row + plan_.v_row + sizeof(int32_t)) +
-         lin_heads * LinearState(c.head_dim, centroids()).bytes();
+         lin_heads * LinearState(c.head_dim, centroids()).bytes() + kv_store_bytes();
+}
+
+size_t DeviceContext::kv_store_bytes() const {
+  size_t rows = 0;
+  for (const Layer& L : layers_) rows += static_cast<size_t>(L.stored) * static_cast<size_t>(model_.cfg.n_kv_heads);
+  return rows * (2 * plan_.store_row + sizeof(int32_t));  // RecallStore::planned_bytes of a Keys store
 }
 
 void DeviceContext::note_usage() { kv_peak_ = std::max(kv_peak_, kv_bytes_used()); }
@@ -319,7 +372,9 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool 
   }
   const KvLayerView kvv = view(in_staging ? staging() : pool_layer(l), l);
   const int max_held = layers_[static_cast<size_t>(l)].held;
-  if (nb == 1)
+  if (nb == 1 && !prompt && plan_.recall && layers_[static_cast<size_t>(l)].stored > 0)
+    attend_recalled(l, att, q, pos_host[t0], kvv, max_held);
+  else if (nb == 1)
     ptaa_decode(att, q, pos_host[t0], c.n_heads, kvv, lin(l), c.layer_window(l), max_held, plan_.ptaa_split_len, at<float>("ptaa"));
   else
     prefill_attention(att, qd, q, qd, pos + t0, nb, c.n_heads, kvv, lin(l), c.layer_window(l));
@@ -489,6 +544,7 @@ void DeviceContext::relocate(int l, const KvLayerMut& src, int64_t budget, int64
   }
   const int kept_rows = evict ? static_cast<int>(budget) + W : held;
   gather_rows(dst, sv, kept, ld, n_kept, kept_rows);
+  if (evict && plan_.recall) store_evicted(l, sv, evicted, ld, held - kept_rows);  // src is not written
   if (evict && p.absorbs()) {  // the evicted rows, read where they are (src is not written)
     if (centroids() > 0) centroid_absorb_rows(lin(l), sv, evicted, ld, n_evicted);
     else linear_absorb_rows(lin(l), sv, evicted, ld, n_evicted);
@@ -515,6 +571,7 @@ void DeviceContext::decode_evict(int l, int32_t qpos) {
       else linear_absorb_one(lin(l), kv, victim);
       L.lin = true;
     }
+    if (plan_.recall) store_evicted(l, kv, victim, 0, -1);
     remove_rows(m, area(move_, 0, L.cap), victim, L.held);
     set_held(l, L.held - 1);
   }

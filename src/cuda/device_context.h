@@ -9,7 +9,10 @@
 //
 // Policies: full, slake, cake, snapkv, pyramidkv and streaming (cascading eviction); h2o is refused.
 // A prompt prefilled in chunks (--prefill-chunk) runs each chunk as a prompt into what the chunks
-// before it kept, as the CPU does.
+// before it kept, as the CPU does. With a recall store (--kv-recall-pages) every evicted row joins
+// the layer's store in device memory and each decode step attends the pages its query ranks
+// highest by their keys (recall.cuh), as the CPU's RecallScore::Keys; the rest of §9 (other page
+// scores, held choices, the Taylor cover, recall in prompt chunks, mapped files) is the CPU's.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -54,8 +57,10 @@ class DeviceContext {
   // (cuBLAS's own workspace and the CUDA runtime's context are not part of it).
   size_t peak_device_bytes() const { return plan_.total_bytes() + (shared_ ? shared_->bytes() : 0); }
   // As KvCache::bytes_used / peak_bytes_used: held tokens' keys, values and positions plus the
-  // linear states that hold anything.
+  // linear states that hold anything and the recall stores' rows.
   size_t kv_bytes_used() const;
+  // As KvCache::store_bytes_used: the recall stores' part of kv_bytes_used.
+  size_t kv_store_bytes() const;
   size_t kv_peak_bytes() const { return kv_peak_; }
   int64_t tokens_held() const;
   int layer_tokens_held(int layer) const { return layers_[static_cast<size_t>(layer)].held; }
@@ -68,6 +73,7 @@ class DeviceContext {
     int cap = 0;      // rows per KV head
     int held = 0;     // rows held by every KV head (eviction keeps the heads of a layer equal)
     bool lin = false; // its linear states hold anything
+    int stored = 0;   // rows in every KV head's recall store (eviction keeps them equal too)
   };
 
   template <typename T>
@@ -86,6 +92,14 @@ class DeviceContext {
   KvLayerMut pool_layer(int l) const;
   KvLayerMut staging() const;
   KvLayerView view(const KvLayerMut& m, int l) const;
+  // Layer l's recall store (plan_.recall): n_ctx rows per KV head, layer.stored of them held.
+  KvLayerMut store_layer(int l) const;
+  KvLayerView store_view(int l) const;
+  // The rows eviction takes out of layer l join its store, in order: rows idx[g * ld + r], r <
+  // count, of src; or (count < 0) row idx[g] of each head, a decode step's victims.
+  void store_evicted(int l, const KvLayerView& src, const int32_t* idx, int64_t ld, int count);
+  // A decode step's attention of layer l with the pages each KV head recalls from its store.
+  void attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held);
   LinearStateView lin(int l) const;
   int centroids() const;  // K of the centroid compensator, 0 without one
   void set_held(int l, int held);

@@ -106,6 +106,17 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
   add("kv", "lin.cn", L * H * K * sizeof(float));
   add("kv", "lin.ck", L * H * K * d * sizeof(float));
   add("kv", "lin.cv", L * H * K * d * sizeof(float));
+  recall = evicting && kv.recall().on();
+  if (recall) {
+    store_type = device_kv_type(kv.store_type);
+    check_kv_type(kv.store_type, c.head_dim, "recall store type");
+    store_row = static_cast<size_t>(elem_row_bytes(store_type, c.head_dim));
+    score_pages = (n_ctx + kv.recall_page - 1) / kv.recall_page;
+    add("store", "store.k", L * H * ctx * store_row);
+    add("store", "store.v", L * H * ctx * store_row);
+    add("store", "store.pos", L * H * ctx * sizeof(int32_t));
+    add("store", "store.n_held", L * H * sizeof(int32_t));
+  }
 
   // Activations: the residual stream of a whole prompt, one chunk's scratch, the logits of a chunk.
   const size_t dim = static_cast<size_t>(c.dim), qd = static_cast<size_t>(c.q_dim()), kvd = static_cast<size_t>(c.kv_dim());
@@ -136,7 +147,9 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
   add("activations", "positions", ctx * sizeof(int32_t));
   add("activations", "inv_freq", d * sizeof(double));  // the global layers' table, then the sliding layers' one
   ptaa_split_len = 256;
-  ptaa_n_splits = ptaa_splits(max_capacity, ptaa_split_len);
+  RecallView rc;  // the splits of the pages a step recalls
+  if (recall) rc.page = kv.recall_page, rc.max_chosen = kv.recall_pages;
+  ptaa_n_splits = ptaa_splits(max_capacity, ptaa_split_len, rc);
   add("activations", "ptaa", ptaa_scratch_floats(c.n_heads, c.head_dim, ptaa_n_splits) * sizeof(float));
 
   // The policy's statistics and work arrays.
@@ -158,6 +171,12 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
     add("policy", "counts", 2 * H * sizeof(int32_t));
     add("policy", "victim", H * sizeof(int32_t));
     add("policy", "victim_scratch", victim_scratch_doubles(c.n_heads, c.n_kv_heads, max_capacity) * sizeof(double));
+  }
+  if (recall) {
+    add("policy", "recall.score", static_cast<size_t>(c.n_heads) * static_cast<size_t>(score_pages) * sizeof(float));
+    add("policy", "recall.select", recall_select_scratch_bytes(c.n_kv_heads, score_pages));
+    add("policy", "recall.pages", H * static_cast<size_t>(kv.recall_pages) * sizeof(int32_t));
+    add("policy", "recall.n_chosen", H * sizeof(int32_t));
   }
 }
 
@@ -182,7 +201,7 @@ size_t DevicePlan::group_bytes(const std::string& group) const {
 
 std::string DevicePlan::summary() const {
   return mib(total_) + " MiB (weights " + mib(group_bytes("weights")) + ", KV cache " + mib(group_bytes("kv")) +
-         ", activations " + mib(group_bytes("activations")) + ", policy " + mib(group_bytes("policy")) + " MiB)";
+         (recall ? ", recall store " + mib(group_bytes("store")) : std::string()) + ", activations " + mib(group_bytes("activations")) + ", policy " + mib(group_bytes("policy")) + " MiB)";
 }
 
 void DevicePlan::check_fits() const {

@@ -38,7 +38,8 @@ class DevicePlan {
   size_t total_bytes() const { return total_; }
   size_t offset(const std::string& name) const;  // throws for an unknown name
   const std::vector<Entry>& entries() const { return entries_; }
-  // Sums by group: "weights", "kv" (exact cache, staging, linear states), "activations", "policy".
+  // Sums by group: "weights", "kv" (exact cache, staging, linear states), "store" (the recall
+  // store), "activations", "policy".
   size_t group_bytes(const std::string& group) const;
   std::string summary() const;  // "total X MiB (weights .., kv .., activations .., policy ..)"
 
@@ -58,6 +59,14 @@ class DevicePlan {
   int64_t pool_half;  // a prefill chunk's layers go into one half (pool_slots without chunks)
   int max_capacity;  // most rows one layer's head can hold
   int ptaa_split_len, ptaa_n_splits;
+  // The recall store (kv.recall(), docs/algorithm.md §9): per layer and KV head n_ctx rows of
+  // store_type ("store.k", "store.v", "store.pos", group "store"), in pages of kv.recall_page;
+  // each decode step scores score_pages pages a query head ("recall.score") and attends
+  // kv.recall_pages of them a KV head ("recall.pages").
+  bool recall = false;
+  ElemType store_type = ElemType::F32;
+  size_t store_row = 0;  // bytes of one stored key or value row
+  int64_t score_pages = 0;
 
  private:
   void add(const std::string& group, const std::string& name, size_t bytes);

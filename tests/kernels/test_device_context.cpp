@@ -350,6 +350,73 @@ TEST(DeviceContext, StoredCacheTypesMatchCpu) {
     }
 }
 
+// The recall store (--kv-recall-pages, docs/algorithm.md §9): every row eviction takes (at prefill,
+// where the cascade evicts the layers seen so far again, and at each decode step) joins its layer's
+// store on the device, and each decode step attends the pages its query ranks highest by their keys
+// with the exact cache, as the CPU's RecallScore::Keys. 24 rows a head go to the store at prefill
+// and one a step after, in pages of 4, of which 2 are recalled. Logits, decisions and KV bytes (the
+// store's included) must agree; with fp32 activations, since a page choice near a tie moves the
+// logits by O(1) where bf16 activations flip it, but where every page is recalled.
+TEST(DeviceContext, RecallStoreMatchesCpu) {
+  const auto m = fixture("llama-gqa-tied");
+  for (const char* policy : {"snapkv", "cake"})
+    for (const KvType st : {KvType::F32, KvType::F16, KvType::BF16}) {
+      if (std::string(policy) == "cake" && st != KvType::F32) continue;  // the store's types: snapkv's
+      ContextParams cp = params(96, policy, 12, 4);
+      cp.kv.recall_pages = 2, cp.kv.recall_page = 4, cp.kv.store_type = st;
+      compare(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 12), 6,
+              std::string("llama-gqa-tied ") + policy + " recall 2 pages of 4, store " + kv_type_name(st), false,
+              st == KvType::F32 ? kFp32Activations : kFp32ActivationsStoredTypes);
+    }
+  // Every page recalled (8 pages of 4 hold the 24 + 6 evicted rows): no choice to flip, so bf16
+  // activations too (the pass a GPU runs).
+  ContextParams all = params(96, "snapkv", 12, 4);
+  all.kv.recall_pages = 16, all.kv.recall_page = 4, all.kv.store_type = KvType::F32;
+  compare(*m, all, prompt_tokens(40, m->cfg.n_vocab, 12), 6, "llama-gqa-tied snapkv every page recalled");
+  // A q8_0 store, f16 cache: the tiny shape's head_dim of 32.
+  const auto t = make_synthetic_model("tiny", DType::F32, 11);
+  ContextParams cp = params(96, "snapkv", 16, 4);
+  cp.kv.type_k = cp.kv.type_v = KvType::F16;
+  cp.kv.recall_pages = 3, cp.kv.recall_page = 4, cp.kv.store_type = KvType::Q8_0;
+  compare(*t, cp, prompt_tokens(40, t->cfg.n_vocab, 13), 6, "tiny snapkv recall 3 pages of 4, store q8_0", false,
+          kFp32ActivationsStoredTypes);
+}
+
+TEST(DeviceContext, RecallTheDeviceLacksIsRefused) {
+  const auto m = fixture("llama-gqa-tied");
+  auto recall = [] {
+    ContextParams cp = params(96, "snapkv", 12, 4);
+    cp.kv.recall_pages = 2;
+    cp.kv.store_type = KvType::F32;
+    return cp;
+  };
+  std::vector<std::pair<std::string, ContextParams>> cases;
+  ContextParams cp = recall();
+  cp.kv.recall_score = RecallScore::Lowrank;
+  cases.emplace_back("--kv-recall-score", cp);
+  cp = recall();
+  cp.kv.recall_every = 4;
+  cases.emplace_back("--kv-recall-every", cp);
+  cp = recall();
+  cp.kv.prefill_chunk = 16;
+  cases.emplace_back("--prefill-chunk", cp);
+  cp = recall();
+  cp.kv.compensate = "taylor";
+  cases.emplace_back("compensator", cp);
+  cp = recall();
+  cp.kv.store_file = "/tmp";
+  cases.emplace_back("--kv-store-file", cp);
+  for (const auto& [flag, p] : cases) {
+    try {
+      DeviceContext dev(*m, p);
+      ADD_FAILURE() << flag << " was accepted";
+    } catch (const slake::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cpu backend"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(DeviceContext, CacheTypesTheDeviceLacksAreRefused) {
   const auto m = make_synthetic_model("tiny", DType::F32, 11);
   for (const KvType t : {KvType::Q4_0, KvType::KIVI2, KvType::KIVI4}) {

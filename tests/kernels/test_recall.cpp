@@ -1,5 +1,6 @@
 // The recall store's kernels (recall.cuh, and ptaa_decode with a RecallView):
-// - page scores against float64 dot products over the stored keys as read back;
+// - page scores against float64 dot products over the stored keys as read back (a q8_0 store's
+//   against the query rounded to q8_0, as the CPU scores them);
 // - the page choice against the CPU's RecallStore::select_scored on the same scores, ties included;
 // - decode attention over the exact cache plus the chosen pages against float64 attention over
 //   the same rows, and with every page of a lossless store recalled, against the CPU's attention
@@ -15,6 +16,7 @@
 #include "slake/kv/attention_rows.h"
 #include "slake/kv/kv_recall.h"
 #include "slake/model/softcap.h"
+#include "slake/quant/dtype.h"
 
 namespace slake::gpu::test {
 namespace {
@@ -63,6 +65,17 @@ TEST(KernelRecall, PageScoresAreTheLargestKeyDotProductOfEachPage) {
       Stores st(H, d, t, n, 5);
       DeviceKvLayer dev(st.rows, 0, store_capacity(n));
       const std::vector<float> q = random_floats(static_cast<size_t>(n_heads) * d, 77, -1.5f, 1.5f);
+      // The query a q8_0 store's keys meet: rounded to q8_0 blocks (scale max |x| / 127 as f16,
+      // values round(x / scale) to even), as the CPU's quantize_q8_0 rounds it.
+      std::vector<double> qr(q.begin(), q.end());
+      if (t == KvType::Q8_0)
+        for (size_t b = 0; b < q.size() / 32; ++b) {
+          float amax = 0.0f;
+          for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(q[b * 32 + i]));
+          const float sc = amax / 127.0f, inv = sc != 0.0f ? 1.0f / sc : 0.0f;
+          for (int i = 0; i < 32; ++i)
+            qr[b * 32 + i] = static_cast<double>(fp16_to_fp32(fp32_to_fp16(sc))) * std::nearbyint(q[b * 32 + i] * inv);
+        }
       DeviceBuffer<float> dq(q), score(static_cast<size_t>(n_heads) * (np_all + 3));
       recall_page_scores(score.get(), np_all + 3, dq.get(), n_heads, dev.view(), kPage);
       const std::vector<float> got = score.download();
@@ -73,7 +86,7 @@ TEST(KernelRecall, PageScoresAreTheLargestKeyDotProductOfEachPage) {
           for (int j = p * kPage; j < std::min(kh.n, (p + 1) * kPage); ++j) {
             const std::vector<double> k = row_of(kh, true, j, d);
             double dot = 0.0;
-            for (int i = 0; i < d; ++i) dot += static_cast<double>(q[static_cast<size_t>(h) * d + i]) * k[static_cast<size_t>(i)];
+            for (int i = 0; i < d; ++i) dot += qr[static_cast<size_t>(h) * d + i] * k[static_cast<size_t>(i)];
             want = std::max(want, dot);
           }
           const double g = got[static_cast<size_t>(h) * (np_all + 3) + p];
