@@ -70,6 +70,34 @@ const float* tile_rows(const KvHead& kv, bool keys, int j0, int nk, int d, std::
   return buf.data();
 }
 
+// Where the tiles' rows come from: a head of the cache, in position order (HeadTiles), or pages of
+// rows kept elsewhere (PageTiles, a recall store's chosen pages), whose positions need not be in
+// order. keys()/values() give a tile's kKeys rows as floats (tile_rows), pos() its positions.
+struct HeadTiles {
+  const KvHead& kv;
+  static constexpr bool kSorted = true;
+  const float* keys(int j0, int nk, int d, std::vector<float>& buf) const { return tile_rows(kv, true, j0, nk, d, buf); }
+  const float* values(int j0, int nk, int d, std::vector<float>& buf) const { return tile_rows(kv, false, j0, nk, d, buf); }
+  const int32_t* pos(int j0) const { return kv.pos.data() + j0; }
+};
+
+struct PageTiles {
+  const PagedRows& pr;
+  static constexpr bool kSorted = false;
+  // Row f of the pages' concatenation, in the store (a tile never crosses a page: page % kKeys == 0).
+  size_t row(int f) const { return static_cast<size_t>(pr.pages[f / pr.page]) * static_cast<size_t>(pr.page) + static_cast<size_t>(f % pr.page); }
+  const float* load(const uint8_t* base, int j0, int nk, int d, std::vector<float>& buf) const {
+    buf.resize(static_cast<size_t>(kKeys) * d);
+    kv_load_rows(pr.type, base + row(j0) * pr.row_bytes, buf.data(), nk, d);
+    for (int j = nk; j < kKeys; ++j)
+      std::memcpy(buf.data() + static_cast<size_t>(j) * d, buf.data() + static_cast<size_t>(nk - 1) * d, static_cast<size_t>(d) * sizeof(float));
+    return buf.data();
+  }
+  const float* keys(int j0, int nk, int d, std::vector<float>& buf) const { return load(pr.k, j0, nk, d, buf); }
+  const float* values(int j0, int nk, int d, std::vector<float>& buf) const { return load(pr.v, j0, nk, d, buf); }
+  const int32_t* pos(int j0) const { return pr.pos + row(j0); }
+};
+
 // The few-rows kernel (attention_rows.h), with AVX-512 only: with fewer vector registers its
 // sixteen score vectors would not stay in registers.
 constexpr int kFewRowsMost = 4;  // what the kernel's register blocking is sized for
@@ -180,40 +208,54 @@ std::pair<int, int> RowBlock::key_range(const KvHead& kv, int window) const {
   return {begin, end};
 }
 
-void RowBlock::attend(const KvHead& kv, int window, int j_begin, int j_end) { attend_tiles(kv, nullptr, window, j_begin, j_end); }
+void RowBlock::attend(const KvHead& kv, int window, int j_begin, int j_end) { attend_tiles(HeadTiles{kv}, nullptr, window, j_begin, j_end); }
 
 void RowBlock::attend_scored(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end) {
-  attend_tiles(kv, x, window, j_begin, j_end);
+  attend_tiles(HeadTiles{kv}, x, window, j_begin, j_end);
 }
 
-void RowBlock::attend_tiles(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end) {
-  if (few_) return attend_tiles_few(kv, x, window, j_begin, j_end);
+void RowBlock::attend_paged(const PagedRows& rows, int window) {
+  if (rows.page % kKeys != 0) fail("internal: attend_paged takes pages of a multiple of " + std::to_string(kKeys) + " rows");
+  int n = 0;
+  for (int i = 0; i < rows.n_pages; ++i) {
+    const int p = rows.pages[i], cnt = std::min(rows.page, rows.n_rows - p * rows.page);
+    if (cnt < rows.page && i + 1 < rows.n_pages) fail("internal: attend_paged's short page is not the last");
+    n += cnt;
+  }
+  if (n > 0) attend_tiles(PageTiles{rows}, nullptr, window, 0, n);
+}
+
+template <class Src>
+void RowBlock::attend_tiles(const Src& src, const lanes_f* x, int window, int j_begin, int j_end) {
+  if (few_) return attend_tiles_few(src, x, window, j_begin, j_end);
   const int d = d_;
-  const int32_t* kpos = kv.pos.data();
   const lanes_f neg_inf = splat(-std::numeric_limits<float>::infinity());
   for (int j0 = j_begin; j0 < j_end; j0 += kKeys) {
     const int nk = std::min(kKeys, j_end - j0);
     thread_local std::vector<float> tail_k, tail_v;
-    const float* v = tile_rows(kv, false, j0, nk, d, tail_v);
+    const float* v = src.values(j0, nk, d, tail_v);
+    const int32_t* kpos = src.pos(j0);
 
     lanes_f s[kKeys];
     if (x) {  // scores computed already: the tile's keys are not read at all
       for (int j = 0; j < kKeys; ++j) s[j] = j < nk ? x[j0 + j] : neg_inf;
     } else {
-      score_tile(q_t_.data(), tile_rows(kv, true, j0, nk, d, tail_k), d, s);
+      score_tile(q_t_.data(), src.keys(j0, nk, d, tail_k), d, s);
       if (cap_ > 0.0f)
         for (int j = 0; j < kKeys; ++j) s[j] = capped(s[j]);
     }
     // Masking is needed only where some row cannot see some key of the tile.
-    const bool all_visible =
-        nk == kKeys && kpos[j0 + nk - 1] <= q_min_ && (window <= 0 || kpos[j0] > q_max_ - window);
+    int32_t first = kpos[0], last = kpos[nk - 1];
+    if constexpr (!Src::kSorted)
+      for (int j = 1; j < nk; ++j) first = std::min(first, kpos[j]), last = std::max(last, kpos[j]);
+    const bool all_visible = nk == kKeys && last <= q_min_ && (window <= 0 || first > q_max_ - window);
     if (!all_visible)
       for (int j = 0; j < kKeys; ++j) {
         if (j >= nk) {
           s[j] = neg_inf;
           continue;
         }
-        const lanes_i kp = splat_i(kpos[j0 + j]);
+        const lanes_i kp = splat_i(kpos[j]);
         const lanes_i seen = window > 0 ? (lanes_le_i(kp, qp_) & lanes_gt_i(kp, qp_ - window)) : lanes_le_i(kp, qp_);
         s[j] = lanes_select(seen, s[j], neg_inf);
       }
@@ -244,19 +286,20 @@ void RowBlock::attend_tiles(const KvHead& kv, const lanes_f* x, int window, int 
   }
 }
 
-void RowBlock::attend_tiles_few(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end) {
+template <class Src>
+void RowBlock::attend_tiles_few(const Src& src, const lanes_f* x, int window, int j_begin, int j_end) {
   const int d = d_, n = n_;
-  const int32_t* kpos = kv.pos.data();
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const lanes_f neg_inf_l = splat(neg_inf);
   thread_local std::vector<float> tail_k, tail_v;
   float p[kLanes][kKeys];
   for (int j0 = j_begin; j0 < j_end; j0 += kKeys) {
     const int nk = std::min(kKeys, j_end - j0);
-    const float* v = tile_rows(kv, false, j0, nk, d, tail_v);
-    const float* k = x ? nullptr : tile_rows(kv, true, j0, nk, d, tail_k);
+    const float* v = src.values(j0, nk, d, tail_v);
+    const float* k = x ? nullptr : src.keys(j0, nk, d, tail_k);
+    const int32_t* kpos = src.pos(j0);
     lanes_i kp = splat_i(std::numeric_limits<int32_t>::max());
-    for (int j = 0; j < nk; ++j) kp[j] = kpos[j0 + j];
+    for (int j = 0; j < nk; ++j) kp[j] = kpos[j];
     bool any = false;
     for (int r = 0; r < n; ++r) {
       lanes_f s;

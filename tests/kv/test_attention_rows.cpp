@@ -2,6 +2,7 @@
 // part (m, l, unnormalised accumulator) per row for every row count up to kLanes, GQA groups,
 // windows, rows that see nothing, and a cache whose tokens were evicted into the linear state
 // (attention_prefill with PTAA against the Taylor formula token by token).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -228,6 +229,77 @@ TEST(AttendRows, ScoresAndScoredAttentionMatchFloat64) {
     }
     ASSERT_EQ(acc_a, acc_b) << "rows " << n;
   }
+}
+
+// Rows read in place from pages (RowBlock::attend_paged, a recall store's chosen pages): pages of
+// 16 and 32 rows in any order of choice, the short last page last, positions out of order within
+// a page, some after a query and some outside a window, rows stored as f32, f16 and q8_0, blocks
+// of the few-rows kernel (3 rows) and of the lanes kernel (9); against float64 softmax over the
+// same stored rows.
+TEST(AttendRows, PagedRowsMatchFloat64) {
+  const int d = 64;
+  std::mt19937 rng(17);
+  for (const KvType t : {KvType::F32, KvType::F16, KvType::Q8_0})
+    for (const int page : {16, 32})
+      for (const int n : {3, 9})
+        for (const int window : {0, 300}) {
+          const int n_rows = 5 * page + 7;
+          const size_t rb = kv_row_bytes(t, d);
+          std::vector<uint8_t> k(static_cast<size_t>(n_rows) * rb), v(k.size());
+          std::vector<float> kf(static_cast<size_t>(n_rows) * d), vf(kf.size());
+          std::vector<int32_t> pos(static_cast<size_t>(n_rows));
+          std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+          for (int j = 0; j < n_rows; ++j) {
+            std::vector<float> kr(d), vr(d);
+            for (int i = 0; i < d; ++i) kr[static_cast<size_t>(i)] = 2.0f * u(rng), vr[static_cast<size_t>(i)] = u(rng);
+            kv_store_row(t, kr.data(), k.data() + static_cast<size_t>(j) * rb, d);
+            kv_store_row(t, vr.data(), v.data() + static_cast<size_t>(j) * rb, d);
+            kv_load_rows(t, k.data() + static_cast<size_t>(j) * rb, kf.data() + static_cast<size_t>(j) * d, 1, d);
+            kv_load_rows(t, v.data() + static_cast<size_t>(j) * rb, vf.data() + static_cast<size_t>(j) * d, 1, d);
+            pos[static_cast<size_t>(j)] = static_cast<int32_t>(rng() % 1000);  // any order
+          }
+          const std::vector<int> pages{3, 0, 4, 5};  // page 5 is the short one (7 rows)
+          std::vector<std::vector<float>> q(static_cast<size_t>(n), std::vector<float>(d));
+          std::vector<const float*> qp;
+          std::vector<int32_t> qpos;
+          for (int r = 0; r < n; ++r) {
+            for (float& x : q[static_cast<size_t>(r)]) x = u(rng);
+            qp.push_back(q[static_cast<size_t>(r)].data());
+            qpos.push_back(800 + 40 * r);  // the rows see most keys, not all
+          }
+          RowBlock block;
+          block.begin(qp.data(), qpos.data(), n, d, 0.0f);
+          const PagedRows pr{t, k.data(), v.data(), rb, pos.data(), n_rows, page, pages.data(), static_cast<int>(pages.size())};
+          block.attend_paged(pr, window);
+          std::vector<float> acc(static_cast<size_t>(n) * d), m(static_cast<size_t>(n)), l(static_cast<size_t>(n));
+          block.finish(acc.data(), m.data(), l.data());
+          for (int r = 0; r < n; ++r) {
+            std::vector<std::pair<double, int>> seen;  // (logit, row)
+            for (const int p : pages)
+              for (int j = p * page; j < std::min(n_rows, (p + 1) * page); ++j) {
+                const int32_t kp = pos[static_cast<size_t>(j)];
+                if (kp > qpos[static_cast<size_t>(r)] || (window > 0 && kp <= qpos[static_cast<size_t>(r)] - window)) continue;
+                double x = 0.0;
+                for (int i = 0; i < d; ++i) x += static_cast<double>(q[static_cast<size_t>(r)][static_cast<size_t>(i)]) * kf[static_cast<size_t>(j) * d + i];
+                seen.emplace_back(x / std::sqrt(static_cast<double>(d)), j);
+              }
+            ASSERT_FALSE(seen.empty());
+            double mx = -INFINITY, den = 0.0;
+            for (const auto& e : seen) mx = std::max(mx, e.first);
+            std::vector<double> num(static_cast<size_t>(d), 0.0);
+            for (const auto& [x, j] : seen) {
+              const double w = std::exp(x - mx);
+              den += w;
+              for (int i = 0; i < d; ++i) num[static_cast<size_t>(i)] += w * vf[static_cast<size_t>(j) * d + i];
+            }
+            const std::string what = std::string(kv_type_name(t)) + " page " + std::to_string(page) + " rows " + std::to_string(n) +
+                                     " window " + std::to_string(window) + " row " + std::to_string(r);
+            EXPECT_NEAR(m[static_cast<size_t>(r)], mx, 1e-5) << what;
+            EXPECT_NEAR(l[static_cast<size_t>(r)] * std::exp(m[static_cast<size_t>(r)] - mx), den, 1e-4 * den) << what;
+            for (int i = 0; i < d; ++i)
+              EXPECT_NEAR(acc[static_cast<size_t>(r) * d + i] / l[static_cast<size_t>(r)], num[static_cast<size_t>(i)] / den, 1e-5) << what << " dim " << i;
+          }
+        }
 }
 
 TEST(AttendRows, RefusesBlocksWiderThanTheLanes) {

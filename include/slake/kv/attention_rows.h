@@ -32,6 +32,21 @@ void attend_rows(const float* const* q, const int32_t* qpos, int n, const KvHead
 // products summed across lanes 16 at a time, as the few-rows kernel scores a tile.
 lanes_f score_tile_of_keys(const float* q, const float* k, int d);
 
+// Rows kept elsewhere in pages (a recall store's chosen pages, kv_recall.h): page pages[i] (i <
+// n_pages) holds rows page * pages[i] .. of k and v (stored as `type`, row_bytes each) and pos, up
+// to the store's n_rows; `page` is a multiple of 16 (a tile of the kernel), and only the last
+// page of the list may be short. Positions need not be in order.
+struct PagedRows {
+  KvType type;
+  const uint8_t* k;
+  const uint8_t* v;
+  size_t row_bytes;
+  const int32_t* pos;
+  int n_rows, page;
+  const int* pages;
+  int n_pages;
+};
+
 // attend_rows in steps, so that several blocks can take the same keys while they are in cache:
 // begin, then attend over consecutive key ranges (any split of key_range gives the same
 // result up to rounding), then finish.
@@ -46,14 +61,20 @@ class RowBlock {
   // attend with the scores given: x[j] as scores() writes it, for every row j of `kv` (decode
   // scores its query once for eviction and attention alike, algorithm.md §5.2). Keys are not read.
   void attend_scored(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end);
+  // Takes every row of `rows` into the online softmax, each key visible to each row by position
+  // (causal; inside the sliding window when window > 0), read in place, a page's tile at a time.
+  void attend_paged(const PagedRows& rows, int window);
   void finish(float* acc, float* m, float* l) const;
   // Instead of attending: x[j] = q_r . k_j / sqrt(d) in lane r for keys j < n_keys (soft-capped
   // as begin() says), -inf where key j is after qpos[r] (causal, no window).
   void scores(const KvHead& kv, int n_keys, lanes_f* x) const;
 
  private:
-  void attend_tiles(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end);
-  void attend_tiles_few(const KvHead& kv, const lanes_f* x, int window, int j_begin, int j_end);
+  // Src: where the tiles' rows come from (a head, or pages: attention_rows.cpp).
+  template <class Src>
+  void attend_tiles(const Src& src, const lanes_f* x, int window, int j_begin, int j_end);
+  template <class Src>
+  void attend_tiles_few(const Src& src, const lanes_f* x, int window, int j_begin, int j_end);
   void scores_few(const KvHead& kv, int n_keys, lanes_f* x) const;
 
   // The raw scores s of a tile soft-capped, when the block caps.
