@@ -555,10 +555,13 @@ void RecallStore::hold_choice(const std::vector<int>& pages, const float* const*
 
 const std::vector<int>& RecallStore::held_choice() const {
   ++held_uses_;
-  held_view_ = held_;
-  for (int p = std::max(0, held_pages_ - 1); p < n_pages(); ++p) held_view_.push_back(p);
-  std::sort(held_view_.begin(), held_view_.end());
-  held_view_.erase(std::unique(held_view_.begin(), held_view_.end()), held_view_.end());
+  // The choice (increasing, of pages before held_pages_), then every page from the one last then:
+  // increasing without a sort.
+  const int from = std::max(0, held_pages_ - 1);
+  held_view_.clear();
+  for (const int p : held_)
+    if (p < from) held_view_.push_back(p);
+  for (int p = from; p < n_pages(); ++p) held_view_.push_back(p);
   return held_view_;
 }
 
