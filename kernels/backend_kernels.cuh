@@ -81,9 +81,9 @@ void kv_append(const KvLayerMut& kv, int row0, const float* k, const float* v, i
   SLAKE_CHECK_LAUNCH("kv_append_kernel");
 }
 
-// Block (row r, KV head g): row row0 + r of head g of `store` = row idx[g * idx_ld + r] of `src` (or
-// row[g] when count_from_row: one row a head where row[g] >= 0), read as floats and stored as the
-// store's type, as the CPU's RecallStore::add takes an evicted row (kv_load_rows, kv_store_row).
+// Block (row r, KV head g): row row0 + r of head g of `store` = row idx[g * idx_ld + r] of `src` (with
+// one_per_head, idx_ld 1 and r 0: row idx[g], skipped where it is < 0), read as floats and stored as
+// the store's type, as the CPU's RecallStore::add takes an evicted row (kv_load_rows, kv_store_row).
 __global__ void store_rows_kernel(KvLayerMut store, int row0, KvLayerView src, const int32_t* idx, int64_t idx_ld, bool one_per_head) {
   SLAKE_SHARED(float, x, kMaxHeadDim);
   const int r = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y), d = src.head_dim;

@@ -95,7 +95,7 @@ struct LinearStateView {
 // ---- the recall store (recall.cuh; docs/algorithm.md §9) ----
 
 // A layer's recall stores as the attention kernels read them: `store` holds each KV head's evicted
-// rows in position order (the layout of KvLayerView; n_held: the rows each head's store holds,
+// rows in the order they were evicted (the layout of KvLayerView; n_held: the rows each head's store holds,
 // type_k = type_v: the store's row type), in pages of `page` rows (page p: rows p * page ..);
 // the pages each head attends are pages[g * pages_ld + i], i < n_chosen[g] (recall_select's
 // output), at most max_chosen of them (0: no recall). pages_per_split is the launcher's.
@@ -111,10 +111,12 @@ struct RecallView {
 
 // RecallScore::Keys on the device: score[h * score_ld + p] = the largest q_h . k_j over the keys
 // j of page p of KV head h / (n_heads / n_kv_heads)'s store (unscaled, as stored; -inf for the
-// pages past that head's last), for p < ceil(capacity / page) <= score_ld. A q8_0 store's keys
-// meet q_h rounded to q8_0 blocks in integer dot products (RecallStore::key_scores_q8_0).
+// pages past that head's last), for p < ceil(R / page) <= score_ld, R the capacity or max_rows
+// when given (>= every head's n_held: the rows the host knows are stored). A q8_0 store's keys
+// meet q_h rounded to q8_0 blocks in integer dot products, as RecallStore::key_scores_q8_0 scores
+// them (bit for bit where the CPU's kernel adds the blocks' sums in order: AVX-512 VNNI).
 void recall_page_scores(float* score, int64_t score_ld, const float* q, int n_heads, const KvLayerView& store, int page,
-                        Stream stream = nullptr);
+                        int max_rows = -1, Stream stream = nullptr);
 // RecallStore::select_scored's rule for Keys on those scores: per KV head g, of its
 // n_pages = ceil(n_held[g] / page) pages the `want` whose score relative to each of its query
 // rows' best is highest for some row (ties to the later page), into pages[g * pages_ld ..] in
@@ -122,7 +124,7 @@ void recall_page_scores(float* score, int64_t score_ld, const float* q, int n_he
 // recall_select_scratch_bytes() bytes (the ranks, reversed, and topk_flags' flags).
 size_t recall_select_scratch_bytes(int n_kv_heads, int64_t score_ld);
 void recall_select(int32_t* pages, int64_t pages_ld, int32_t* n_chosen, const float* score, int64_t score_ld, int n_heads,
-                   const KvLayerView& store, int page, int want, void* scratch, Stream stream = nullptr);
+                   const KvLayerView& store, int page, int want, void* scratch, int max_rows = -1, Stream stream = nullptr);
 
 // ---- PTAA decode (ptaa_decode.cuh) ----
 

@@ -113,10 +113,17 @@ __global__ void recall_list_kernel(int32_t* pages, int64_t pages_ld, int32_t* n_
   if (t == 0) n_chosen[g] = before;
 }
 
+// The pages the launches cover: those of max_rows rows (every head's n_held is at most that), or of
+// the whole capacity.
+int recall_score_pages(const KvLayerView& store, int page, int max_rows) {
+  return ceil_div(max_rows >= 0 && max_rows < store.capacity ? max_rows : store.capacity, page);
+}
+
 void recall_page_scores(float* score, int64_t score_ld, const float* q, int n_heads, const KvLayerView& store, int page,
-                        Stream stream) {
+                        int max_rows, Stream stream) {
   if (store.head_dim <= 0 || page <= 0 || n_heads % store.n_kv_heads != 0) throw Error("recall_page_scores: unsupported shape");
-  const int score_pages = ceil_div(store.capacity, page);
+  const int score_pages = recall_score_pages(store, page, max_rows);
+  if (score_pages <= 0) return;
   if (score_ld < score_pages) throw Error("recall_page_scores: score_ld below the store's pages");
   SLAKE_LAUNCH(dim3(static_cast<unsigned>(ceil_div(score_pages, kRecallWarps)), static_cast<unsigned>(store.n_kv_heads)),
                dim3(kRecallThreads), 0, stream, recall_page_scores_kernel)
@@ -129,9 +136,9 @@ size_t recall_select_scratch_bytes(int n_kv_heads, int64_t score_ld) {
 }
 
 void recall_select(int32_t* pages, int64_t pages_ld, int32_t* n_chosen, const float* score, int64_t score_ld, int n_heads,
-                   const KvLayerView& store, int page, int want, void* scratch, Stream stream) {
+                   const KvLayerView& store, int page, int want, void* scratch, int max_rows, Stream stream) {
   if (page <= 0 || n_heads % store.n_kv_heads != 0) throw Error("recall_select: unsupported shape");
-  const int score_pages = ceil_div(store.capacity, page);
+  const int score_pages = recall_score_pages(store, page, max_rows);
   if (score_ld < score_pages || pages_ld < (want < score_pages ? want : score_pages))
     throw Error("recall_select: score_ld or pages_ld too small");
   float* rank = static_cast<float*>(scratch);

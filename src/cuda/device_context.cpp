@@ -83,7 +83,7 @@ void DeviceContext::reset() {
     L.stored = 0;
   }
   device_memset(at<int32_t>("kv.n_held"), 0, static_cast<size_t>(c.n_layers) * c.n_kv_heads * sizeof(int32_t));
-  if (plan_.recall) device_memset(at<int32_t>("store.n_held"), 0, static_cast<size_t>(c.n_layers) * c.n_kv_heads * sizeof(int32_t));
+  if (plan_.recall) device_memset(at<int32_t>("store.n_held"), 0, static_cast<size_t>(n_managed_) * c.n_kv_heads * sizeof(int32_t));
   const size_t H = static_cast<size_t>(c.n_layers) * c.n_kv_heads, d = static_cast<size_t>(c.head_dim);
   if (plan_.evicting && plan_.kv.taylor()) {
     device_memset(at<float>("lin.n"), 0, H * sizeof(float));
@@ -124,7 +124,8 @@ KvLayerView DeviceContext::view(const KvLayerMut& m, int l) const {
 
 KvLayerMut DeviceContext::store_layer(int l) const {
   const ModelConfig& c = model_.cfg;
-  const int64_t rows = static_cast<int64_t>(l) * c.n_kv_heads * plan_.n_ctx;
+  if (slot(l) < 0) fail("internal: a layer the KV policy does not manage has no recall store");
+  const int64_t rows = static_cast<int64_t>(slot(l)) * c.n_kv_heads * plan_.n_ctx;
   return KvLayerMut{at<uint8_t>("store.k") + rows * static_cast<int64_t>(plan_.store_row),
                     at<uint8_t>("store.v") + rows * static_cast<int64_t>(plan_.store_row), at<int32_t>("store.pos") + rows,
                     c.n_kv_heads, plan_.n_ctx, c.head_dim, plan_.store_type, plan_.store_type};
@@ -132,7 +133,7 @@ KvLayerMut DeviceContext::store_layer(int l) const {
 
 KvLayerView DeviceContext::store_view(int l) const {
   const KvLayerMut m = store_layer(l);
-  const int32_t* n_held = at<int32_t>("store.n_held") + static_cast<int64_t>(l) * m.n_kv_heads;
+  const int32_t* n_held = at<int32_t>("store.n_held") + static_cast<int64_t>(slot(l)) * m.n_kv_heads;
   return KvLayerView{m.k, m.v, m.pos, n_held, m.n_kv_heads, m.capacity, m.head_dim, m.type_k, m.type_v, model_.cfg.attn_softcap};
 }
 
@@ -140,8 +141,8 @@ void DeviceContext::store_evicted(int l, const KvLayerView& src, const int32_t* 
   Layer& L = layers_[static_cast<size_t>(l)];
   if (count < 0) store_row_each(store_layer(l), L.stored, src, idx);
   else store_rows(store_layer(l), L.stored, src, idx, ld, count);
-  L.stored += count < 0 ? 1 : count;
-  fill_i32(at<int32_t>("store.n_held") + static_cast<int64_t>(l) * model_.cfg.n_kv_heads, L.stored, model_.cfg.n_kv_heads);
+  L.stored += count < 0 ? 1 : count;  // decode_victims gives every head a victim while the layer holds candidates
+  fill_i32(at<int32_t>("store.n_held") + static_cast<int64_t>(slot(l)) * model_.cfg.n_kv_heads, L.stored, model_.cfg.n_kv_heads);
 }
 
 void DeviceContext::attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held) {
@@ -150,12 +151,13 @@ void DeviceContext::attend_recalled(int l, float* att, const float* q, int32_t q
   const KvLayerView st = store_view(l);
   float* score = at<float>("recall.score");
   int32_t *pages = at<int32_t>("recall.pages"), *n_chosen = at<int32_t>("recall.n_chosen");
-  recall_page_scores(score, plan_.score_pages, q, c.n_heads, st, p.recall_page);
+  const int stored = layers_[static_cast<size_t>(l)].stored;  // every head's, so the pages scored are those held
+  recall_page_scores(score, plan_.score_pages, q, c.n_heads, st, p.recall_page, stored);
   recall_select(pages, p.recall_pages, n_chosen, score, plan_.score_pages, c.n_heads, st, p.recall_page, p.recall_pages,
-                at<uint8_t>("recall.select"));
+                at<uint8_t>("recall.select"), stored);
   RecallView rc;
   rc.store = st, rc.page = p.recall_page, rc.pages = pages, rc.pages_ld = p.recall_pages, rc.n_chosen = n_chosen;
-  rc.max_chosen = std::min(p.recall_pages, (layers_[static_cast<size_t>(l)].stored + p.recall_page - 1) / p.recall_page);
+  rc.max_chosen = std::min(p.recall_pages, (stored + p.recall_page - 1) / p.recall_page);
   ptaa_decode(att, q, qpos, c.n_heads, kvv, lin(l), c.layer_window(l), max_held, plan_.ptaa_split_len, at<float>("ptaa"), rc);
 }
 

@@ -112,10 +112,11 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
     check_kv_type(kv.store_type, c.head_dim, "recall store type");
     store_row = static_cast<size_t>(elem_row_bytes(store_type, c.head_dim));
     score_pages = (n_ctx + kv.recall_page - 1) / kv.recall_page;
-    add("store", "store.k", L * H * ctx * store_row);
-    add("store", "store.v", L * H * ctx * store_row);
-    add("store", "store.pos", L * H * ctx * sizeof(int32_t));
-    add("store", "store.n_held", L * H * sizeof(int32_t));
+    const size_t M = c.kv_policy_layers().size();  // the layers that evict (local ones drop what they no longer see)
+    add("store", "store.k", M * H * ctx * store_row);
+    add("store", "store.v", M * H * ctx * store_row);
+    add("store", "store.pos", M * H * ctx * sizeof(int32_t));
+    add("store", "store.n_held", M * H * sizeof(int32_t));
   }
 
   // Activations: the residual stream of a whole prompt, one chunk's scratch, the logits of a chunk.

@@ -59,7 +59,8 @@ class DevicePlan {
   int64_t pool_half;  // a prefill chunk's layers go into one half (pool_slots without chunks)
   int max_capacity;  // most rows one layer's head can hold
   int ptaa_split_len, ptaa_n_splits;
-  // The recall store (kv.recall(), docs/algorithm.md §9): per layer and KV head n_ctx rows of
+  // The recall store (kv.recall(), docs/algorithm.md §9): per layer the policy manages
+  // (ModelConfig::kv_policy_layers) and KV head n_ctx rows of
   // store_type ("store.k", "store.v", "store.pos", group "store"), in pages of kv.recall_page;
   // each decode step scores score_pages pages a query head ("recall.score") and attends
   // kv.recall_pages of them a KV head ("recall.pages").

@@ -151,6 +151,7 @@ void compare_once(const Model& model, const ContextParams& cp, const std::vector
   if (g_tol.exact_decisions) {
     EXPECT_EQ(dev.budgets(), cpu.evictor().budgets()) << what << ": layer budgets";
     EXPECT_EQ(dev.kv_bytes_used(), cpu.kv_cache().bytes_used()) << what << ": KV bytes in use";
+    EXPECT_EQ(dev.kv_store_bytes(), cpu.kv_cache().store_bytes_used()) << what << ": the recall stores' bytes";
   }
   EXPECT_EQ(dev.n_past(), cpu.n_past());
   std::printf("%s: max |logit diff| %.3g, KV %zu bytes, arena %s\n", what.c_str(), worst, dev.kv_bytes_used(),
@@ -373,6 +374,11 @@ TEST(DeviceContext, RecallStoreMatchesCpu) {
   ContextParams all = params(96, "snapkv", 12, 4);
   all.kv.recall_pages = 16, all.kv.recall_page = 4, all.kv.store_type = KvType::F32;
   compare(*m, all, prompt_tokens(40, m->cfg.n_vocab, 12), 6, "llama-gqa-tied snapkv every page recalled");
+  // Local and global layers (Gemma 3): only the layers the policy manages have stores.
+  const auto gm = fixture("gemma3-swa");
+  ContextParams gp = params(96, "snapkv", 12, 4);
+  gp.kv.recall_pages = 2, gp.kv.recall_page = 4, gp.kv.store_type = KvType::F32;
+  compare(*gm, gp, prompt_tokens(40, gm->cfg.n_vocab, 14), 6, "gemma3-swa snapkv recall 2 pages of 4", false);
   // A q8_0 store, f16 cache: the tiny shape's head_dim of 32.
   const auto t = make_synthetic_model("tiny", DType::F32, 11);
   ContextParams cp = params(96, "snapkv", 16, 4);
