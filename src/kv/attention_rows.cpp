@@ -87,6 +87,7 @@ struct PageTiles {
   // Row f of the pages' concatenation, in the store (a tile never crosses a page: page % kKeys == 0).
   size_t row(int f) const { return static_cast<size_t>(pr.pages[f / pr.page]) * static_cast<size_t>(pr.page) + static_cast<size_t>(f % pr.page); }
   const float* load(const uint8_t* base, int j0, int nk, int d, std::vector<float>& buf) const {
+    if (nk == kKeys && pr.type == KvType::F32) return reinterpret_cast<const float*>(base + row(j0) * pr.row_bytes);
     buf.resize(static_cast<size_t>(kKeys) * d);
     kv_load_rows(pr.type, base + row(j0) * pr.row_bytes, buf.data(), nk, d);
     for (int j = nk; j < kKeys; ++j)
@@ -219,6 +220,8 @@ void RowBlock::attend_paged(const PagedRows& rows, int window) {
   int n = 0;
   for (int i = 0; i < rows.n_pages; ++i) {
     const int p = rows.pages[i], cnt = std::min(rows.page, rows.n_rows - p * rows.page);
+    if (p < 0 || cnt <= 0 || (i > 0 && p <= rows.pages[i - 1]))
+      fail("internal: attend_paged's pages are not increasing pages of the store");
     if (cnt < rows.page && i + 1 < rows.n_pages) fail("internal: attend_paged's short page is not the last");
     n += cnt;
   }

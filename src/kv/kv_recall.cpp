@@ -569,10 +569,10 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
                          const std::vector<int>& pages, float* acc, float* m, float* l, RecallCover* cover,
                          float* cover_buf) const {
   const size_t d = static_cast<size_t>(d_);
-  // Pages of whole tiles are read in place by the exact cache's tiled kernel (RowBlock::attend_paged),
-  // the store's short last page, when chosen, last (select and held_choice give increasing order).
+  // Pages of whole tiles are read in place by the exact cache's tiled kernel (RowBlock::attend_paged):
+  // select and held_choice give increasing pages, so the store's short last page, when chosen, is last.
   const bool short_last = pages.empty() || std::all_of(pages.begin(), pages.end() - 1, [&](int p) { return page_tokens(p) == page_; });
-  if (!cover && rows > 0 && rows <= kLanes && page_ % 16 == 0 && short_last) {
+  if (!cover && rows > 0 && rows <= kLanes && page_ > 0 && page_ % 16 == 0 && short_last) {
     thread_local RowBlock block;
     block.begin(q, qpos, rows, d_, softcap);
     const PagedRows pr{type_, k_.data(), v_.data(), row_, pos_.data(), n_, page_, pages.data(), static_cast<int>(pages.size())};
@@ -580,9 +580,9 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
     block.finish(acc, m, l);
     return;
   }
-  // Whether every key of the pages precedes every row: evicted tokens are earlier ones, so it
-  // holds for what the store is given; the tiled kernel's masking assumes keys in position order
-  // otherwise.
+  // Pages of another size: copied into one run of a head when every key of the pages precedes
+  // every row (evicted tokens are earlier ones, so it holds for what the store is given; a head's
+  // tiles assume keys in position order otherwise), else row by row.
   const auto all_before = [&] {
     const int32_t first = *std::min_element(qpos, qpos + rows);
     for (const int p : pages)

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "reference_math.h"
+#include "slake/error.h"
 #include "slake/kv/attention.h"
 #include "slake/kv/attention_rows.h"
 #include "slake/cpu/lanes.h"
@@ -232,8 +233,8 @@ TEST(AttendRows, ScoresAndScoredAttentionMatchFloat64) {
 }
 
 // Rows read in place from pages (RowBlock::attend_paged, a recall store's chosen pages): pages of
-// 16 and 32 rows in any order of choice, the short last page last, positions out of order within
-// a page, some after a query and some outside a window, rows stored as f32, f16 and q8_0, blocks
+// 16 and 32 rows, some skipped, the short last page last, positions out of order within a page,
+// some after a query and some outside a window, rows stored as f32, f16 and q8_0, blocks
 // of the few-rows kernel (3 rows) and of the lanes kernel (9); against float64 softmax over the
 // same stored rows.
 TEST(AttendRows, PagedRowsMatchFloat64) {
@@ -258,7 +259,7 @@ TEST(AttendRows, PagedRowsMatchFloat64) {
             kv_load_rows(t, v.data() + static_cast<size_t>(j) * rb, vf.data() + static_cast<size_t>(j) * d, 1, d);
             pos[static_cast<size_t>(j)] = static_cast<int32_t>(rng() % 1000);  // any order
           }
-          const std::vector<int> pages{3, 0, 4, 5};  // page 5 is the short one (7 rows)
+          const std::vector<int> pages{0, 2, 3, 5};  // page 5 is the short one (7 rows)
           std::vector<std::vector<float>> q(static_cast<size_t>(n), std::vector<float>(d));
           std::vector<const float*> qp;
           std::vector<int32_t> qpos;
@@ -273,6 +274,13 @@ TEST(AttendRows, PagedRowsMatchFloat64) {
           block.attend_paged(pr, window);
           std::vector<float> acc(static_cast<size_t>(n) * d), m(static_cast<size_t>(n)), l(static_cast<size_t>(n));
           block.finish(acc.data(), m.data(), l.data());
+          // Pages out of order, repeated, past the store, or a short page before the last: refused.
+          for (const std::vector<int>& bad : {std::vector<int>{2, 0}, std::vector<int>{2, 2}, std::vector<int>{6}, std::vector<int>{5, 6}}) {
+            RowBlock b2;
+            b2.begin(qp.data(), qpos.data(), n, d, 0.0f);
+            const PagedRows br{t, k.data(), v.data(), rb, pos.data(), n_rows, page, bad.data(), static_cast<int>(bad.size())};
+            EXPECT_THROW(b2.attend_paged(br, window), Error);
+          }
           for (int r = 0; r < n; ++r) {
             std::vector<std::pair<double, int>> seen;  // (logit, row)
             for (const int p : pages)

@@ -159,6 +159,7 @@ class RecallStore {
   static constexpr float kHoldCos = 0.8f;
   bool holds_choice(int every, const float* const* q, int rows) const;
   const std::vector<int>& held_choice() const;
+  // `pages`: as select gives them, increasing and distinct (held_choice relies on it).
   void hold_choice(const std::vector<int>& pages, const float* const* q, int rows) const;
   void forget_choice() const { held_uses_ = 0; }
 
