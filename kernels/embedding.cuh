@@ -23,6 +23,7 @@ void embedding(float* out, const void* table, ElemType type, const int32_t* toke
     case ElemType::F32: SLAKE_LAUNCH(grid, block, 0, stream, embedding_kernel<ElemType::F32>)(out, table, tokens, dim, scale); break;
     case ElemType::F16: SLAKE_LAUNCH(grid, block, 0, stream, embedding_kernel<ElemType::F16>)(out, table, tokens, dim, scale); break;
     case ElemType::BF16: SLAKE_LAUNCH(grid, block, 0, stream, embedding_kernel<ElemType::BF16>)(out, table, tokens, dim, scale); break;
+    default: throw Error("embedding: a table of f32, f16 or bf16 rows only");
   }
   SLAKE_CHECK_LAUNCH("embedding_kernel");
 }

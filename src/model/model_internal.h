@@ -17,11 +17,11 @@ struct TensorNames {
   std::string attn_post_norm, ffn_post_norm;  // bound with post_norms only
   // Fused tensors (Phi-3), split into the views above when named: Q, K and V in one matrix of
   // q_dim + 2 kv_dim rows (used when the file has it), gate and up in one of 2 ffn_dim rows.
-  std::string wqkv, w_gate_up;
+  std::string wqkv{}, w_gate_up{};
   // With experts (ModelConfig::n_expert): the router and the experts' matrices. A name with "{e}"
   // is one tensor per expert; without it, one stacked tensor [in, out, n_expert] split by rows.
-  std::string router, exp_gate, exp_up, exp_down;
-  std::string shexp_gate, shexp_up, shexp_down, shexp_router;  // with a shared expert (qwen2moe)
+  std::string router{}, exp_gate{}, exp_up{}, exp_down{};
+  std::string shexp_gate{}, shexp_up{}, shexp_down{}, shexp_router{};  // with a shared expert (qwen2moe)
 };
 
 void validate_config(const ModelConfig& c, const std::string& file);
