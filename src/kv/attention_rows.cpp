@@ -72,31 +72,42 @@ const float* tile_rows(const KvHead& kv, bool keys, int j0, int nk, int d, std::
 
 // Where the tiles' rows come from: a head of the cache, in position order (HeadTiles), or pages of
 // rows kept elsewhere (PageTiles, a recall store's chosen pages), whose positions need not be in
-// order. keys()/values() give a tile's kKeys rows as floats (tile_rows), pos() its positions.
+// order. keys()/values() give a tile's kKeys rows as floats (tile_rows), pos() its nk positions.
 struct HeadTiles {
   const KvHead& kv;
   static constexpr bool kSorted = true;
   const float* keys(int j0, int nk, int d, std::vector<float>& buf) const { return tile_rows(kv, true, j0, nk, d, buf); }
   const float* values(int j0, int nk, int d, std::vector<float>& buf) const { return tile_rows(kv, false, j0, nk, d, buf); }
-  const int32_t* pos(int j0) const { return kv.pos.data() + j0; }
+  const int32_t* pos(int j0, int) const { return kv.pos.data() + j0; }
 };
 
 struct PageTiles {
   const PagedRows& pr;
   static constexpr bool kSorted = false;
-  // Row f of the pages' concatenation, in the store (a tile never crosses a page: page % kKeys == 0).
+  // Row f of the pages' concatenation, in the store.
   size_t row(int f) const { return static_cast<size_t>(pr.pages[f / pr.page]) * static_cast<size_t>(pr.page) + static_cast<size_t>(f % pr.page); }
+  // Whether the tile's rows lie in one page, in a run of the store (always with pages of a multiple of kKeys).
+  bool in_one_page(int j0, int nk) const { return j0 % pr.page + nk <= pr.page; }
   const float* load(const uint8_t* base, int j0, int nk, int d, std::vector<float>& buf) const {
-    if (nk == kKeys && pr.type == KvType::F32) return reinterpret_cast<const float*>(base + row(j0) * pr.row_bytes);
+    const bool run = in_one_page(j0, nk);
+    if (run && nk == kKeys && pr.type == KvType::F32) return reinterpret_cast<const float*>(base + row(j0) * pr.row_bytes);
     buf.resize(static_cast<size_t>(kKeys) * d);
-    kv_load_rows(pr.type, base + row(j0) * pr.row_bytes, buf.data(), nk, d);
+    if (run) kv_load_rows(pr.type, base + row(j0) * pr.row_bytes, buf.data(), nk, d);
+    else
+      for (int j = 0; j < nk; ++j) kv_load_rows(pr.type, base + row(j0 + j) * pr.row_bytes, buf.data() + static_cast<size_t>(j) * d, 1, d);
     for (int j = nk; j < kKeys; ++j)
       std::memcpy(buf.data() + static_cast<size_t>(j) * d, buf.data() + static_cast<size_t>(nk - 1) * d, static_cast<size_t>(d) * sizeof(float));
     return buf.data();
   }
   const float* keys(int j0, int nk, int d, std::vector<float>& buf) const { return load(pr.k, j0, nk, d, buf); }
   const float* values(int j0, int nk, int d, std::vector<float>& buf) const { return load(pr.v, j0, nk, d, buf); }
-  const int32_t* pos(int j0) const { return pr.pos + row(j0); }
+  // The tile's positions: in place within a page, else gathered (the kernels read them before the next tile's).
+  const int32_t* pos(int j0, int nk) const {
+    if (in_one_page(j0, nk)) return pr.pos + row(j0);
+    for (int j = 0; j < nk; ++j) gathered[j] = pr.pos[row(j0 + j)];
+    return gathered;
+  }
+  mutable int32_t gathered[kKeys];
 };
 
 // The few-rows kernel (attention_rows.h), with AVX-512 only: with fewer vector registers its
@@ -216,7 +227,7 @@ void RowBlock::attend_scored(const KvHead& kv, const lanes_f* x, int window, int
 }
 
 void RowBlock::attend_paged(const PagedRows& rows, int window) {
-  if (rows.page % kKeys != 0) fail("internal: attend_paged takes pages of a multiple of " + std::to_string(kKeys) + " rows");
+  if (rows.page < 1) fail("internal: attend_paged takes pages of at least one row");
   int n = 0;
   for (int i = 0; i < rows.n_pages; ++i) {
     const int p = rows.pages[i], cnt = std::min(rows.page, rows.n_rows - p * rows.page);
@@ -225,7 +236,7 @@ void RowBlock::attend_paged(const PagedRows& rows, int window) {
     if (cnt < rows.page && i + 1 < rows.n_pages) fail("internal: attend_paged's short page is not the last");
     n += cnt;
   }
-  if (n > 0) attend_tiles(PageTiles{rows}, nullptr, window, 0, n);
+  if (n > 0) attend_tiles(PageTiles{rows, {}}, nullptr, window, 0, n);
 }
 
 template <class Src>
@@ -237,7 +248,7 @@ void RowBlock::attend_tiles(const Src& src, const lanes_f* x, int window, int j_
     const int nk = std::min(kKeys, j_end - j0);
     thread_local std::vector<float> tail_k, tail_v;
     const float* v = src.values(j0, nk, d, tail_v);
-    const int32_t* kpos = src.pos(j0);
+    const int32_t* kpos = src.pos(j0, nk);
 
     lanes_f s[kKeys];
     if (x) {  // scores computed already: the tile's keys are not read at all
@@ -300,7 +311,7 @@ void RowBlock::attend_tiles_few(const Src& src, const lanes_f* x, int window, in
     const int nk = std::min(kKeys, j_end - j0);
     const float* v = src.values(j0, nk, d, tail_v);
     const float* k = x ? nullptr : src.keys(j0, nk, d, tail_k);
-    const int32_t* kpos = src.pos(j0);
+    const int32_t* kpos = src.pos(j0, nk);
     lanes_i kp = splat_i(std::numeric_limits<int32_t>::max());
     for (int j = 0; j < nk; ++j) kp[j] = kpos[j];
     bool any = false;

@@ -569,50 +569,15 @@ void RecallStore::attend(const float* const* q, const int32_t* qpos, int rows, i
                          const std::vector<int>& pages, float* acc, float* m, float* l, RecallCover* cover,
                          float* cover_buf) const {
   const size_t d = static_cast<size_t>(d_);
-  // Pages of whole tiles are read in place by the exact cache's tiled kernel (RowBlock::attend_paged):
-  // select and held_choice give increasing pages, so the store's short last page, when chosen, is last.
+  // The pages are read in place by the exact cache's tiled kernel (RowBlock::attend_paged): select
+  // and held_choice give increasing pages, so the store's short last page, when chosen, is last.
+  // With a cover, the recalled rows' sums are needed too: row by row below.
   const bool short_last = pages.empty() || std::all_of(pages.begin(), pages.end() - 1, [&](int p) { return page_tokens(p) == page_; });
-  if (!cover && rows > 0 && rows <= kLanes && page_ > 0 && page_ % 16 == 0 && short_last) {
+  if (!cover && rows > 0 && rows <= kLanes && page_ > 0 && short_last) {
     thread_local RowBlock block;
     block.begin(q, qpos, rows, d_, softcap);
     const PagedRows pr{type_, k_.data(), v_.data(), row_, pos_.data(), n_, page_, pages.data(), static_cast<int>(pages.size())};
     block.attend_paged(pr, window);
-    block.finish(acc, m, l);
-    return;
-  }
-  // Pages of another size: copied into one run of a head when every key of the pages precedes
-  // every row (evicted tokens are earlier ones, so it holds for what the store is given; a head's
-  // tiles assume keys in position order otherwise), else row by row.
-  const auto all_before = [&] {
-    const int32_t first = *std::min_element(qpos, qpos + rows);
-    for (const int p : pages)
-      for (int j = p * page_; j < p * page_ + page_tokens(p); ++j)
-        if (pos_[static_cast<size_t>(j)] > first) return false;
-    return true;
-  };
-  if (!cover && window <= 0 && rows > 0 && rows <= kLanes && all_before()) {
-    // The pages' rows as stored, copied into one run of a head of the store's type, through the
-    // tiled kernel the exact cache goes through; every key precedes the rows, so their order does
-    // not matter without a window.
-    thread_local KvHead run;
-    run.type_k = run.type_v = type_;
-    run.k_row = run.v_row = row_;
-    run.n = 0;
-    for (const int p : pages) run.n += page_tokens(p);
-    run.k.resize(static_cast<size_t>(run.n) * row_);
-    run.v.resize(run.k.size());
-    run.pos.resize(static_cast<size_t>(run.n));
-    size_t at = 0;
-    for (const int p : pages) {
-      const size_t j0 = static_cast<size_t>(p) * static_cast<size_t>(page_), cnt = static_cast<size_t>(page_tokens(p));
-      std::memcpy(run.k.data() + at * row_, k_.data() + j0 * row_, cnt * row_);
-      std::memcpy(run.v.data() + at * row_, v_.data() + j0 * row_, cnt * row_);
-      std::memcpy(run.pos.data() + at, pos_.data() + j0, cnt * sizeof(int32_t));
-      at += cnt;
-    }
-    thread_local RowBlock block;
-    block.begin(q, qpos, rows, d_, softcap);
-    if (run.n > 0) block.attend(run, window, 0, run.n);
     block.finish(acc, m, l);
     return;
   }

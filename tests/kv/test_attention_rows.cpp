@@ -233,7 +233,7 @@ TEST(AttendRows, ScoresAndScoredAttentionMatchFloat64) {
 }
 
 // Rows read in place from pages (RowBlock::attend_paged, a recall store's chosen pages): pages of
-// 16 and 32 rows, some skipped, the short last page last, positions out of order within a page,
+// 16 and 32 rows, and of 12 (tiles across pages, gathered row by row), some skipped, the short last page last, positions out of order within a page,
 // some after a query and some outside a window, rows stored as f32, f16 and q8_0, blocks
 // of the few-rows kernel (3 rows) and of the lanes kernel (9); against float64 softmax over the
 // same stored rows.
@@ -241,7 +241,7 @@ TEST(AttendRows, PagedRowsMatchFloat64) {
   const int d = 64;
   std::mt19937 rng(17);
   for (const KvType t : {KvType::F32, KvType::F16, KvType::Q8_0})
-    for (const int page : {16, 32})
+    for (const int page : {16, 32, 12})
       for (const int n : {3, 9})
         for (const int window : {0, 300}) {
           const int n_rows = 5 * page + 7;

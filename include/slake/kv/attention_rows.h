@@ -34,8 +34,9 @@ lanes_f score_tile_of_keys(const float* q, const float* k, int d);
 
 // Rows kept elsewhere in pages (a recall store's chosen pages, kv_recall.h): page pages[i] (i <
 // n_pages) holds rows page * pages[i] .. of k and v (stored as `type`, row_bytes each) and pos, up
-// to the store's n_rows; `page` is a multiple of 16 (a tile of the kernel), the pages are
-// increasing, and only the last may be short. Positions need not be in order.
+// to the store's n_rows; the pages are increasing, and only the last may be short. A tile inside
+// one page (always, with pages of a multiple of 16) is read as a run; one across pages row by row.
+// Positions need not be in order.
 struct PagedRows {
   KvType type;
   const uint8_t* k;
