@@ -52,6 +52,10 @@ void forget_choices(const KvCache& cache, int layer, int n_kv_heads) {
   for (int kvh = 0; kvh < n_kv_heads; ++kvh) cache.head(layer, kvh).recall.forget_choice();
 }
 
+// recall_scores' entry for a head whose decode step attends an earlier step's choice.
+const float kHeldChoiceMark = 0.0f;
+const float* const kHeldChoice = &kHeldChoiceMark;
+
 // The recall part of a block of n rows of one KV head (algorithm.md §9.2): the cache's recall.pages
 // pages of kv's store with the highest score for the rows, attended exactly into (acc, m, l) as
 // attend_rows would. When the head's Taylor state holds the evicted tokens, it must then stand for
@@ -67,7 +71,9 @@ bool recall_part(const KvCache& cache, const KvHead& kv, const float* const* q, 
                  const std::vector<int>* chosen = nullptr, bool decode = false) {
   thread_local std::vector<int> pages;
   const RecallConfig& rc = cache.recall();
-  if (decode && kv.recall.holds_choice(rc.every, q, n)) {
+  // recall_scores decided a long store's hold already: scores it computed mean the choice did not
+  // hold, kHeldChoice that it did; a short store's is decided here.
+  if (decode && (scores == kHeldChoice || (!scores && kv.recall.holds_choice(rc.every, q, n)))) {
     chosen = &kv.recall.held_choice();
   } else if (!chosen) {
     if (scores) kv.recall.select_scored(q, scores, n, rc.pages, &pages);
@@ -101,8 +107,8 @@ bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q,
 // its scores (RecallStore::page_scores over every page, row r of the range's token t0 + r / group)
 // or null where its store is too short to be worth it, in the calling thread's buffers until its
 // next call; null itself when no head's scores were computed (a cache that does not recall: no
-// work, no allocation). A decode step (`decode`) skips the heads that attend an earlier step's
-// choice (RecallStore::holds_choice). For a prompt chunk's rows the buffer holds every long head's scores at once
+// work, no allocation). A decode step (`decode`) skips the long heads that attend an earlier step's
+// choice (RecallStore::holds_choice), whose entry is kHeldChoice. For a prompt chunk's rows the buffer holds every long head's scores at once
 // (32 x group rows by n_pages floats a head: 512 KiB for a 16K-token store and a group of 4).
 constexpr int kScorePages = 64;
 const float* const* recall_scores(const float* q, int t0, int n_tokens, const KvCache& cache, int layer,
@@ -118,17 +124,23 @@ const float* const* recall_scores(const float* q, int t0, int n_tokens, const Kv
       qr[static_cast<size_t>(kvh) * rows + r] = q + (t0 + r / group) * qdim + static_cast<int64_t>(kvh * group + r % group) * d;
   std::vector<size_t> off(static_cast<size_t>(s.n_kv_heads), 0);
   std::vector<std::pair<int, int>> items;  // (KV head, first page)
+  std::vector<char> held(static_cast<size_t>(s.n_kv_heads), 0);
+  bool any_held = false;
   size_t total = 0;
   for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) {
     const RecallStore& st = cache.head(layer, kvh).recall;
     const int np = st.n_pages();
     if (np <= kScorePages || np <= cache.recall().pages) continue;  // scored in the head's own item, or all recalled
-    if (decode && st.holds_choice(cache.recall().every, qr.data() + static_cast<size_t>(kvh) * rows, rows)) continue;
+    if (decode && st.holds_choice(cache.recall().every, qr.data() + static_cast<size_t>(kvh) * rows, rows)) {
+      held[static_cast<size_t>(kvh)] = 1;
+      any_held = true;
+      continue;
+    }
     off[static_cast<size_t>(kvh)] = total;
     total += static_cast<size_t>(rows) * np;
     for (int p0 = 0; p0 < np; p0 += kScorePages) items.emplace_back(kvh, p0);
   }
-  if (items.empty()) return nullptr;
+  if (items.empty() && !any_held) return nullptr;
   buf.resize(total);
   // The pool's threads read the calling thread's buffers through these.
   float* const base = buf.data();
@@ -145,6 +157,8 @@ const float* const* recall_scores(const float* q, int t0, int n_tokens, const Kv
   out.assign(static_cast<size_t>(s.n_kv_heads), nullptr);
   for (const auto& [kvh, p0] : items)
     if (p0 == 0) out[static_cast<size_t>(kvh)] = base + off[static_cast<size_t>(kvh)];
+  for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
+    if (held[static_cast<size_t>(kvh)]) out[static_cast<size_t>(kvh)] = kHeldChoice;
   return out.data();
 }
 
