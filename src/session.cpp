@@ -19,6 +19,7 @@ void decode_sessions(const std::vector<Session*>& sessions, const std::vector<in
   bool all_cpu = !ctxs.empty();
   for (Context* c : ctxs) all_cpu = all_cpu && c && &c->pool() == &ctxs[0]->pool();
   if (all_cpu) return decode_batch(ctxs, tokens, logits);
+  if (!sessions.empty() && sessions[0]->decode_together(sessions, tokens, logits)) return;
   if (logits) logits->assign(sessions.size(), {});
   for (size_t i = 0; i < sessions.size(); ++i) sessions[i]->eval({tokens[i]}, logits ? &(*logits)[i] : nullptr);
 }

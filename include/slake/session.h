@@ -57,6 +57,14 @@ class Session {
     return false;
   }
   virtual bool can_truncate() const { return false; }
+  // One decode step of `sessions` (this one first among them) together, as decode_sessions
+  // describes; false, with nothing evaluated, where this backend cannot step these sessions
+  // together (decode_sessions then steps them one after another).
+  virtual bool decode_together(const std::vector<Session*>& sessions, const std::vector<int32_t>& tokens,
+                               std::vector<std::vector<float>>* logits) {
+    (void)sessions, (void)tokens, (void)logits;
+    return false;
+  }
 };
 
 class CpuSession final : public Session {
@@ -96,9 +104,9 @@ class CpuSession final : public Session {
 };
 
 // One decode step of several sessions, token i into session i, logits[i] its logits: cpu sessions
-// sharing one thread pool step together through decode_batch (the weights read once for all);
-// sessions of other backends are stepped one after another. Each result equals the session's own
-// eval({token}).
+// sharing one thread pool step together through decode_batch, cuda sessions of one model together
+// through gpu::DeviceContext::decode_batch (the weights read once for all); other sessions are
+// stepped one after another. Each result equals the session's own eval({token}).
 void decode_sessions(const std::vector<Session*>& sessions, const std::vector<int32_t>& tokens,
                      std::vector<std::vector<float>>* logits);
 

@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "slake/error.h"
 
@@ -28,5 +29,18 @@ void CudaSession::eval_prompt_chunk(const std::vector<int32_t>& t, std::vector<f
   cuda_call([&] { ctx_->eval_prompt_chunk(t, l); });
 }
 void CudaSession::reset() { cuda_call([&] { ctx_->reset(); }); }
+
+bool CudaSession::decode_together(const std::vector<Session*>& sessions, const std::vector<int32_t>& tokens,
+                                  std::vector<std::vector<float>>* logits) {
+  std::vector<DeviceContext*> ctxs;
+  for (Session* s : sessions) {
+    auto* cs = dynamic_cast<CudaSession*>(s);
+    if (!cs || !cs->ctx_->shares_weights_with(*ctx_) || cs->ctx_->n_past() == 0) return false;
+    ctxs.push_back(cs->ctx_.get());
+  }
+  if (ctxs.empty() || ctxs[0] != ctx_.get()) return false;
+  cuda_call([&] { DeviceContext::decode_batch(ctxs, tokens, logits); });
+  return true;
+}
 
 }  // namespace slake::gpu

@@ -30,6 +30,9 @@ class CudaSession final : public Session {
            std::to_string((ctx_->peak_device_bytes() - ctx_->plan().total_bytes()) >> 20) + " MiB";
   }
   std::vector<int64_t> layer_budgets() const override { return ctx_->budgets(); }
+  // Cuda sessions of one model, each holding a prompt: DeviceContext::decode_batch.
+  bool decode_together(const std::vector<Session*>& sessions, const std::vector<int32_t>& tokens,
+                       std::vector<std::vector<float>>* logits) override;
 
  private:
   std::unique_ptr<DeviceContext> ctx_;

@@ -207,12 +207,13 @@ size_t DeviceContext::kv_store_bytes() const {
 void DeviceContext::note_usage() { kv_peak_ = std::max(kv_peak_, kv_bytes_used()); }
 
 // The layer's operations on the device for a chunk of nb rows starting at row t0 of the prompt
-// (the rows of `x`; every other activation holds the chunk's rows from its start). The buffers are
-// looked up in the plan once per chunk, not at every operation.
+// (the rows of `x`; every other activation holds the chunk's rows from its start), with `attend`
+// as the KV hooks and attention. The buffers are looked up in the plan once per chunk, not at
+// every operation.
 class DeviceContext::Ops final : public LayerOps {
  public:
-  Ops(DeviceContext& d, int l, int t0, int nb, const int32_t* pos_host, bool prompt)
-      : d_(d), c_(d.model_.cfg), L_(d.w_.layers[static_cast<size_t>(l)]), l_(l), t0_(t0), nb_(nb), pos_host_(pos_host), prompt_(prompt),
+  Ops(DeviceContext& d, int l, int t0, int nb, const AttendRows& attend)
+      : d_(d), c_(d.model_.cfg), L_(d.w_.layers[static_cast<size_t>(l)]), l_(l), nb_(nb), attend_(attend),
         act_(d.at<uint16_t>("act_bf16")), positions_(d.at<int32_t>("positions") + t0), inv_freq_(d.at<double>("inv_freq")),
         rows_{d.at<float>("x") + static_cast<int64_t>(t0) * c_.dim, d.at<float>("xb"), d.at<float>("q"), d.at<float>("k"),
               d.at<float>("v"), d.at<float>("att"), d.at<float>("gate"), d.at<float>("up")} {}
@@ -232,7 +233,7 @@ class DeviceContext::Ops final : public LayerOps {
     slake::gpu::rope(ptr(a), positions_, nb_, act_width(c_, a), n_heads, c_.head_dim, inv_freq, c_.rope_layout == RopeLayout::Half,
                      d_.rope_mscale_);
   }
-  void attention(Act out, Act q, Act k, Act v) override { d_.attend(l_, t0_, nb_, pos_host_, prompt_, ptr(out), ptr(q), ptr(k), ptr(v)); }
+  void attention(Act out, Act q, Act k, Act v) override { attend_(ptr(out), ptr(q), ptr(k), ptr(v)); }
   void swiglu(Act a, Act b) override { slake::gpu::swiglu(ptr(a), ptr(a), ptr(b), nb_ * act_width(c_, a)); }
   void geglu(Act a, Act b) override { slake::gpu::geglu(ptr(a), ptr(a), ptr(b), nb_ * act_width(c_, a)); }
   void add(Act x, Act y) override { residual_add(ptr(x), ptr(y), nb_ * act_width(c_, x)); }
@@ -339,9 +340,8 @@ class DeviceContext::Ops final : public LayerOps {
   DeviceContext& d_;
   const ModelConfig& c_;
   const LayerWeightsOnDevice& L_;
-  int l_, t0_, nb_;
-  const int32_t* pos_host_;
-  bool prompt_;
+  int l_, nb_;
+  const AttendRows& attend_;
   uint16_t* act_;
   const int32_t* positions_;
   const double* inv_freq_;
@@ -350,9 +350,14 @@ class DeviceContext::Ops final : public LayerOps {
 
 void DeviceContext::run_layer(int l, int n, const int32_t* pos_host, bool prompt) {
   for (int t0 = 0; t0 < n; t0 += plan_.n_batch) {
-    Ops ops(*this, l, t0, std::min(plan_.n_batch, n - t0), pos_host, prompt);
-    slake::run_layer(model_.cfg, ops);
+    const int nb = std::min(plan_.n_batch, n - t0);
+    run_layer_rows(l, t0, nb, [&](float* att, float* q, float* k, float* v) { attend(l, t0, nb, pos_host, prompt, att, q, k, v); });
   }
+}
+
+void DeviceContext::run_layer_rows(int l, int t0, int nb, const AttendRows& attend_rows) {
+  Ops ops(*this, l, t0, nb, attend_rows);
+  slake::run_layer(model_.cfg, ops);
 }
 
 void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool prompt, float* att, float* q, float* k, float* v) {
@@ -364,7 +369,7 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool 
   const int held = layers_[static_cast<size_t>(l)].held;
   kv_append(cache, held, k, v, kvd, pos + t0, nb);
   set_held(l, held + nb);
-  if (!prompt && plan_.evicting && !c.layer_local(l)) decode_evict(l, pos_host[t0]);  // nb == 1 here (eval splits)
+  if (!prompt && plan_.evicting && !c.layer_local(l)) decode_evict(l, q, pos_host[t0]);  // nb == 1 here (eval splits)
   if (prompt && prompt_evicts_) {
     // The observing queries: the last of this prompt's (or prompt chunk's) S_ - n_past_ rows.
     const int obs0 = S_ - n_past_ - plan_.kv.observed(), first = std::max(t0, obs0), last = t0 + nb;
@@ -556,7 +561,7 @@ void DeviceContext::relocate(int l, const KvLayerMut& src, int64_t budget, int64
   note_usage();
 }
 
-void DeviceContext::decode_evict(int l, int32_t qpos) {
+void DeviceContext::decode_evict(int l, const float* q, int32_t qpos) {
   const ModelConfig& c = model_.cfg;
   const KvPolicyParams& p = plan_.kv;
   const int64_t b = decode_budget(l);
@@ -567,7 +572,7 @@ void DeviceContext::decode_evict(int l, int32_t qpos) {
   note_usage();
   while (L.held > b + p.window) {
     const KvLayerView kv = view(m, l);
-    decode_victims(victim, at<double>("victim_scratch"), at<float>("q"), qpos, c.n_heads, kv, L.held - p.window, mode);
+    decode_victims(victim, at<double>("victim_scratch"), q, qpos, c.n_heads, kv, L.held - p.window, mode);
     if (p.absorbs()) {
       if (centroids() > 0) centroid_absorb_one(lin(l), kv, victim);
       else linear_absorb_one(lin(l), kv, victim);
@@ -655,7 +660,12 @@ void DeviceContext::eval_rows(const std::vector<int32_t>& tokens, std::vector<fl
     synchronize();
     return;
   }
-  const int first = all_logits ? 0 : n - 1, rows = n - first;
+  const int first = all_logits ? 0 : n - 1;
+  output_logits(first, n - first, logits);
+}
+
+void DeviceContext::output_logits(int first, int rows, std::vector<float>* logits) {
+  const ModelConfig& c = model_.cfg;
   logits->resize(static_cast<size_t>(rows) * c.n_vocab);
   float *xb = at<float>("xb"), *lg = at<float>("logits");
   for (int r0 = 0; r0 < rows; r0 += plan_.n_batch) {

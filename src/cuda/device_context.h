@@ -15,6 +15,7 @@
 // scores, held choices, the Taylor cover, recall in prompt chunks, mapped files) is the CPU's.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,18 @@ class DeviceContext {
   // As slake::Context::eval_prompt_chunk: one chunk of a prompt prefilled in chunks, after the
   // chunks before it (the caller cuts them with prefill_chunk_length).
   void eval_prompt_chunk(const std::vector<int32_t>& tokens, std::vector<float>* logits);
+
+  // One decode step of several contexts, token i into ctxs[i] and its logits into (*logits)[i]
+  // (device_batch.cpp): their rows go through each layer's GEMMs together, the weights read once
+  // for all, while each row's KV hooks and attention run on its own context. The contexts share
+  // one upload of the weights (shared_device_weights) and each holds a prompt. Each result is
+  // ctxs[i]->eval({tokens[i]})'s.
+  static void decode_batch(const std::vector<DeviceContext*>& ctxs, const std::vector<int32_t>& tokens,
+                           std::vector<std::vector<float>>* logits);
+  // Whether decode_batch takes these contexts together: one model, one upload of its weights.
+  bool shares_weights_with(const DeviceContext& other) const {
+    return &model_ == &other.model_ && shared_ != nullptr && shared_ == other.shared_;
+  }
 
   int n_past() const { return n_past_; }
   int n_ctx() const { return plan_.n_ctx; }
@@ -113,14 +126,20 @@ class DeviceContext {
 
   // Runs the model's layer definition (slake/model/layer.h) over the rows in chunks of n_batch.
   void run_layer(int l, int n, const int32_t* pos_host, bool prompt);
+  // The KV hooks and attention of the rows an Ops is bound to: att written from q, k, v.
+  using AttendRows = std::function<void(float* att, float* q, float* k, float* v)>;
+  // The layer over rows t0..t0+nb-1 of `x` (nb <= n_batch), with `attend` as its attention.
+  void run_layer_rows(int l, int t0, int nb, const AttendRows& attend);
   class Ops;  // its LayerOps
+  // The logits of rows first..first+rows-1 of `x`, rows * n_vocab floats.
+  void output_logits(int first, int rows, std::vector<float>* logits);
   // The KV hooks and attention of rows t0..t0+nb-1 (q, k, v after RoPE; att written).
   void attend(int l, int t0, int nb, const int32_t* pos_host, bool prompt, float* att, float* q, float* k, float* v);
   void on_layer_done(int l);
   // Evicts layer l (rows in `src`) to `budget` prefix tokens, writing the kept rows to the pool at
   // `off` with `cap` rows per head.
   void relocate(int l, const KvLayerMut& src, int64_t budget, int64_t off, int cap);
-  void decode_evict(int l, int32_t qpos);
+  void decode_evict(int l, const float* q, int32_t qpos);  // q: the decoded row's query
   int64_t decode_budget(int l) const;
   // The layer's index among those the KV policy manages (ModelConfig::kv_policy_layers), or -1.
   int slot(int l) const { return slots_[static_cast<size_t>(l)]; }
