@@ -106,7 +106,8 @@ class CpuSession final : public Session {
 // One decode step of several sessions, token i into session i, logits[i] its logits: cpu sessions
 // sharing one thread pool step together through decode_batch, cuda sessions of one model together
 // through gpu::DeviceContext::decode_batch (the weights read once for all); other sessions are
-// stepped one after another. Each result equals the session's own eval({token}).
+// stepped one after another. Each result is the session's own eval({token})'s (on a GPU up to the
+// order in which a GEMM of several rows sums).
 void decode_sessions(const std::vector<Session*>& sessions, const std::vector<int32_t>& tokens,
                      std::vector<std::vector<float>>* logits);
 

@@ -24,6 +24,8 @@ void check_batch(const std::vector<DeviceContext*>& ctxs, const std::vector<int3
     if (!seen.insert(c).second) fail("decode_batch: context " + std::to_string(i) + " appears twice");
     if (!c->shares_weights_with(*ctxs[0]))
       fail("decode_batch: context " + std::to_string(i) + " does not share the first one's model and device weights");
+    if (c->n_ctx() != ctxs[0]->n_ctx())  // the lead's RoPE table rotates every row, and it follows n_ctx (LongRoPE)
+      fail("decode_batch: context " + std::to_string(i) + " has another context size than the first");
     if (c->n_past() == 0) fail("decode_batch: context " + std::to_string(i) + " holds no prompt yet");
     check_eval_tokens(c->model().cfg, {tokens[i]}, c->n_past(), c->n_ctx());
   }

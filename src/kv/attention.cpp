@@ -106,10 +106,11 @@ bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q,
 // would leave the other threads idle (3 KV heads on 2 threads, or 1 on 16). Returns, per KV head,
 // its scores (RecallStore::page_scores over every page, row r of the range's token t0 + r / group)
 // or null where its store is too short to be worth it, in the calling thread's buffers until its
-// next call; null itself when no head's scores were computed (a cache that does not recall: no
-// work, no allocation). A decode step (`decode`) skips the long heads that attend an earlier step's
-// choice (RecallStore::holds_choice), whose entry is kHeldChoice. For a prompt chunk's rows the buffer holds every long head's scores at once
-// (32 x group rows by n_pages floats a head: 512 KiB for a 16K-token store and a group of 4).
+// next call; null itself when no head's scores were computed and none holds a choice (a cache that
+// does not recall: no work, no allocation). A decode step (`decode`) skips the long heads that
+// attend an earlier step's choice (RecallStore::holds_choice), whose entry is kHeldChoice, which
+// only recall_part reads. For a prompt chunk's rows the buffer holds every long head's scores at
+// once (32 x group rows by n_pages floats a head: 512 KiB for a 16K-token store and a group of 4).
 constexpr int kScorePages = 64;
 const float* const* recall_scores(const float* q, int t0, int n_tokens, const KvCache& cache, int layer,
                                   const AttentionShape& s, ThreadPool& pool, bool decode = false) {
@@ -162,7 +163,7 @@ const float* const* recall_scores(const float* q, int t0, int n_tokens, const Kv
   return out.data();
 }
 
-// Head kvh's entry of recall_scores' result (null: none).
+// Head kvh's entry of recall_scores' result (null: none; kHeldChoice in a decode step: a held choice).
 const float* head_scores(const float* const* scores, int kvh) { return scores ? scores[kvh] : nullptr; }
 
 // The pages each KV head's rows of a prompt chunk recall (algorithm.md §9.2, chunked prefill): a
