@@ -84,20 +84,26 @@ void kv_append(const KvLayerMut& kv, int row0, const float* k, const float* v, i
 // Block (row r, KV head g): row row0 + r of head g of `store` = row idx[g * idx_ld + r] of `src` (with
 // one_per_head, idx_ld 1 and r 0: row idx[g], skipped where it is < 0), read as floats and stored as
 // the store's type, as the CPU's RecallStore::add takes an evicted row (kv_load_rows, kv_store_row).
-__global__ void store_rows_kernel(KvLayerMut store, int row0, KvLayerView src, const int32_t* idx, int64_t idx_ld, bool one_per_head) {
-  SLAKE_SHARED(float, x, kMaxHeadDim);
-  const int r = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y), d = src.head_dim;
-  const int j = idx[static_cast<int64_t>(g) * idx_ld + r];
-  if (one_per_head && j < 0) return;  // block-uniform
-  const int64_t to = static_cast<int64_t>(g) * store.capacity + row0 + r;
+// Row `to` (a slot of head g's area) of dst = row j of head g of src with its position, read as
+// floats through x (head_dim floats of shared memory) and stored as dst's types; the whole block.
+__device__ void copy_row_as(const KvLayerMut& dst, int64_t to, const KvLayerView& src, int g, int j, float* x) {
+  const int d = src.head_dim;
   for (int i = static_cast<int>(threadIdx.x); i < d; i += static_cast<int>(blockDim.x)) x[i] = kv_elem(src.type_k, src.krow(g, j), i);
   __syncthreads();
-  store_kv_row(store.type_k, store.k + to * elem_row_bytes(store.type_k, d), x, d);
+  store_kv_row(dst.type_k, dst.k + to * elem_row_bytes(dst.type_k, d), x, d);
   __syncthreads();
   for (int i = static_cast<int>(threadIdx.x); i < d; i += static_cast<int>(blockDim.x)) x[i] = kv_elem(src.type_v, src.vrow(g, j), i);
   __syncthreads();
-  store_kv_row(store.type_v, store.v + to * elem_row_bytes(store.type_v, d), x, d);
-  if (threadIdx.x == 0) store.pos[to] = src.pos[static_cast<int64_t>(g) * src.capacity + j];
+  store_kv_row(dst.type_v, dst.v + to * elem_row_bytes(dst.type_v, d), x, d);
+  if (threadIdx.x == 0) dst.pos[to] = src.pos[static_cast<int64_t>(g) * src.capacity + j];
+}
+
+__global__ void store_rows_kernel(KvLayerMut store, int row0, KvLayerView src, const int32_t* idx, int64_t idx_ld, bool one_per_head) {
+  SLAKE_SHARED(float, x, kMaxHeadDim);
+  const int r = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y);
+  const int j = idx[static_cast<int64_t>(g) * idx_ld + r];
+  if (one_per_head && j < 0) return;  // block-uniform
+  copy_row_as(store, static_cast<int64_t>(g) * store.capacity + row0 + r, src, g, j, x);
 }
 
 void store_rows(const KvLayerMut& store, int row0, const KvLayerView& src, const int32_t* idx, int64_t idx_ld, int count,
@@ -116,6 +122,41 @@ void store_row_each(const KvLayerMut& store, int row0, const KvLayerView& src, c
   SLAKE_LAUNCH(dim3(1, static_cast<unsigned>(store.n_kv_heads)), dim3(128), 0, stream, store_rows_kernel)
   (store, row0, src, row, 1, true);
   SLAKE_CHECK_LAUNCH("store_rows_kernel");
+}
+
+// Block (row r, KV head g): row r of the rows of head g's chosen pages (pages[g * pages_ld + i], i <
+// n_chosen[g], increasing: only the store's last page, chosen last, may be short) into row row0 + r
+// of dst, as floats stored in dst's types; block (0, g) also sets n_held[g] = row0 + their count.
+__global__ void recall_gather_kernel(KvLayerMut dst, int row0, int32_t* n_held, KvLayerView store, int page, const int32_t* pages,
+                                     int64_t pages_ld, const int32_t* n_chosen) {
+  SLAKE_SHARED(float, x, kMaxHeadDim);
+  const int r = static_cast<int>(blockIdx.x), g = static_cast<int>(blockIdx.y);
+  const int chosen = n_chosen[g], stored = store.n_held[g];
+  if (r == 0 && threadIdx.x == 0) {
+    int rows = 0;
+    if (chosen > 0) {
+      const int last = pages[static_cast<int64_t>(g) * pages_ld + chosen - 1];
+      rows = (chosen - 1) * page + min(page, stored - last * page);
+    }
+    n_held[g] = row0 + rows;
+  }
+  const int i = r / page;
+  if (i >= chosen) return;  // block-uniform, as below
+  const int j = pages[static_cast<int64_t>(g) * pages_ld + i] * page + r % page;
+  if (j >= stored) return;
+  copy_row_as(dst, static_cast<int64_t>(g) * dst.capacity + row0 + r, store, g, j, x);
+}
+
+void recall_gather(const KvLayerMut& dst, int row0, int32_t* n_held, const KvLayerView& store, int page, const int32_t* pages,
+                   int64_t pages_ld, const int32_t* n_chosen, int max_pages, Stream stream) {
+  if (max_pages <= 0) return;
+  if (page <= 0 || row0 < 0 || row0 + static_cast<int64_t>(max_pages) * page > dst.capacity || dst.head_dim != store.head_dim ||
+      dst.n_kv_heads != store.n_kv_heads || pages_ld < max_pages)
+    throw Error("recall_gather: rows beyond the area's capacity, or another shape");
+  SLAKE_LAUNCH(dim3(static_cast<unsigned>(max_pages * page), static_cast<unsigned>(dst.n_kv_heads)), dim3(128), 0, stream,
+               recall_gather_kernel)
+  (dst, row0, n_held, store, page, pages, pages_ld, n_chosen);
+  SLAKE_CHECK_LAUNCH("recall_gather_kernel");
 }
 
 // ---- prefill eviction ----

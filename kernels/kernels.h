@@ -232,6 +232,12 @@ void store_rows(const KvLayerMut& store, int row0, const KvLayerView& src, const
                 Stream stream = nullptr);
 // The same for one row a head, row[g] (a decode step's victims; none where row[g] < 0), into row row0.
 void store_row_each(const KvLayerMut& store, int row0, const KvLayerView& src, const int32_t* row, Stream stream = nullptr);
+// The other way, for a prompt chunk's attention (the CPU's chunk_pages and recalled_rows): the rows
+// of the pages each KV head g chose (recall_select's pages[g * pages_ld + i], i < n_chosen[g] <=
+// max_pages) in page order into rows row0.. of head g of dst, read as floats and stored as dst's
+// types, with their positions; n_held[g] (dst's held rows, device memory) = row0 + their count.
+void recall_gather(const KvLayerMut& dst, int row0, int32_t* n_held, const KvLayerView& store, int page, const int32_t* pages,
+                   int64_t pages_ld, const int32_t* n_chosen, int max_pages, Stream stream = nullptr);
 // out[g * ld + r] = indicator[g * P + pos of row r of head g], r < n_cand: the prefill scores of a
 // layer's candidate rows (slake::KvEvictor::evict_to).
 void gather_scores(float* out, int64_t ld, const float* indicator, int P, const KvLayerView& kv, int n_cand, Stream stream = nullptr);

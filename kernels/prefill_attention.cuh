@@ -48,8 +48,12 @@ __global__ void prefill_attention_kernel(float* out, int64_t out_stride, const f
   const int32_t* ph = kv.pos + static_cast<int64_t>(g) * kv.capacity;
   for (int j0 = 0; j0 < n; j0 += kPrefillKeyTile) {
     const int tile = min(kPrefillKeyTile, n - j0);
-    if (ph[j0] > qmax) break;  // positions increase: no later key is visible to this block
-    if (window > 0 && ph[j0 + tile - 1] <= qmin - window) continue;  // the whole tile left every window
+    // Positions need not increase along the rows (a prompt chunk's recalled rows follow its own:
+    // DeviceContext::attend_chunk_recalled), so a tile is skipped by its own least and greatest.
+    int32_t kmin = ph[j0], kmax = ph[j0];
+    for (int jj = 1; jj < tile; ++jj) kmin = min(kmin, ph[j0 + jj]), kmax = max(kmax, ph[j0 + jj]);
+    if (kmin > qmax) continue;                            // no key of the tile is visible to this block
+    if (window > 0 && kmax <= qmin - window) continue;  // the whole tile left every window
     __syncthreads();  // the previous tile is no longer read
     for (int e = static_cast<int>(threadIdx.x); e < tile * d; e += kPrefillThreads) {  // stored rows to fp32
       ks[e] = kv_elem(kv.type_k, kv.krow(g, j0 + e / d), e % d);

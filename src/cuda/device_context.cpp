@@ -28,7 +28,6 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params, st
   if (plan_.recall) {  // the parts of the recall store the device has (device_context.h)
     const char* cpu_only = p.recall_score != RecallScore::Keys ? "--kv-recall-score other than keys"
                            : p.recall_every != 1                ? "--kv-recall-every above 1"
-                           : p.prefill_chunk > 0                ? "--kv-recall-pages with --prefill-chunk"
                            : p.absorbs()                        ? "--kv-recall-pages with a compensator"
                            : !p.store_file.empty()              ? "--kv-store-file"
                                                                 : nullptr;
@@ -159,6 +158,37 @@ void DeviceContext::attend_recalled(int l, float* att, const float* q, int32_t q
   rc.store = st, rc.page = p.recall_page, rc.pages = pages, rc.pages_ld = p.recall_pages, rc.n_chosen = n_chosen;
   rc.max_chosen = std::min(p.recall_pages, (stored + p.recall_page - 1) / p.recall_page);
   ptaa_decode(att, q, qpos, c.n_heads, kvv, lin(l), c.layer_window(l), max_held, plan_.ptaa_split_len, at<float>("ptaa"), rc);
+}
+
+void DeviceContext::attend_chunk_recalled(int l, int t0, int nb, float* att, const float* q) {
+  const ModelConfig& c = model_.cfg;
+  const KvPolicyParams& p = plan_.kv;
+  const int64_t qd = c.q_dim();
+  const int H = c.n_kv_heads, group = c.n_heads / H, tq = std::min(nb, kChunkRecallTokens), rows = tq * c.n_heads;
+  const Layer& L = layers_[static_cast<size_t>(l)];
+  const KvLayerView st = store_view(l);
+  // The call's last tq tokens' query rows, by KV head (the rows recall_page_scores takes for a head
+  // of tq * group queries): row (g * tq + t) * group + i = token t's query head g * group + i.
+  std::vector<int32_t> idx(static_cast<size_t>(rows));
+  for (int g = 0; g < H; ++g)
+    for (int t = 0; t < tq; ++t)
+      for (int i = 0; i < group; ++i) idx[static_cast<size_t>((g * tq + t) * group + i)] = t * c.n_heads + g * group + i;
+  int32_t* d_idx = at<int32_t>("recall.q_idx");
+  copy_to_device(d_idx, idx.data(), idx.size() * sizeof(int32_t));
+  float *qh = at<float>("recall.q"), *score = at<float>("recall.score");
+  gather_rows(qh, q + static_cast<int64_t>(nb - tq) * qd, d_idx, rows, c.head_dim);
+  int32_t *pages = at<int32_t>("recall.pages"), *n_chosen = at<int32_t>("recall.n_chosen");
+  recall_page_scores(score, plan_.score_pages, qh, rows, st, p.recall_page, L.stored);
+  recall_select(pages, p.recall_pages, n_chosen, score, plan_.score_pages, rows, st, p.recall_page, p.recall_pages,
+                at<uint8_t>("recall.select"), L.stored);
+  // The chosen pages' rows join the call's view after its own rows (staging: the rows the chunks
+  // before kept, then this chunk's so far), for one prefill_attention; then they leave it.
+  const KvLayerMut m = staging();
+  const int max_pages = std::min(p.recall_pages, (L.stored + p.recall_page - 1) / p.recall_page);
+  recall_gather(m, L.held, at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * H, st, p.recall_page, pages, p.recall_pages, n_chosen,
+                max_pages);
+  prefill_attention(att, qd, q, qd, at<int32_t>("positions") + t0, nb, c.n_heads, view(m, l), lin(l), c.layer_window(l));
+  set_held(l, L.held);
 }
 
 int DeviceContext::centroids() const { return plan_.evicting ? plan_.kv.centroid_count() : 0; }
@@ -379,7 +409,10 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool 
   }
   const KvLayerView kvv = view(in_staging ? staging() : pool_layer(l), l);
   const int max_held = layers_[static_cast<size_t>(l)].held;
-  if (nb == 1 && !prompt && plan_.recall && layers_[static_cast<size_t>(l)].stored > 0)
+  const bool recalls = plan_.recall && layers_[static_cast<size_t>(l)].stored > 0;  // a layer the policy manages
+  if (recalls && prompt)  // a prompt chunk after the first
+    attend_chunk_recalled(l, t0, nb, att, q);
+  else if (recalls && nb == 1)
     attend_recalled(l, att, q, pos_host[t0], kvv, max_held);
   else if (nb == 1)
     ptaa_decode(att, q, pos_host[t0], c.n_heads, kvv, lin(l), c.layer_window(l), max_held, plan_.ptaa_split_len, at<float>("ptaa"));

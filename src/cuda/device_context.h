@@ -11,8 +11,9 @@
 // A prompt prefilled in chunks (--prefill-chunk) runs each chunk as a prompt into what the chunks
 // before it kept, as the CPU does. With a recall store (--kv-recall-pages) every evicted row joins
 // the layer's store in device memory and each decode step attends the pages its query ranks
-// highest by their keys (recall.cuh), as the CPU's RecallScore::Keys; the rest of §9 (other page
-// scores, held choices, the Taylor cover, recall in prompt chunks, mapped files) is the CPU's.
+// highest by their keys (recall.cuh), as the CPU's RecallScore::Keys, and so do the calls of a
+// prompt chunk after the first; the rest of §9 (other page scores, held choices, the Taylor cover,
+// mapped files) is the CPU's.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -26,6 +27,7 @@
 #include "kernels.h"
 #include "slake/context.h"
 #include "slake/kv/kv_policy.h"
+#include "slake/kv/kv_recall.h"
 #include "slake/model/model.h"
 
 namespace slake::gpu {
@@ -51,8 +53,9 @@ class DeviceContext {
   // One decode step of several contexts, token i into ctxs[i] and its logits into (*logits)[i]
   // (device_batch.cpp): their rows go through each layer's GEMMs together, the weights read once
   // for all, while each row's KV hooks and attention run on its own context. The contexts share
-  // one upload of the weights (shared_device_weights) and each holds a prompt. Each result is
-  // ctxs[i]->eval({tokens[i]})'s.
+  // one upload of the weights (shared_device_weights) and one context size, and each holds a
+  // prompt. Each result is ctxs[i]->eval({tokens[i]})'s (on a GPU up to the order in which the
+  // GEMM of several rows sums).
   static void decode_batch(const std::vector<DeviceContext*>& ctxs, const std::vector<int32_t>& tokens,
                            std::vector<std::vector<float>>* logits);
   // Whether decode_batch takes these contexts together: one model, one upload of its weights.
@@ -113,6 +116,10 @@ class DeviceContext {
   void store_evicted(int l, const KvLayerView& src, const int32_t* idx, int64_t ld, int count);
   // A decode step's attention of layer l with the pages each KV head recalls from its store.
   void attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held);
+  // A later prompt chunk's attention of rows t0..t0+nb-1 of layer l (their keys and values already
+  // in staging) with the pages each KV head recalls, chosen by the call's last kChunkRecallTokens
+  // tokens' queries, as the CPU's attention_prefill with a store (chunk_pages).
+  void attend_chunk_recalled(int l, int t0, int nb, float* att, const float* q);
   LinearStateView lin(int l) const;
   int centroids() const;  // K of the centroid compensator, 0 without one
   void set_held(int l, int held);

@@ -8,6 +8,7 @@
 #include "kernels.h"
 #include "slake/error.h"
 #include "slake/kv/kv_policy.h"
+#include "slake/kv/kv_recall.h"
 
 namespace slake::gpu {
 
@@ -84,7 +85,9 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
       if (c.layer_local(l)) --managed, ++local;
     pool_half = managed * per_layer + local * std::min<int64_t>(c.sliding_window, n_ctx + 1);
     pool_slots = kv.prefill_chunk > 0 ? 2 * pool_half : pool_half;
-    staging_slots = move_slots = n_ctx + 1;
+    // A later prompt chunk's call attends the pages it recalls as rows after its own in staging.
+    const int64_t recalled = kv.recall().on() && kv.prefill_chunk > 0 ? static_cast<int64_t>(kv.recall_pages) * kv.recall_page : 0;
+    staging_slots = move_slots = n_ctx + 1 + recalled;
     max_capacity = n_ctx + 1;
   }
   auto slots = [&](const std::string& area, int64_t n) {
@@ -174,7 +177,14 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
     add("policy", "victim_scratch", victim_scratch_doubles(c.n_heads, c.n_kv_heads, max_capacity) * sizeof(double));
   }
   if (recall) {
-    add("policy", "recall.score", static_cast<size_t>(c.n_heads) * static_cast<size_t>(score_pages) * sizeof(float));
+    // Scores for a decode step's query rows, or a prompt chunk's call's last kChunkRecallTokens
+    // tokens' (in "recall.q", rows by KV head, gathered through "recall.q_idx").
+    const size_t score_rows = static_cast<size_t>(c.n_heads) * (kv.prefill_chunk > 0 ? kChunkRecallTokens : 1);
+    add("policy", "recall.score", score_rows * static_cast<size_t>(score_pages) * sizeof(float));
+    if (kv.prefill_chunk > 0) {
+      add("policy", "recall.q", score_rows * d * sizeof(float));
+      add("policy", "recall.q_idx", score_rows * sizeof(int32_t));
+    }
     add("policy", "recall.select", recall_select_scratch_bytes(c.n_kv_heads, score_pages));
     add("policy", "recall.pages", H * static_cast<size_t>(kv.recall_pages) * sizeof(int32_t));
     add("policy", "recall.n_chosen", H * sizeof(int32_t));

@@ -169,11 +169,9 @@ const float* head_scores(const float* const* scores, int kvh) { return scores ? 
 // The pages each KV head's rows of a prompt chunk recall (algorithm.md §9.2, chunked prefill): a
 // later chunk's store holds what the chunks before it evicted, and scoring it for every block of 16
 // rows would cost what attending to it does; so the pages are chosen once per head for the rows of
-// one call (the chunk, or its batch of n_batch tokens), by their last kChunkRecallTokens tokens'
-// queries (a chunk's observing window, where a prompt's question stands), and every row of the
+// one call, by its last kChunkRecallTokens tokens' queries (kv_recall.h), and every row of the
 // call attends to them. A long store is scored over its pages in parallel (recall_scores), a short
 // one in its head's own work item. Empty for a head with no store.
-constexpr int kChunkRecallTokens = 32;
 std::vector<std::vector<int>> chunk_pages(const float* q, int n_tokens, const KvCache& cache, int layer, const AttentionShape& s,
                                           ThreadPool& pool) {
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, t0 = std::max(0, n_tokens - kChunkRecallTokens);

@@ -20,6 +20,7 @@ struct Case {
   std::vector<int> absorbed;  // tokens in each KV head's linear state
   int centroids = 0;          // > 0: centroid states of this many
   float softcap = 0.0f;       // Gemma 2's logit soft-cap (KvLayerView::softcap; 0: none)
+  bool rotated = false;       // head 0's positions out of order: its rows start halfway (a chunk's recalled rows follow its own)
 };
 
 void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
@@ -31,7 +32,7 @@ void run_case_typed(const Case& c, uint32_t seed, KvType tk, KvType tv) {
     const std::vector<float> k = random_floats(static_cast<size_t>(n) * d, seed + 10 * g), v = random_floats(static_cast<size_t>(n) * d, seed + 10 * g + 1);
     set_rows(kh, k, v, d);
     kh.pos.resize(static_cast<size_t>(n));
-    for (int j = 0; j < n; ++j) kh.pos[static_cast<size_t>(j)] = g == 1 ? 2 * j : j;
+    for (int j = 0; j < n; ++j) kh.pos[static_cast<size_t>(j)] = g == 1 ? 2 * j : c.rotated ? (j + n / 2) % n : j;
     kh.n = n;
     kh.lin = LinearState(d, c.centroids);
     const int e = c.absorbed[static_cast<size_t>(g)];
@@ -84,6 +85,17 @@ TEST(KernelPrefillAttention, SlidingWindowAndLinearState) {
 TEST(KernelPrefillAttention, CentroidStates) {
   run_case({40, 8, 2, 0, 13, {70, 45}, {25, 3}, 8}, 7);    // head 0 all 8 seeded, head 1 three
   run_case({128, 2, 2, 17, 9, {90, 60}, {40, 0}, 32}, 8);  // a sliding window; head 1 none
+}
+
+// Rows whose positions do not increase (a prompt chunk's recalled rows after its own rows): tiles
+// are skipped by their own least and greatest positions, not by the first and last row's.
+TEST(KernelPrefillAttention, PositionsOutOfOrder) {
+  Case c{40, 8, 2, 0, 13, {70, 45}, {0, 0}};
+  c.rotated = true;
+  run_case(c, 12);
+  c = Case{72, 4, 2, 17, 9, {90, 60}, {0, 0}};  // and a sliding window
+  c.rotated = true;
+  run_case(c, 13);
 }
 
 // Soft-capped logits (Gemma 2): exact rows, the Taylor state by the chain rule, centroids.

@@ -43,6 +43,12 @@ const std::vector<std::string>& recall_score_names();  // "keys", "quest", "shor
 RecallScore parse_recall_score(const std::string& name);
 const char* recall_score_name(RecallScore s);
 
+// The rows of a prompt chunk after the first choose the pages they recall once per attention call
+// (the chunk, or its batch of n_batch tokens), by the queries of the call's last
+// kChunkRecallTokens tokens (a chunk's observing window, where a prompt's question stands), and
+// every row of the call attends them (algorithm.md §9.2).
+constexpr int kChunkRecallTokens = 32;
+
 // A cache's recall settings (KvPolicyParams::recall_*): `pages` pages attended per query and KV
 // head (0: no store, evicted tokens are dropped or absorbed as before), `page` tokens a page, rows
 // stored as `type`, pages ranked by `score`.
