@@ -169,12 +169,15 @@ void DeviceContext::attend_chunk_recalled(int l, int t0, int nb, float* att, con
   const KvLayerView st = store_view(l);
   // The call's last tq tokens' query rows, by KV head (the rows recall_page_scores takes for a head
   // of tq * group queries): row (g * tq + t) * group + i = token t's query head g * group + i.
-  std::vector<int32_t> idx(static_cast<size_t>(rows));
-  for (int g = 0; g < H; ++g)
-    for (int t = 0; t < tq; ++t)
-      for (int i = 0; i < group; ++i) idx[static_cast<size_t>((g * tq + t) * group + i)] = t * c.n_heads + g * group + i;
   int32_t* d_idx = at<int32_t>("recall.q_idx");
-  copy_to_device(d_idx, idx.data(), idx.size() * sizeof(int32_t));
+  if (q_idx_tokens_ != tq) {  // the index follows tq only: uploaded when it changes
+    std::vector<int32_t> idx(static_cast<size_t>(rows));
+    for (int g = 0; g < H; ++g)
+      for (int t = 0; t < tq; ++t)
+        for (int i = 0; i < group; ++i) idx[static_cast<size_t>((g * tq + t) * group + i)] = t * c.n_heads + g * group + i;
+    copy_to_device(d_idx, idx.data(), idx.size() * sizeof(int32_t));
+    q_idx_tokens_ = tq;
+  }
   float *qh = at<float>("recall.q"), *score = at<float>("recall.score");
   gather_rows(qh, q + static_cast<int64_t>(nb - tq) * qd, d_idx, rows, c.head_dim);
   int32_t *pages = at<int32_t>("recall.pages"), *n_chosen = at<int32_t>("recall.n_chosen");

@@ -179,6 +179,7 @@ class DeviceContext {
   std::vector<int64_t> budgets_;
   int64_t pool_used_ = 0;
   size_t kv_peak_ = 0;
+  int q_idx_tokens_ = 0;  // the tokens "recall.q_idx" was written for (attend_chunk_recalled)
 };
 
 }  // namespace slake::gpu

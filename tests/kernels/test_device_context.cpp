@@ -393,7 +393,8 @@ TEST(DeviceContext, RecallStoreMatchesCpu) {
 // A prompt in chunks with a recall store: each attention call of a chunk after the first scores the
 // store by its last kChunkRecallTokens (32) tokens' queries, chooses each KV head's pages, and its
 // rows attend them with the exact rows, as the CPU's chunk_pages. Calls of 36 tokens (the last 32
-// choose), of 8 and 4 (the CPU's one-block path) and of 1; snapkv and cake; Gemma 3's global layer;
+// choose), of 8 (two of the CPU's blocks), of 4 and of 1 (its one-block path); snapkv and cake;
+// Gemma 3's global layer;
 // a q8_0 store under an f16 cache (the recalled rows are attended in the cache's type on the
 // device, as f32 on the CPU: within the stored types' tolerance); every page recalled with bf16
 // activations. fp32 activations otherwise, as for the decode steps above.

@@ -512,7 +512,7 @@ TEST(Recall, DecodeStepsAttendTheHeldChoiceUntilItExpires) {
 // (the pages' rows attended by the tiled kernel where no Taylor state covers, soft-capped or not).
 TEST(Recall, ChunkRowsAttendThePagesTheirLastTokensChose) {
   using S = RecallScore;
-  constexpr int kTokens = 40, kChooser = 32;  // attention.cpp's kChunkRecallTokens
+  constexpr int kTokens = 40, kChooser = 32;  // kv_recall.h's kChunkRecallTokens
   for (const Case c : {Case{6, 2, 64, 300, 64, 5, 8, KvType::Q8_0, false, S::Keys}, Case{9, 3, 64, 2600, 1100, 7, 16, KvType::F32, true, S::Quest},
                        Case{6, 2, 64, 3000, 200, 10, 8, KvType::F32, true, S::Keys, 1.5f}, Case{6, 2, 64, 3000, 200, 10, 8, KvType::Q8_0, false, S::Shortlist},
                        Case{6, 2, 64, 3000, 200, 10, 8, KvType::Q8_0, false, S::Keys, 1.5f}, Case{6, 2, 64, 3000, 200, 10, 16, KvType::Q8_0, false, S::Lowrank}}) {
