@@ -35,7 +35,7 @@ bool CudaSession::decode_together(const std::vector<Session*>& sessions, const s
   std::vector<DeviceContext*> ctxs;
   for (Session* s : sessions) {
     auto* cs = dynamic_cast<CudaSession*>(s);
-    if (!cs || !cs->ctx_->shares_weights_with(*ctx_) || cs->ctx_->n_ctx() != ctx_->n_ctx() || cs->ctx_->n_past() == 0) return false;
+    if (!cs || cs->ctx_->batch_refusal(*ctx_)) return false;
     ctxs.push_back(cs->ctx_.get());
   }
   if (ctxs.empty() || ctxs[0] != ctx_.get()) return false;

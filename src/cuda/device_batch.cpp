@@ -22,16 +22,19 @@ void check_batch(const std::vector<DeviceContext*>& ctxs, const std::vector<int3
     const DeviceContext* c = ctxs[i];
     if (!c) fail("decode_batch: context " + std::to_string(i) + " is null");
     if (!seen.insert(c).second) fail("decode_batch: context " + std::to_string(i) + " appears twice");
-    if (!c->shares_weights_with(*ctxs[0]))
-      fail("decode_batch: context " + std::to_string(i) + " does not share the first one's model and device weights");
-    if (c->n_ctx() != ctxs[0]->n_ctx())  // the lead's RoPE table rotates every row, and it follows n_ctx (LongRoPE)
-      fail("decode_batch: context " + std::to_string(i) + " has another context size than the first");
-    if (c->n_past() == 0) fail("decode_batch: context " + std::to_string(i) + " holds no prompt yet");
+    if (const char* why = c->batch_refusal(*ctxs[0])) fail("decode_batch: context " + std::to_string(i) + " " + why);
     check_eval_tokens(c->model().cfg, {tokens[i]}, c->n_past(), c->n_ctx());
   }
 }
 
 }  // namespace
+
+const char* DeviceContext::batch_refusal(const DeviceContext& lead) const {
+  if (&model_ != &lead.model_ || shared_ == nullptr || shared_ != lead.shared_) return "does not share the first one's model and device weights";
+  if (n_ctx() != lead.n_ctx()) return "has another context size than the first";
+  if (n_past_ == 0) return "holds no prompt yet";
+  return nullptr;
+}
 
 void DeviceContext::decode_batch(const std::vector<DeviceContext*>& ctxs, const std::vector<int32_t>& tokens,
                                  std::vector<std::vector<float>>* logits) {

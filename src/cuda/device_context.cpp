@@ -144,19 +144,24 @@ void DeviceContext::store_evicted(int l, const KvLayerView& src, const int32_t* 
   fill_i32(at<int32_t>("store.n_held") + static_cast<int64_t>(slot(l)) * model_.cfg.n_kv_heads, L.stored, model_.cfg.n_kv_heads);
 }
 
-void DeviceContext::attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held) {
-  const ModelConfig& c = model_.cfg;
+int DeviceContext::choose_pages(int l, const float* q, int rows) {
   const KvPolicyParams& p = plan_.kv;
   const KvLayerView st = store_view(l);
   float* score = at<float>("recall.score");
-  int32_t *pages = at<int32_t>("recall.pages"), *n_chosen = at<int32_t>("recall.n_chosen");
   const int stored = layers_[static_cast<size_t>(l)].stored;  // every head's, so the pages scored are those held
-  recall_page_scores(score, plan_.score_pages, q, c.n_heads, st, p.recall_page, stored);
-  recall_select(pages, p.recall_pages, n_chosen, score, plan_.score_pages, c.n_heads, st, p.recall_page, p.recall_pages,
-                at<uint8_t>("recall.select"), stored);
+  recall_page_scores(score, plan_.score_pages, q, rows, st, p.recall_page, stored);
+  recall_select(at<int32_t>("recall.pages"), p.recall_pages, at<int32_t>("recall.n_chosen"), score, plan_.score_pages, rows, st,
+                p.recall_page, p.recall_pages, at<uint8_t>("recall.select"), stored);
+  return std::min(p.recall_pages, (stored + p.recall_page - 1) / p.recall_page);
+}
+
+void DeviceContext::attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held) {
+  const ModelConfig& c = model_.cfg;
+  const KvPolicyParams& p = plan_.kv;
   RecallView rc;
-  rc.store = st, rc.page = p.recall_page, rc.pages = pages, rc.pages_ld = p.recall_pages, rc.n_chosen = n_chosen;
-  rc.max_chosen = std::min(p.recall_pages, (stored + p.recall_page - 1) / p.recall_page);
+  rc.max_chosen = choose_pages(l, q, c.n_heads);
+  rc.store = store_view(l), rc.page = p.recall_page, rc.pages_ld = p.recall_pages;
+  rc.pages = at<int32_t>("recall.pages"), rc.n_chosen = at<int32_t>("recall.n_chosen");
   ptaa_decode(att, q, qpos, c.n_heads, kvv, lin(l), c.layer_window(l), max_held, plan_.ptaa_split_len, at<float>("ptaa"), rc);
 }
 
@@ -166,7 +171,6 @@ void DeviceContext::attend_chunk_recalled(int l, int t0, int nb, float* att, con
   const int64_t qd = c.q_dim();
   const int H = c.n_kv_heads, group = c.n_heads / H, tq = std::min(nb, kChunkRecallTokens), rows = tq * c.n_heads;
   const Layer& L = layers_[static_cast<size_t>(l)];
-  const KvLayerView st = store_view(l);
   // The call's last tq tokens' query rows, by KV head (the rows recall_page_scores takes for a head
   // of tq * group queries): row (g * tq + t) * group + i = token t's query head g * group + i.
   int32_t* d_idx = at<int32_t>("recall.q_idx");
@@ -178,18 +182,14 @@ void DeviceContext::attend_chunk_recalled(int l, int t0, int nb, float* att, con
     copy_to_device(d_idx, idx.data(), idx.size() * sizeof(int32_t));
     q_idx_tokens_ = tq;
   }
-  float *qh = at<float>("recall.q"), *score = at<float>("recall.score");
+  float* qh = at<float>("recall.q");
   gather_rows(qh, q + static_cast<int64_t>(nb - tq) * qd, d_idx, rows, c.head_dim);
-  int32_t *pages = at<int32_t>("recall.pages"), *n_chosen = at<int32_t>("recall.n_chosen");
-  recall_page_scores(score, plan_.score_pages, qh, rows, st, p.recall_page, L.stored);
-  recall_select(pages, p.recall_pages, n_chosen, score, plan_.score_pages, rows, st, p.recall_page, p.recall_pages,
-                at<uint8_t>("recall.select"), L.stored);
+  const int max_pages = choose_pages(l, qh, rows);
   // The chosen pages' rows join the call's view after its own rows (staging: the rows the chunks
   // before kept, then this chunk's so far), for one prefill_attention; then they leave it.
   const KvLayerMut m = staging();
-  const int max_pages = std::min(p.recall_pages, (L.stored + p.recall_page - 1) / p.recall_page);
-  recall_gather(m, L.held, at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * H, st, p.recall_page, pages, p.recall_pages, n_chosen,
-                max_pages);
+  recall_gather(m, L.held, at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * H, store_view(l), p.recall_page,
+                at<int32_t>("recall.pages"), p.recall_pages, at<int32_t>("recall.n_chosen"), max_pages);
   prefill_attention(att, qd, q, qd, at<int32_t>("positions") + t0, nb, c.n_heads, view(m, l), lin(l), c.layer_window(l));
   set_held(l, L.held);
 }

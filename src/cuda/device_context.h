@@ -58,10 +58,10 @@ class DeviceContext {
   // GEMM of several rows sums).
   static void decode_batch(const std::vector<DeviceContext*>& ctxs, const std::vector<int32_t>& tokens,
                            std::vector<std::vector<float>>* logits);
-  // Whether decode_batch takes these contexts together: one model, one upload of its weights.
-  bool shares_weights_with(const DeviceContext& other) const {
-    return &model_ == &other.model_ && shared_ != nullptr && shared_ == other.shared_;
-  }
+  // Why decode_batch cannot take this context in a batch whose first context is `lead` (null: it
+  // can): another model or upload of the weights, another context size (the lead's RoPE table
+  // rotates every row, and it follows n_ctx: LongRoPE), or no prompt yet.
+  const char* batch_refusal(const DeviceContext& lead) const;
 
   int n_past() const { return n_past_; }
   int n_ctx() const { return plan_.n_ctx; }
@@ -114,6 +114,10 @@ class DeviceContext {
   // The rows eviction takes out of layer l join its store, in order: rows idx[g * ld + r], r <
   // count, of src; or (count < 0) row idx[g] of each head, a decode step's victims.
   void store_evicted(int l, const KvLayerView& src, const int32_t* idx, int64_t ld, int count);
+  // Each KV head's pages of layer l's store for its `rows` query rows (q, rows of a head's group
+  // adjacent): scored by their keys and chosen into "recall.pages" / "recall.n_chosen"; returns the
+  // most a head may have chosen.
+  int choose_pages(int l, const float* q, int rows);
   // A decode step's attention of layer l with the pages each KV head recalls from its store.
   void attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held);
   // A later prompt chunk's attention of rows t0..t0+nb-1 of layer l (their keys and values already

@@ -125,7 +125,8 @@ const float* const* recall_scores(const float* q, int t0, int n_tokens, const Kv
       qr[static_cast<size_t>(kvh) * rows + r] = q + (t0 + r / group) * qdim + static_cast<int64_t>(kvh * group + r % group) * d;
   std::vector<size_t> off(static_cast<size_t>(s.n_kv_heads), 0);
   std::vector<std::pair<int, int>> items;  // (KV head, first page)
-  std::vector<char> held(static_cast<size_t>(s.n_kv_heads), 0);
+  thread_local std::vector<const float*> out;  // the result: kHeldChoice here, the scores below
+  out.assign(static_cast<size_t>(s.n_kv_heads), nullptr);
   bool any_held = false;
   size_t total = 0;
   for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) {
@@ -133,7 +134,7 @@ const float* const* recall_scores(const float* q, int t0, int n_tokens, const Kv
     const int np = st.n_pages();
     if (np <= kScorePages || np <= cache.recall().pages) continue;  // scored in the head's own item, or all recalled
     if (decode && st.holds_choice(cache.recall().every, qr.data() + static_cast<size_t>(kvh) * rows, rows)) {
-      held[static_cast<size_t>(kvh)] = 1;
+      out[static_cast<size_t>(kvh)] = kHeldChoice;
       any_held = true;
       continue;
     }
@@ -154,12 +155,8 @@ const float* const* recall_scores(const float* q, int t0, int n_tokens, const Kv
                      base + off[static_cast<size_t>(kvh)]);
     }
   });
-  thread_local std::vector<const float*> out;
-  out.assign(static_cast<size_t>(s.n_kv_heads), nullptr);
   for (const auto& [kvh, p0] : items)
     if (p0 == 0) out[static_cast<size_t>(kvh)] = base + off[static_cast<size_t>(kvh)];
-  for (int kvh = 0; kvh < s.n_kv_heads; ++kvh)
-    if (held[static_cast<size_t>(kvh)]) out[static_cast<size_t>(kvh)] = kHeldChoice;
   return out.data();
 }
 
