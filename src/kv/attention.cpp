@@ -165,28 +165,44 @@ const float* head_scores(const float* const* scores, int kvh) { return scores ? 
 
 // The pages each KV head's rows of a prompt chunk recall (algorithm.md §9.2, chunked prefill): a
 // later chunk's store holds what the chunks before it evicted, and scoring it for every block of 16
-// rows would cost what attending to it does; so the pages are chosen once per head for the rows of
-// one call, by its last kChunkRecallTokens tokens' queries (kv_recall.h), and every row of the
-// call attends to them. A long store is scored over its pages in parallel (recall_scores), a short
-// one in its head's own work item. Empty for a head with no store.
-std::vector<std::vector<int>> chunk_pages(const float* q, int n_tokens, const KvCache& cache, int layer, const AttentionShape& s,
-                                          ThreadPool& pool) {
+// rows would cost what attending to it does. So the store is scored once per call for the rows of
+// its last kChunkRecallTokens tokens (kv_recall.h), where a prompt's question stands; from those
+// scores each of these tokens chooses its own pages by its own rows, as a decode step would (`own`),
+// and all of them together choose the pages of the call's rows before them (`call`, when asked
+// for). A long store is scored over its pages in parallel (recall_scores), a short one in its
+// head's own work item. Empty for a head with no store.
+struct ChunkPages {
+  int t0 = 0;                                      // the first of the tokens that choose
+  std::vector<std::vector<int>> call;              // [kvh]
+  std::vector<std::vector<std::vector<int>>> own;  // [t - t0][kvh]
+};
+ChunkPages chunk_pages(const float* q, int n_tokens, const KvCache& cache, int layer, const AttentionShape& s, ThreadPool& pool,
+                       bool call, bool own) {
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim, t0 = std::max(0, n_tokens - kChunkRecallTokens);
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
-  const int rows = (n_tokens - t0) * group;
+  const int rows = (n_tokens - t0) * group, want = cache.recall().pages;
   const float* const* scores = recall_scores(q, t0, n_tokens, cache, layer, s, pool);
-  std::vector<std::vector<int>> pages(static_cast<size_t>(s.n_kv_heads));
+  ChunkPages pages;
+  pages.t0 = t0;
+  if (call) pages.call.resize(static_cast<size_t>(s.n_kv_heads));
+  if (own) pages.own.assign(static_cast<size_t>(n_tokens - t0), std::vector<std::vector<int>>(static_cast<size_t>(s.n_kv_heads)));
   pool.parallel_for(s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
     std::vector<const float*> qr;
     for (int64_t kvh = b; kvh < e; ++kvh) {
       const KvHead& kv = cache.head(layer, static_cast<int>(kvh));
       if (!recalls(cache, kv)) continue;
-      std::vector<int>* chosen = &pages[static_cast<size_t>(kvh)];
       qr.clear();
       for (int t = t0; t < n_tokens; ++t)
         for (int g = 0; g < group; ++g) qr.push_back(q + t * qdim + (kvh * group + g) * d);
-      if (const float* sc = head_scores(scores, static_cast<int>(kvh))) kv.recall.select_scored(qr.data(), sc, rows, cache.recall().pages, chosen);
-      else kv.recall.select(qr.data(), rows, cache.recall().pages, chosen);
+      const float* sc = head_scores(scores, static_cast<int>(kvh));
+      // Rows r0..r0+n-1 of the range choose (score row r at sc + r * n_pages).
+      auto choose = [&](int r0, int n, std::vector<int>* chosen) {
+        if (sc) kv.recall.select_scored(qr.data() + r0, sc + static_cast<size_t>(r0) * kv.recall.n_pages(), n, want, chosen);
+        else kv.recall.select(qr.data() + r0, n, want, chosen);
+      };
+      if (call) choose(0, rows, &pages.call[static_cast<size_t>(kvh)]);
+      if (own)
+        for (int t = t0; t < n_tokens; ++t) choose((t - t0) * group, group, &pages.own[static_cast<size_t>(t - t0)][static_cast<size_t>(kvh)]);
     }
   });
   return pages;
@@ -360,6 +376,59 @@ void attention_one(float* out, const float* q, int32_t qpos, const KvHead& kv, i
   }
 }
 
+namespace {
+
+// Rows g0..g0+n-1 (n <= kLanes) of KV head kvh's GQA group of one token (queries q_tok, n_heads *
+// head_dim floats, at qpos), into out_tok: the exact cache, by the scores `x` of the rows
+// (DecodeRowScores) or by reading its keys (x null), then the recall part where the head recalls
+// (recall_merge's `scores`, `chosen` and `decode`), and the Taylor state's term.
+void attend_group_block(float* out_tok, const float* q_tok, int32_t qpos, int kvh, int g0, int n, const KvCache& cache, int layer,
+                        const AttentionShape& s, const lanes_f* x, const float* scores, const std::vector<int>* chosen, bool decode) {
+  thread_local RowBlock block;
+  thread_local std::vector<float> acc, cover_buf;
+  RecallCover cover[kLanes];
+  const int group = s.n_heads / s.n_kv_heads, d = s.head_dim;
+  acc.resize(static_cast<size_t>(kLanes) * d);
+  const float* qr[kLanes];
+  int32_t pr[kLanes];
+  float m[kLanes], l[kLanes];
+  const KvHead& kv = cache.head(layer, kvh);
+  for (int r = 0; r < n; ++r) {
+    qr[r] = q_tok + static_cast<size_t>(kvh * group + g0 + r) * d;
+    pr[r] = qpos;
+  }
+  block.begin(qr, pr, n, d, s.softcap);
+  const auto [j_begin, j_end] = block.key_range(kv, s.sliding_window);
+  if (x) block.attend_scored(kv, x, s.sliding_window, j_begin, j_end);
+  else block.attend(kv, s.sliding_window, j_begin, j_end);
+  block.finish(acc.data(), m, l);
+  const bool covered = recalls(cache, kv) && recall_merge(cache, kv, qr, pr, n, s.sliding_window, s.softcap, acc.data(), m, l, cover,
+                                                          cover_buf, scores, chosen, decode);
+  for (int r = 0; r < n; ++r)
+    ptaa_finish(out_tok + (qr[r] - q_tok), qr[r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, s.softcap,
+                covered ? &cover[r] : nullptr);
+}
+
+// The rows of tokens pages.t0..n_tokens-1 of a prompt chunk's call: each token's rows of a KV head
+// attend the exact cache and the pages that token chose (ChunkPages::own), in blocks of up to
+// kLanes rows of one token, a work item each.
+void attention_own_pages(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
+                         const AttentionShape& s, ThreadPool& pool, const ChunkPages& pages) {
+  const int group = s.n_heads / s.n_kv_heads, per_token = (group + kLanes - 1) / kLanes;
+  const int64_t qdim = static_cast<int64_t>(s.n_heads) * s.head_dim;
+  const int64_t items = static_cast<int64_t>(n_tokens - pages.t0) * s.n_kv_heads * per_token;
+  pool.parallel_for(items, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t w = b; w < e; ++w) {
+      const int t = pages.t0 + static_cast<int>(w / (s.n_kv_heads * per_token));
+      const int kvh = static_cast<int>(w / per_token % s.n_kv_heads), g0 = static_cast<int>(w % per_token) * kLanes;
+      attend_group_block(out + t * qdim, q + t * qdim, qpos[t], kvh, g0, std::min(kLanes, group - g0), cache, layer, s, nullptr, nullptr,
+                         &pages.own[static_cast<size_t>(t - pages.t0)][static_cast<size_t>(kvh)], false);
+    }
+  });
+}
+
+}  // namespace
+
 void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_tokens, const KvCache& cache, int layer,
                        const AttentionShape& s, ThreadPool& pool, bool decode_step) {
   const StoreReads reads{cache, layer, s.n_kv_heads};
@@ -371,19 +440,27 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
   constexpr int kBlocks = 8, kChunk = 256;
   const int group = s.n_heads / s.n_kv_heads, d = s.head_dim;
   const int64_t qdim = static_cast<int64_t>(s.n_heads) * d;
-  const int64_t rows = static_cast<int64_t>(n_tokens) * group;
+  // A prompt chunk's call after the first (more than one token, with a store): its last `tail`
+  // tokens each attend the pages they choose by their own rows, after the rest; the rows before
+  // them, and any call of more than one block of rows, recall the pages chosen for the whole call
+  // (`chunk`: chunk_pages).
+  bool stored = false;
+  for (int kvh = 0; kvh < s.n_kv_heads && !stored; ++kvh) stored = recalls(cache, cache.head(layer, kvh));
+  const int tail = !decode_step && n_tokens > 1 && stored ? std::min(n_tokens, kChunkRecallTokens) : 0;
+  const bool chunk = tail > 0 || (static_cast<int64_t>(n_tokens) * group + kLanes - 1) / kLanes > 1;
+  const int64_t rows = static_cast<int64_t>(n_tokens - tail) * group;
   const int64_t blocks = (rows + kLanes - 1) / kLanes;
   const int64_t items = (blocks + kBlocks - 1) / kBlocks;
   const float* const* page_scores = nullptr;
-  if (blocks == 1) {
+  if (!chunk) {
     page_scores = recall_scores(q, 0, n_tokens, cache, layer, s, pool, decode_step);
     const int splits = key_splits(cache, layer, s.n_kv_heads);
     if (splits > 1)
       return attention_split_keys(out, q, qpos, n_tokens, cache, layer, s, splits, pool, nullptr, page_scores, decode_step);
   }
-  // Rows of more than one block recall pages chosen for all of them (a prompt chunk after the first).
-  const std::vector<std::vector<int>> chosen =
-      blocks > 1 && cache.recall().on() ? chunk_pages(q, n_tokens, cache, layer, s, pool) : std::vector<std::vector<int>>{};
+  const ChunkPages pages_of = chunk && cache.recall().on() ? chunk_pages(q, n_tokens, cache, layer, s, pool, rows > 0, tail > 0)
+                                                            : ChunkPages{};
+  const std::vector<std::vector<int>>& chosen = pages_of.call;
   const std::vector<KvHead> recalled = chosen.empty() ? std::vector<KvHead>{} : recalled_rows(cache, layer, chosen, d, pool);
   pool.parallel_for(items * s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
     thread_local std::vector<RowBlock> block(kBlocks);
@@ -435,10 +512,10 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
         // first recall the pages chosen for this call's rows (chunk_pages), attended above unless
         // the Taylor state must know what they were.
         const std::vector<int>* pages = chosen.empty() ? nullptr : &chosen[static_cast<size_t>(kvh)];
-        if (blocks == 1 ? recalls(cache, kv) : pages && !pages->empty() && covers_recalled(kv)) {
+        if (!chunk ? recalls(cache, kv) : pages && !pages->empty() && covers_recalled(kv)) {
           for (int r = 0; r < n; ++r) pr[r] = qpos[((b0 + i) * kLanes + r) / group];
           covered = recall_merge(cache, kv, qr[i], pr, n, s.sliding_window, s.softcap, acc.data(), m, l, cover, cover_buf,
-                                 head_scores(page_scores, kvh), blocks == 1 ? nullptr : pages, blocks == 1 && decode_step);
+                                 head_scores(page_scores, kvh), !chunk ? nullptr : pages, !chunk && decode_step);
         }
         for (int r = 0; r < n; ++r)
           ptaa_finish(outr[i][r], qr[i][r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, s.softcap,
@@ -446,11 +523,12 @@ void attention_prefill(float* out, const float* q, const int32_t* qpos, int n_to
       }
     }
   });
+  if (tail > 0) attention_own_pages(out, q, qpos, n_tokens, cache, layer, s, pool, pages_of);
 }
 
 void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& cache, int layer, const AttentionShape& s,
                       const std::vector<DecodeRowScores>& scores, ThreadPool& pool) {
-  const int group = s.n_heads / s.n_kv_heads, d = s.head_dim;
+  const int group = s.n_heads / s.n_kv_heads;
   const int blocks = (group + kLanes - 1) / kLanes;
   if (static_cast<int>(scores.size()) != s.n_kv_heads) fail("internal: decode scores for " + std::to_string(scores.size()) + " KV heads");
   for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) {
@@ -468,32 +546,12 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
     if (splits > 1) return attention_split_keys(out, q, &qpos, 1, cache, layer, s, splits, pool, &scores, page_scores, true);
   }
   pool.parallel_for(static_cast<int64_t>(s.n_kv_heads) * blocks, 1, [&](int64_t b, int64_t e, int) {
-    thread_local RowBlock block;
-    thread_local std::vector<float> acc, cover_buf;
-    RecallCover cover[kLanes];
-    acc.resize(static_cast<size_t>(kLanes) * d);
-    const float* qr[kLanes];
-    int32_t pr[kLanes];
-    float m[kLanes], l[kLanes];
     for (int64_t w = b; w < e; ++w) {
       const int kvh = static_cast<int>(w / blocks), g0 = static_cast<int>(w % blocks) * kLanes;
-      const KvHead& kv = cache.head(layer, kvh);
-      const DecodeRowScores& xs = scores[static_cast<size_t>(kvh)];
-      const int n = std::min(kLanes, group - g0);
-      for (int r = 0; r < n; ++r) {
-        qr[r] = q + static_cast<size_t>(kvh * group + g0 + r) * d;
-        pr[r] = qpos;
-      }
-      block.begin(qr, pr, n, d, s.softcap);
-      const auto [j_begin, j_end] = block.key_range(kv, s.sliding_window);
-      block.attend_scored(kv, xs.x[static_cast<size_t>(g0 / kLanes)].data(), s.sliding_window, j_begin, j_end);
-      block.finish(acc.data(), m, l);
       // Rows of more than one block (a GQA group over kLanes) each choose for themselves.
-      const bool covered = recalls(cache, kv) && recall_merge(cache, kv, qr, pr, n, s.sliding_window, s.softcap, acc.data(), m, l, cover, cover_buf,
-                                                              head_scores(page_scores, kvh), nullptr, blocks == 1);
-      for (int r = 0; r < n; ++r)
-        ptaa_finish(out + (qr[r] - q), qr[r], m[r], l[r], acc.data() + static_cast<size_t>(r) * d, kv.lin, d, s.softcap,
-                    covered ? &cover[r] : nullptr);
+      attend_group_block(out, q, qpos, kvh, g0, std::min(kLanes, group - g0), cache, layer, s,
+                         scores[static_cast<size_t>(kvh)].x[static_cast<size_t>(g0 / kLanes)].data(), head_scores(page_scores, kvh),
+                         nullptr, blocks == 1);
     }
   });
 }

@@ -390,10 +390,11 @@ TEST(DeviceContext, RecallStoreMatchesCpu) {
           kFp32ActivationsStoredTypes);
 }
 
-// A prompt in chunks with a recall store: each attention call of a chunk after the first scores the
-// store by its last kChunkRecallTokens (32) tokens' queries, chooses each KV head's pages, and its
-// rows attend them with the exact rows, as the CPU's chunk_pages. Calls of 36 tokens (the last 32
-// choose), of 8 (two of the CPU's blocks), of 4 and of 1 (its one-block path); snapkv and cake;
+// A prompt in chunks with a recall store: in each attention call of a chunk after the first, the last
+// kChunkRecallTokens (32) tokens choose their own pages one by one, as decode steps, and their
+// queries choose each KV head's pages for the rows before them, which attend them with the exact
+// rows, as the CPU's chunk_pages. Calls of 36 tokens (4 rows attend what the last 32 chose), of 8
+// (two of the CPU's blocks), of 4 and of 1 (each token its own choice); snapkv and cake;
 // Gemma 3's global layer;
 // a q8_0 store under an f16 cache (the recalled rows are attended in the cache's type on the
 // device, as f32 on the CPU: within the stored types' tolerance); every page recalled with bf16

@@ -216,9 +216,10 @@ std::vector<int> rank64(const std::vector<std::vector<double>>& b, std::vector<i
 }
 
 // The pages a float64 reader of the store would choose: each page's score for each query row (the
-// bound of the float64 min/max of its rows as read back, or the largest float64 q . k_j of them),
-// ranked by rank64; Shortlist: the RecallStore::kShortlist * want pages of highest bound, ranked
-// by their keys, the bound that of the page's q8_0 summary as read back for the query's
+// bound of the float64 min/max of its rows as read back, or the largest float64 q . k_j of them,
+// a q8_0 store's keys against the query rounded to q8_0 blocks as the store scores them), ranked
+// by rank64; Shortlist: the RecallStore::kShortlist * want pages of highest bound, ranked by
+// their keys, the bound that of the page's q8_0 summary as read back for the query's
 // [min(q, 0), max(q, 0)] rounded to q8_0 as read back; Lowrank the same with the largest score of
 // the page's key coordinates as read back against the query's (float64 from the store's basis),
 // rounded to int8 by its largest magnitude, or as Keys before the store fitted its basis.
@@ -270,9 +271,16 @@ std::vector<int> pages64(const RecallStore& st, const std::vector<const float*>&
         for (int i = 0; i < d; ++i)
           b[static_cast<size_t>(p)] += std::max(qr[i] * mn[static_cast<size_t>(p)][static_cast<size_t>(i)], qr[i] * mx[static_cast<size_t>(p)][static_cast<size_t>(i)]);
     }
+    // A q8_0 store's keys meet the query rounded to q8_0 blocks (RecallStore::key_scores).
+    std::vector<float> qk(qr, qr + d);
+    if (st.type() == KvType::Q8_0) {
+      std::vector<uint8_t> qa(act_row_bytes(ActFormat::Q8_0, d));
+      quantize_act_row(ActFormat::Q8_0, qr, qa.data(), d);
+      dequantize_act_row(ActFormat::Q8_0, qa.data(), qk.data(), d);
+    }
     for (int j = 0; j < st.n(); ++j) {
       st.load(j, k.data(), v.data());
-      x[static_cast<size_t>(j / st.page())] = std::max(x[static_cast<size_t>(j / st.page())], test::dot64(qr, k.data(), d));
+      x[static_cast<size_t>(j / st.page())] = std::max(x[static_cast<size_t>(j / st.page())], test::dot64(qk.data(), k.data(), d));
     }
     bound.push_back(b);
     keys.push_back(x);
@@ -505,11 +513,12 @@ TEST(Recall, DecodeStepsAttendTheHeldChoiceUntilItExpires) {
   }
 }
 
-// The rows of a prompt chunk after the first (more than one block of 16 rows in one call): each KV
-// head's pages are chosen once, by the rows of the call's last 32 tokens, as a float64 reader would
-// choose them, and every row of the call (tokens before those 32 included) attends to the exact
-// cache plus those pages, with the Taylor state of the rest, as float64 attention over those rows
-// (the pages' rows attended by the tiled kernel where no Taylor state covers, soft-capped or not).
+// The rows of a prompt chunk after the first (a call of more than one token): each KV head's pages
+// for the tokens before the call's last 32 are chosen once, by the rows of those 32 tokens, and each
+// of the 32 chooses its own by its own rows, as a float64 reader would choose them; every row
+// attends to the exact cache plus its token's pages, with the Taylor state of the rest, as float64
+// attention over those rows (the pages' rows attended by the tiled kernel where no Taylor state
+// covers, soft-capped or not).
 TEST(Recall, ChunkRowsAttendThePagesTheirLastTokensChose) {
   using S = RecallScore;
   constexpr int kTokens = 40, kChooser = 32;  // kv_recall.h's kChunkRecallTokens
@@ -529,15 +538,20 @@ TEST(Recall, ChunkRowsAttendThePagesTheirLastTokensChose) {
     auto row = [&](int t, int h) { return q.data() + (static_cast<size_t>(t) * c.n_heads + h) * c.d; };
     for (int g = 0; g < c.n_kv; ++g) {
       const KvHead& kh = cache.head(0, g);
-      std::vector<const float*> choosers;
-      for (int t = kTokens - kChooser; t < kTokens; ++t)
-        for (int r = 0; r < group; ++r) choosers.push_back(row(t, g * group + r));
-      const std::vector<int> chosen = pages64(kh.recall, choosers, c.d, c.pages, c.score);
-      ASSERT_LT(static_cast<int>(chosen.size()), kh.recall.n_pages());  // a choice, not every page
-      const AttendedRows a = attended_rows(kh, chosen, c.d, c.n_keys);
-      const KvCache& both = a.both;
-      const auto &k_rest = a.k_rest, &v_rest = a.v_rest;
-      for (int t = 0; t < kTokens; ++t)
+      // Tokens t0..t1-1 choose together (the last 32 for those before them) or one alone.
+      auto chosen_by = [&](int t0, int t1) {
+        std::vector<const float*> choosers;
+        for (int t = t0; t < t1; ++t)
+          for (int r = 0; r < group; ++r) choosers.push_back(row(t, g * group + r));
+        return pages64(kh.recall, choosers, c.d, c.pages, c.score);
+      };
+      const std::vector<int> for_the_rest = chosen_by(kTokens - kChooser, kTokens);
+      for (int t = 0; t < kTokens; ++t) {
+        const std::vector<int> chosen = t < kTokens - kChooser ? for_the_rest : chosen_by(t, t + 1);
+        ASSERT_LT(static_cast<int>(chosen.size()), kh.recall.n_pages());  // a choice, not every page
+        const AttendedRows a = attended_rows(kh, chosen, c.d, c.n_keys);
+        const KvCache& both = a.both;
+        const auto &k_rest = a.k_rest, &v_rest = a.v_rest;
         for (int r = 0; r < group; ++r) {
           const float* qr = row(t, g * group + r);
           const std::vector<double> want = c.taylor ? test::taylor_attention(qr, qpos[static_cast<size_t>(t)], both.head(0, 0), k_rest, v_rest, c.d, c.softcap)
@@ -547,6 +561,7 @@ TEST(Recall, ChunkRowsAttendThePagesTheirLastTokensChose) {
             ASSERT_NEAR(out[off + static_cast<size_t>(i)], want[static_cast<size_t>(i)], (c.taylor ? 2e-4 : 2e-5) * (1 + std::abs(want[static_cast<size_t>(i)])))
                 << "keys " << c.n_keys << " token " << t << " head " << g * group + r << " dim " << i;
         }
+      }
     }
   }
 }

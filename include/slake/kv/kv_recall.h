@@ -43,10 +43,10 @@ const std::vector<std::string>& recall_score_names();  // "keys", "quest", "shor
 RecallScore parse_recall_score(const std::string& name);
 const char* recall_score_name(RecallScore s);
 
-// The rows of a prompt chunk after the first choose the pages they recall once per attention call
-// (the chunk, or its batch of n_batch tokens), by the queries of the call's last
-// kChunkRecallTokens tokens (a chunk's observing window, where a prompt's question stands), and
-// every row of the call attends them (algorithm.md §9.2).
+// The rows of a prompt chunk after the first recall pages per attention call (the chunk, or its
+// batch of n_batch tokens): the call's last kChunkRecallTokens tokens (a chunk's observing window,
+// where a prompt's question stands) choose their own, one token at a time as decode steps do, and
+// their queries together choose the pages every earlier row of the call attends (algorithm.md §9.2).
 constexpr int kChunkRecallTokens = 32;
 
 // A cache's recall settings (KvPolicyParams::recall_*): `pages` pages attended per query and KV
