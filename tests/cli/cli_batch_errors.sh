@@ -2,7 +2,7 @@
 # slake-cli --batch on bad flags and bad requests: a flag error stops before the model is loaded; a
 # bad request gets an error response naming its line, and every later request is still answered.
 # --kv-sweep: each setting's responses equal those of its own run, and a bad request is answered
-# once per setting.
+# once per setting, on the cpu and (where built) on the cuda backend's host executor.
 # Exits 77 (ctest's SKIP_RETURN_CODE) when ../shared lacks the model.
 set -u
 bin=$1
@@ -92,35 +92,51 @@ printf '%s\n' \
   "{\"id\": \"b\", \"prompt\": \"Once upon a time, $story\", \"max_new_tokens\": 40, \"stop\": [\".\"]}" \
   '{"id": "c", "prompt": 5}' \
   "{\"id\": \"d\", \"prompt\": \"$story The dog\", \"max_new_tokens\": 0}" >"$tmp/sweep.jsonl"
-settings="full/none/0,cake/none/48,slake/auto/48,h2o/centroids/64,slake-wide/none/64"
-"$bin/slake-cli" -m "$model" -c 256 --kv-window 8 -t 2 --batch "$tmp/sweep.jsonl" --kv-sweep "$settings" \
-  >"$tmp/sweep.out" 2>"$tmp/sweep.err"
-check "--kv-sweep exits 0" [ $? -eq 0 ]
-IFS=, read -r -a list <<<"$settings"
-for s in "${list[@]}"; do
-  IFS=/ read -r policy comp budget <<<"$s"
-  "$bin/slake-cli" -m "$model" -c 256 --kv-window 8 -t 2 --batch "$tmp/sweep.jsonl" --kv-policy "$policy" \
-    --kv-compensate "$comp" --kv-budget "$budget" >"$tmp/alone-$policy.out" 2>/dev/null
-done
-same_as_alone() {  # each setting's lines of the sweep, in order, equal its own run's but for timings and "kv"
-  python3 - "$tmp" "$settings" <<'PY'
+sweep() {  # sweep NAME REQUESTS SETTINGS CLI ARGS...: the sweep's responses and each setting's own run's into $tmp/NAME*
+  local name=$1 requests=$2 settings=$3 cli=$4; shift 4
+  "$cli" -m "$model" --kv-window 8 -t 2 --batch "$requests" --kv-sweep "$settings" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || return 1
+  IFS=, read -r -a list <<<"$settings"
+  for s in "${list[@]}"; do
+    IFS=/ read -r policy comp budget <<<"$s"
+    "$cli" -m "$model" --kv-window 8 -t 2 --batch "$requests" --kv-policy "$policy" --kv-compensate "$comp" --kv-budget "$budget" "$@" \
+      >"$tmp/$name-alone-$policy.out" 2>/dev/null
+  done
+}
+same_as_alone() {  # same_as_alone NAME SETTINGS: each setting's lines of the sweep, in order, equal its own run's but for timings and "kv"
+  python3 - "$tmp" "$2" "$1" <<'PY'
 import json, sys
-tmp, settings = sys.argv[1], sys.argv[2].split(",")
-sweep = [json.loads(l) for l in open(f"{tmp}/sweep.out")]
-assert len(sweep) == 4 * len(settings), len(sweep)
+tmp, settings, name = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
+sweep = [json.loads(l) for l in open(f"{tmp}/{name}.out")]
+assert len(sweep) % len(settings) == 0 and sweep, len(sweep)
 drop = ("prefill_s", "decode_s", "kv")
 for i, s in enumerate(settings):
     policy, comp, budget = s.split("/")
     mine = sweep[i::len(settings)]
     assert all(r["kv"]["policy"] == policy and r["kv"]["budget"] == int(budget) for r in mine), mine
-    alone = [json.loads(l) for l in open(f"{tmp}/alone-{policy}.out")]
+    alone = [json.loads(l) for l in open(f"{tmp}/{name}-alone-{policy}.out")]
     assert [{k: v for k, v in r.items() if k not in drop} for r in mine] == \
            [{k: v for k, v in r.items() if k not in drop} for r in alone], (s, mine, alone)
-assert [r["n_gen"] for r in sweep[:len(settings)]] == [60] * len(settings)  # request a decodes 60 tokens in all
-assert all("error" in r for r in sweep[2 * len(settings):3 * len(settings)])
 assert len({r["text"] for r in sweep[:len(settings)]}) > 1, "the settings should not all reply alike"
 PY
 }
-check "--kv-sweep: each setting's responses are its own run's" same_as_alone
+settings="full/none/0,cake/none/48,slake/auto/48,h2o/centroids/64,slake-wide/none/64"
+check "--kv-sweep exits 0" sweep sweep "$tmp/sweep.jsonl" "$settings" "$bin/slake-cli" -c 256
+check "--kv-sweep: each setting's responses are its own run's" same_as_alone sweep "$settings"
+check "--kv-sweep: request a decodes 60 tokens in each setting, c fails in each" python3 - "$tmp/sweep.out" <<'PY'
+import json, sys
+sweep = [json.loads(l) for l in open(sys.argv[1])]
+assert len(sweep) == 4 * 5, len(sweep)
+assert [r["n_gen"] for r in sweep[:5]] == [60] * 5
+assert all("error" in r for r in sweep[10:15])
+PY
+# The same on the cuda backend through the host executor (slow: a short prompt that still evicts,
+# a short reply): each prompt on its own, the settings' decode steps in one batch.
+if [ -x "$bin/slake-cli-emu" ]; then
+  short=$(printf 'Lily went to the park. She saw a big dog. %.0s' 1 2 3 4)
+  printf '%s\n' "{\"id\": \"a\", \"prompt\": \"$short\", \"max_new_tokens\": 12}" >"$tmp/sweep-cuda.jsonl"
+  settings="full/none/0,cake/none/24,snapkv/none/32"
+  check "--kv-sweep --backend cuda exits 0" sweep cuda "$tmp/sweep-cuda.jsonl" "$settings" "$bin/slake-cli-emu" -c 96 --backend cuda
+  check "--kv-sweep --backend cuda: each setting's responses are its own run's" same_as_alone cuda "$settings"
+fi
 
 check_summary

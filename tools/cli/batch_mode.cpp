@@ -5,7 +5,6 @@
 #include <iostream>
 #include <limits>
 
-#include "slake/batch_decode.h"
 #include "slake/error.h"
 #include "chat_session.h"
 #include "generator.h"
@@ -63,10 +62,7 @@ std::string decode_skip_special(const Tokenizer& tokenizer, const std::vector<in
 
 BatchRunner::BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, tools::SweepSessions& sessions)
     : o_(o), tokenizer_(tokenizer), sessions_(sessions), name_settings_(!o.kv_sweep.empty()),
-      eog_(end_of_generation_tokens(tokenizer.vocab())) {
-  if (sessions_.size() > 1 && !sessions_.together())
-    fail("batch mode: " + std::to_string(sessions_.size()) + " KV settings need the cpu backend, where they run together");
-}
+      eog_(end_of_generation_tokens(tokenizer.vocab())) {}
 
 BatchPrompt BatchRunner::build_prompt(const BatchRequest& r) {
   const Vocab& v = tokenizer_.vocab();
@@ -144,21 +140,14 @@ std::vector<json> BatchRunner::run(const BatchRequest& r) {
 
   const size_t n_seq = sessions_.size();
   std::vector<GreedySequence> seqs(n_seq);
-  const std::vector<Context*>& contexts = sessions_.contexts();  // a sweep's, stepped together
-  for (size_t i = 0; i < n_seq; ++i) sessions_.session(i).reset();
   const auto t0 = std::chrono::steady_clock::now();
-  if (n_seq == 1) {
-    first.eval(p.tokens, &seqs[0].logits);
-  } else {
-    prefill_shared(contexts, p.tokens, &seqs[0].logits);
-    for (GreedySequence& q : seqs) q.logits = seqs[0].logits;
-  }
+  std::vector<std::vector<float>> step_logits;
+  sessions_.prefill(p.tokens, &step_logits);
+  for (size_t i = 0; i < n_seq; ++i) seqs[i].logits.swap(step_logits[i]);
   const double prefill_s = seconds_since(t0);
 
   const auto t1 = std::chrono::steady_clock::now();
-  std::vector<std::vector<float>> step_logits;
   for (;;) {
-    std::vector<Context*> step_ctxs;
     std::vector<int32_t> step_tokens;
     std::vector<size_t> who;
     for (size_t i = 0; i < n_seq; ++i) {
@@ -167,15 +156,10 @@ std::vector<json> BatchRunner::run(const BatchRequest& r) {
       if (tok < 0) continue;
       who.push_back(i);
       step_tokens.push_back(tok);
-      if (n_seq > 1) step_ctxs.push_back(contexts[i]);
     }
     if (who.empty()) break;
-    if (n_seq == 1) {
-      first.eval({step_tokens[0]}, &seqs[0].logits);
-    } else {
-      decode_batch(step_ctxs, step_tokens, &step_logits);
-      for (size_t j = 0; j < who.size(); ++j) seqs[who[j]].logits.swap(step_logits[j]);
-    }
+    sessions_.step(who, step_tokens, &step_logits);
+    for (size_t j = 0; j < who.size(); ++j) seqs[who[j]].logits.swap(step_logits[j]);
   }
   const double decode_s = seconds_since(t1);
 

@@ -44,10 +44,10 @@ class BatchRunner {
  public:
   // All must outlive the runner. `o` gives -sys and --chat-template (the template is looked up at
   // the first chat request, so a model without one can still run plain requests). `sessions` is
-  // one KV setting, or (--kv-sweep, cpu backend) several that run together: each request then
-  // runs in all of them, with one forward pass of its prompt (prefill_shared) and their greedy
-  // decodes stepped together (decode_batch), and is answered by one line per setting, in their
-  // order, each with a "kv" field naming its setting.
+  // one KV setting, or (--kv-sweep) several: each request then runs in all of them (one forward
+  // pass of its prompt on the cpu, SweepSessions::prefill), their greedy decodes stepped together
+  // (SweepSessions::step), and is answered by one line per setting, in their order, each with a
+  // "kv" field naming its setting.
   BatchRunner(const CliOptions& o, const Tokenizer& tokenizer, tools::SweepSessions& sessions);
 
   BatchPrompt build_prompt(const BatchRequest& r);

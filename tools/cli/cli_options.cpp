@@ -108,9 +108,9 @@ void add_cli_flags(CLI::App& app, CliOptions& o) {
       ->capture_default_str();
   tools::add_kv_flags(app, o.kv);
   app.add_option("--kv-sweep", o.kv_sweep,
-                 "batch mode on the cpu backend: run every request under several KV settings, POLICY/COMPENSATOR/BUDGET "
-                 "separated by commas (e.g. cake/none/256,slake/auto/256), with one forward pass of its prompt and the "
-                 "decodes stepped together; one response line per setting, with a \"kv\" field");
+                 "batch mode: run every request under several KV settings, POLICY/COMPENSATOR/BUDGET separated by "
+                 "commas (e.g. cake/none/256,slake/auto/256), with the decodes stepped together (and on the cpu one "
+                 "forward pass of the prompt); one response line per setting, with a \"kv\" field");
   tools::add_backend_flag(app, o.backend);
   app.footer(
       "Sampling follows llama.cpp: repeat penalty, top-k, top-p, min-p, then temperature and a seeded draw.\n"
@@ -137,7 +137,6 @@ void check_options(const CLI::App& app, CliOptions& o) {
     fail("--batch-out needs --batch");
   }
   if (!o.kv_sweep.empty() && o.batch_in.empty()) fail("--kv-sweep needs --batch");
-  if (!o.kv_sweep.empty() && o.backend != "cpu") fail("--kv-sweep runs on the cpu backend only");
   validate(o.sampling);
   const int grammars = !o.grammar.empty() + !o.grammar_file.empty() + !o.json_schema.empty() + !o.json_schema_file.empty();
   if (grammars > 1) fail("give one of --grammar, --grammar-file, --json-schema and --json-schema-file");

@@ -8,17 +8,17 @@
 // position, then each decode step's prediction of the next token.
 //
 // --kv-sweep runs several (policy, compensator, budget) settings over the same chunks in one
-// process: the full-cache reference is evaluated once per chunk, and on the cpu backend the
-// settings share one forward pass of each prompt (prefill_shared) and decode together
-// (decode_batch), which reads the weights once per step for all of them; both give each setting
-// what it would get alone, so each record is the one its own run would print.
+// process: the full-cache reference is evaluated once per chunk, on the cpu backend the settings
+// share one forward pass of each prompt (prefill_shared), and on either backend they decode
+// together (decode_batch, DeviceContext::decode_batch), which reads the weights once per step for
+// all of them; both give each setting what it would get alone, so each record is the one its own
+// run would print.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "slake/batch_decode.h"
 #include "slake/context.h"
 #include "slake/error.h"
 #include "slake/logit_stats.h"
@@ -147,10 +147,10 @@ std::unique_ptr<slake::tools::Session> make_reference(const Options& o, const sl
 void evaluate(const Options& o, const slake::Model& model, const std::vector<int32_t>& tokens, int chunks,
               slake::tools::SweepSessions& sweep_sessions, std::vector<Run>& runs, slake::tools::Session* full) {
   const int n_ctx = o.n_ctx, prefill = o.prefill, n_vocab = model.cfg.n_vocab;
-  const bool batched = sweep_sessions.together();
   std::vector<float> full_logits;
-  const std::vector<slake::Context*>& batch = sweep_sessions.contexts();
   std::vector<std::vector<float>> step_logits(runs.size());
+  std::vector<size_t> all(runs.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   for (int c = 0; c < chunks; ++c) {
     std::vector<int32_t> chunk(tokens.begin() + static_cast<int64_t>(c) * n_ctx, tokens.begin() + static_cast<int64_t>(c + 1) * n_ctx);
     if (model.vocab.bos >= 0) chunk[0] = model.vocab.bos;
@@ -162,13 +162,10 @@ void evaluate(const Options& o, const slake::Model& model, const std::vector<int
       if (prefill + 1 < n_ctx) full->eval(std::vector<int32_t>(chunk.begin() + prefill, chunk.end() - 1), &rest, true);
       full_logits.insert(full_logits.end(), rest.begin(), rest.end());
     }
-    for (Run& r : runs) r.session->reset();
-    if (batched) {  // one forward pass; each setting evicts from it as its own prefill would
-      slake::prefill_shared(batch, prompt, &runs[0].logits);
-      for (Run& r : runs) r.logits = runs[0].logits;
-    }
+    // On the cpu one forward pass; each setting evicts from it as its own prefill would.
+    sweep_sessions.prefill(prompt, &step_logits);
+    for (size_t i = 0; i < runs.size(); ++i) runs[i].logits.swap(step_logits[i]);
     for (Run& r : runs) {
-      if (!batched) r.session->eval(prompt, &r.logits);
       r.kv_bytes_prefill = std::max(r.kv_bytes_prefill, r.session->kv_bytes_used());
       if (c == 0) {
         r.layer_budgets = r.session->layer_budgets();
@@ -180,12 +177,8 @@ void evaluate(const Options& o, const slake::Model& model, const std::vector<int
       const float* f = full ? full_logits.data() + static_cast<size_t>(t - prefill) * n_vocab : nullptr;
       for (Run& r : runs) r.tot.score(r.logits.data(), f, n_vocab, next);
       if (t + 1 == n_ctx) break;
-      if (batched) {
-        slake::decode_batch(batch, std::vector<int32_t>(runs.size(), next), &step_logits);
-        for (size_t i = 0; i < runs.size(); ++i) runs[i].logits.swap(step_logits[i]);
-      } else {
-        for (Run& r : runs) r.session->eval({next}, &r.logits);
-      }
+      sweep_sessions.step(all, std::vector<int32_t>(runs.size(), next), &step_logits);
+      for (size_t i = 0; i < runs.size(); ++i) runs[i].logits.swap(step_logits[i]);
     }
     for (Run& r : runs) {
       r.kv_bytes_end = std::max(r.kv_bytes_end, r.session->kv_bytes_used());
@@ -290,7 +283,7 @@ void run(const Options& o) {
   }
   const std::unique_ptr<slake::tools::Session> full = o.kl ? make_reference(o, *model, cp, sweep_sessions.pool()) : nullptr;
   std::fprintf(stderr, "slake-perplexity: %s, %zu KV setting%s\n", runs[0].session->describe().c_str(), runs.size(),
-               sweep_sessions.together() ? "s decoded together" : runs.size() > 1 ? "s, one after another" : "");
+               runs.size() > 1 ? "s decoded together" : "");
   const auto t0 = std::chrono::steady_clock::now();
   evaluate(o, *model, tokens, chunks, sweep_sessions, runs, full.get());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
