@@ -1,5 +1,7 @@
 // A Session (slake/session.h) on the device context. Every session of a model shares one copy of
-// its weights on the device (shared_device_weights): a server's slots, a sweep's settings. CUDA
+// its weights on the device (shared_device_weights), and sessions of one layout (context size,
+// batch) their activations (shared_device_activations): a server's slots, a sweep's settings;
+// they run one at a time. CUDA
 // runtime and cuBLAS failures (gpu::Error) become slake::Error, which the tools and the server
 // report.
 #pragma once
@@ -26,8 +28,10 @@ class CudaSession final : public Session {
   size_t kv_peak_bytes() const override { return ctx_->kv_peak_bytes(); }
   size_t peak_device_bytes() const override { return ctx_->peak_device_bytes(); }
   std::string describe() const override {
-    return "backend cuda, device memory " + ctx_->plan().summary() + " + shared weights " +
-           std::to_string((ctx_->peak_device_bytes() - ctx_->plan().total_bytes()) >> 20) + " MiB";
+    const DevicePlan& p = ctx_->plan();
+    return "backend cuda, device memory " + p.summary() + " + shared weights " +
+           std::to_string((ctx_->peak_device_bytes() - p.total_bytes() - p.activation_bytes()) >> 20) + " MiB + shared activations " +
+           std::to_string(p.activation_bytes() >> 20) + " MiB";
   }
   std::vector<int64_t> layer_budgets() const override { return ctx_->budgets(); }
   // Cuda sessions of one model, each holding a prompt: DeviceContext::decode_batch.

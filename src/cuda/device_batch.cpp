@@ -50,19 +50,19 @@ void DeviceContext::decode_batch(const std::vector<DeviceContext*>& ctxs, const 
     std::vector<DeviceContext*> group(ctxs.begin() + g0, ctxs.begin() + g0 + nb);
     std::vector<int32_t> pos(static_cast<size_t>(nb));
     for (int i = 0; i < nb; ++i) pos[static_cast<size_t>(i)] = group[static_cast<size_t>(i)]->n_past_;
-    // The lead's positions are the rows' (RoPE); each context stores its row's keys at its own
-    // first position (attend's t0 = 0), the lead's included.
+    // The lead's positions are the rows' (RoPE, and each context's keys: row i's at the lead's
+    // position i, since contexts of one layout share their activations, positions included).
     copy_to_device(lead.at<int32_t>("tokens"), tokens.data() + g0, static_cast<size_t>(nb) * sizeof(int32_t));
-    copy_to_device(lead.at<int32_t>("positions"), pos.data(), pos.size() * sizeof(int32_t));
-    for (int i = 1; i < nb; ++i) copy_to_device(group[static_cast<size_t>(i)]->at<int32_t>("positions"), &pos[static_cast<size_t>(i)], sizeof(int32_t));
+    int32_t* pos_dev = lead.at<int32_t>("positions");
+    copy_to_device(pos_dev, pos.data(), pos.size() * sizeof(int32_t));
     embedding(lead.at<float>("x"), lead.w_.tok_embd.data, ElemType::BF16, lead.at<int32_t>("tokens"), nb, c.dim, c.embed_scale);
     for (int l = 0; l < c.n_layers; ++l) {
       // Row i is context i's token: its KV hooks and attention run on its own cache, as its own
       // eval({token}) runs them.
       lead.run_layer_rows(l, 0, nb, [&](float* att, float* q, float* k, float* v) {
         for (int i = 0; i < nb; ++i)
-          group[static_cast<size_t>(i)]->attend(l, 0, 1, &pos[static_cast<size_t>(i)], false, att + i * qd, q + i * qd, k + i * kvd,
-                                                v + i * kvd);
+          group[static_cast<size_t>(i)]->attend(l, 0, 1, pos_dev + i, &pos[static_cast<size_t>(i)], false, att + i * qd, q + i * qd,
+                                                k + i * kvd, v + i * kvd);
       });
       for (DeviceContext* s : group) s->note_usage();
     }

@@ -17,7 +17,9 @@ namespace slake::gpu {
 DeviceContext::DeviceContext(const Model& model, const ContextParams& params) : DeviceContext(model, params, nullptr) {}
 
 DeviceContext::DeviceContext(const Model& model, const ContextParams& params, std::shared_ptr<const DeviceWeights> weights)
-    : model_(model), plan_(model, params, /*with_weights=*/weights == nullptr), shared_(std::move(weights)) {
+    : model_(model),
+      plan_(model, params, /*with_weights=*/weights == nullptr, /*shared_activations=*/weights != nullptr),
+      shared_(std::move(weights)) {
   const KvPolicyParams& p = plan_.kv;
   parts_ = policy_parts(p);
   if (plan_.evicting && (accumulates(p) || uses_sre(p)))
@@ -34,7 +36,10 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params, st
     if (cpu_only) fail(std::string(cpu_only) + " runs on the cpu backend only (docs/algorithm.md §9)");
   }
   if (!emulated() && device_count() == 0) fail("the cuda backend needs a CUDA device, and none is available");
-  plan_.check_fits();  // before anything is allocated
+  // The shared activations first (allocated by the first context of their layout, refused before
+  // that when they do not fit), then the arena, refused before it is allocated.
+  if (plan_.activation_bytes() > 0) acts_ = shared_device_activations(model, plan_);
+  plan_.check_fits();
   gemm_ = make_gemm();
   arena_ = device_alloc(plan_.total_bytes());
   device_memset(arena_, 0, plan_.total_bytes());
@@ -395,7 +400,8 @@ class DeviceContext::Ops final : public LayerOps {
 void DeviceContext::run_layer(int l, int n, const int32_t* pos_host, bool prompt) {
   for (int t0 = 0; t0 < n; t0 += plan_.n_batch) {
     const int nb = std::min(plan_.n_batch, n - t0);
-    run_layer_rows(l, t0, nb, [&](float* att, float* q, float* k, float* v) { attend(l, t0, nb, pos_host, prompt, att, q, k, v); });
+    const int32_t* pos = at<int32_t>("positions") + t0;
+    run_layer_rows(l, t0, nb, [&](float* att, float* q, float* k, float* v) { attend(l, t0, nb, pos, pos_host, prompt, att, q, k, v); });
   }
 }
 
@@ -404,14 +410,14 @@ void DeviceContext::run_layer_rows(int l, int t0, int nb, const AttendRows& atte
   slake::run_layer(model_.cfg, ops);
 }
 
-void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool prompt, float* att, float* q, float* k, float* v) {
+void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos, const int32_t* pos_host, bool prompt, float* att, float* q, float* k,
+                           float* v) {
   const ModelConfig& c = model_.cfg;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim();
-  const int32_t* pos = at<int32_t>("positions");
   const bool in_staging = prompt && plan_.evicting;
   const KvLayerMut cache = in_staging ? staging() : pool_layer(l);
   const int held = layers_[static_cast<size_t>(l)].held;
-  kv_append(cache, held, k, v, kvd, pos + t0, nb);
+  kv_append(cache, held, k, v, kvd, pos, nb);
   set_held(l, held + nb);
   if (!prompt && plan_.evicting && !c.layer_local(l)) decode_evict(l, q, pos_host[t0]);  // nb == 1 here (eval splits)
   if (prompt && prompt_evicts_) {
@@ -431,7 +437,7 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos_host, bool 
   else if (nb == 1)
     ptaa_decode(att, q, pos_host[t0], c.n_heads, kvv, lin(l), c.layer_window(l), max_held, plan_.ptaa_split_len, at<float>("ptaa"));
   else
-    prefill_attention(att, qd, q, qd, pos + t0, nb, c.n_heads, kvv, lin(l), c.layer_window(l));
+    prefill_attention(att, qd, q, qd, pos, nb, c.n_heads, kvv, lin(l), c.layer_window(l));
   if (c.layer_local(l)) {
     // What no later query can see leaves a local layer (as the CPU's KvCache::drop_before): its rows
     // are the latest positions in order (no policy evicts here), the last at pos_host[t0 + nb - 1],

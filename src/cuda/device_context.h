@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device_activations.h"
 #include "cuda/device_plan.h"
 #include "cuda/device_weights.h"
 #include "cuda/gemm.h"
@@ -37,8 +38,9 @@ class DeviceContext {
   // Plans, checks the plan against the device's free memory (refusing before any allocation),
   // allocates the arena and uploads the weights into it.
   DeviceContext(const Model& model, const ContextParams& params);
-  // The same with the model's weights shared with other contexts (shared_device_weights): the
-  // arena holds this context's cache, activations and policy state only.
+  // The same with the model's weights shared with other contexts (shared_device_weights), and its
+  // activations with those of the same layout (shared_device_activations): the arena holds this
+  // context's cache and policy state only. Contexts that share them run one at a time.
   DeviceContext(const Model& model, const ContextParams& params, std::shared_ptr<const DeviceWeights> weights);
   ~DeviceContext();
   DeviceContext(const DeviceContext&) = delete;
@@ -71,7 +73,7 @@ class DeviceContext {
   const DevicePlan& plan() const { return plan_; }
   // The arena and the shared weights it reads: every byte of device memory the context uses
   // (cuBLAS's own workspace and the CUDA runtime's context are not part of it).
-  size_t peak_device_bytes() const { return plan_.total_bytes() + (shared_ ? shared_->bytes() : 0); }
+  size_t peak_device_bytes() const { return plan_.total_bytes() + (shared_ ? shared_->bytes() : 0) + (acts_ ? acts_->bytes() : 0); }
   // As KvCache::bytes_used / peak_bytes_used: held tokens' keys, values and positions plus the
   // linear states that hold anything and the recall stores' rows.
   size_t kv_bytes_used() const;
@@ -94,7 +96,8 @@ class DeviceContext {
 
   template <typename T>
   T* at(const char* name) const {
-    return reinterpret_cast<T*>(static_cast<char*>(arena_) + plan_.offset(name));
+    const DevicePlan::Entry& e = plan_.entry(name);
+    return reinterpret_cast<T*>(static_cast<char*>(e.shared ? acts_->data() : arena_) + e.offset);
   }
   // A planned cache area's three buffers (device_plan: <name>.k, <name>.v, <name>.pos).
   struct CacheArea {
@@ -147,8 +150,9 @@ class DeviceContext {
   class Ops;  // its LayerOps
   // The logits of rows first..first+rows-1 of `x`, rows * n_vocab floats.
   void output_logits(int first, int rows, std::vector<float>* logits);
-  // The KV hooks and attention of rows t0..t0+nb-1 (q, k, v after RoPE; att written).
-  void attend(int l, int t0, int nb, const int32_t* pos_host, bool prompt, float* att, float* q, float* k, float* v);
+  // The KV hooks and attention of rows t0..t0+nb-1 (q, k, v after RoPE; att written), at the
+  // positions `pos` on the device (rows t0.. of "positions", or a batch lead's) and pos_host[t0..].
+  void attend(int l, int t0, int nb, const int32_t* pos, const int32_t* pos_host, bool prompt, float* att, float* q, float* k, float* v);
   void on_layer_done(int l);
   // Evicts layer l (rows in `src`) to `budget` prefix tokens, writing the kept rows to the pool at
   // `off` with `cap` rows per head.
@@ -172,6 +176,7 @@ class DeviceContext {
   void* arena_ = nullptr;
   CacheArea pool_, staging_, move_;  // staging and move: evicting plans only
   std::shared_ptr<const DeviceWeights> shared_;  // null: the weights are in the arena
+  std::shared_ptr<DeviceActivations> acts_;      // null: the activations are in the arena
   WeightsOnDevice w_;
   std::vector<Layer> layers_;
   std::vector<int> slots_;  // [layer]: slot(), from ModelConfig::kv_policy_layers

@@ -36,7 +36,16 @@ std::string mib(size_t b) {
 }
 }  // namespace
 
-DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool with_weights) {
+void require_device_memory(size_t bytes, const std::string& what, const std::string& advice) {
+  size_t free_b = 0, total_b = 0;
+  memory_info(&free_b, &total_b);
+  if (bytes > free_b)
+    fail(what + " " + mib(bytes) + " MiB of device memory, but the device has " + mib(free_b) + " MiB free of " + mib(total_b) +
+         " MiB" + advice);
+}
+
+DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool with_weights, bool shared_activations)
+    : shared_activations_(shared_activations) {
   const ModelConfig& c = model.cfg;
   if (params.n_ctx < 0) fail("context size must not be negative, got " + std::to_string(params.n_ctx));
   if (params.n_batch < 1) fail("batch size must be positive, got " + std::to_string(params.n_batch));
@@ -192,15 +201,26 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
 }
 
 void DevicePlan::add(const std::string& group, const std::string& name, size_t bytes) {
-  entries_.push_back(Entry{name, bytes, total_});
+  const bool shared = shared_activations_ && group == "activations";
+  size_t& end = shared ? act_total_ : total_;
+  entries_.push_back(Entry{name, bytes, end, shared});
   groups_.push_back(group);
-  total_ += arena_align(bytes);
+  end += arena_align(bytes);
 }
 
-size_t DevicePlan::offset(const std::string& name) const {
+const DevicePlan::Entry& DevicePlan::entry(const std::string& name) const {
   for (const Entry& e : entries_)
-    if (e.name == name) return e.offset;
+    if (e.name == name) return e;
   fail("internal: no planned device buffer named " + name);
+}
+
+std::string DevicePlan::activation_layout() const {
+  // The RoPE table ("inv_freq") follows n_ctx (LongRoPE) and is written by each context that
+  // shares the area: contexts of other context sizes must not share it.
+  std::string layout = "n_ctx " + std::to_string(n_ctx);
+  for (const Entry& e : entries_)
+    if (e.shared) layout += ";" + e.name + " " + std::to_string(e.bytes);
+  return layout;
 }
 
 size_t DevicePlan::group_bytes(const std::string& group) const {
@@ -212,7 +232,8 @@ size_t DevicePlan::group_bytes(const std::string& group) const {
 
 std::string DevicePlan::summary() const {
   return mib(total_) + " MiB (weights " + mib(group_bytes("weights")) + ", KV cache " + mib(group_bytes("kv")) +
-         (recall ? ", recall store " + mib(group_bytes("store")) : std::string()) + ", activations " + mib(group_bytes("activations")) + ", policy " + mib(group_bytes("policy")) + " MiB)";
+         (recall ? ", recall store " + mib(group_bytes("store")) : std::string()) + ", activations " +
+         (shared_activations_ ? "shared" : mib(group_bytes("activations"))) + ", policy " + mib(group_bytes("policy")) + " MiB)";
 }
 
 void DevicePlan::check_fits() const {

@@ -3,6 +3,9 @@
 // and batch known at the start. The context then makes one allocation of total_bytes() (the arena)
 // and carves it up exactly as planned, so the peak device memory of a run is a property of the
 // plan. A plan that does not fit the device's free memory is refused (check_fits) with the numbers.
+// A plan with shared activations leaves its activations out of the arena: they are planned in an
+// area of their own (activation_bytes()), which the contexts of one model and layout share
+// (shared_device_activations), since they run one at a time.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +21,10 @@ namespace slake::gpu {
 constexpr size_t kArenaAlign = 256;
 inline size_t arena_align(size_t n) { return (n + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
 
+// Throws slake::Error "<what> N MiB of device memory, but the device has F MiB free of T
+// MiB<advice>" (what: "the model's weights need") when `bytes` exceed the device's free memory (before an allocation).
+void require_device_memory(size_t bytes, const std::string& what, const std::string& advice = "");
+
 // Bytes a weight takes on the device: matrices and the embedding table in bf16, 1-D norms in fp32.
 size_t device_weight_bytes(const TensorView& t, bool matrix);
 // The row type the kernels store a KV cache type as (check_kv_type_on_cuda refuses the others).
@@ -28,15 +35,20 @@ class DevicePlan {
   struct Entry {
     std::string name;
     size_t bytes;   // as requested
-    size_t offset;  // in the arena, kArenaAlign-aligned
+    size_t offset;  // in the arena, or in the shared activations, kArenaAlign-aligned
+    bool shared;    // in the shared activations
   };
 
   // Resolves n_ctx (0: the model's training context) and the KV policy's defaults like Context.
-  // Without `with_weights` the arena holds no weights (the context shares a DeviceWeights).
-  DevicePlan(const Model& model, const ContextParams& params, bool with_weights = true);
+  // Without `with_weights` the arena holds no weights (the context shares a DeviceWeights); with
+  // `shared_activations` it holds no activations either (the context shares a DeviceActivations).
+  DevicePlan(const Model& model, const ContextParams& params, bool with_weights = true, bool shared_activations = false);
 
-  size_t total_bytes() const { return total_; }
-  size_t offset(const std::string& name) const;  // throws for an unknown name
+  size_t total_bytes() const { return total_; }  // the arena
+  size_t activation_bytes() const { return act_total_; }  // the shared activations (0 when not shared)
+  const Entry& entry(const std::string& name) const;  // throws for an unknown name
+  // The shared activations' layout: contexts whose layouts are equal can share them.
+  std::string activation_layout() const;
   const std::vector<Entry>& entries() const { return entries_; }
   // Sums by group: "weights", "kv" (exact cache, staging, linear states), "store" (the recall
   // store), "activations", "policy".
@@ -73,7 +85,8 @@ class DevicePlan {
   void add(const std::string& group, const std::string& name, size_t bytes);
   std::vector<Entry> entries_;
   std::vector<std::string> groups_;
-  size_t total_ = 0;
+  size_t total_ = 0, act_total_ = 0;
+  bool shared_activations_ = false;
 };
 
 }  // namespace slake::gpu

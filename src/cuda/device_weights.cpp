@@ -152,11 +152,7 @@ DeviceWeights::DeviceWeights(const Model& m) {
     offset[name] = bytes_;
     bytes_ += arena_align(bytes);
   });
-  size_t free_b = 0, total_b = 0;
-  memory_info(&free_b, &total_b);
-  if (bytes_ > free_b)
-    fail("the model's weights need " + std::to_string(bytes_ >> 20) + " MiB of device memory in bf16, but the device has " +
-         std::to_string(free_b >> 20) + " MiB free of " + std::to_string(total_b >> 20) + " MiB");
+  require_device_memory(bytes_, "the model's weights need");
   mem_ = device_alloc(bytes_);
   try {
     views_ = upload_weights(m, [&](const std::string& name) { return static_cast<char*>(mem_) + offset.at(name); });

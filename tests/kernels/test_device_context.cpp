@@ -525,26 +525,37 @@ TEST(DeviceContext, BadInputIsRefused) {
 
 // Contexts that share one upload of the weights (a server's slots, a sweep's sessions) compute
 // what a context with its own copy does; the weights are uploaded once while any holds them, and
-// their arenas plan no weights.
+// their arenas plan no weights. Contexts of one layout share their activations too (their arenas
+// plan none): a context keeps nothing there between calls, so another context's prompt between a
+// context's prompt and its decode step changes nothing.
 TEST(DeviceContext, SharedWeightsMatchOwnWeights) {
   const auto m = fixture("qwen2-bias");
-  const std::vector<int32_t> prompt = prompt_tokens(40, m->cfg.n_vocab, 5);
-  std::vector<float> own_logits, a_logits, b_logits;
+  const std::vector<int32_t> prompt = prompt_tokens(40, m->cfg.n_vocab, 5), other = prompt_tokens(33, m->cfg.n_vocab, 6);
+  std::vector<float> own_logits, own_step, a_logits, a_step, b_logits;
   {
     DeviceContext own(*m, params(96, "slake", 12, 4));
     own.eval(prompt, &own_logits);
-    own.eval({3}, &own_logits);
+    own.eval({3}, &own_step);
   }
   auto w = shared_device_weights(*m);
   EXPECT_EQ(shared_device_weights(*m).get(), w.get());
-  DeviceContext a(*m, params(96, "slake", 12, 4), w), b(*m, params(96, "full", 0, 4), w);
+  DeviceContext a(*m, params(96, "slake", 12, 4), w), b(*m, params(96, "snapkv", 16, 4), w);
   EXPECT_EQ(a.plan().group_bytes("weights"), 0u);
-  EXPECT_EQ(a.peak_device_bytes(), a.plan().total_bytes() + w->bytes());
+  const DevicePlan alone(*m, params(96, "slake", 12, 4), /*with_weights=*/false);
+  EXPECT_EQ(a.plan().activation_bytes(), alone.group_bytes("activations"));
+  EXPECT_GT(a.plan().activation_bytes(), 0u);
+  EXPECT_EQ(a.plan().total_bytes() + a.plan().activation_bytes(), alone.total_bytes());
+  EXPECT_EQ(a.plan().activation_layout(), b.plan().activation_layout());
+  EXPECT_EQ(a.peak_device_bytes(), a.plan().total_bytes() + w->bytes() + a.plan().activation_bytes());
   EXPECT_GE(w->bytes(), DevicePlan(*m, params(96, "full", 0, 4)).group_bytes("weights"));
-  b.eval(prompt, &b_logits);  // another context's use of the weights in between
+  b.eval(other, &b_logits);  // another context's use of the weights and activations in between
   a.eval(prompt, &a_logits);
-  a.eval({3}, &a_logits);
+  b.reset();
+  b.eval(other, &b_logits);  // a prompt, and a decode step
+  b.eval({5}, &b_logits);
+  a.eval({3}, &a_step);
   EXPECT_EQ(a_logits, own_logits);
+  EXPECT_EQ(a_step, own_step);
   const DeviceWeights* first = w.get();
   w.reset();
   EXPECT_EQ(shared_device_weights(*m).get(), first);  // a and b still hold it

@@ -1,0 +1,34 @@
+#include "cuda/device_activations.h"
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "device_memory.h"
+
+namespace slake::gpu {
+
+DeviceActivations::DeviceActivations(const DevicePlan& plan) : bytes_(plan.activation_bytes()) {
+  require_device_memory(bytes_, "the contexts' shared activations need", "; lower the context size or the batch");
+  mem_ = device_alloc(bytes_);
+  device_memset(mem_, 0, bytes_);
+}
+
+DeviceActivations::~DeviceActivations() { device_free(mem_); }
+
+std::shared_ptr<DeviceActivations> shared_device_activations(const Model& m, const DevicePlan& plan) {
+  static std::mutex mu;
+  static std::map<std::pair<const Model*, std::string>, std::weak_ptr<DeviceActivations>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto it = cache.begin(); it != cache.end();) it = it->second.expired() ? cache.erase(it) : std::next(it);
+  std::weak_ptr<DeviceActivations>& slot = cache[{&m, plan.activation_layout()}];
+  std::shared_ptr<DeviceActivations> a = slot.lock();
+  if (!a) {
+    a = std::make_shared<DeviceActivations>(plan);
+    slot = a;
+  }
+  return a;
+}
+
+}  // namespace slake::gpu
