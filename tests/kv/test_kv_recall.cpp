@@ -546,6 +546,9 @@ TEST(Recall, ChunkRowsAttendThePagesTheirLastTokensChose) {
         return pages64(kh.recall, choosers, c.d, c.pages, c.score);
       };
       const std::vector<int> for_the_rest = chosen_by(kTokens - kChooser, kTokens);
+      int own_differs = 0;  // tokens whose own pages are not the call's (so the rule shows)
+      for (int t = kTokens - kChooser; t < kTokens; ++t) own_differs += chosen_by(t, t + 1) != for_the_rest;
+      EXPECT_GT(own_differs, 0) << "keys " << c.n_keys << " head " << g;
       for (int t = 0; t < kTokens; ++t) {
         const std::vector<int> chosen = t < kTokens - kChooser ? for_the_rest : chosen_by(t, t + 1);
         ASSERT_LT(static_cast<int>(chosen.size()), kh.recall.n_pages());  // a choice, not every page

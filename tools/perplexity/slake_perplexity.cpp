@@ -12,7 +12,7 @@
 // share one forward pass of each prompt (prefill_shared), and on either backend they decode
 // together (decode_batch, DeviceContext::decode_batch), which reads the weights once per step for
 // all of them; both give each setting what it would get alone, so each record is the one its own
-// run would print.
+// run would print (on a GPU up to the order in which cuBLAS sums a GEMM of several rows).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
