@@ -170,18 +170,18 @@ void DeviceContext::attend_recalled(int l, float* att, const float* q, int32_t q
   ptaa_decode(att, q, qpos, c.n_heads, kvv, lin(l), c.layer_window(l), max_held, plan_.ptaa_split_len, at<float>("ptaa"), rc);
 }
 
-void DeviceContext::attend_chunk_recalled(int l, int t0, int nb, const int32_t* pos_host, float* att, const float* q) {
+void DeviceContext::attend_chunk_recalled(int l, int t0, int nb, const int32_t* pos, const int32_t* pos_host, const KvLayerView& kvv,
+                                          float* att, const float* q) {
   const ModelConfig& c = model_.cfg;
   const int64_t qd = c.q_dim();
-  const Layer& L = layers_[static_cast<size_t>(l)];
   const int tail = std::min(nb, kChunkRecallTokens), head = nb - tail;
-  if (head > 0) attend_chunk_head(l, t0, nb, head, att, q);
+  if (head > 0) attend_chunk_head(l, nb, head, pos, att, q);
   // The call's last tokens, one at a time: each one's rows choose their own pages, as a decode step's.
-  const KvLayerView kvv = view(staging(), l);
-  for (int t = head; t < nb; ++t) attend_recalled(l, att + t * qd, q + t * qd, pos_host[t0 + t], kvv, L.held);
+  const int held = layers_[static_cast<size_t>(l)].held;
+  for (int t = head; t < nb; ++t) attend_recalled(l, att + t * qd, q + t * qd, pos_host[t0 + t], kvv, held);
 }
 
-void DeviceContext::attend_chunk_head(int l, int t0, int nb, int head, float* att, const float* q) {
+void DeviceContext::attend_chunk_head(int l, int nb, int head, const int32_t* pos, float* att, const float* q) {
   const ModelConfig& c = model_.cfg;
   const KvPolicyParams& p = plan_.kv;
   const int64_t qd = c.q_dim();
@@ -206,7 +206,7 @@ void DeviceContext::attend_chunk_head(int l, int t0, int nb, int head, float* at
   const KvLayerMut m = staging();
   recall_gather(m, L.held, at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * H, store_view(l), p.recall_page,
                 at<int32_t>("recall.pages"), p.recall_pages, at<int32_t>("recall.n_chosen"), max_pages);
-  prefill_attention(att, qd, q, qd, at<int32_t>("positions") + t0, head, c.n_heads, view(m, l), lin(l), c.layer_window(l));
+  prefill_attention(att, qd, q, qd, pos, head, c.n_heads, view(m, l), lin(l), c.layer_window(l));
   set_held(l, L.held);
 }
 
@@ -431,7 +431,7 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos, const int3
   const int max_held = layers_[static_cast<size_t>(l)].held;
   const bool recalls = plan_.recall && layers_[static_cast<size_t>(l)].stored > 0;  // a layer the policy manages
   if (recalls && prompt)  // a prompt chunk after the first
-    attend_chunk_recalled(l, t0, nb, pos_host, att, q);
+    attend_chunk_recalled(l, t0, nb, pos, pos_host, kvv, att, q);
   else if (recalls && nb == 1)
     attend_recalled(l, att, q, pos_host[t0], kvv, max_held);
   else if (nb == 1)

@@ -124,12 +124,14 @@ class DeviceContext {
   // A decode step's attention of layer l with the pages each KV head recalls from its store.
   void attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held);
   // A later prompt chunk's attention of rows t0..t0+nb-1 of layer l (their keys and values already
-  // in staging) with the pages each KV head recalls, as the CPU's attention_prefill with a store:
-  // the call's last kChunkRecallTokens tokens choose their own, as decode steps (attend_recalled).
-  void attend_chunk_recalled(int l, int t0, int nb, const int32_t* pos_host, float* att, const float* q);
-  // Its first `head` rows, with the pages chosen for them by the call's last kChunkRecallTokens
-  // tokens' queries (the CPU's chunk_pages).
-  void attend_chunk_head(int l, int t0, int nb, int head, float* att, const float* q);
+  // in staging, kvv; positions as attend's) with the pages each KV head recalls, as the CPU's
+  // attention_prefill with a store: the call's last kChunkRecallTokens tokens choose their own, as
+  // decode steps (attend_recalled).
+  void attend_chunk_recalled(int l, int t0, int nb, const int32_t* pos, const int32_t* pos_host, const KvLayerView& kvv, float* att,
+                             const float* q);
+  // Its first `head` rows (of nb), with the pages chosen for them by the call's last
+  // kChunkRecallTokens tokens' queries (the CPU's chunk_pages).
+  void attend_chunk_head(int l, int nb, int head, const int32_t* pos, float* att, const float* q);
   LinearStateView lin(int l) const;
   int centroids() const;  // K of the centroid compensator, 0 without one
   void set_held(int l, int held);

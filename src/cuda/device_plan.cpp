@@ -36,12 +36,12 @@ std::string mib(size_t b) {
 }
 }  // namespace
 
-void require_device_memory(size_t bytes, const std::string& what, const std::string& advice) {
+void require_device_memory(size_t bytes, const std::string& what, const std::string& advice, const std::string& detail) {
   size_t free_b = 0, total_b = 0;
   memory_info(&free_b, &total_b);
   if (bytes > free_b)
-    fail(what + " " + mib(bytes) + " MiB of device memory, but the device has " + mib(free_b) + " MiB free of " + mib(total_b) +
-         " MiB" + advice);
+    fail(what + " " + mib(bytes) + " MiB" + detail + " of device memory, but the device has " + mib(free_b) + " MiB free of " +
+         mib(total_b) + " MiB" + advice);
 }
 
 DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool with_weights, bool shared_activations)
@@ -230,20 +230,19 @@ size_t DevicePlan::group_bytes(const std::string& group) const {
   return n;
 }
 
-std::string DevicePlan::summary() const {
-  return mib(total_) + " MiB (weights " + mib(group_bytes("weights")) + ", KV cache " + mib(group_bytes("kv")) +
+std::string DevicePlan::breakdown() const {
+  return " (weights " + mib(group_bytes("weights")) + ", KV cache " + mib(group_bytes("kv")) +
          (recall ? ", recall store " + mib(group_bytes("store")) : std::string()) + ", activations " +
          (shared_activations_ ? "shared" : mib(group_bytes("activations"))) + ", policy " + mib(group_bytes("policy")) + " MiB)";
 }
 
+std::string DevicePlan::summary() const { return mib(total_) + " MiB" + breakdown(); }
+
 void DevicePlan::check_fits() const {
-  size_t free_b = 0, total_b = 0;
-  memory_info(&free_b, &total_b);
-  if (total_ > free_b)
-    fail("a context of " + std::to_string(n_ctx) + " tokens (batch " + std::to_string(n_batch) + ", KV policy " + kv.policy +
-         (evicting ? ", budget " + std::to_string(kv.budget) : std::string()) + ") needs " + summary() +
-         " of device memory, but the device has " + mib(free_b) + " MiB free of " + mib(total_b) +
-         " MiB; lower the context size or the KV budget");
+  require_device_memory(total_,
+                        "a context of " + std::to_string(n_ctx) + " tokens (batch " + std::to_string(n_batch) + ", KV policy " +
+                            kv.policy + (evicting ? ", budget " + std::to_string(kv.budget) : std::string()) + ") needs",
+                        "; lower the context size or the KV budget", breakdown());
 }
 
 }  // namespace slake::gpu

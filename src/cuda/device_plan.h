@@ -21,9 +21,10 @@ namespace slake::gpu {
 constexpr size_t kArenaAlign = 256;
 inline size_t arena_align(size_t n) { return (n + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
 
-// Throws slake::Error "<what> N MiB of device memory, but the device has F MiB free of T
-// MiB<advice>" (what: "the model's weights need") when `bytes` exceed the device's free memory (before an allocation).
-void require_device_memory(size_t bytes, const std::string& what, const std::string& advice = "");
+// Throws slake::Error "<what> N MiB<detail> of device memory, but the device has F MiB free of T
+// MiB<advice>" (what: "the model's weights need") when `bytes` exceed the device's free memory
+// (before an allocation).
+void require_device_memory(size_t bytes, const std::string& what, const std::string& advice = "", const std::string& detail = "");
 
 // Bytes a weight takes on the device: matrices and the embedding table in bf16, 1-D norms in fp32.
 size_t device_weight_bytes(const TensorView& t, bool matrix);
@@ -83,6 +84,7 @@ class DevicePlan {
 
  private:
   void add(const std::string& group, const std::string& name, size_t bytes);
+  std::string breakdown() const;  // " (weights .., KV cache .., activations .., policy .. MiB)"
   std::vector<Entry> entries_;
   std::vector<std::string> groups_;
   size_t total_ = 0, act_total_ = 0;
