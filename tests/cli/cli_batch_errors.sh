@@ -96,10 +96,10 @@ sweep() {  # sweep NAME REQUESTS SETTINGS CLI ARGS...: the sweep's responses and
   local name=$1 requests=$2 settings=$3 cli=$4; shift 4
   "$cli" -m "$model" --kv-window 8 -t 2 --batch "$requests" --kv-sweep "$settings" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || return 1
   IFS=, read -r -a list <<<"$settings"
-  for s in "${list[@]}"; do
+  for s in "${list[@]}"; do  # each run must exit 0 as the sweep did; its output is named by the whole setting
     IFS=/ read -r policy comp budget <<<"$s"
     "$cli" -m "$model" --kv-window 8 -t 2 --batch "$requests" --kv-policy "$policy" --kv-compensate "$comp" --kv-budget "$budget" "$@" \
-      >"$tmp/$name-alone-$policy.out" 2>/dev/null
+      >"$tmp/$name-alone-$policy-$comp-$budget.out" 2>"$tmp/$name-alone.err" || { cat "$tmp/$name-alone.err"; return 1; }
   done
 }
 same_as_alone() {  # same_as_alone NAME SETTINGS: each setting's lines of the sweep, in order, equal its own run's but for timings and "kv"
@@ -113,7 +113,7 @@ for i, s in enumerate(settings):
     policy, comp, budget = s.split("/")
     mine = sweep[i::len(settings)]
     assert all(r["kv"]["policy"] == policy and r["kv"]["budget"] == int(budget) for r in mine), mine
-    alone = [json.loads(l) for l in open(f"{tmp}/{name}-alone-{policy}.out")]
+    alone = [json.loads(l) for l in open(f"{tmp}/{name}-alone-{policy}-{comp}-{budget}.out")]
     assert [{k: v for k, v in r.items() if k not in drop} for r in mine] == \
            [{k: v for k, v in r.items() if k not in drop} for r in alone], (s, mine, alone)
 assert len({r["text"] for r in sweep[:len(settings)]}) > 1, "the settings should not all reply alike"
