@@ -214,8 +214,14 @@ void matmul(float* out, const float* x, int64_t n_tokens, const TensorView& W, T
   });
 }
 
+// SiLU(gate) * up, one vector exp per 16 values (a scalar exp per value cost a prompt 2-3%).
 void swiglu(float* out, const float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const lanes_f g = load_lanes(gate + i);
+    store_lanes(out + i, g / (1.0f + lanes_exp(-g)) * load_lanes(up + i));
+  }
+  for (; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }

@@ -115,6 +115,10 @@ TEST(KernelSwiglu, MatchesTheCpuSwiglu) {
   std::vector<float> want(static_cast<size_t>(n));
   slake::swiglu(want.data(), g.data(), u.data(), n);
   expect_close(out.download(), want, 1e-7, 1e-6, "swiglu");
+  // The CPU's vector exp and its scalar tail against float64 SiLU(g) * u.
+  std::vector<double> exact(static_cast<size_t>(n));
+  for (size_t i = 0; i < exact.size(); ++i) exact[i] = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+  expect_close(want, exact, 1e-7, 1e-6, "cpu swiglu against float64");
 }
 
 TEST(KernelGeglu, MatchesTheCpuGegluAndTheTanhGelu) {
