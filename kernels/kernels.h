@@ -120,11 +120,14 @@ void recall_page_scores(float* score, int64_t score_ld, const float* q, int n_he
 // RecallStore::select_scored's rule for Keys on those scores: per KV head g, of its
 // n_pages = ceil(n_held[g] / page) pages the `want` whose score relative to each of its query
 // rows' best is highest for some row (ties to the later page), into pages[g * pages_ld ..] in
-// increasing order, n_chosen[g] of them (every page when want >= n_pages). scratch:
+// increasing order, n_chosen[g] of them (every page when want >= n_pages). Head g's query rows
+// are score rows g * head_rows + r, r < n_heads / n_kv_heads (head_rows 0: that group, adjacent;
+// more: one token's rows among several tokens' scored together). scratch:
 // recall_select_scratch_bytes() bytes (the ranks, reversed, and topk_flags' flags).
 size_t recall_select_scratch_bytes(int n_kv_heads, int64_t score_ld);
 void recall_select(int32_t* pages, int64_t pages_ld, int32_t* n_chosen, const float* score, int64_t score_ld, int n_heads,
-                   const KvLayerView& store, int page, int want, void* scratch, int max_rows = -1, Stream stream = nullptr);
+                   const KvLayerView& store, int page, int want, void* scratch, int max_rows = -1, int64_t head_rows = 0,
+                   Stream stream = nullptr);
 
 // ---- PTAA decode (ptaa_decode.cuh) ----
 

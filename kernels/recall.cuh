@@ -75,18 +75,18 @@ __global__ void recall_page_scores_kernel(float* score, int64_t score_ld, const 
   }
 }
 
-// Block per KV head: rank[g * ld + (n_pages - 1 - p)] = max over rows r of score[r][p] - max_p'
-// score[r][p'], -inf past n_pages. Reversed, so that topk_flags' ties to the lower index go to the
-// later page, as rank_pages' do.
-__global__ void recall_rank_kernel(float* rank, int64_t ld, const float* score, int64_t score_ld, int group, KvLayerView store,
-                                   int page) {
+// Block per KV head: rank[g * ld + (n_pages - 1 - p)] = max over head g's rows r of score[r][p] -
+// max_p' score[r][p'], -inf past n_pages; head g's rows are g * head_rows + r, r < group. Reversed,
+// so that topk_flags' ties to the lower index go to the later page, as rank_pages' do.
+__global__ void recall_rank_kernel(float* rank, int64_t ld, const float* score, int64_t score_ld, int group, int64_t head_rows,
+                                   KvLayerView store, int page) {
   SLAKE_SHARED(float, red, 32);
   const int g = static_cast<int>(blockIdx.x), t = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
   const int np = ceil_div(store.n_held[g], page);
   float* rk = rank + static_cast<int64_t>(g) * ld;
   for (int i = t; i < ld; i += nt) rk[i] = -INFINITY;
   for (int r = 0; r < group; ++r) {
-    const float* sr = score + static_cast<int64_t>(g * group + r) * score_ld;
+    const float* sr = score + (g * head_rows + r) * score_ld;
     float top = -INFINITY;
     for (int p = t; p < np; p += nt) top = fmaxf(top, sr[p]);
     top = block_max(top, red);  // its barriers also order the writes to rk before the next row's reads
@@ -136,8 +136,11 @@ size_t recall_select_scratch_bytes(int n_kv_heads, int64_t score_ld) {
 }
 
 void recall_select(int32_t* pages, int64_t pages_ld, int32_t* n_chosen, const float* score, int64_t score_ld, int n_heads,
-                   const KvLayerView& store, int page, int want, void* scratch, int max_rows, Stream stream) {
+                   const KvLayerView& store, int page, int want, void* scratch, int max_rows, int64_t head_rows, Stream stream) {
   if (page <= 0 || n_heads % store.n_kv_heads != 0) throw Error("recall_select: unsupported shape");
+  const int group = n_heads / store.n_kv_heads;
+  if (head_rows == 0) head_rows = group;
+  if (head_rows < group) throw Error("recall_select: head_rows below the group's rows");
   const int score_pages = recall_score_pages(store, page, max_rows);
   if (score_ld < score_pages || pages_ld < (want < score_pages ? want : score_pages))
     throw Error("recall_select: score_ld or pages_ld too small");
@@ -145,7 +148,7 @@ void recall_select(int32_t* pages, int64_t pages_ld, int32_t* n_chosen, const fl
   uint8_t* flags = reinterpret_cast<uint8_t*>(rank + static_cast<int64_t>(store.n_kv_heads) * score_ld);
   const int H = store.n_kv_heads;
   SLAKE_LAUNCH(dim3(static_cast<unsigned>(H)), dim3(kRecallThreads), 0, stream, recall_rank_kernel)
-  (rank, score_ld, score, score_ld, n_heads / H, store, page);
+  (rank, score_ld, score, score_ld, group, head_rows, store, page);
   SLAKE_CHECK_LAUNCH("recall_rank_kernel");
   topk_flags(flags, rank, H, score_pages, score_ld, want, stream);
   SLAKE_LAUNCH(dim3(static_cast<unsigned>(H)), dim3(kRecallThreads), 0, stream, recall_list_kernel)

@@ -149,62 +149,74 @@ void DeviceContext::store_evicted(int l, const KvLayerView& src, const int32_t* 
   fill_i32(at<int32_t>("store.n_held") + static_cast<int64_t>(slot(l)) * model_.cfg.n_kv_heads, L.stored, model_.cfg.n_kv_heads);
 }
 
-int DeviceContext::choose_pages(int l, const float* q, int rows) {
+void DeviceContext::score_pages(int l, const float* q, int rows) {
+  recall_page_scores(at<float>("recall.score"), plan_.score_pages, q, rows, store_view(l), plan_.kv.recall_page,
+                     layers_[static_cast<size_t>(l)].stored);  // every head's, so the pages scored are those held
+}
+
+int DeviceContext::select_pages(int l, int rows, int64_t first_row, int64_t head_rows) {
   const KvPolicyParams& p = plan_.kv;
-  const KvLayerView st = store_view(l);
-  float* score = at<float>("recall.score");
-  const int stored = layers_[static_cast<size_t>(l)].stored;  // every head's, so the pages scored are those held
-  recall_page_scores(score, plan_.score_pages, q, rows, st, p.recall_page, stored);
-  recall_select(at<int32_t>("recall.pages"), p.recall_pages, at<int32_t>("recall.n_chosen"), score, plan_.score_pages, rows, st,
-                p.recall_page, p.recall_pages, at<uint8_t>("recall.select"), stored);
+  const int stored = layers_[static_cast<size_t>(l)].stored;
+  recall_select(at<int32_t>("recall.pages"), p.recall_pages, at<int32_t>("recall.n_chosen"),
+                at<float>("recall.score") + first_row * plan_.score_pages, plan_.score_pages, rows, store_view(l), p.recall_page,
+                p.recall_pages, at<uint8_t>("recall.select"), stored, head_rows);
   return std::min(p.recall_pages, (stored + p.recall_page - 1) / p.recall_page);
 }
 
-void DeviceContext::attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held) {
+void DeviceContext::attend_chosen(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held,
+                                  int max_chosen) {
   const ModelConfig& c = model_.cfg;
   const KvPolicyParams& p = plan_.kv;
   RecallView rc;
-  rc.max_chosen = choose_pages(l, q, c.n_heads);
+  rc.max_chosen = max_chosen;
   rc.store = store_view(l), rc.page = p.recall_page, rc.pages_ld = p.recall_pages;
   rc.pages = at<int32_t>("recall.pages"), rc.n_chosen = at<int32_t>("recall.n_chosen");
   ptaa_decode(att, q, qpos, c.n_heads, kvv, lin(l), c.layer_window(l), max_held, plan_.ptaa_split_len, at<float>("ptaa"), rc);
+}
+
+void DeviceContext::attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held) {
+  const int rows = model_.cfg.n_heads;
+  score_pages(l, q, rows);
+  attend_chosen(l, att, q, qpos, kvv, max_held, select_pages(l, rows));
 }
 
 void DeviceContext::attend_chunk_recalled(int l, int t0, int nb, const int32_t* pos, const int32_t* pos_host, const KvLayerView& kvv,
                                           float* att, const float* q) {
   const ModelConfig& c = model_.cfg;
   const int64_t qd = c.q_dim();
-  const int tail = std::min(nb, kChunkRecallTokens), head = nb - tail;
-  if (head > 0) attend_chunk_head(l, nb, head, pos, att, q);
-  // The call's last tokens, one at a time: each one's rows choose their own pages, as a decode step's.
+  const int H = c.n_kv_heads, group = c.n_heads / H, tail = std::min(nb, kChunkRecallTokens), head = nb - tail;
+  // The call's last tokens' query rows, by KV head (the rows recall_page_scores takes for a head
+  // of tail * group queries): row (g * tail + t) * group + i = token t's query head g * group + i.
+  int32_t* d_idx = at<int32_t>("recall.q_idx");
+  const int rows = tail * c.n_heads;
+  if (q_idx_tokens_ != tail) {  // the index follows the tail's length only: uploaded when it changes
+    std::vector<int32_t> idx(static_cast<size_t>(rows));
+    for (int g = 0; g < H; ++g)
+      for (int t = 0; t < tail; ++t)
+        for (int i = 0; i < group; ++i) idx[static_cast<size_t>((g * tail + t) * group + i)] = t * c.n_heads + g * group + i;
+    copy_to_device(d_idx, idx.data(), idx.size() * sizeof(int32_t));
+    q_idx_tokens_ = tail;
+  }
+  float* qh = at<float>("recall.q");
+  gather_rows(qh, q + static_cast<int64_t>(head) * qd, d_idx, rows, c.head_dim);
+  score_pages(l, qh, rows);  // once for the call: every choice below reads these scores
+  if (head > 0) attend_chunk_head(l, head, pos, att, q, select_pages(l, rows));
+  // The last tokens, one at a time: each one's rows choose their own pages, as a decode step's.
   const int held = layers_[static_cast<size_t>(l)].held;
-  for (int t = head; t < nb; ++t) attend_recalled(l, att + t * qd, q + t * qd, pos_host[t0 + t], kvv, held);
+  for (int t = 0; t < tail; ++t)
+    attend_chosen(l, att + (head + t) * qd, q + (head + t) * qd, pos_host[t0 + head + t], kvv, held,
+                  select_pages(l, c.n_heads, static_cast<int64_t>(t) * group, static_cast<int64_t>(tail) * group));
 }
 
-void DeviceContext::attend_chunk_head(int l, int nb, int head, const int32_t* pos, float* att, const float* q) {
+void DeviceContext::attend_chunk_head(int l, int head, const int32_t* pos, float* att, const float* q, int max_pages) {
   const ModelConfig& c = model_.cfg;
   const KvPolicyParams& p = plan_.kv;
   const int64_t qd = c.q_dim();
-  const int H = c.n_kv_heads, group = c.n_heads / H, tq = std::min(nb, kChunkRecallTokens), rows = tq * c.n_heads;
   const Layer& L = layers_[static_cast<size_t>(l)];
-  // The call's last tq tokens' query rows, by KV head (the rows recall_page_scores takes for a head
-  // of tq * group queries): row (g * tq + t) * group + i = token t's query head g * group + i.
-  int32_t* d_idx = at<int32_t>("recall.q_idx");
-  if (q_idx_tokens_ != tq) {  // the index follows tq only: uploaded when it changes
-    std::vector<int32_t> idx(static_cast<size_t>(rows));
-    for (int g = 0; g < H; ++g)
-      for (int t = 0; t < tq; ++t)
-        for (int i = 0; i < group; ++i) idx[static_cast<size_t>((g * tq + t) * group + i)] = t * c.n_heads + g * group + i;
-    copy_to_device(d_idx, idx.data(), idx.size() * sizeof(int32_t));
-    q_idx_tokens_ = tq;
-  }
-  float* qh = at<float>("recall.q");
-  gather_rows(qh, q + static_cast<int64_t>(nb - tq) * qd, d_idx, rows, c.head_dim);
-  const int max_pages = choose_pages(l, qh, rows);
   // The chosen pages' rows join the call's view after its own rows (staging: the rows the chunks
   // before kept, then this chunk's so far), for one prefill_attention; then they leave it.
   const KvLayerMut m = staging();
-  recall_gather(m, L.held, at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * H, store_view(l), p.recall_page,
+  recall_gather(m, L.held, at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * c.n_kv_heads, store_view(l), p.recall_page,
                 at<int32_t>("recall.pages"), p.recall_pages, at<int32_t>("recall.n_chosen"), max_pages);
   prefill_attention(att, qd, q, qd, pos, head, c.n_heads, view(m, l), lin(l), c.layer_window(l));
   set_held(l, L.held);

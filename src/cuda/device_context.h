@@ -117,21 +117,26 @@ class DeviceContext {
   // The rows eviction takes out of layer l join its store, in order: rows idx[g * ld + r], r <
   // count, of src; or (count < 0) row idx[g] of each head, a decode step's victims.
   void store_evicted(int l, const KvLayerView& src, const int32_t* idx, int64_t ld, int count);
-  // Each KV head's pages of layer l's store for its `rows` query rows (q, rows of a head's group
-  // adjacent): scored by their keys and chosen into "recall.pages" / "recall.n_chosen"; returns the
-  // most a head may have chosen.
-  int choose_pages(int l, const float* q, int rows);
+  // Layer l's store pages scored by their keys for `rows` query rows (q, rows of a head's group
+  // adjacent), into "recall.score".
+  void score_pages(int l, const float* q, int rows);
+  // Each KV head's pages chosen from those scores for `rows` query rows, into "recall.pages" /
+  // "recall.n_chosen": head g's rows are score rows first_row + g * head_rows + r (recall_select);
+  // returns the most a head may have chosen.
+  int select_pages(int l, int rows, int64_t first_row = 0, int64_t head_rows = 0);
+  // A decode step's attention of layer l with the pages each KV head chose (max_chosen at most).
+  void attend_chosen(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held, int max_chosen);
   // A decode step's attention of layer l with the pages each KV head recalls from its store.
   void attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held);
   // A later prompt chunk's attention of rows t0..t0+nb-1 of layer l (their keys and values already
   // in staging, kvv; positions as attend's) with the pages each KV head recalls, as the CPU's
-  // attention_prefill with a store: the call's last kChunkRecallTokens tokens choose their own, as
-  // decode steps (attend_recalled).
+  // attention_prefill with a store: the store is scored once for the call's last
+  // kChunkRecallTokens tokens; their rows together choose the pages of the earlier rows
+  // (attend_chunk_head), and each of those tokens' rows its own, as a decode step's.
   void attend_chunk_recalled(int l, int t0, int nb, const int32_t* pos, const int32_t* pos_host, const KvLayerView& kvv, float* att,
                              const float* q);
-  // Its first `head` rows (of nb), with the pages chosen for them by the call's last
-  // kChunkRecallTokens tokens' queries (the CPU's chunk_pages).
-  void attend_chunk_head(int l, int nb, int head, const int32_t* pos, float* att, const float* q);
+  // The call's first `head` rows, with the pages chosen (select_pages; max_pages a head at most).
+  void attend_chunk_head(int l, int head, const int32_t* pos, float* att, const float* q, int max_pages);
   LinearStateView lin(int l) const;
   int centroids() const;  // K of the centroid compensator, 0 without one
   void set_held(int l, int held);

@@ -98,16 +98,19 @@ TEST(KernelRecall, PageScoresAreTheLargestKeyDotProductOfEachPage) {
   }
 }
 
-// recall_select on given scores against RecallStore::select_scored on the same ones, per KV head.
+// recall_select on given scores against RecallStore::select_scored on the same ones, per KV head:
+// head g's rows are score rows first_row + g * head_rows + r (head_rows 0: the group, adjacent).
 void expect_select_as_cpu(const std::vector<float>& score, int64_t ld, int n_heads, const Stores& st, const std::vector<int>& n,
-                          int want, const std::string& what) {
+                          int want, const std::string& what, int64_t first_row = 0, int64_t head_rows = 0) {
   const int H = static_cast<int>(n.size()), group = n_heads / H, np_all = score_pages(n);
   DeviceKvLayer dev(st.rows, 0, store_capacity(n));
   DeviceBuffer<float> ds(score);
   DeviceBuffer<uint8_t> scratch(recall_select_scratch_bytes(H, ld));
   const int64_t pages_ld = std::max(1, std::min(want, np_all));
   DeviceBuffer<int32_t> pages(static_cast<size_t>(H * pages_ld)), n_chosen(static_cast<size_t>(H));
-  recall_select(pages.get(), pages_ld, n_chosen.get(), ds.get(), ld, n_heads, dev.view(), kPage, want, scratch.get());
+  recall_select(pages.get(), pages_ld, n_chosen.get(), ds.get() + first_row * ld, ld, n_heads, dev.view(), kPage, want, scratch.get(),
+                -1, head_rows);
+  const int64_t stride = head_rows > 0 ? head_rows : group;
   const std::vector<int32_t> got = pages.download(), got_n = n_chosen.download();
   for (int g = 0; g < H; ++g) {
     const RecallStore& rs = st.cpu[static_cast<size_t>(g)];
@@ -115,7 +118,7 @@ void expect_select_as_cpu(const std::vector<float>& score, int64_t ld, int n_hea
     std::vector<float> s(static_cast<size_t>(group) * np);  // [row][page], the CPU's layout
     std::vector<const float*> qrows(static_cast<size_t>(group), nullptr);
     for (int r = 0; r < group; ++r)
-      for (int p = 0; p < np; ++p) s[static_cast<size_t>(r) * np + p] = score[static_cast<size_t>(g * group + r) * ld + p];
+      for (int p = 0; p < np; ++p) s[static_cast<size_t>(r) * np + p] = score[static_cast<size_t>((first_row + g * stride + r) * ld + p)];
     std::vector<int> want_pages;
     rs.select_scored(qrows.data(), s.data(), group, want, &want_pages);
     ASSERT_EQ(got_n[static_cast<size_t>(g)], static_cast<int>(want_pages.size())) << what << " head " << g;
@@ -144,6 +147,18 @@ TEST(KernelRecall, PageChoiceIsTheCpusOnTheSameScores) {
   for (const int want : {1, 5, 9, 13}) expect_select_as_cpu(tied, ld, n_heads, st, n, want, "ties want " + std::to_string(want));
   // want 0 chooses nothing.
   expect_select_as_cpu(keyed, ld, n_heads, st, n, 0, "want 0");
+  // One token's rows among three tokens' scored together, as a prompt chunk's last tokens are
+  // (row (g * 3 + t) * group + r): each token's choice is made from its own rows only.
+  const int tokens = 3;
+  const std::vector<float> q3 = random_floats(static_cast<size_t>(tokens * n_heads) * d, 4, -1.5f, 1.5f);
+  DeviceBuffer<float> dq3(q3), score3(static_cast<size_t>(tokens * n_heads) * ld);
+  recall_page_scores(score3.get(), ld, dq3.get(), tokens * n_heads, dev.view(), kPage);
+  const std::vector<float> keyed3 = score3.download();
+  const int group = n_heads / H;
+  for (int t = 0; t < tokens; ++t)
+    for (const int want : {1, 4, 10})
+      expect_select_as_cpu(keyed3, ld, n_heads, st, n, want, "token " + std::to_string(t) + " of 3, want " + std::to_string(want),
+                           static_cast<int64_t>(t) * group, static_cast<int64_t>(tokens) * group);
 }
 
 struct AttnCase {
