@@ -649,29 +649,92 @@ const char* dot_kernel_isa() { return "portable"; }
 
 #endif
 
+#ifdef SLAKE_PAIR_KERNEL
+namespace {
+// Where max_lanes16 wants the vector whose largest lane goes to lane j: its shuffles leave lane j
+// holding the largest of v[kMaxSlot[j]] (the map is its own inverse).
+constexpr int kMaxSlot[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+
+// The largest lane of each of 16 vectors in one vector: four levels, each shuffling pairs of
+// vectors into halves (blocks of 4 lanes, then lanes within a block) and taking their maxima,
+// 15 maxima for the 16 instead of a reduction each.
+inline __m512 max_lanes16(const __m512* v) {
+  __m512 a[8], b[4], c[2];
+  for (int j = 0; j < 8; ++j)
+    a[j] = _mm512_max_ps(_mm512_shuffle_f32x4(v[j], v[j + 8], 0x44), _mm512_shuffle_f32x4(v[j], v[j + 8], 0xEE));
+  for (int j = 0; j < 4; ++j)
+    b[j] = _mm512_max_ps(_mm512_shuffle_f32x4(a[j], a[j + 4], 0x88), _mm512_shuffle_f32x4(a[j], a[j + 4], 0xDD));
+  for (int j = 0; j < 2; ++j)
+    c[j] = _mm512_max_ps(_mm512_shuffle_ps(b[j], b[j + 2], 0x44), _mm512_shuffle_ps(b[j], b[j + 2], 0xEE));
+  return _mm512_max_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+}
+
+// Up to 16 tiles against the rn rows: per row, the tiles' 16 accumulators side by side (one dpbusd
+// per 4 values of all 16 lanes; the +128 of every u comes off as 128 sum q once), then each tile's
+// largest lane for all 16 at once. Tile i at base + i stride. kWhole: 16 tiles, every lane valid;
+// else nt tiles, the last one's lanes last_lanes, the slots past it repeating it (not stored).
+// M: r / 4 when the caller knows it (the store's ranks), else 0 and m_n.
+template <int M, bool kWhole>
+void max_dot_block16(int m_n, const uint8_t* base, size_t stride, int nt, __mmask16 last_lanes, const int8_t* q,
+                     size_t q_stride, const float* q_scale, const int32_t* q_sum, int rn, float* out, size_t out_stride) {
+  if (M > 0) m_n = M;
+  const auto tile = [&](int i) { return base + static_cast<size_t>(kWhole ? i : std::min(i, nt - 1)) * stride; };
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int k = 0; k < rn; ++k) {
+    const int8_t* qk = q + static_cast<size_t>(k) * q_stride;
+    __m512i acc[16];
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_epi32(-128 * q_sum[k]);
+    for (int m = 0; m < m_n; ++m) {
+      int32_t q4;
+      std::memcpy(&q4, qk + 4 * m, 4);
+      const __m512i qb = _mm512_set1_epi32(q4);
+      for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_loadu_si512(tile(i) + 32 + 64 * m), qb);
+    }
+    const __m512 qs = _mm512_set1_ps(q_scale[k]);
+    __m512 v[16];
+    for (int i = 0; i < 16; ++i) {
+      const __m512 ks = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile(i))));
+      const __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i]), _mm512_mul_ps(ks, qs));
+      v[kMaxSlot[i]] = kWhole ? x : _mm512_mask_blend_ps(i + 1 >= nt ? last_lanes : static_cast<__mmask16>(0xFFFF), neg_inf, x);
+    }
+    _mm512_mask_storeu_ps(out + static_cast<size_t>(k) * out_stride, static_cast<__mmask16>(kWhole ? 0xFFFF : (1u << nt) - 1),
+                          max_lanes16(v));
+  }
+}
+
+template <int M>
+void max_dot_tiles(int m_n, const uint8_t* tiles, size_t tile_stride, int n_tiles, int valid_last, const int8_t* q, size_t q_stride,
+                   const float* q_scale, const int32_t* q_sum, int rn, float* out, size_t out_stride) {
+  const __mmask16 last_lanes = static_cast<__mmask16>(valid_last >= 16 ? 0xFFFF : (1u << std::max(valid_last, 0)) - 1);
+  for (int t0 = 0; t0 < n_tiles; t0 += 16) {
+    const int nt = std::min(16, n_tiles - t0);
+    const uint8_t* base = tiles + static_cast<size_t>(t0) * tile_stride;
+    if (nt == 16 && (t0 + 16 < n_tiles || last_lanes == 0xFFFF))
+      max_dot_block16<M, true>(m_n, base, tile_stride, nt, last_lanes, q, q_stride, q_scale, q_sum, rn, out + t0, out_stride);
+    else
+      max_dot_block16<M, false>(m_n, base, tile_stride, nt, last_lanes, q, q_stride, q_scale, q_sum, rn, out + t0, out_stride);
+  }
+}
+}  // namespace
+#endif
+
 void max_dot_lanes16_u8(int r, const uint8_t* tiles, size_t tile_stride, int n_tiles, int valid_last, const int8_t* q,
                         size_t q_stride, const float* q_scale, const int32_t* q_sum, int rn, float* out, size_t out_stride) {
+#ifdef SLAKE_PAIR_KERNEL
+  // The recall store's ranks (head dimension / 4: 64, 128 and 256) compiled with their loop counts.
+  switch (r) {
+    case 16: return max_dot_tiles<4>(4, tiles, tile_stride, n_tiles, valid_last, q, q_stride, q_scale, q_sum, rn, out, out_stride);
+    case 32: return max_dot_tiles<8>(8, tiles, tile_stride, n_tiles, valid_last, q, q_stride, q_scale, q_sum, rn, out, out_stride);
+    case 64: return max_dot_tiles<16>(16, tiles, tile_stride, n_tiles, valid_last, q, q_stride, q_scale, q_sum, rn, out, out_stride);
+    default: return max_dot_tiles<0>(r / 4, tiles, tile_stride, n_tiles, valid_last, q, q_stride, q_scale, q_sum, rn, out, out_stride);
+  }
+#else
   for (int t = 0; t < n_tiles; ++t) {
     const uint8_t* tile = tiles + static_cast<size_t>(t) * tile_stride;
     const uint8_t* u = tile + 32;
     const int valid = t + 1 == n_tiles ? std::min(valid_last, 16) : 16;
-#ifdef SLAKE_PAIR_KERNEL
-    const __m512 ks = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile)));
-    const __mmask16 lanes = static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1);
-#endif
     for (int k = 0; k < rn; ++k) {
       const int8_t* qk = q + static_cast<size_t>(k) * q_stride;
-#ifdef SLAKE_PAIR_KERNEL
-      // One dpbusd per 4 values of all 16 lanes; the +128 of every u comes off as 128 sum q once.
-      __m512i acc = _mm512_set1_epi32(-128 * q_sum[k]);
-      for (int m = 0; m < r / 4; ++m) {
-        int32_t q4;
-        std::memcpy(&q4, qk + 4 * m, 4);
-        acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(u + 64 * m), _mm512_set1_epi32(q4));
-      }
-      const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(ks, _mm512_set1_ps(q_scale[k])));
-      out[static_cast<size_t>(k) * out_stride + static_cast<size_t>(t)] = _mm512_mask_reduce_max_ps(lanes, v);
-#else
       float top = -std::numeric_limits<float>::infinity();
       for (int j = 0; j < valid; ++j) {
         int32_t s = -128 * q_sum[k];
@@ -679,9 +742,9 @@ void max_dot_lanes16_u8(int r, const uint8_t* tiles, size_t tile_stride, int n_t
         top = std::max(top, static_cast<float>(s) * (fp16_to_fp32(quant::load_u16(tile + 2 * j)) * q_scale[k]));
       }
       out[static_cast<size_t>(k) * out_stride + static_cast<size_t>(t)] = top;
-#endif
     }
   }
+#endif
 }
 
 void dot_rows16_q8_0(int64_t K, const uint8_t* w, size_t w_stride, int rm, const uint8_t* act, size_t act_stride, int rn,

@@ -92,8 +92,9 @@ TEST(DotRows16, EveryRowCountMatchesFloat64) {
 
 // The low-rank first pass's kernel (kv_recall.h): tiles of 16 lanes of r unsigned bytes (value +
 // 128, 4 per lane at a time) after their 16 fp16 scales, against int8 rows: per tile and row the
-// largest lane (of the first `valid_last` in the last tile), for 1 to 3 tiles, every lane count of the
-// last, up to 4 rows, against float64 sums over the same integers. Bytes 0 and 255 (values -128 and
+// largest lane (of the first `valid_last` in the last tile), for 1 to 3 tiles and across the
+// kernel's blocks of 16 (16, 17, 33, 35), every lane count of the last, up to 4 rows, against
+// float64 sums over the same integers. Bytes 0 and 255 (values -128 and
 // 127) included; exactly the bytes read, for ASan.
 TEST(MaxDotLanes16, EveryLaneCountMatchesFloat64) {
   for (const int r : {4, 16, 64}) {
@@ -101,8 +102,9 @@ TEST(MaxDotLanes16, EveryLaneCountMatchesFloat64) {
     std::uniform_int_distribution<int> byte(0, 255), val(-127, 127);
     std::uniform_real_distribution<float> pos(0.001f, 2.0f);
     const size_t stride = 32 + static_cast<size_t>(16 * r);
-    std::vector<uint8_t> tiles(3 * stride);
-    for (size_t t = 0; t < 3; ++t) {
+    constexpr int kMostTiles = 35;
+    std::vector<uint8_t> tiles(kMostTiles * stride);
+    for (size_t t = 0; t < kMostTiles; ++t) {
       for (int j = 0; j < 16; ++j) {
         const uint16_t h = fp32_to_fp16(pos(rng));
         std::memcpy(&tiles[t * stride + 2 * static_cast<size_t>(j)], &h, 2);
@@ -116,11 +118,11 @@ TEST(MaxDotLanes16, EveryLaneCountMatchesFloat64) {
     int32_t q_sum[4] = {0, 0, 0, 0};
     for (int k = 0; k < 4; ++k)
       for (int i = 0; i < r; ++i) q_sum[k] += q[static_cast<size_t>(k * r + i)];
-    for (int n_tiles = 1; n_tiles <= 3; ++n_tiles)
+    for (const int n_tiles : {1, 2, 3, 16, 17, 33, kMostTiles})
       for (int valid = 1; valid <= 16; ++valid)
         for (int rn = 1; rn <= 4; ++rn) {
           const std::vector<uint8_t> used(tiles.begin(), tiles.begin() + static_cast<ptrdiff_t>(n_tiles * stride));
-          const size_t os = 5;
+          const size_t os = kMostTiles + 2;
           std::vector<float> got(4 * os, NAN);
           max_dot_lanes16_u8(r, used.data(), stride, n_tiles, valid, q.data(), static_cast<size_t>(r), q_scale, q_sum, rn, got.data(), os);
           for (int k = 0; k < rn; ++k)
@@ -138,6 +140,9 @@ TEST(MaxDotLanes16, EveryLaneCountMatchesFloat64) {
               ASSERT_NEAR(got[static_cast<size_t>(k) * os + static_cast<size_t>(t)], want, 1e-6 * std::abs(want) + 1e-30)
                   << "r " << r << " tiles " << n_tiles << " valid " << valid << " row " << k << " tile " << t;
             }
+          for (int k = 0; k < 4; ++k)  // nothing written past the tiles or the rows
+            for (size_t t = k < rn ? static_cast<size_t>(n_tiles) : 0; t < os; ++t)
+              ASSERT_TRUE(std::isnan(got[static_cast<size_t>(k) * os + t])) << "tiles " << n_tiles << " rows " << rn << " wrote " << k << ", " << t;
         }
   }
 }

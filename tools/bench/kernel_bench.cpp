@@ -7,7 +7,8 @@
 // from the same probe as slake-bench; BM_fma_peak measures one core's fp32 FMA peak (the ceiling of
 // the float-weight prefill figures). BM_attention compares the flash attention kernel with the
 // scalar reference at decode and prefill shapes; BM_decode_scores times an attention-scored
-// policy's decode-time ranking of one KV head.
+// policy's decode-time ranking of one KV head, BM_recall_first_pass the recall store's low-rank
+// page scores of one.
 //
 //   build/bin/slake-kernel-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -211,6 +212,41 @@ void BM_decode_scores(benchmark::State& state) {
   state.counters["rows_per_s"] = benchmark::Counter(rows, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_decode_scores)->ArgsProduct({{1056}, {3, 8}, {0, 1}})->Unit(benchmark::kMicrosecond);
+
+// The recall store's low-rank first pass for one KV head (kv_recall.h, RecallStore::lowrank_scores):
+// each stored key's 16 int8 coordinates (a head dimension of 64) against the group's query rows,
+// each 16-key page's largest, by max_dot_lanes16_u8 in calls of up to kTileTokens rows. Arguments:
+// stored keys, group size (3: SmolLM2, 8: TinyLlama). Counter: keys per second.
+void BM_recall_first_pass(benchmark::State& state) {
+  const int keys = static_cast<int>(state.range(0)), group = static_cast<int>(state.range(1)), r = 16;
+  const int n_tiles = keys / 16;
+  const size_t stride = 32 + static_cast<size_t>(16 * r);
+  std::mt19937 rng(7);
+  std::vector<uint8_t> tiles(static_cast<size_t>(n_tiles) * stride);
+  for (size_t t = 0; t < static_cast<size_t>(n_tiles); ++t) {
+    for (int j = 0; j < 16; ++j) {
+      const uint16_t h = slake::fp32_to_fp16(0.01f + static_cast<float>(rng() % 100) * 0.01f);
+      std::memcpy(&tiles[t * stride + 2 * static_cast<size_t>(j)], &h, 2);
+    }
+    for (size_t b = 32; b < stride; ++b) tiles[t * stride + b] = static_cast<uint8_t>(rng());
+  }
+  std::vector<int8_t> q(static_cast<size_t>(group) * r);
+  std::vector<float> q_scale(static_cast<size_t>(group), 0.01f);
+  std::vector<int32_t> q_sum(static_cast<size_t>(group), 0);
+  for (int k = 0; k < group; ++k)
+    for (int i = 0; i < r; ++i) q_sum[static_cast<size_t>(k)] += q[static_cast<size_t>(k * r + i)] = static_cast<int8_t>(rng() % 255 - 127);
+  std::vector<float> out(static_cast<size_t>(group) * n_tiles);
+  for (auto _ : state) {
+    for (int r0 = 0; r0 < group; r0 += slake::kTileTokens)
+      slake::max_dot_lanes16_u8(r, tiles.data(), stride, n_tiles, 16, q.data() + static_cast<size_t>(r0) * r, static_cast<size_t>(r),
+                                q_scale.data() + r0, q_sum.data() + r0, std::min(slake::kTileTokens, group - r0),
+                                out.data() + static_cast<size_t>(r0) * n_tiles, static_cast<size_t>(n_tiles));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel("keys=" + std::to_string(keys) + " group=" + std::to_string(group));
+  state.counters["keys_per_s"] = benchmark::Counter(keys, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_recall_first_pass)->ArgsProduct({{16384}, {3, 8}})->Unit(benchmark::kMicrosecond);
 
 // The core's fp32 FMA peak: twelve independent chains of vector FMAs (enough to cover the FMA
 // latency on every port), the ceiling for the float-weight prefill figures above.
