@@ -94,7 +94,7 @@ printf '%s\n' \
   "{\"id\": \"d\", \"prompt\": \"$story The dog\", \"max_new_tokens\": 0}" >"$tmp/sweep.jsonl"
 sweep() {  # sweep NAME REQUESTS SETTINGS CLI ARGS...: the sweep's responses and each setting's own run's into $tmp/NAME*
   local name=$1 requests=$2 settings=$3 cli=$4; shift 4
-  "$cli" -m "$model" --kv-window 8 -t 2 --batch "$requests" --kv-sweep "$settings" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || return 1
+  "$cli" -m "$model" --kv-window 8 -t 2 --batch "$requests" --kv-sweep "$settings" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" || { cat "$tmp/$name.err"; return 1; }
   IFS=, read -r -a list <<<"$settings"
   for s in "${list[@]}"; do  # each run must exit 0 as the sweep did; its output is named by the whole setting
     IFS=/ read -r policy comp budget <<<"$s"
