@@ -721,12 +721,51 @@ void max_dot_tiles(int m_n, const uint8_t* tiles, size_t tile_stride, int n_tile
 void max_dot_lanes16_u8(int r, const uint8_t* tiles, size_t tile_stride, int n_tiles, int valid_last, const int8_t* q,
                         size_t q_stride, const float* q_scale, const int32_t* q_sum, int rn, float* out, size_t out_stride) {
 #ifdef SLAKE_PAIR_KERNEL
-  // The recall store's ranks (head dimension / 4: 64, 128 and 256) compiled with their loop counts.
+  // The recall store's ranks (16, 32, 64: head dimensions 64, 128, 256 over 4), compiled with their loop counts.
   switch (r) {
     case 16: return max_dot_tiles<4>(4, tiles, tile_stride, n_tiles, valid_last, q, q_stride, q_scale, q_sum, rn, out, out_stride);
     case 32: return max_dot_tiles<8>(8, tiles, tile_stride, n_tiles, valid_last, q, q_stride, q_scale, q_sum, rn, out, out_stride);
     case 64: return max_dot_tiles<16>(16, tiles, tile_stride, n_tiles, valid_last, q, q_stride, q_scale, q_sum, rn, out, out_stride);
     default: return max_dot_tiles<0>(r / 4, tiles, tile_stride, n_tiles, valid_last, q, q_stride, q_scale, q_sum, rn, out, out_stride);
+  }
+#elif defined(__AVX2__) && defined(__F16C__)
+  // Per tile and row, the 16 lanes' sums as two vectors of 8 (a 64-byte group's first 32 bytes are
+  // keys 0-7): v = u - 128 signed, then maddubs of |v| and q signed as v (|v| <= 128, |q| <= 127:
+  // a pair's sum fits int16) and madd by ones to int32; the same integers as the VNNI kernel's,
+  // without its correction by q_sum.
+  (void)q_sum;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  const __m256i lane_lo = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lane_hi = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int t = 0; t < n_tiles; ++t) {
+    const uint8_t* tile = tiles + static_cast<size_t>(t) * tile_stride;
+    const uint8_t* u = tile + 32;
+    const __m256i valid = _mm256_set1_epi32(t + 1 == n_tiles ? std::min(valid_last, 16) : 16);
+    const __m256 keep_lo = _mm256_castsi256_ps(_mm256_cmpgt_epi32(valid, lane_lo));
+    const __m256 keep_hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(valid, lane_hi));
+    const __m256 ks_lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile)));
+    const __m256 ks_hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + 16)));
+    for (int k = 0; k < rn; ++k) {
+      const int8_t* qk = q + static_cast<size_t>(k) * q_stride;
+      __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+      for (int m = 0; m < r / 4; ++m) {
+        int32_t q4;
+        std::memcpy(&q4, qk + 4 * m, 4);
+        const __m256i qb = _mm256_set1_epi32(q4);
+        const __m256i v0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + 64 * m)), flip);
+        const __m256i v1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + 64 * m + 32)), flip);
+        lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v0), _mm256_sign_epi8(qb, v0)), ones));
+        hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v1), _mm256_sign_epi8(qb, v1)), ones));
+      }
+      const __m256 qs = _mm256_set1_ps(q_scale[k]);
+      const __m256 x_lo = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), _mm256_mul_ps(ks_lo, qs)), keep_lo);
+      const __m256 x_hi = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), _mm256_mul_ps(ks_hi, qs)), keep_hi);
+      const __m256 m8 = _mm256_max_ps(x_lo, x_hi);
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+      out[static_cast<size_t>(k) * out_stride + static_cast<size_t>(t)] = _mm_cvtss_f32(m4);
+    }
   }
 #else
   for (int t = 0; t < n_tiles; ++t) {

@@ -97,7 +97,7 @@ TEST(DotRows16, EveryRowCountMatchesFloat64) {
 // float64 sums over the same integers. Bytes 0 and 255 (values -128 and
 // 127) included; exactly the bytes read, for ASan.
 TEST(MaxDotLanes16, EveryLaneCountMatchesFloat64) {
-  for (const int r : {4, 16, 64}) {
+  for (const int r : {4, 16, 32, 64}) {
     std::mt19937 rng(static_cast<unsigned>(r) + 3);
     std::uniform_int_distribution<int> byte(0, 255), val(-127, 127);
     std::uniform_real_distribution<float> pos(0.001f, 2.0f);
