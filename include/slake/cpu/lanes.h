@@ -88,9 +88,11 @@ inline lanes_f lanes_max(lanes_f a, lanes_f b) {
   return by_parts<lanes_f, part_f, part_f>(a, b, [](part_f x, part_f y) { return x > y ? x : y; });
 }
 
-// exp(x) per lane within 2 ulp of the correctly rounded result for x in [-87.3, 88.7]; 0 below
-// (including -inf), +inf above. Cephes' expf: x = n ln2 + r with |r| <= ln2/2, a degree-6
-// polynomial for exp(r), and 2^n built in the exponent bits. On one native-width part.
+// exp(x) per lane within 2 ulp of the correctly rounded result for x in [-87.3, 88.37]; 0 below
+// (including -inf), +inf above: from 88.38, where n reaches 128 and 2^n's exponent bits are
+// infinity's, to 88.72 that is +inf where exp(x) is still a float (up to 3.4e38). Cephes' expf:
+// x = n ln2 + r with |r| <= ln2/2, a degree-6 polynomial for exp(r), and 2^n built in the
+// exponent bits. On one native-width part.
 inline part_f part_exp(part_f x) {
   const part_f lo = part_f{} + -87.33654f, hi = part_f{} + 88.72283f;
   const part_f xc = x < lo ? lo : (x > hi ? hi : x);
