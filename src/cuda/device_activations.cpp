@@ -5,17 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "device_memory.h"
-
 namespace slake::gpu {
-
-DeviceActivations::DeviceActivations(const DevicePlan& plan) : bytes_(plan.activation_bytes()) {
-  require_device_memory(bytes_, "the contexts' shared activations need", "; lower the context size or the batch");
-  mem_ = device_alloc(bytes_);
-  device_memset(mem_, 0, bytes_);
-}
-
-DeviceActivations::~DeviceActivations() { device_free(mem_); }
 
 std::shared_ptr<DeviceActivations> shared_device_activations(const Model& m, const DevicePlan& plan) {
   static std::mutex mu;
@@ -25,7 +15,8 @@ std::shared_ptr<DeviceActivations> shared_device_activations(const Model& m, con
   std::weak_ptr<DeviceActivations>& slot = cache[{&m, plan.activation_layout()}];
   std::shared_ptr<DeviceActivations> a = slot.lock();
   if (!a) {
-    a = std::make_shared<DeviceActivations>(plan);
+    require_device_memory(plan.activation_bytes(), "the contexts' shared activations need", "; lower the context size or the batch");
+    a = std::make_shared<DeviceActivations>(plan.activation_bytes());
     slot = a;
   }
   return a;

@@ -8,31 +8,21 @@
 // context.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "cuda/device_plan.h"
+#include "device_memory.h"
 #include "slake/model/model.h"
 
 namespace slake::gpu {
 
-class DeviceActivations {
- public:
-  // Allocates plan.activation_bytes(); refuses (slake::Error) before allocating when they do not fit.
-  explicit DeviceActivations(const DevicePlan& plan);
-  ~DeviceActivations();
-  DeviceActivations(const DeviceActivations&) = delete;
-  DeviceActivations& operator=(const DeviceActivations&) = delete;
-  void* data() const { return mem_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* mem_ = nullptr;
-  size_t bytes_ = 0;
-};
+// Their allocation: plan.activation_bytes() of zeroed device memory.
+using DeviceActivations = DeviceBuffer<uint8_t>;
 
 // The activations of contexts of `m` with plan's activation_layout(), allocated by the first
 // caller and shared while any context holds them (thread-safe to obtain; the contexts sharing
-// them must run one at a time).
+// them must run one at a time); refuses (slake::Error) before allocating when they do not fit.
 std::shared_ptr<DeviceActivations> shared_device_activations(const Model& m, const DevicePlan& plan);
 
 }  // namespace slake::gpu

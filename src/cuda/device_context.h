@@ -73,7 +73,7 @@ class DeviceContext {
   const DevicePlan& plan() const { return plan_; }
   // The arena and the shared weights it reads: every byte of device memory the context uses
   // (cuBLAS's own workspace and the CUDA runtime's context are not part of it).
-  size_t peak_device_bytes() const { return plan_.total_bytes() + (shared_ ? shared_->bytes() : 0) + (acts_ ? acts_->bytes() : 0); }
+  size_t peak_device_bytes() const { return plan_.total_bytes() + (shared_ ? shared_->bytes() : 0) + (acts_ ? acts_->size() : 0); }
   // As KvCache::bytes_used / peak_bytes_used: held tokens' keys, values and positions plus the
   // linear states that hold anything and the recall stores' rows.
   size_t kv_bytes_used() const;
@@ -97,7 +97,7 @@ class DeviceContext {
   template <typename T>
   T* at(const char* name) const {
     const DevicePlan::Entry& e = plan_.entry(name);
-    return reinterpret_cast<T*>(static_cast<char*>(e.shared ? acts_->data() : arena_) + e.offset);
+    return reinterpret_cast<T*>(static_cast<char*>(e.shared ? static_cast<void*>(acts_->get()) : arena_) + e.offset);
   }
   // A planned cache area's three buffers (device_plan: <name>.k, <name>.v, <name>.pos).
   struct CacheArea {
