@@ -102,7 +102,7 @@ bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q,
 
 // The page scores of every KV head's store for the rows of tokens [t0, n_tokens) (a decode token's
 // GQA group, a block of rows, or the last tokens of a prompt chunk: chunk_pages), computed over
-// chunks of kScorePages pages in parallel: a long store scored inside its head's own work item
+// runs of at least kScorePages pages in parallel: a long store scored inside its head's own work item
 // would leave the other threads idle (3 KV heads on 2 threads, or 1 on 16). Returns, per KV head,
 // its scores (RecallStore::page_scores over every page, row r of the range's token t0 + r / group)
 // or null where its store is too short to be worth it, in the calling thread's buffers until its
@@ -129,6 +129,9 @@ const float* const* recall_scores(const float* q, int t0, int n_tokens, const Kv
   out.assign(static_cast<size_t>(s.n_kv_heads), nullptr);
   bool any_held = false;
   size_t total = 0;
+  int all_pages = 0;
+  thread_local std::vector<int> scored;  // the KV heads whose stores are scored here
+  scored.clear();
   for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) {
     const RecallStore& st = cache.head(layer, kvh).recall;
     const int np = st.n_pages();
@@ -140,9 +143,15 @@ const float* const* recall_scores(const float* q, int t0, int n_tokens, const Kv
     }
     off[static_cast<size_t>(kvh)] = total;
     total += static_cast<size_t>(rows) * np;
-    for (int p0 = 0; p0 < np; p0 += kScorePages) items.emplace_back(kvh, p0);
+    scored.push_back(kvh);
+    all_pages += np;
   }
-  if (items.empty() && !any_held) return nullptr;
+  if (scored.empty() && !any_held) return nullptr;
+  // Items of at least kScorePages pages, larger where the stores are long: about 8 an thread, each
+  // a longer run of the store's memory for the first pass to stream.
+  const int per_item = std::max(kScorePages, (all_pages / (8 * pool.size()) + 15) / 16 * 16);
+  for (const int kvh : scored)
+    for (int p0 = 0; p0 < cache.head(layer, kvh).recall.n_pages(); p0 += per_item) items.emplace_back(kvh, p0);
   buf.resize(total);
   // The pool's threads read the calling thread's buffers through these.
   float* const base = buf.data();
@@ -151,7 +160,7 @@ const float* const* recall_scores(const float* q, int t0, int n_tokens, const Kv
     for (int64_t w = b; w < e; ++w) {
       const auto [kvh, p0] = items[static_cast<size_t>(w)];
       const RecallStore& st = cache.head(layer, kvh).recall;
-      st.page_scores(qrows + static_cast<size_t>(kvh) * rows, rows, p0, std::min(st.n_pages(), p0 + kScorePages),
+      st.page_scores(qrows + static_cast<size_t>(kvh) * rows, rows, p0, std::min(st.n_pages(), p0 + per_item),
                      base + off[static_cast<size_t>(kvh)]);
     }
   });

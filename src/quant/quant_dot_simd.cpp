@@ -709,6 +709,13 @@ void max_dot_tiles(int m_n, const uint8_t* tiles, size_t tile_stride, int n_tile
   for (int t0 = 0; t0 < n_tiles; t0 += 16) {
     const int nt = std::min(16, n_tiles - t0);
     const uint8_t* base = tiles + static_cast<size_t>(t0) * tile_stride;
+    // The store streams from memory once a step: the block after next is fetched into L2 while
+    // this one is scored (a block is 16 tiles, 4.5 KiB at r = 16). 1.25x on a store of 4M keys
+    // (BM_recall_first_pass); into L1 it was no faster than none.
+    if (t0 + 48 <= n_tiles) {
+      const char* ahead = reinterpret_cast<const char*>(base + 32 * tile_stride);
+      for (size_t b = 0; b < 16 * tile_stride; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T1);
+    }
     if (nt == 16 && (t0 + 16 < n_tiles || last_lanes == 0xFFFF))
       max_dot_block16<M, true>(m_n, base, tile_stride, nt, last_lanes, q, q_stride, q_scale, q_sum, rn, out + t0, out_stride);
     else
