@@ -166,7 +166,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttendRows,
                                            // at most 4 rows and a head dimension of 16s: the few-rows kernel
                                            RowsCase{1, 64, 300, 0}, RowsCase{3, 64, 300, 0}, RowsCase{3, 64, 300, 50},
                                            RowsCase{4, 128, 100, 0}, RowsCase{2, 80, 33, 9}, RowsCase{3, 64, 1, 0},
-                                           RowsCase{4, 64, 17, 5},
+                                           RowsCase{4, 64, 17, 5}, RowsCase{4, 256, 300, 0}, RowsCase{4, 256, 600, 512},
                                            // soft-capped logits, both kernels
                                            RowsCase{16, 64, 300, 50, 2.0f}, RowsCase{7, 20, 33, 9, 1.0f},
                                            RowsCase{3, 64, 300, 0, 2.0f}, RowsCase{4, 64, 17, 5, 0.5f}),
