@@ -111,7 +111,7 @@ bool recall_merge(const KvCache& cache, const KvHead& kv, const float* const* q,
 // attend an earlier step's choice (RecallStore::holds_choice), whose entry is kHeldChoice, which
 // only recall_part reads. For a prompt chunk's rows the buffer holds every long head's scores at
 // once (32 x group rows by n_pages floats a head: 512 KiB for a 16K-token store and a group of 4).
-constexpr int kScorePages = 64;
+constexpr int kScorePages = 64, kScorePagesMost = 1024;
 const float* const* recall_scores(const float* q, int t0, int n_tokens, const KvCache& cache, int layer,
                                   const AttentionShape& s, ThreadPool& pool, bool decode = false) {
   if (!cache.recall().on()) return nullptr;
@@ -130,8 +130,7 @@ const float* const* recall_scores(const float* q, int t0, int n_tokens, const Kv
   bool any_held = false;
   size_t total = 0;
   int all_pages = 0;
-  thread_local std::vector<int> scored;  // the KV heads whose stores are scored here
-  scored.clear();
+  std::vector<int> scored;  // the KV heads whose stores are scored here
   for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) {
     const RecallStore& st = cache.head(layer, kvh).recall;
     const int np = st.n_pages();
@@ -147,9 +146,11 @@ const float* const* recall_scores(const float* q, int t0, int n_tokens, const Kv
     all_pages += np;
   }
   if (scored.empty() && !any_held) return nullptr;
-  // Items of at least kScorePages pages, larger where the stores are long: about 8 an thread, each
-  // a longer run of the store's memory for the first pass to stream.
-  const int per_item = std::max(kScorePages, (all_pages / (8 * pool.size()) + 15) / 16 * 16);
+  // Items of at least kScorePages pages, larger where the stores are long: about 8 a thread, each
+  // a longer run of the store's memory for the first pass to stream, and at most kScorePagesMost
+  // (288 KiB of low-rank coordinates), which stay in the core's cache while every 4 rows read
+  // them again.
+  const int per_item = std::clamp((all_pages / (8 * pool.size()) + 15) / 16 * 16, kScorePages, kScorePagesMost);
   for (const int kvh : scored)
     for (int p0 = 0; p0 < cache.head(layer, kvh).recall.n_pages(); p0 += per_item) items.emplace_back(kvh, p0);
   buf.resize(total);
