@@ -110,15 +110,13 @@ struct PageTiles {
   mutable int32_t gathered[kKeys];
 };
 
-// The few-rows kernel (attention_rows.h), with AVX-512 only: with fewer vector registers its
-// sixteen score vectors would not stay in registers.
+// The few-rows kernel (attention_rows.h), on vectors of 8 lanes (AVX2) or 16: with 4 lanes the
+// lanes kernel is kept.
 constexpr int kFewRowsMost = 4;  // what the kernel's register blocking is sized for
-#if defined(__AVX512F__)
-constexpr int kFewRows = kFewRowsMost;
-#else
-constexpr int kFewRows = 0;
-#endif
-constexpr int kFewDims = 64;  // head dimensions whose accumulators a P V pass keeps in registers
+constexpr int kFewRows = kPartLanes >= 8 ? kFewRowsMost : 0;
+// Head dimensions whose accumulators a P V pass keeps in registers: 4 rows x 4 vectors of 16
+// with AVX-512, 4 rows x 2 vectors of 8 with AVX2.
+constexpr int kFewDims = kPartLanes == 16 ? 64 : 16;
 
 // out[j] = the sum of t[j]'s sixteen lanes: a transposition by halves, each level adding pairs.
 inline lanes_f transpose_sum(const lanes_f* t) {
@@ -136,8 +134,53 @@ inline lanes_f transpose_sum(const lanes_f* t) {
          __builtin_shufflevector(c[0], c[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
 }
 
-// Lane j: q . k_j for the 16 keys of a tile (rows of d floats from k), d a multiple of 16.
+inline part_f load_pf(const float* p) {
+  part_f x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+inline void store_pf(float* p, part_f x) { std::memcpy(p, &x, sizeof x); }
+
+// out[j] = the sum of t[j]'s 8 lanes (AVX2's parts): the last three steps of transpose_sum.
+inline part_f transpose_sum8(const part_f* t) {
+#if defined(__AVX__) && !defined(__AVX512F__)  // kPartLanes 8, as lanes.h chooses
+  part_f a[4], b[2];
+  for (int j = 0; j < 4; ++j)  // a[j]: 4 partial sums of t[j], then 4 of t[j + 4]
+    a[j] = __builtin_shufflevector(t[j], t[j + 4], 0, 1, 2, 3, 8, 9, 10, 11) + __builtin_shufflevector(t[j], t[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  for (int j = 0; j < 2; ++j)  // b[j]: 2 each of t[j], t[j + 2], t[j + 4], t[j + 6]
+    b[j] = __builtin_shufflevector(a[j], a[j + 2], 0, 1, 8, 9, 4, 5, 12, 13) + __builtin_shufflevector(a[j], a[j + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+  return __builtin_shufflevector(b[0], b[1], 0, 8, 2, 10, 4, 12, 6, 14) + __builtin_shufflevector(b[0], b[1], 1, 9, 3, 11, 5, 13, 7, 15);
+#else
+  (void)t;
+  return part_f{};  // not used: score_keys sums whole 16-lane vectors
+#endif
+}
+
+// Lane j: q . k_j for the 16 keys of a tile (rows of d floats from k), d a multiple of 16. With
+// AVX2, 8 keys at a time, so that their chains stay in registers (16 vectors of 16 lanes would
+// take all of AVX2's registers twice over).
 inline lanes_f score_keys(const float* q, const float* k, int d) {
+  if constexpr (kPartLanes == 8) {
+    lanes_f out;
+    for (int g = 0; g < kParts; ++g) {
+      // Each key's dimensions summed in the 16-lane kernel's order: chains over i, i + 16, ...
+      // for each lane i of 16, its lanes i and i + 8 added first, so that the scores are the
+      // same to the bit.
+      part_f t[kPartLanes];
+      for (int j = 0; j < kPartLanes; ++j) {
+        const float* kj = k + static_cast<size_t>(g * kPartLanes + j) * d;
+        part_f lo[kLanes / kPartLanes];
+        for (int h = 0; h < kLanes / kPartLanes; ++h) lo[h] = load_pf(q + h * kPartLanes) * load_pf(kj + h * kPartLanes);
+        for (int i = kLanes; i < d; i += kLanes)
+          for (int h = 0; h < kLanes / kPartLanes; ++h) lo[h] += load_pf(q + i + h * kPartLanes) * load_pf(kj + i + h * kPartLanes);
+        part_f acc = lo[0];
+        for (int h = 1; h < kLanes / kPartLanes; ++h) acc += lo[h];
+        t[j] = acc;
+      }
+      set_part(out, g, transpose_sum8(t));
+    }
+    return out;
+  }
   lanes_f t[kKeys];
   for (int j = 0; j < kKeys; ++j) {
     const float* kj = k + static_cast<size_t>(j) * d;
@@ -162,6 +205,26 @@ inline float lanes_hsum(lanes_f v) {
 // acc[r][i] += sum_j p[r][j] v_j[i] for n rows, the dimensions in passes of kFewDims whose
 // accumulators stay in registers while the tile's values stream through.
 inline void pv_few(float* acc, const float (*p)[kKeys], const float* v, int n, int d) {
+  if constexpr (kPartLanes == 8) {  // the same on AVX2's parts
+    constexpr int kW = kFewDims / kPartLanes;
+    for (int i0 = 0; i0 < d; i0 += kFewDims) {
+      part_f o[kFewRowsMost][kW];
+      for (int r = 0; r < n; ++r)
+        for (int c = 0; c < kW; ++c) o[r][c] = load_pf(acc + static_cast<size_t>(r) * d + i0 + kPartLanes * c);
+      for (int j = 0; j < kKeys; ++j) {
+        const float* vj = v + static_cast<size_t>(j) * d + i0;
+        part_f vv[kW];
+        for (int c = 0; c < kW; ++c) vv[c] = load_pf(vj + kPartLanes * c);
+        for (int r = 0; r < n; ++r) {
+          const float pj = p[r][j];
+          for (int c = 0; c < kW; ++c) o[r][c] += pj * vv[c];
+        }
+      }
+      for (int r = 0; r < n; ++r)
+        for (int c = 0; c < kW; ++c) store_pf(acc + static_cast<size_t>(r) * d + i0 + kPartLanes * c, o[r][c]);
+    }
+    return;
+  }
   for (int i0 = 0; i0 < d; i0 += kFewDims) {
     const int w = std::min(kFewDims, d - i0) / 16;
     lanes_f o[kFewRowsMost][kFewDims / 16];

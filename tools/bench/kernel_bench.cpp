@@ -117,13 +117,15 @@ BENCHMARK(BM_matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicros
 // (32 query heads over 4 KV heads of 64): kernel 0 is the scalar reference (attention_one per
 // query and head, as the CPU path ran before the flash kernel), kernel 1 attention_prefill (the
 // flash kernel over GQA row blocks), kernel 2 a decode step of an attention-scored policy (the
-// group's scores once per KV head, DecodeRowScores, then attention_decode from them). Counters: GFLOP/s (2 d per score and per value row, over the
+// group's scores once per KV head, DecodeRowScores, then attention_decode from them), kernel 3
+// a decode step's flash attention in SmolLM2's shape (9 query heads over 3 KV heads of 64: a
+// group of 3, the few-rows kernel where the build has it). Counters: GFLOP/s (2 d per score and per value row, over the
 // visible pairs) and KV GB/s (the cache bytes per call over the time: decode's bound).
 void BM_attention(benchmark::State& state) {
   const int kernel = static_cast<int>(state.range(0));
   const int tokens = static_cast<int>(state.range(1)), keys = static_cast<int>(state.range(2));
   const int threads = static_cast<int>(state.range(3));
-  const slake::AttentionShape s{32, 4, 64, 0};
+  const slake::AttentionShape s = kernel == 3 ? slake::AttentionShape{9, 3, 64, 0} : slake::AttentionShape{32, 4, 64, 0};
   const int d = s.head_dim, qd = s.n_heads * d, kvd = s.n_kv_heads * d, group = s.n_heads / s.n_kv_heads;
   std::mt19937 rng(3);
   std::normal_distribution<float> g;
@@ -145,7 +147,7 @@ void BM_attention(benchmark::State& state) {
   slake::ThreadPool pool(threads);
   std::vector<slake::DecodeRowScores> xs(static_cast<size_t>(s.n_kv_heads));
   for (auto _ : state) {
-    if (kernel == 1) {
+    if (kernel == 1 || kernel == 3) {
       slake::attention_prefill(out.data(), q.data(), pos.data(), tokens, cache, 0, s, pool);
     } else if (kernel == 2) {
       pool.parallel_for(s.n_kv_heads, 1, [&](int64_t b, int64_t e, int) {
@@ -164,7 +166,7 @@ void BM_attention(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetLabel(std::string(kernel == 2 ? "decode-scored" : kernel == 1 ? "flash" : "reference") + " tokens=" + std::to_string(tokens) +
+  state.SetLabel(std::string(kernel == 3 ? "flash, group of 3" : kernel == 2 ? "decode-scored" : kernel == 1 ? "flash" : "reference") + " tokens=" + std::to_string(tokens) +
                  " keys=" + std::to_string(keys) + " threads=" + std::to_string(threads));
   state.counters["GFLOPs"] = benchmark::Counter(pairs * s.n_heads * 4.0 * d * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
@@ -173,7 +175,7 @@ void BM_attention(benchmark::State& state) {
 }
 
 void attention_args(benchmark::internal::Benchmark* b) {
-  for (int kernel : {0, 1, 2})
+  for (int kernel : {0, 1, 2, 3})
     for (int tokens : {1, 64})
       for (int keys : {1024, 8192})
         for (int threads : {1, 2})

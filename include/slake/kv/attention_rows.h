@@ -4,10 +4,10 @@
 // sit in 16 registers, and the online softmax runs lane-wise with a vectorised exponential. It
 // needs no horizontal reductions, and no transposed copy of the cache.
 // A block of at most kFewRows rows (a decode token's GQA group: 3 query heads in SmolLM2, 4 in
-// Llama 3 and Mistral) would leave most lanes idle, so with AVX-512 it runs the other way round:
-// lanes over head dimensions for the dot products (16 of them summed across lanes at once) and
-// over 16 keys for the softmax, and the P V product row by row over head dimensions. Same
-// results up to rounding.
+// Llama 3 and Mistral) would leave most lanes idle, so with AVX-512 or AVX2 it runs the other way
+// round: lanes over head dimensions for the dot products (16 or 8 of them summed across lanes at
+// once) and over 16 keys for the softmax, and the P V product row by row over head dimensions.
+// Same results up to rounding.
 #pragma once
 #include <cstdint>
 #include <utility>
