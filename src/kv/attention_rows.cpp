@@ -12,6 +12,7 @@ namespace slake {
 
 namespace {
 constexpr int kKeys = 16;  // keys per tile of the online softmax
+constexpr int kPrefetchTiles = 4;  // how far ahead PageTiles asks for its rows
 
 // The register-blocked loops below work on native-width parts of the lanes (lanes.h): one part
 // with AVX-512, two of 8 floats with AVX2, four of 4 elsewhere. Written on whole 16-lane vectors,
@@ -79,6 +80,7 @@ struct HeadTiles {
   const float* keys(int j0, int nk, int d, std::vector<float>& buf) const { return tile_rows(kv, true, j0, nk, d, buf); }
   const float* values(int j0, int nk, int d, std::vector<float>& buf) const { return tile_rows(kv, false, j0, nk, d, buf); }
   const int32_t* pos(int j0, int) const { return kv.pos.data() + j0; }
+  void prefetch(int, int) const {}  // one run: the hardware's streams follow it
 };
 
 struct PageTiles {
@@ -106,6 +108,18 @@ struct PageTiles {
     if (in_one_page(j0, nk)) return pr.pos + row(j0);
     for (int j = 0; j < nk; ++j) gathered[j] = pr.pos[row(j0 + j)];
     return gathered;
+  }
+  // Asks for the rows of tile j0 (below j_end) ahead of their use: the chosen pages lie at random
+  // in a store much larger than the caches, where each page's first lines wait on memory.
+  void prefetch(int j0, int j_end) const {
+    if (j0 >= j_end) return;
+    const int nk = std::min(kKeys, j_end - j0);
+    const bool run = in_one_page(j0, nk);
+    for (const uint8_t* base : {pr.k, pr.v})
+      for (int j = 0; j < (run ? 1 : nk); ++j) {
+        const char* a = reinterpret_cast<const char*>(base + row(j0 + j) * pr.row_bytes);
+        for (size_t b = 0; b < (run ? nk : 1) * pr.row_bytes; b += 64) __builtin_prefetch(a + b, 0, 3);
+      }
   }
   mutable int32_t gathered[kKeys];
 };
@@ -311,6 +325,7 @@ void RowBlock::attend_tiles(const Src& src, const lanes_f* x, int window, int j_
   const lanes_f neg_inf = splat(-std::numeric_limits<float>::infinity());
   for (int j0 = j_begin; j0 < j_end; j0 += kKeys) {
     const int nk = std::min(kKeys, j_end - j0);
+    src.prefetch(j0 + kPrefetchTiles * kKeys, j_end);
     thread_local std::vector<float> tail_k, tail_v;
     const float* v = src.values(j0, nk, d, tail_v);
     const int32_t* kpos = src.pos(j0, nk);
@@ -374,6 +389,7 @@ void RowBlock::attend_tiles_few(const Src& src, const lanes_f* x, int window, in
   float p[kLanes][kKeys];
   for (int j0 = j_begin; j0 < j_end; j0 += kKeys) {
     const int nk = std::min(kKeys, j_end - j0);
+    src.prefetch(j0 + kPrefetchTiles * kKeys, j_end);
     const float* v = src.values(j0, nk, d, tail_v);
     const float* k = x ? nullptr : src.keys(j0, nk, d, tail_k);
     const int32_t* kpos = src.pos(j0, nk);

@@ -8,7 +8,7 @@
 // the float-weight prefill figures). BM_attention compares the flash attention kernel with the
 // scalar reference at decode and prefill shapes; BM_decode_scores times an attention-scored
 // policy's decode-time ranking of one KV head, BM_recall_first_pass the recall store's low-rank
-// page scores of one.
+// page scores of one, BM_recall_attend its attention over the pages chosen.
 //
 //   build/bin/slake-kernel-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -17,11 +17,14 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "bandwidth_probe.h"
 #include "slake/kv/attention.h"
+#include "slake/kv/attention_rows.h"
 #include "slake/quant/dtype.h"
 #include "slake/quant/quant_blocks.h"
 #include "slake/kv/kv_scores.h"
@@ -251,6 +254,54 @@ void BM_recall_first_pass(benchmark::State& state) {
   state.counters["keys_per_s"] = benchmark::Counter(keys, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_recall_first_pass)->ArgsProduct({{16384, 4194304}, {3, 8}})->Unit(benchmark::kMicrosecond);
+
+// A decode step's recall part for one KV head (RowBlock::attend_paged, as RecallStore::attend runs
+// it): the group's query rows over 32 pages of 16 q8_0 rows (keys and values, a head dimension of
+// 64) chosen at random, a new choice each iteration. Arguments: stored keys (16K: 2.2 MiB, in the
+// caches after a few runs; 2M: 272 MiB, so that each page is read from memory as a long store's
+// are), group size. Counter: recalled rows per second.
+void BM_recall_attend(benchmark::State& state) {
+  const int keys = static_cast<int>(state.range(0)), group = static_cast<int>(state.range(1)), d = 64, page = 16, want = 32;
+  const slake::KvType type = slake::KvType::Q8_0;
+  const size_t row = 2 * 34;  // two q8_0 blocks
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g;
+  std::vector<uint8_t> k(static_cast<size_t>(keys) * row), v(k.size());
+  std::vector<int32_t> pos(static_cast<size_t>(keys));
+  const uint16_t scale = slake::fp32_to_fp16(0.02f);
+  for (auto* rows : {&k, &v}) {  // random quants, finite scales (blocks of 34 bytes)
+    for (auto& b : *rows) b = static_cast<uint8_t>(rng());
+    for (size_t b = 0; b < rows->size(); b += 34) std::memcpy(rows->data() + b, &scale, 2);
+  }
+  std::iota(pos.begin(), pos.end(), 0);
+  constexpr int kChoices = 4096;  // 272 MiB of pages at 2M keys: no choice finds the last one's in cache
+  std::vector<int> choices(static_cast<size_t>(kChoices) * want);
+  for (int c = 0; c < kChoices; ++c) {
+    int* ch = choices.data() + static_cast<size_t>(c) * want;
+    std::set<int> pages;  // distinct, increasing
+    while (static_cast<int>(pages.size()) < want) pages.insert(static_cast<int>(rng() % static_cast<uint32_t>(keys / page)));
+    std::copy(pages.begin(), pages.end(), ch);
+  }
+  std::vector<float> q(static_cast<size_t>(group) * d), acc(static_cast<size_t>(group) * d), m(static_cast<size_t>(group)),
+      l(static_cast<size_t>(group));
+  for (auto& e : q) e = g(rng);
+  std::vector<const float*> qr(static_cast<size_t>(group));
+  std::vector<int32_t> qpos(static_cast<size_t>(group), keys);
+  for (int r = 0; r < group; ++r) qr[static_cast<size_t>(r)] = q.data() + static_cast<size_t>(r) * d;
+  slake::RowBlock block;
+  int c = 0;
+  for (auto _ : state) {
+    const slake::PagedRows pr{type, k.data(), v.data(), row, pos.data(), keys, page, choices.data() + static_cast<size_t>(c) * want, want};
+    c = (c + 1) % kChoices;
+    block.begin(qr.data(), qpos.data(), group, d, 0.0f);
+    block.attend_paged(pr, 0);
+    block.finish(acc.data(), m.data(), l.data());
+    benchmark::DoNotOptimize(acc.data());
+  }
+  state.SetLabel("keys=" + std::to_string(keys) + " group=" + std::to_string(group));
+  state.counters["rows_per_s"] = benchmark::Counter(want * page, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_recall_attend)->ArgsProduct({{16384, 2097152}, {3, 8}})->Unit(benchmark::kMicrosecond);
 
 // The core's fp32 FMA peak: twelve independent chains of vector FMAs (enough to cover the FMA
 // latency on every port), the ceiling for the float-weight prefill figures above.
