@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -117,8 +118,9 @@ struct PageTiles {
     const bool run = in_one_page(j0, nk);
     for (const uint8_t* base : {pr.k, pr.v})
       for (int j = 0; j < (run ? 1 : nk); ++j) {
-        const char* a = reinterpret_cast<const char*>(base + row(j0 + j) * pr.row_bytes);
-        for (size_t b = 0; b < (run ? nk : 1) * pr.row_bytes; b += 64) __builtin_prefetch(a + b, 0, 3);
+        const uintptr_t a = reinterpret_cast<uintptr_t>(base + row(j0 + j) * pr.row_bytes);
+        const uintptr_t end = a + (run ? nk : 1) * pr.row_bytes;
+        for (uintptr_t line = a & ~uintptr_t{63}; line < end; line += 64) __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
       }
   }
   mutable int32_t gathered[kKeys];
