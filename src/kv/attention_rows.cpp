@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "slake/cpu/prefetch.h"
 #include "slake/error.h"
 
 namespace slake {
@@ -117,11 +117,7 @@ struct PageTiles {
     const int nk = std::min(kKeys, j_end - j0);
     const bool run = in_one_page(j0, nk);
     for (const uint8_t* base : {pr.k, pr.v})
-      for (int j = 0; j < (run ? 1 : nk); ++j) {
-        const uintptr_t a = reinterpret_cast<uintptr_t>(base + row(j0 + j) * pr.row_bytes);
-        const uintptr_t end = a + (run ? nk : 1) * pr.row_bytes;
-        for (uintptr_t line = a & ~uintptr_t{63}; line < end; line += 64) __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
-      }
+      for (int j = 0; j < (run ? 1 : nk); ++j) prefetch_bytes(base + row(j0 + j) * pr.row_bytes, (run ? nk : 1) * pr.row_bytes);
   }
   mutable int32_t gathered[kKeys];
 };

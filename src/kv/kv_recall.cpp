@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "slake/cpu/ops.h"
+#include "slake/cpu/prefetch.h"
 #include "slake/error.h"
 #include "slake/kv/attention.h"
 #include "slake/kv/attention_rows.h"
@@ -440,8 +441,7 @@ void RecallStore::key_scores_q8_0(const float* const* q, int rows, const int* pa
     // The keys of the page kPrefetchPages on (a page's first touch is its 16 keys' scales at once).
     if (i + kPrefetchPages < n && pages[i + kPrefetchPages] * page_ < n_) {
       const uint8_t* next = k_.data() + static_cast<size_t>(pages[i + kPrefetchPages]) * page_bytes;
-      const size_t len = std::min(page_bytes, k_.size() - static_cast<size_t>(pages[i + kPrefetchPages]) * page_bytes);
-      for (size_t o = 0; o < len; o += 64) __builtin_prefetch(next + o, 0, 3);
+      prefetch_bytes(next, std::min(page_bytes, k_.size() - static_cast<size_t>(pages[i + kPrefetchPages]) * page_bytes));
     }
     for (int r0 = 0; r0 < rows; r0 += kTileTokens) {
       const int rn = std::min(kTileTokens, rows - r0);

@@ -39,11 +39,10 @@ using slake::DType;
 
 constexpr int64_t kK = 2048, kN = 5632;
 
-// Random weights of any type: random bytes with finite fp16 scales (0.01) in every block.
-std::vector<uint8_t> random_weights(DType t) {
-  const size_t rb = slake::row_bytes(t, kK);
-  std::vector<uint8_t> w(rb * kN);
-  std::mt19937 rng(1);
+// `bytes` of blocks of any type: random bytes with finite fp16 scales (0.01) in every block.
+std::vector<uint8_t> random_blocks(DType t, size_t bytes, uint32_t seed) {
+  std::vector<uint8_t> w(bytes);
+  std::mt19937 rng(seed);
   for (size_t i = 0; i < w.size(); i += 4) {
     const uint32_t r = rng();
     std::memcpy(&w[i], &r, std::min<size_t>(4, w.size() - i));
@@ -67,6 +66,9 @@ std::vector<uint8_t> random_weights(DType t) {
   }
   return w;
 }
+
+// Random weights of any type, TinyLlama's FFN matrix.
+std::vector<uint8_t> random_weights(DType t) { return random_blocks(t, slake::row_bytes(t, kK) * kN, 1); }
 
 void BM_matmul(benchmark::State& state) {
   const auto t = static_cast<DType>(state.range(0));
@@ -263,19 +265,12 @@ BENCHMARK(BM_recall_first_pass)->ArgsProduct({{16384, 4194304}, {3, 8}})->Unit(b
 void BM_recall_attend(benchmark::State& state) {
   const int keys = static_cast<int>(state.range(0)), group = static_cast<int>(state.range(1)), d = 64, page = 16, want = 32;
   const slake::KvType type = slake::KvType::Q8_0;
-  const size_t row = 2 * 34;  // two q8_0 blocks
+  const size_t row = slake::row_bytes(DType::Q8_0, d);
   std::mt19937 rng(9);
   std::normal_distribution<float> g;
-  std::vector<uint8_t> k(static_cast<size_t>(keys) * row), v(k.size());
+  const std::vector<uint8_t> k = random_blocks(DType::Q8_0, static_cast<size_t>(keys) * row, 10),
+                             v = random_blocks(DType::Q8_0, k.size(), 11);
   std::vector<int32_t> pos(static_cast<size_t>(keys));
-  const uint16_t scale = slake::fp32_to_fp16(0.02f);
-  for (auto* rows : {&k, &v}) {  // random quants, finite scales (blocks of 34 bytes)
-    for (size_t b = 0; b < rows->size(); b += 4) {
-      const uint32_t r = rng();
-      std::memcpy(rows->data() + b, &r, std::min<size_t>(4, rows->size() - b));
-    }
-    for (size_t b = 0; b < rows->size(); b += 34) std::memcpy(rows->data() + b, &scale, 2);
-  }
   std::iota(pos.begin(), pos.end(), 0);
   constexpr int kChoices = 4096;  // 272 MiB of pages at 2M keys: no choice finds the last one's in cache
   std::vector<int> choices(static_cast<size_t>(kChoices) * want);
