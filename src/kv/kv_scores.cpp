@@ -84,12 +84,15 @@ void DecodeRowScores::keep_rows(const std::vector<char>& keep) {
 
 namespace {
 
-// Part `part` of every lane's softmax over the rows x[0..n): e[j] = exp(x[j] - max), and the
-// returned factor 1 / sum_j e[j] turns them into probabilities. A lane whose rows are all -inf
-// (no query, or no key visible) gets 0 for both. The logits are multiplied by `gain` first (the
-// step gain of algorithm.md §2.3; 1 leaves them as they are). In fp32, one native-width part at a
-// time (lanes.h).
-part_f lane_softmax_part(const lanes_f* x, int n, int part, part_f* e, part_f gain = part_f{} + 1.0f) {
+// Part `part` of every lane's softmax over the rows x[0..n): e[j] = exp(x[j] - ref), ref the
+// lane's largest logit, and inv = 1 / z, z = sum_j e[j], turns them into probabilities. A lane
+// whose rows are all -inf (no query, or no key visible) gets ref = 0 and 0 for e, z and inv. The
+// logits are multiplied by `gain` first (the step gain of algorithm.md §2.3; 1 leaves them as
+// they are). In fp32, one native-width part at a time (lanes.h).
+struct LaneSoftmax {
+  part_f ref, z, inv;
+};
+LaneSoftmax lane_softmax(const lanes_f* x, int n, int part, part_f* e, part_f gain = part_f{} + 1.0f) {
   const part_f neg_inf = part_f{} - std::numeric_limits<float>::infinity();
   part_f m = neg_inf;
   for (int j = 0; j < n; ++j) {
@@ -99,7 +102,10 @@ part_f lane_softmax_part(const lanes_f* x, int n, int part, part_f* e, part_f ga
   const part_f ref = m == neg_inf ? part_f{} : m;
   part_f z{};
   for (int j = 0; j < n; ++j) z += (e[j] = part_exp(part_of<part_f>(x[j], part) * gain - ref));
-  return z > part_f{} ? 1.0f / z : part_f{};
+  return {ref, z, z > part_f{} ? 1.0f / z : part_f{}};
+}
+part_f lane_softmax_part(const lanes_f* x, int n, int part, part_f* e, part_f gain = part_f{} + 1.0f) {
+  return lane_softmax(x, n, part, e, gain).inv;
 }
 
 // Adds to sum[j], for j < n_add <= n, the probabilities of row j in the softmax over x[0..n) of
@@ -165,6 +171,44 @@ int rows_below(const KvHead& kh, int32_t pos) {
   return static_cast<int>(std::lower_bound(kh.pos.begin(), kh.pos.begin() + kh.n, pos) - kh.pos.begin());
 }
 
+namespace {
+
+// Adds to sum[j] and sumsq[j], for the candidates j < n_cand <= n, the probabilities A (and A^2)
+// of row j in the softmax over x[0..n) of each of the first `rows` lanes, summed over those lanes
+// (in double), and returns their part of the entropy, -sum over the lanes and j < n_cand of
+// A log A. log A is taken as (x_j - max) - log z, z the lane's softmax sum: no logarithm per
+// entry (the float64 reference adds 1e-10 inside its logarithm, which moves the sum by at most
+// 1e-10 an entry).
+double add_window_rows(const lanes_f* x, int n, int rows, int n_cand, double* sum, double* sumsq) {
+  thread_local std::vector<part_f> e;
+  e.resize(static_cast<size_t>(n));
+  double entropy = 0;
+  for (int part = 0; part * kPartLanes < rows; ++part) {
+    const int in_part = std::min(kPartLanes, rows - part * kPartLanes);
+    const LaneSoftmax sm = lane_softmax(x, n, part, e.data());
+    double s0[kPartLanes] = {}, s1[kPartLanes] = {};  // per lane: sum of A, and of A (x - max)
+    for (int j = 0; j < n_cand; ++j) {
+      const part_f a = e[static_cast<size_t>(j)] * sm.inv;
+      const part_f ax = a > part_f{} ? a * (part_of<part_f>(x[j], part) - sm.ref) : part_f{};  // no 0 * -inf
+      double t = 0, tt = 0;
+      for (int r = 0; r < in_part; ++r) {
+        const double ar = a[r];
+        t += ar;
+        tt += ar * ar;
+        s0[r] += ar;
+        s1[r] += ax[r];
+      }
+      sum[j] += t;
+      sumsq[j] += tt;
+    }
+    for (int r = 0; r < in_part; ++r)
+      if (sm.z[r] > 0.0f) entropy += std::log(static_cast<double>(sm.z[r])) * s0[r] - s1[r];
+  }
+  return entropy;
+}
+
+}  // namespace
+
 LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const KvCache& cache, int layer, const AttentionShape& s,
                         double gamma, TokenPool pool, ThreadPool& threads) {
   if (n_obs < 1 || P < 1 || P > S - n_obs) fail("internal: window_stats needs 0 < P <= S - n_obs");
@@ -174,27 +218,32 @@ LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const Kv
   std::vector<std::vector<double>> pooled(static_cast<size_t>(s.n_heads));
   std::vector<double> head_entropy(static_cast<size_t>(s.n_heads)), head_var(static_cast<size_t>(s.n_heads));
   threads.parallel_for(s.n_heads, 1, [&](int64_t hb, int64_t he, int) {
-    std::vector<double> sum, sumsq, I, a;
+    thread_local RowBlock block;
+    thread_local std::vector<lanes_f> x;
+    std::vector<double> sum, sumsq, I;
     for (int64_t h = hb; h < he; ++h) {
       const KvHead& kv = cache.head(layer, static_cast<int>(h) / group);
       const int Pr = cand[static_cast<size_t>(h / group)];
       sum.assign(static_cast<size_t>(Pr), 0.0);
       sumsq.assign(static_cast<size_t>(Pr), 0.0);
       I.resize(static_cast<size_t>(Pr));
-      a.resize(static_cast<size_t>(kv.n));
       pooled[static_cast<size_t>(h)].resize(static_cast<size_t>(Pr));
       double entropy = 0;
-      for (int i = 0; i < n_obs; ++i) {
-        const float* q = q_window + (static_cast<size_t>(i) * s.n_heads + static_cast<size_t>(h)) * d;
-        const int qpos = S - n_obs + i, n_vis = rows_below(kv, qpos + 1);  // causal inside the window
-        attention_logits(q, qpos, kv, d, s.softcap, n_vis, a.data());
-        softmax_inplace(a.data(), n_vis);
-        for (int j = 0; j < Pr; ++j) {
-          const double A = a[static_cast<size_t>(j)];
-          sum[static_cast<size_t>(j)] += A;
-          sumsq[static_cast<size_t>(j)] += A * A;
-          entropy -= A * std::log(A + 1e-10);
+      // The observing queries of head h, kLanes at a time: one block of lanes scores every key it
+      // can see (RowBlock::scores: causal inside the window), and each lane's softmax row is added.
+      for (int i0 = 0; i0 < n_obs; i0 += kLanes) {
+        const int rows = std::min(kLanes, n_obs - i0);
+        const float* qr[kLanes];
+        int32_t pr[kLanes];
+        for (int r = 0; r < rows; ++r) {
+          qr[r] = q_window + (static_cast<size_t>(i0 + r) * s.n_heads + static_cast<size_t>(h)) * d;
+          pr[r] = S - n_obs + i0 + r;
         }
+        const int n_vis = rows_below(kv, pr[rows - 1] + 1);  // what the block's last query sees
+        x.resize(static_cast<size_t>(n_vis));
+        block.begin(qr, pr, rows, d, s.softcap);
+        block.scores(kv, n_vis, x.data());
+        entropy += add_window_rows(x.data(), n_vis, rows, Pr, sum.data(), sumsq.data());
       }
       double var_total = 0;
       for (int j = 0; j < Pr; ++j) {

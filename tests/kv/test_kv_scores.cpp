@@ -257,8 +257,10 @@ TEST(Vabs, StaysFiniteWhenEvictedKeysScoreHigh) {
 // before P = S - Sw, against float64; Sobs < Sw is slake-wide's wide window observed by its end.
 // gaps: the cache holds what a chunked prefill leaves, each KV head its own subset of the earlier
 // positions (rows in position order), and the brute force works on the rows held.
-void expect_window_stats_match_brute_force(int Sw, int Sobs, bool gaps = false, float cap = 0.0f) {
-  const int H = 4, Hkv = 2, d = 8, S = 40, P = S - Sw, G = H / Hkv;
+// d and S: the head dimension and prompt length (64 takes the few-rows kernel for blocks of up to 4
+// observing queries, window_stats scoring them kLanes at a time).
+void expect_window_stats_match_brute_force(int Sw, int Sobs, bool gaps = false, float cap = 0.0f, int d = 8, int S = 40) {
+  const int H = 4, Hkv = 2, P = S - Sw, G = H / Hkv;
   const double gamma = 200.0;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -337,6 +339,14 @@ TEST(WindowStats, SoftCappedLogitsMatchBruteForce) {
 TEST(WindowStats, FewerObservingQueriesThanTheWindowKeepsMatchBruteForce) {
   expect_window_stats_match_brute_force(12, 4);
   expect_window_stats_match_brute_force(12, 2);
+}
+
+// More observing queries than one block of lanes takes (16 and a last block of 4, or of 3), on
+// heads of 64, whose blocks of up to 4 queries take the few-rows kernel.
+TEST(WindowStats, ObservingQueriesInSeveralBlocksMatchBruteForce) {
+  expect_window_stats_match_brute_force(20, 20, false, 0.0f, 64, 60);
+  expect_window_stats_match_brute_force(24, 19, true, 1.5f, 64, 60);
+  expect_window_stats_match_brute_force(6, 3, false, 0.0f, 64);
 }
 
 // A chunked prefill's cache: each KV head holds its own subset of the earlier positions.

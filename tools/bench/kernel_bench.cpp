@@ -220,6 +220,34 @@ void BM_decode_scores(benchmark::State& state) {
 }
 BENCHMARK(BM_decode_scores)->ArgsProduct({{1056}, {3, 8}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
+// The observation window's statistics of one layer (window_stats: every observing query's softmax
+// over the rows it sees, the candidates' mean and variance pooled along them, the entropy), what an
+// evicting prefill computes once per layer, or once per layer and chunk with --prefill-chunk.
+// Arguments: rows held (a chunk of 1024 after 1024 kept, or a 16K prompt), query heads over KV
+// heads (SmolLM2's 9 over 3, TinyLlama's 32 over 4), f16 rows, 32 observing queries, one thread.
+void BM_window_stats(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0)), n_heads = static_cast<int>(state.range(1)),
+            n_kv = static_cast<int>(state.range(2)), d = 64, n_obs = 32, window = 32;
+  std::mt19937 rng(6);
+  std::normal_distribution<float> g;
+  slake::KvCache cache(1, n_kv, d, rows, 0, slake::KvType::F16, slake::KvType::F16);
+  std::vector<float> k(static_cast<size_t>(n_kv) * d), v(k.size()), q(static_cast<size_t>(n_obs) * n_heads * d);
+  for (int j = 0; j < rows; ++j) {
+    for (auto& x : k) x = 2.0f * g(rng);
+    for (auto& x : v) x = g(rng);
+    cache.append(0, k.data(), v.data(), j);
+  }
+  for (auto& x : q) x = g(rng);
+  slake::ThreadPool pool(1);
+  for (auto _ : state) {
+    const slake::LayerStats st = slake::window_stats(q.data(), rows, n_obs, rows - window, cache, 0,
+                                                     slake::AttentionShape{n_heads, n_kv, d, 0}, 0.0, slake::TokenPool::Max7, pool);
+    benchmark::DoNotOptimize(st.entropy);
+  }
+  state.SetLabel("rows=" + std::to_string(rows) + " heads=" + std::to_string(n_heads) + "/" + std::to_string(n_kv));
+}
+BENCHMARK(BM_window_stats)->ArgsProduct({{2048, 16384}, {9}, {3}})->ArgsProduct({{2048}, {32}, {4}})->Unit(benchmark::kMicrosecond);
+
 // The recall store's low-rank first pass for one KV head (kv_recall.h, RecallStore::lowrank_scores):
 // each stored key's 16 int8 coordinates (a head dimension of 64) against the group's query rows,
 // each 16-key page's largest, by max_dot_lanes16_u8 in calls of up to kTileTokens rows. Arguments:
