@@ -31,7 +31,10 @@ __device__ __forceinline__ double block_reduce_d(double v, double* scratch, bool
 }
 
 // x = q . k / sqrt(d) for key row j of head g as stored, soft-capped by kv.softcap: the dot in
-// fp32, the scaling and the cap in double (slake::attention_logits).
+// fp32, the scaling and the cap in double. The CPU's window_stats and vabs_terms take their
+// logits from RowBlock::scores (a block of up to 16 queries, the query scaled in fp32 first):
+// window_stats caps them there in fp32 (lanes_soft_cap), vabs_terms in double; the same to fp32
+// rounding.
 // window_logit_raw leaves the cap off.
 __device__ __forceinline__ double window_logit_raw(const float* q, const KvLayerView& kv, int g, int j) {
   const uint8_t* k = kv.krow(g, j);

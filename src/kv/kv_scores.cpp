@@ -8,27 +8,8 @@
 #include "slake/kv/attention_rows.h"
 #include "slake/kv/kv_ahakv.h"
 #include "slake/error.h"
-#include "slake/cpu/ops.h"
-#include "slake/model/softcap.h"
 
 namespace slake {
-
-void attention_logits(const float* q, int32_t qpos, const KvHead& kh, int d, float softcap, int n_rows, double* x) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  thread_local std::vector<float> row;
-  row.resize(static_cast<size_t>(d));
-  for (int r = 0; r < n_rows; ++r)
-    x[r] = key_visible(kh.pos[static_cast<size_t>(r)], qpos, 0)
-               ? soft_cap(dot_f32(q, kh.key(r, d, row.data()), d) * scale, static_cast<double>(softcap))
-               : -std::numeric_limits<double>::infinity();
-}
-
-void softmax_inplace(double* x, int n) {
-  const double m = *std::max_element(x, x + n);
-  double z = 0;
-  for (int j = 0; j < n; ++j) z += (x[j] = std::exp(x[j] - m));
-  for (int j = 0; j < n; ++j) x[j] /= z;
-}
 
 void pool_tokens(const double* in, int n, TokenPool pool, double* out) {
   const int half = pool == TokenPool::Avg5 ? 2 : 3;
@@ -219,7 +200,7 @@ LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const Kv
   std::vector<double> head_entropy(static_cast<size_t>(s.n_heads)), head_var(static_cast<size_t>(s.n_heads));
   threads.parallel_for(s.n_heads, 1, [&](int64_t hb, int64_t he, int) {
     thread_local RowBlock block;
-    thread_local std::vector<lanes_f> x;
+    std::vector<lanes_f> x;  // 64 bytes a row: not kept past the call
     std::vector<double> sum, sumsq, I;
     for (int64_t h = hb; h < he; ++h) {
       const KvHead& kv = cache.head(layer, static_cast<int>(h) / group);

@@ -1,9 +1,12 @@
 // VABS, the layer preference of the slake policy (algorithm.md §2.4, SLAKE eq. 15-18): how far PTAA
 // with a uniform budget would move each window query's attention row, weighted by the value norms.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "slake/error.h"
+#include "slake/kv/attention_rows.h"
 #include "slake/kv/kv_scores.h"
 #include "slake/model/softcap.h"
 
@@ -34,57 +37,86 @@ VabsTerms vabs_terms(const float* q_window, int S, int n_obs, int P, const KvCac
     }
   }
   std::vector<double> head_tv_va(static_cast<size_t>(s.n_heads)), head_en(static_cast<size_t>(s.n_heads));
+  const double cap = s.softcap;
   threads.parallel_for(s.n_heads, 1, [&](int64_t hb, int64_t he, int) {
-    std::vector<double> x, a;
+    thread_local RowBlock block;
+    std::vector<lanes_f> xs;  // 64 bytes a row: not kept past the call
+    std::vector<double> x, f, e, we;
     for (int64_t h = hb; h < he; ++h) {
       const int g = static_cast<int>(h) / group;
       const KvHead& kv = cache.head(layer, g);
       const int Pr = cand[static_cast<size_t>(g)];
-      x.resize(static_cast<size_t>(kv.n));
-      a.resize(static_cast<size_t>(kv.n));
       const std::vector<char>& keep_j = kept[static_cast<size_t>(g)];
       const std::vector<double>& vn = vnorm[static_cast<size_t>(g)];
       double tv_va = 0, en = 0;
-      for (int i = 0; i < n_obs; ++i) {
-        const float* q = q_window + (static_cast<size_t>(i) * s.n_heads + static_cast<size_t>(h)) * d;
-        const int qpos = S - n_obs + i, n_vis = rows_below(kv, qpos + 1);
-        // x: the raw logits, which PTAA's Taylor state is linear in; a: the model's softmax row, of
-        // the logits soft-capped as the model caps them (f(x); f(x) = x without a cap).
-        attention_logits(q, qpos, kv, d, 0.0f, n_vis, x.data());
-        for (int j = 0; j < n_vis; ++j) a[static_cast<size_t>(j)] = soft_cap(x[static_cast<size_t>(j)], static_cast<double>(s.softcap));
-        softmax_inplace(a.data(), n_vis);
-        // PTAA's row (ptaa.h): exact weights for kept tokens, lambda (1 + g (x - x̄)) / Z for the
-        // evicted ones, lambda = exp(f(x̄) - m*), g = f'(x̄).
-        double xbar = 0, m = -std::numeric_limits<double>::infinity();
-        int n_ev = 0;
-        for (int j = 0; j < n_vis; ++j) {
-          if (j < Pr && !keep_j[static_cast<size_t>(j)]) {
-            xbar += x[static_cast<size_t>(j)];
-            ++n_ev;
-          } else {
-            m = std::max(m, soft_cap(x[static_cast<size_t>(j)], static_cast<double>(s.softcap)));
+      // The observing queries of head h, kLanes at a time: one block of lanes scores every key
+      // the block's last query sees (RowBlock::scores, raw logits), and each query's row is taken
+      // from its lane.
+      for (int i0 = 0; i0 < n_obs; i0 += kLanes) {
+        const int rows = std::min(kLanes, n_obs - i0);
+        const float* qr[kLanes];
+        int32_t pr[kLanes];
+        for (int r = 0; r < rows; ++r) {
+          qr[r] = q_window + (static_cast<size_t>(i0 + r) * s.n_heads + static_cast<size_t>(h)) * d;
+          pr[r] = S - n_obs + i0 + r;
+        }
+        xs.resize(static_cast<size_t>(rows_below(kv, pr[rows - 1] + 1)));
+        block.begin(qr, pr, rows, d, 0.0f);
+        block.scores(kv, static_cast<int>(xs.size()), xs.data());
+        for (int r = 0; r < rows; ++r) {
+          const int n_vis = rows_below(kv, pr[r] + 1);
+          // x: the raw logits, which PTAA's Taylor state is linear in; f: soft-capped as the model
+          // caps them (f(x) = x without a cap), whose softmax is the model's row A.
+          x.resize(static_cast<size_t>(n_vis));
+          f.resize(static_cast<size_t>(n_vis));
+          e.resize(static_cast<size_t>(n_vis));
+          we.resize(static_cast<size_t>(n_vis));
+          for (int j = 0; j < n_vis; ++j) {
+            x[static_cast<size_t>(j)] = xs[static_cast<size_t>(j)][r];
+            f[static_cast<size_t>(j)] = soft_cap(x[static_cast<size_t>(j)], cap);
           }
+          // PTAA's row (ptaa.h): exact weights for kept tokens, lambda (1 + g (x - x̄)) / Z for the
+          // evicted ones, lambda = exp(f(x̄) - m*), g = f'(x̄).
+          double xbar = 0, m = -std::numeric_limits<double>::infinity(), top = m;
+          int n_ev = 0;
+          for (int j = 0; j < n_vis; ++j) {
+            const double fj = f[static_cast<size_t>(j)];
+            top = std::max(top, fj);
+            if (j < Pr && !keep_j[static_cast<size_t>(j)]) {
+              xbar += x[static_cast<size_t>(j)];
+              ++n_ev;
+            } else {
+              m = std::max(m, fj);
+            }
+          }
+          if (n_ev > 0) xbar /= n_ev;
+          const double mu = soft_cap(xbar, cap), slope = soft_cap_slope(xbar, cap);
+          const double mstar = n_ev > 0 ? std::max(m, mu) : m, lam = n_ev > 0 ? std::exp(mu - mstar) : 0.0;
+          // A_j = e_j / za, e_j = exp(f_j - top); an exact token's weight is exp(f_j - m*) / z.
+          double z = lam * n_ev, za = 0;
+          for (int j = 0; j < n_vis; ++j) {
+            za += (e[static_cast<size_t>(j)] = std::exp(f[static_cast<size_t>(j)] - top));
+            const bool exact = j >= Pr || keep_j[static_cast<size_t>(j)];
+            z += (we[static_cast<size_t>(j)] = exact ? std::exp(f[static_cast<size_t>(j)] - mstar) : 0.0);
+          }
+          // The entropy of A without a logarithm per token: log A_j = (f_j - top) - log za.
+          double tv = 0, va = 0, vsum = 0, sa = 0, saf = 0;
+          for (int j = 0; j < n_vis; ++j) {
+            const bool exact = j >= Pr || keep_j[static_cast<size_t>(j)];
+            const double xj = x[static_cast<size_t>(j)], fj = f[static_cast<size_t>(j)];
+            const double w = exact ? we[static_cast<size_t>(j)] / z : lam * (1.0 + slope * (xj - xbar)) / z;
+            const double A = e[static_cast<size_t>(j)] / za, diff = std::abs(w - A);
+            tv += diff;
+            va += vn[static_cast<size_t>(j)] * diff;
+            vsum += vn[static_cast<size_t>(j)];
+            if (A > 0) {
+              sa += A;
+              saf += A * (fj - top);
+            }
+          }
+          tv_va += 0.5 * tv * (vsum > 0 ? std::pow(va / vsum, 0.1) : 0.0);
+          if (sa > 0) en += std::log(za) * sa - saf;
         }
-        if (n_ev > 0) xbar /= n_ev;
-        const double mu = soft_cap(xbar, static_cast<double>(s.softcap));
-        const double g = soft_cap_slope(xbar, static_cast<double>(s.softcap));
-        const double mstar = n_ev > 0 ? std::max(m, mu) : m, lam = n_ev > 0 ? std::exp(mu - mstar) : 0.0;
-        double z = lam * n_ev;
-        for (int j = 0; j < n_vis; ++j)
-          if (j >= Pr || keep_j[static_cast<size_t>(j)]) z += std::exp(soft_cap(x[static_cast<size_t>(j)], static_cast<double>(s.softcap)) - mstar);
-        double tv = 0, va = 0, vsum = 0, entropy = 0;
-        for (int j = 0; j < n_vis; ++j) {
-          const bool exact = j >= Pr || keep_j[static_cast<size_t>(j)];
-          const double xj = x[static_cast<size_t>(j)];
-          const double w = exact ? std::exp(soft_cap(xj, static_cast<double>(s.softcap)) - mstar) / z : lam * (1.0 + g * (xj - xbar)) / z;
-          const double A = a[static_cast<size_t>(j)], diff = std::abs(w - A);
-          tv += diff;
-          va += vn[static_cast<size_t>(j)] * diff;
-          vsum += vn[static_cast<size_t>(j)];
-          if (A > 0) entropy -= A * std::log(A);
-        }
-        tv_va += 0.5 * tv * (vsum > 0 ? std::pow(va / vsum, 0.1) : 0.0);
-        en += entropy;
       }
       head_tv_va[static_cast<size_t>(h)] = tv_va;
       head_en[static_cast<size_t>(h)] = en;

@@ -1,8 +1,9 @@
 // Observation-window statistics against slake::window_stats (both poolings, GQA, a window of 1,
 // fewer observing queries than the window keeps, and prefix lengths that are not multiples of the
-// 128-token chunk; every cache row type the device stores). Both sides work in double from
-// fp32 dot products summed in different orders: indicator within 1e-4 relative (1e-7 absolute),
-// entropy and variance sums within 1e-5 relative.
+// 128-token chunk; every cache row type the device stores). The device works in double from fp32
+// dot products, the CPU from fp32 scores and an fp32 softmax (RowBlock::scores, lane_softmax), both
+// summing in double: indicator within 1e-4 relative (1e-7 absolute), entropy and variance sums
+// within 1e-5 relative.
 #include <gtest/gtest.h>
 
 #include "kernel_test_util.h"

@@ -208,10 +208,14 @@ VabsTerms vabs_brute_force(const RandomLayer& r, int S, int Sw, int Sobs, const 
   return t;
 }
 
+// Heads of 8 with a window of 8, and heads of 64 with one of 20 (vabs_terms scores the observing
+// queries kLanes at a time: a block of 16 and one of 4, which takes the few-rows kernel).
 TEST(Vabs, MatchesTheFormulaInFloat64) {
+  for (const auto& [d, Sw] : {std::pair{8, 8}, std::pair{64, 20}})
   for (float cap : {0.0f, 1.0f}) {  // and with soft-capped logits (Gemma 2)
   SCOPED_TRACE(cap);
-  const int H = 4, Hkv = 2, d = 8, S = 48, Sw = 8, P = S - Sw;
+  SCOPED_TRACE(d);
+  const int H = 4, Hkv = 2, S = 48, P = S - Sw;
   RandomLayer r(H, Hkv, d, S, 5);
   r.shape.softcap = cap;
   std::mt19937 rng(9);

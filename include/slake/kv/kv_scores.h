@@ -13,12 +13,6 @@
 
 namespace slake {
 
-// x[r] = q . k_r / sqrt(d) for rows r < n_rows of `kh` (soft-capped when softcap > 0), -inf where
-// the key is not causally visible from qpos.
-void attention_logits(const float* q, int32_t qpos, const KvHead& kh, int d, float softcap, int n_rows, double* x);
-// In place: x[0..n) -> softmax(x).
-void softmax_inplace(double* x, int n);
-
 // The 1-D pooling along positions that smooths token scores before top-k: average over a kernel
 // of 5 (zero padding, always divided by 5: algorithm.md §2.3) or maximum over a kernel of 7 (SnapKV).
 enum class TokenPool { Avg5, Max7 };
