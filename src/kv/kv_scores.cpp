@@ -190,10 +190,25 @@ double add_window_rows(const lanes_f* x, int n, int rows, int n_cand, double* su
 
 }  // namespace
 
+int score_window_block(const float* q_window, int S, int n_obs, int i0, int h, const AttentionShape& s, const KvHead& kv,
+                       float softcap, RowBlock& block, std::vector<lanes_f>& x) {
+  const int rows = std::min(kLanes, n_obs - i0), d = s.head_dim;
+  const float* qr[kLanes];
+  int32_t pr[kLanes];
+  for (int r = 0; r < rows; ++r) {
+    qr[r] = q_window + (static_cast<size_t>(i0 + r) * s.n_heads + static_cast<size_t>(h)) * d;
+    pr[r] = S - n_obs + i0 + r;
+  }
+  x.resize(static_cast<size_t>(rows_below(kv, pr[rows - 1] + 1)));
+  block.begin(qr, pr, rows, d, softcap);
+  block.scores(kv, static_cast<int>(x.size()), x.data());
+  return rows;
+}
+
 LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const KvCache& cache, int layer, const AttentionShape& s,
                         double gamma, TokenPool pool, ThreadPool& threads) {
   if (n_obs < 1 || P < 1 || P > S - n_obs) fail("internal: window_stats needs 0 < P <= S - n_obs");
-  const int d = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  const int group = s.n_heads / s.n_kv_heads;
   std::vector<int> cand(static_cast<size_t>(s.n_kv_heads));  // per KV head: the rows below P
   for (int g = 0; g < s.n_kv_heads; ++g) cand[static_cast<size_t>(g)] = rows_below(cache.head(layer, g), P);
   std::vector<std::vector<double>> pooled(static_cast<size_t>(s.n_heads));
@@ -210,21 +225,11 @@ LayerStats window_stats(const float* q_window, int S, int n_obs, int P, const Kv
       I.resize(static_cast<size_t>(Pr));
       pooled[static_cast<size_t>(h)].resize(static_cast<size_t>(Pr));
       double entropy = 0;
-      // The observing queries of head h, kLanes at a time: one block of lanes scores every key it
-      // can see (RowBlock::scores: causal inside the window), and each lane's softmax row is added.
+      // The observing queries of head h, kLanes at a time (causal inside the window), each lane's
+      // softmax row added.
       for (int i0 = 0; i0 < n_obs; i0 += kLanes) {
-        const int rows = std::min(kLanes, n_obs - i0);
-        const float* qr[kLanes];
-        int32_t pr[kLanes];
-        for (int r = 0; r < rows; ++r) {
-          qr[r] = q_window + (static_cast<size_t>(i0 + r) * s.n_heads + static_cast<size_t>(h)) * d;
-          pr[r] = S - n_obs + i0 + r;
-        }
-        const int n_vis = rows_below(kv, pr[rows - 1] + 1);  // what the block's last query sees
-        x.resize(static_cast<size_t>(n_vis));
-        block.begin(qr, pr, rows, d, s.softcap);
-        block.scores(kv, n_vis, x.data());
-        entropy += add_window_rows(x.data(), n_vis, rows, Pr, sum.data(), sumsq.data());
+        const int rows = score_window_block(q_window, S, n_obs, i0, static_cast<int>(h), s, kv, s.softcap, block, x);
+        entropy += add_window_rows(x.data(), static_cast<int>(x.size()), rows, Pr, sum.data(), sumsq.data());
       }
       double var_total = 0;
       for (int j = 0; j < Pr; ++j) {

@@ -49,22 +49,12 @@ VabsTerms vabs_terms(const float* q_window, int S, int n_obs, int P, const KvCac
       const std::vector<char>& keep_j = kept[static_cast<size_t>(g)];
       const std::vector<double>& vn = vnorm[static_cast<size_t>(g)];
       double tv_va = 0, en = 0;
-      // The observing queries of head h, kLanes at a time: one block of lanes scores every key
-      // the block's last query sees (RowBlock::scores, raw logits), and each query's row is taken
+      // The observing queries of head h, kLanes at a time (raw logits), each query's row taken
       // from its lane.
       for (int i0 = 0; i0 < n_obs; i0 += kLanes) {
-        const int rows = std::min(kLanes, n_obs - i0);
-        const float* qr[kLanes];
-        int32_t pr[kLanes];
+        const int rows = score_window_block(q_window, S, n_obs, i0, static_cast<int>(h), s, kv, 0.0f, block, xs);
         for (int r = 0; r < rows; ++r) {
-          qr[r] = q_window + (static_cast<size_t>(i0 + r) * s.n_heads + static_cast<size_t>(h)) * d;
-          pr[r] = S - n_obs + i0 + r;
-        }
-        xs.resize(static_cast<size_t>(rows_below(kv, pr[rows - 1] + 1)));
-        block.begin(qr, pr, rows, d, 0.0f);
-        block.scores(kv, static_cast<int>(xs.size()), xs.data());
-        for (int r = 0; r < rows; ++r) {
-          const int n_vis = rows_below(kv, pr[r] + 1);
+          const int n_vis = rows_below(kv, S - n_obs + i0 + r + 1);
           // x: the raw logits, which PTAA's Taylor state is linear in; f: soft-capped as the model
           // caps them (f(x) = x without a cap), whose softmax is the model's row A.
           x.resize(static_cast<size_t>(n_vis));

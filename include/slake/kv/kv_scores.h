@@ -40,6 +40,15 @@ struct DecodeRowScores {
 // softmax runs in fp32 lanes, the mean in double.
 void decode_scores(const DecodeRowScores& xs, int n_cand, TokenPool pool, double* score);
 
+class RowBlock;
+
+// Observing queries i0 .. i0 + rows - 1 of query head h (q_window, S and n_obs as window_stats
+// takes them; rows = min(kLanes, n_obs - i0)) scored against every row of `kv` the last of them
+// sees, one lane a query (RowBlock::scores through `block`, soft-capped by `softcap`, -inf where a
+// row lies after the lane's query), into x. Returns rows.
+int score_window_block(const float* q_window, int S, int n_obs, int i0, int h, const AttentionShape& s, const KvHead& kv,
+                       float softcap, RowBlock& block, std::vector<lanes_f>& x);
+
 // The observation-window statistics of one layer.
 struct LayerStats {
   std::vector<std::vector<float>> indicator;  // [kv head][j in P]: pooled, averaged over the group
