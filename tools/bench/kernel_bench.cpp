@@ -70,6 +70,18 @@ std::vector<uint8_t> random_blocks(DType t, size_t bytes, uint32_t seed) {
 // Random weights of any type, TinyLlama's FFN matrix.
 std::vector<uint8_t> random_weights(DType t) { return random_blocks(t, slake::row_bytes(t, kK) * kN, 1); }
 
+// Appends `rows` rows at positions 0, 1, ... to layer 0 of `cache` (n_kv heads of d): each row's
+// keys key_scale * N(0, 1), then its values N(0, 1), drawn from g and rng.
+void fill_random_rows(slake::KvCache& cache, int n_kv, int d, int rows, float key_scale, std::mt19937& rng,
+                      std::normal_distribution<float>& g) {
+  std::vector<float> k(static_cast<size_t>(n_kv) * d), v(k.size());
+  for (int j = 0; j < rows; ++j) {
+    for (auto& x : k) x = key_scale * g(rng);
+    for (auto& x : v) x = g(rng);
+    cache.append(0, k.data(), v.data(), j);
+  }
+}
+
 void BM_matmul(benchmark::State& state) {
   const auto t = static_cast<DType>(state.range(0));
   const int64_t tokens = state.range(1);
@@ -135,12 +147,7 @@ void BM_attention(benchmark::State& state) {
   std::mt19937 rng(3);
   std::normal_distribution<float> g;
   slake::KvCache cache(1, s.n_kv_heads, d, keys);
-  std::vector<float> k(static_cast<size_t>(kvd)), v(static_cast<size_t>(kvd));
-  for (int j = 0; j < keys; ++j) {
-    for (auto& x : k) x = g(rng);
-    for (auto& x : v) x = g(rng);
-    cache.append(0, k.data(), v.data(), j);
-  }
+  fill_random_rows(cache, s.n_kv_heads, d, keys, 1.0f, rng, g);
   std::vector<float> q(static_cast<size_t>(tokens) * qd), out(q.size());
   for (auto& x : q) x = g(rng);
   std::vector<int32_t> pos(static_cast<size_t>(tokens));
@@ -199,12 +206,8 @@ void BM_decode_scores(benchmark::State& state) {
   std::mt19937 rng(5);
   std::normal_distribution<float> g;
   slake::KvCache cache(1, 1, d, rows);
-  std::vector<float> k(static_cast<size_t>(d)), v(static_cast<size_t>(d)), q(static_cast<size_t>(group) * d);
-  for (int j = 0; j < rows; ++j) {
-    for (auto& x : k) x = 2.0f * g(rng);
-    for (auto& x : v) x = g(rng);
-    cache.append(0, k.data(), v.data(), j);
-  }
+  fill_random_rows(cache, 1, d, rows, 2.0f, rng, g);
+  std::vector<float> q(static_cast<size_t>(group) * d);
   for (auto& x : q) x = g(rng);
   slake::DecodeRowScores xs;
   xs.compute(q.data(), group, rows, cache.head(0, 0), d, 0.0f);
@@ -231,12 +234,8 @@ void BM_window_stats(benchmark::State& state) {
   std::mt19937 rng(6);
   std::normal_distribution<float> g;
   slake::KvCache cache(1, n_kv, d, rows, 0, slake::KvType::F16, slake::KvType::F16);
-  std::vector<float> k(static_cast<size_t>(n_kv) * d), v(k.size()), q(static_cast<size_t>(n_obs) * n_heads * d);
-  for (int j = 0; j < rows; ++j) {
-    for (auto& x : k) x = 2.0f * g(rng);
-    for (auto& x : v) x = g(rng);
-    cache.append(0, k.data(), v.data(), j);
-  }
+  fill_random_rows(cache, n_kv, d, rows, 2.0f, rng, g);
+  std::vector<float> q(static_cast<size_t>(n_obs) * n_heads * d);
   for (auto& x : q) x = g(rng);
   slake::ThreadPool pool(1);
   for (auto _ : state) {
