@@ -115,19 +115,45 @@ struct RecallView {
 // when given (>= every head's n_held: the rows the host knows are stored). A q8_0 store's keys
 // meet q_h rounded to q8_0 blocks in integer dot products, as RecallStore::key_scores_q8_0 scores
 // them (bit for bit where the CPU's kernel adds the blocks' sums in order: AVX-512 VNNI).
+// skip (optional, a flag per KV head): heads whose scores are not needed (a held choice).
 void recall_page_scores(float* score, int64_t score_ld, const float* q, int n_heads, const KvLayerView& store, int page,
-                        int max_rows = -1, Stream stream = nullptr);
+                        int max_rows = -1, Stream stream = nullptr, const int32_t* skip = nullptr);
 // RecallStore::select_scored's rule for Keys on those scores: per KV head g, of its
 // n_pages = ceil(n_held[g] / page) pages the `want` whose score relative to each of its query
 // rows' best is highest for some row (ties to the later page), into pages[g * pages_ld ..] in
 // increasing order, n_chosen[g] of them (every page when want >= n_pages). Head g's query rows
 // are score rows g * head_rows + r, r < n_heads / n_kv_heads (head_rows 0: that group, adjacent;
 // more: one token's rows among several tokens' scored together). scratch:
-// recall_select_scratch_bytes() bytes (the ranks, reversed, and topk_flags' flags).
+// recall_select_scratch_bytes() bytes (the ranks, reversed, and topk_flags' flags). A head
+// flagged in skip keeps its pages and n_chosen as they were.
 size_t recall_select_scratch_bytes(int n_kv_heads, int64_t score_ld);
 void recall_select(int32_t* pages, int64_t pages_ld, int32_t* n_chosen, const float* score, int64_t score_ld, int n_heads,
                    const KvLayerView& store, int page, int want, void* scratch, int max_rows = -1, int64_t head_rows = 0,
-                   Stream stream = nullptr);
+                   Stream stream = nullptr, const int32_t* skip = nullptr);
+
+// A decode step's choice held for the steps after it (--kv-recall-every; RecallStore::holds_choice,
+// hold_choice, held_choice), per KV head g of a layer: uses[g] (the steps the choice has served;
+// 0: none), n_pages[g] (the store's pages when it was chosen), count[g] and pages[g * pages_ld ..]
+// (the pages chosen, increasing) and u[(g * group + r) * head_dim ..] (the direction of each of
+// the group's query rows then).
+struct RecallHold {
+  int32_t* uses = nullptr;
+  int32_t* n_pages = nullptr;
+  int32_t* count = nullptr;
+  int32_t* pages = nullptr;
+  int64_t pages_ld = 0;
+  float* u = nullptr;
+};
+// held[g] = 1 where head g's choice may serve the step of queries q (rows g * group ..): it has
+// served fewer than `every` steps and each row's cosine with its direction then is at least min_cos.
+void recall_hold_check(int32_t* held, const float* q, int n_heads, int n_kv_heads, int head_dim, const RecallHold& h, int every,
+                       float min_cos, Stream stream = nullptr);
+// After recall_page_scores and recall_select with skip = held: a held head's pages become the
+// choice's before the page that was last when it was chosen and every page from that one on
+// (pages_ld at least h.pages_ld + 1 + the pages the store gained since, or the list is cut
+// there), and its use is counted; every other head's new choice and query directions are kept in h.
+void recall_hold_update(int32_t* pages, int64_t pages_ld, int32_t* n_chosen, const int32_t* held, const RecallHold& h, const float* q,
+                        int n_heads, const KvLayerView& store, int page, Stream stream = nullptr);
 
 // ---- PTAA decode (ptaa_decode.cuh) ----
 

@@ -29,7 +29,6 @@ DeviceContext::DeviceContext(const Model& model, const ContextParams& params, st
   if (plan_.evicting && p.evict_every != 1) fail("the cuda backend evicts one token per decode step (--kv-evict-every 1) only");
   if (plan_.recall) {  // the parts of the recall store the device has (device_context.h)
     const char* cpu_only = p.recall_score != RecallScore::Keys ? "--kv-recall-score other than keys"
-                           : p.recall_every != 1                ? "--kv-recall-every above 1"
                            : p.absorbs()                        ? "--kv-recall-pages with a compensator"
                            : !p.store_file.empty()              ? "--kv-store-file"
                                                                 : nullptr;
@@ -88,6 +87,7 @@ void DeviceContext::reset() {
   }
   device_memset(at<int32_t>("kv.n_held"), 0, static_cast<size_t>(c.n_layers) * c.n_kv_heads * sizeof(int32_t));
   if (plan_.recall) device_memset(at<int32_t>("store.n_held"), 0, static_cast<size_t>(n_managed_) * c.n_kv_heads * sizeof(int32_t));
+  if (holds()) device_memset(at<int32_t>("hold.uses"), 0, static_cast<size_t>(n_managed_) * c.n_kv_heads * sizeof(int32_t));
   const size_t H = static_cast<size_t>(c.n_layers) * c.n_kv_heads, d = static_cast<size_t>(c.head_dim);
   if (plan_.evicting && plan_.kv.taylor()) {
     device_memset(at<float>("lin.n"), 0, H * sizeof(float));
@@ -149,18 +149,33 @@ void DeviceContext::store_evicted(int l, const KvLayerView& src, const int32_t* 
   fill_i32(at<int32_t>("store.n_held") + static_cast<int64_t>(slot(l)) * model_.cfg.n_kv_heads, L.stored, model_.cfg.n_kv_heads);
 }
 
-void DeviceContext::score_pages(int l, const float* q, int rows) {
+void DeviceContext::score_pages(int l, const float* q, int rows, const int32_t* skip) {
   recall_page_scores(at<float>("recall.score"), plan_.score_pages, q, rows, store_view(l), plan_.kv.recall_page,
-                     layers_[static_cast<size_t>(l)].stored);  // every head's, so the pages scored are those held
+                     layers_[static_cast<size_t>(l)].stored, nullptr, skip);  // every head's, so the pages scored are those held
 }
 
-int DeviceContext::select_pages(int l, int rows, int64_t first_row, int64_t head_rows) {
+int DeviceContext::select_pages(int l, int rows, int64_t first_row, int64_t head_rows, const int32_t* skip) {
   const KvPolicyParams& p = plan_.kv;
   const int stored = layers_[static_cast<size_t>(l)].stored;
-  recall_select(at<int32_t>("recall.pages"), p.recall_pages, at<int32_t>("recall.n_chosen"),
+  recall_select(at<int32_t>("recall.pages"), plan_.recall_pages_ld, at<int32_t>("recall.n_chosen"),
                 at<float>("recall.score") + first_row * plan_.score_pages, plan_.score_pages, rows, store_view(l), p.recall_page,
-                p.recall_pages, at<uint8_t>("recall.select"), stored, head_rows);
+                p.recall_pages, at<uint8_t>("recall.select"), stored, head_rows, nullptr, skip);
   return std::min(p.recall_pages, (stored + p.recall_page - 1) / p.recall_page);
+}
+
+RecallHold DeviceContext::hold(int l) const {
+  const ModelConfig& c = model_.cfg;
+  const int64_t g0 = static_cast<int64_t>(slot(l)) * c.n_kv_heads;
+  RecallHold h;
+  h.uses = at<int32_t>("hold.uses") + g0, h.n_pages = at<int32_t>("hold.n_pages") + g0, h.count = at<int32_t>("hold.count") + g0;
+  h.pages_ld = plan_.kv.recall_pages;
+  h.pages = at<int32_t>("hold.pages") + g0 * h.pages_ld;
+  h.u = at<float>("hold.u") + static_cast<int64_t>(slot(l)) * c.n_heads * c.head_dim;
+  return h;
+}
+
+void DeviceContext::forget_choices(int l) {
+  if (holds()) fill_i32(at<int32_t>("hold.uses") + static_cast<int64_t>(slot(l)) * model_.cfg.n_kv_heads, 0, model_.cfg.n_kv_heads);
 }
 
 void DeviceContext::attend_chosen(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held,
@@ -169,15 +184,30 @@ void DeviceContext::attend_chosen(int l, float* att, const float* q, int32_t qpo
   const KvPolicyParams& p = plan_.kv;
   RecallView rc;
   rc.max_chosen = max_chosen;
-  rc.store = store_view(l), rc.page = p.recall_page, rc.pages_ld = p.recall_pages;
+  rc.store = store_view(l), rc.page = p.recall_page, rc.pages_ld = plan_.recall_pages_ld;
   rc.pages = at<int32_t>("recall.pages"), rc.n_chosen = at<int32_t>("recall.n_chosen");
   ptaa_decode(att, q, qpos, c.n_heads, kvv, lin(l), c.layer_window(l), max_held, plan_.ptaa_split_len, at<float>("ptaa"), rc);
 }
 
 void DeviceContext::attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held) {
-  const int rows = model_.cfg.n_heads;
-  score_pages(l, q, rows);
-  attend_chosen(l, att, q, qpos, kvv, max_held, select_pages(l, rows));
+  const ModelConfig& c = model_.cfg;
+  const int rows = c.n_heads;
+  if (!holds()) {
+    score_pages(l, q, rows);
+    attend_chosen(l, att, q, qpos, kvv, max_held, select_pages(l, rows));
+    return;
+  }
+  // The heads whose choice holds skip the scoring and the choice, and attend it with the pages
+  // written since; the others choose and keep their choice (RecallStore::holds_choice).
+  const RecallHold h = hold(l);
+  int32_t* held = at<int32_t>("recall.held");
+  recall_hold_check(held, q, rows, c.n_kv_heads, c.head_dim, h, plan_.kv.recall_every, RecallStore::kHoldCos);
+  score_pages(l, q, rows, held);
+  select_pages(l, rows, 0, 0, held);
+  recall_hold_update(at<int32_t>("recall.pages"), plan_.recall_pages_ld, at<int32_t>("recall.n_chosen"), held, h, q, rows, store_view(l),
+                     plan_.kv.recall_page);
+  const int stored = layers_[static_cast<size_t>(l)].stored;
+  attend_chosen(l, att, q, qpos, kvv, max_held, std::min(plan_.recall_pages_ld, (stored + plan_.kv.recall_page - 1) / plan_.kv.recall_page));
 }
 
 void DeviceContext::attend_chunk_recalled(int l, int t0, int nb, const int32_t* pos, const int32_t* pos_host, const KvLayerView& kvv,
@@ -185,6 +215,7 @@ void DeviceContext::attend_chunk_recalled(int l, int t0, int nb, const int32_t* 
   const ModelConfig& c = model_.cfg;
   const int64_t qd = c.q_dim();
   const int H = c.n_kv_heads, group = c.n_heads / H, tail = std::min(nb, kChunkRecallTokens), head = nb - tail;
+  forget_choices(l);  // a call that is not a decode step chooses for itself (the CPU's forget_choices)
   // The call's last tokens' query rows, by KV head (the rows recall_page_scores takes for a head
   // of tail * group queries): row (g * tail + t) * group + i = token t's query head g * group + i.
   int32_t* d_idx = at<int32_t>("recall.q_idx");
@@ -217,7 +248,7 @@ void DeviceContext::attend_chunk_head(int l, int head, const int32_t* pos, float
   // before kept, then this chunk's so far), for one prefill_attention; then they leave it.
   const KvLayerMut m = staging();
   recall_gather(m, L.held, at<int32_t>("kv.n_held") + static_cast<int64_t>(l) * c.n_kv_heads, store_view(l), p.recall_page,
-                at<int32_t>("recall.pages"), p.recall_pages, at<int32_t>("recall.n_chosen"), max_pages);
+                at<int32_t>("recall.pages"), plan_.recall_pages_ld, at<int32_t>("recall.n_chosen"), max_pages);
   prefill_attention(att, qd, q, qd, pos, head, c.n_heads, view(m, l), lin(l), c.layer_window(l));
   set_held(l, L.held);
 }
@@ -442,6 +473,7 @@ void DeviceContext::attend(int l, int t0, int nb, const int32_t* pos, const int3
   const KvLayerView kvv = view(in_staging ? staging() : pool_layer(l), l);
   const int max_held = layers_[static_cast<size_t>(l)].held;
   const bool recalls = plan_.recall && layers_[static_cast<size_t>(l)].stored > 0;  // a layer the policy manages
+  if (recalls && !prompt && nb > 1) forget_choices(l);  // rows of no decode step: they attend no pages
   if (recalls && prompt)  // a prompt chunk after the first
     attend_chunk_recalled(l, t0, nb, pos, pos_host, kvv, att, q);
   else if (recalls && nb == 1)

@@ -12,8 +12,9 @@
 // before it kept, as the CPU does. With a recall store (--kv-recall-pages) every evicted row joins
 // the layer's store in device memory and each decode step attends the pages its query ranks
 // highest by their keys (recall.cuh), as the CPU's RecallScore::Keys, and so do the calls of a
-// prompt chunk after the first; the rest of §9 (other page scores, held choices, the Taylor cover,
-// mapped files) is the CPU's.
+// prompt chunk after the first, and a decode step's choice may serve the steps after it
+// (--kv-recall-every) as RecallStore::holds_choice rules; the rest of §9 (other page scores, the
+// Taylor cover, mapped files) is the CPU's.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -119,11 +120,20 @@ class DeviceContext {
   void store_evicted(int l, const KvLayerView& src, const int32_t* idx, int64_t ld, int count);
   // Layer l's store pages scored by their keys for `rows` query rows (q, rows of a head's group
   // adjacent), into "recall.score".
-  void score_pages(int l, const float* q, int rows);
+  // skip: as recall_page_scores' (the heads whose choice holds).
+  void score_pages(int l, const float* q, int rows, const int32_t* skip = nullptr);
   // Each KV head's pages chosen from those scores for `rows` query rows, into "recall.pages" /
   // "recall.n_chosen": head g's rows are score rows first_row + g * head_rows + r (recall_select);
   // returns the most a head may have chosen.
-  int select_pages(int l, int rows, int64_t first_row = 0, int64_t head_rows = 0);
+  int select_pages(int l, int rows, int64_t first_row = 0, int64_t head_rows = 0, const int32_t* skip = nullptr);
+  // Decode steps hold their choices (--kv-recall-every above 1), in "hold.*"; layer l's part. As
+  // on the CPU, not for a GQA group of more than RecallStore::kHoldRowsMost query rows.
+  bool holds() const {
+    return plan_.recall && plan_.kv.recall_every > 1 && model_.cfg.n_heads / model_.cfg.n_kv_heads <= RecallStore::kHoldRowsMost;
+  }
+  RecallHold hold(int l) const;
+  // Layer l's heads hold no choice: before a call that is not a decode step, as the CPU's.
+  void forget_choices(int l);
   // A decode step's attention of layer l with the pages each KV head chose (max_chosen at most).
   void attend_chosen(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held, int max_chosen);
   // A decode step's attention of layer l with the pages each KV head recalls from its store.

@@ -129,6 +129,11 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
     add("store", "store.v", M * H * ctx * store_row);
     add("store", "store.pos", M * H * ctx * sizeof(int32_t));
     add("store", "store.n_held", M * H * sizeof(int32_t));
+    // A held choice is attended with the pages from the one last when it was chosen on. Only its
+    // every - 1 later decode steps add to the store meanwhile, one row a KV head each (a step
+    // evicts more only after a prompt call, which drops the choices, so that step chooses), so
+    // at most ceil((every - 1) / page) pages.
+    recall_pages_ld = kv.recall_pages + (kv.recall_every > 1 ? 1 + (kv.recall_every - 2 + kv.recall_page) / kv.recall_page : 0);
   }
 
   // Activations: the residual stream of a whole prompt, one chunk's scratch, the logits of a chunk.
@@ -161,7 +166,7 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
   add("activations", "inv_freq", d * sizeof(double));  // the global layers' table, then the sliding layers' one
   ptaa_split_len = 256;
   RecallView rc;  // the splits of the pages a step recalls
-  if (recall) rc.page = kv.recall_page, rc.max_chosen = kv.recall_pages;
+  if (recall) rc.page = kv.recall_page, rc.max_chosen = recall_pages_ld;
   ptaa_n_splits = ptaa_splits(max_capacity, ptaa_split_len, rc);
   add("activations", "ptaa", ptaa_scratch_floats(c.n_heads, c.head_dim, ptaa_n_splits) * sizeof(float));
 
@@ -195,8 +200,17 @@ DevicePlan::DevicePlan(const Model& model, const ContextParams& params, bool wit
       add("policy", "recall.q_idx", score_rows * sizeof(int32_t));
     }
     add("policy", "recall.select", recall_select_scratch_bytes(c.n_kv_heads, score_pages));
-    add("policy", "recall.pages", H * static_cast<size_t>(kv.recall_pages) * sizeof(int32_t));
+    add("policy", "recall.pages", H * static_cast<size_t>(recall_pages_ld) * sizeof(int32_t));
     add("policy", "recall.n_chosen", H * sizeof(int32_t));
+    if (kv.recall_every > 1) {
+      const size_t M = c.kv_policy_layers().size(), MH = M * H;
+      add("policy", "recall.held", H * sizeof(int32_t));
+      add("policy", "hold.uses", MH * sizeof(int32_t));
+      add("policy", "hold.n_pages", MH * sizeof(int32_t));
+      add("policy", "hold.count", MH * sizeof(int32_t));
+      add("policy", "hold.pages", MH * static_cast<size_t>(kv.recall_pages) * sizeof(int32_t));
+      add("policy", "hold.u", M * static_cast<size_t>(c.n_heads) * d * sizeof(float));
+    }
   }
 }
 

@@ -76,8 +76,11 @@ class DevicePlan {
   // (ModelConfig::kv_policy_layers) and KV head n_ctx rows of
   // store_type ("store.k", "store.v", "store.pos", group "store"), in pages of kv.recall_page;
   // each decode step scores score_pages pages a query head ("recall.score") and attends
-  // kv.recall_pages of them a KV head ("recall.pages").
+  // kv.recall_pages of them a KV head ("recall.pages"), or with a choice held
+  // (kv.recall_every > 1: "hold.*", per layer the policy manages and KV head) those and the pages
+  // written since it was made: at most recall_pages_ld of them.
   bool recall = false;
+  int recall_pages_ld = 0;
   ElemType store_type = ElemType::F32;
   size_t store_row = 0;  // bytes of one stored key or value row
   int64_t score_pages = 0;

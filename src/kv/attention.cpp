@@ -546,6 +546,7 @@ void attention_decode(float* out, const float* q, int32_t qpos, const KvCache& c
     if (xs.n != cache.head(layer, kvh).n || xs.group != group) fail("internal: decode scores are out of step with the cache");
   }
   const StoreReads reads{cache, layer, s.n_kv_heads};
+  static_assert(RecallStore::kHoldRowsMost == kLanes, "a decode step's block of rows is what holds a choice");
   if (blocks > 1) forget_choices(cache, layer, s.n_kv_heads);  // each block of a large group chooses for itself
   // A long cache is split over its keys as attention_prefill splits it, so that 3 KV heads keep 2
   // threads busy and both paths sum in the same order.

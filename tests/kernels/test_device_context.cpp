@@ -424,6 +424,91 @@ TEST(DeviceContext, RecallInPromptChunksMatchesCpu) {
           kFp32ActivationsStoredTypes);
 }
 
+// --kv-recall-every: a decode step's choice serves the steps after it while each of their query
+// rows keeps the direction of the one that chose (RecallStore::holds_choice), and those steps
+// attend it with the pages written since. The decode steps feed one token again and again, so
+// that the queries of neighbouring steps stay close (a random model's greedy tokens turn them
+// away at every step). The device's logits must agree with the CPU's holding its choices; for
+// each setting the CPU's holding and its choosing at every step must differ, so that the holds
+// change what is attended (a device that chose at every step would not match). Then a prompt
+// chunk after decode steps (which drops the choices held, on both) and reset(). With fp32
+// activations, as the other tests of page choices.
+#if !SLAKE_KERNEL_TESTS_ON_GPU
+TEST(DeviceContext, RecallHeldChoicesMatchCpu) {
+  const int steps = 12;
+  set_host_gemm_rounding(false);
+  // Logits of the prompt and the decode steps (token `tok` each) on the CPU and the device.
+  const auto run = [&](const Model& model, const ContextParams& cp, const std::vector<int32_t>& prompt, int32_t tok, bool device) {
+    const std::unique_ptr<Model> ref = bf16_rounded(model);
+    std::unique_ptr<Context> cpu = device ? nullptr : std::make_unique<Context>(*ref, cp);
+    std::unique_ptr<DeviceContext> dev = device ? std::make_unique<DeviceContext>(model, cp) : nullptr;
+    std::vector<float> logits, all;
+    for (int s = 0; s <= steps; ++s) {
+      const std::vector<int32_t> in = s == 0 ? prompt : std::vector<int32_t>{tok};
+      if (dev) dev->eval(in, &logits);
+      else cpu->eval(in, &logits);
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+  };
+  const auto check = [&](const Model& model, ContextParams cp, const std::vector<int32_t>& prompt, const std::string& what, Tolerance tol) {
+    const int32_t tok = prompt.back();
+    const std::vector<float> want = run(model, cp, prompt, tok, false), got = run(model, cp, prompt, tok, true);
+    g_tol = tol;
+    expect_logits_close(got, want, what);
+    cp.kv.recall_every = 1;
+    const std::vector<float> every_step = run(model, cp, prompt, tok, false);
+    double moved = 0;
+    for (size_t i = 0; i < want.size(); ++i) moved = std::max(moved, std::abs(static_cast<double>(want[i]) - every_step[i]));
+    EXPECT_GT(moved, 1e-3) << what << ": no held choice changed a step's logits";
+    std::printf("%s: the holds moved the logits by up to %.3g\n", what.c_str(), moved);
+  };
+  const auto m = fixture("llama-gqa-tied");
+  ContextParams cp = params(96, "snapkv", 12, 4);
+  cp.kv.recall_pages = 2, cp.kv.recall_page = 4, cp.kv.store_type = KvType::F32;
+  for (const int every : {2, 4}) {
+    cp.kv.recall_every = every;
+    check(*m, cp, prompt_tokens(40, m->cfg.n_vocab, 12),
+          "llama-gqa-tied snapkv recall 2 pages of 4, a choice held up to " + std::to_string(every) + " steps", kFp32Activations);
+  }
+  // A q8_0 store, f16 cache, a prompt in chunks.
+  const auto t = make_synthetic_model("tiny", DType::F32, 11);
+  ContextParams tp = params(96, "snapkv", 16, 4);
+  tp.kv.type_k = tp.kv.type_v = KvType::F16;
+  tp.kv.recall_pages = 3, tp.kv.recall_page = 4, tp.kv.store_type = KvType::Q8_0, tp.kv.recall_every = 3;
+  tp.kv.prefill_chunk = 24;
+  const std::vector<int32_t> prompt = prompt_tokens(48, t->cfg.n_vocab, 13);
+  check(*t, tp, prompt, "tiny snapkv recall 3 pages of 4, store q8_0, held 3 steps, chunks of 24", kFp32ActivationsStoredTypes);
+  // Decode steps, a prompt chunk, decode steps again; twice, with reset() between.
+  const std::unique_ptr<Model> ref = bf16_rounded(*t);
+  g_tol = kFp32ActivationsStoredTypes;
+  Context cpu(*ref, tp);
+  DeviceContext dev(*t, tp);
+  for (int round = 0; round < 2; ++round) {
+    cpu.reset();
+    dev.reset();
+    std::vector<float> want, got;
+    cpu.eval(prompt, &want);
+    dev.eval(prompt, &got);
+    for (int part = 0; part < 2; ++part) {
+      if (part == 1) {
+        const std::vector<int32_t> chunk = prompt_tokens(8, t->cfg.n_vocab, 14);
+        cpu.eval_prompt_chunk(chunk, &want);
+        dev.eval_prompt_chunk(chunk, &got);
+        expect_logits_close(got, want, "a prompt chunk after decode steps, round " + std::to_string(round));
+      }
+      for (int s = 0; s < 6; ++s) {
+        cpu.eval({prompt.back()}, &want);
+        dev.eval({prompt.back()}, &got);
+        expect_logits_close(got, want, "round " + std::to_string(round) + " part " + std::to_string(part) + " step " + std::to_string(s));
+      }
+    }
+  }
+  set_host_gemm_rounding(true);
+  g_tol = kBf16Activations;
+}
+#endif
+
 TEST(DeviceContext, RecallTheDeviceLacksIsRefused) {
   const auto m = fixture("llama-gqa-tied");
   auto recall = [] {
@@ -436,9 +521,6 @@ TEST(DeviceContext, RecallTheDeviceLacksIsRefused) {
   ContextParams cp = recall();
   cp.kv.recall_score = RecallScore::Lowrank;
   cases.emplace_back("--kv-recall-score", cp);
-  cp = recall();
-  cp.kv.recall_every = 4;
-  cases.emplace_back("--kv-recall-every", cp);
   cp = recall();
   cp.kv.compensate = "taylor";
   cases.emplace_back("compensator", cp);

@@ -2,6 +2,7 @@
 // - page scores against float64 dot products over the stored keys as read back (a q8_0 store's
 //   against the query rounded to q8_0, as the CPU scores them);
 // - the page choice against the CPU's RecallStore::select_scored on the same scores, ties included;
+// - held choices against RecallStore::holds_choice and held_choice;
 // - decode attention over the exact cache plus the chosen pages against float64 attention over
 //   the same rows, and with every page of a lossless store recalled, against the CPU's attention
 //   over the whole cache.
@@ -125,6 +126,105 @@ void expect_select_as_cpu(const std::vector<float>& score, int64_t ld, int n_hea
     for (size_t i = 0; i < want_pages.size(); ++i)
       EXPECT_EQ(got[static_cast<size_t>(g) * pages_ld + i], want_pages[i]) << what << " head " << g << " entry " << i;
   }
+}
+
+// Held choices (recall_hold_check, then the scores and choice skipping the heads that hold, then
+// recall_hold_update) against the CPU's RecallStore::holds_choice, held_choice and select_scored:
+// three KV heads whose pages {1, 4, 6} were chosen when their stores held 100 rows (7 pages) and
+// that now hold 150 (10). Head 0's rows turned little since (cosine about 0.99), one of head 1's
+// turned away, and head 2's choice has served `every` steps: head 0 attends pages 1 and 4 and every
+// page from 6 on, the others choose again and keep that choice and their rows' directions.
+TEST(KernelRecall, HeldChoicesFollowTheCpusRule) {
+  const int d = 64, H = 3, group = 3, n_heads = H * group, every = 4, want = 3, n0 = 100, n1 = 150;
+  const std::vector<int> n(static_cast<size_t>(H), n1);
+  Stores st(H, d, KvType::F32, n, 9);
+  const std::vector<float> q0 = random_floats(static_cast<size_t>(n_heads) * d, 31);
+  std::vector<float> q1 = q0;
+  const std::vector<float> noise = random_floats(q1.size(), 32, -0.1f, 0.1f), away = random_floats(static_cast<size_t>(d), 33);
+  for (size_t i = 0; i < q1.size(); ++i) q1[i] += noise[i];
+  std::copy(away.begin(), away.end(), q1.begin() + static_cast<std::ptrdiff_t>(1 * group + 1) * d);  // head 1, row 1
+  const auto rows_of = [&](const std::vector<float>& q, int g) {
+    std::vector<const float*> r;
+    for (int i = 0; i < group; ++i) r.push_back(q.data() + static_cast<size_t>(g * group + i) * d);
+    return r;
+  };
+  // The CPU: each head's first n0 rows, the choice held for q0, the rest of the rows added, head
+  // 2's choice used up.
+  const std::vector<int> chosen = {1, 4, 6};
+  std::vector<RecallStore> cpu;
+  cpu.reserve(static_cast<size_t>(H));  // a moved store holds no choice
+  for (int g = 0; g < H; ++g) {
+    const KvHead& kh = st.rows.head(0, g);
+    cpu.emplace_back(d, kPage, KvType::F32);
+    for (int j = 0; j < n1; ++j) {
+      if (j == n0) cpu.back().hold_choice(chosen, rows_of(q0, g).data(), group);
+      const std::vector<double> k = row_of(kh, true, j, d), v = row_of(kh, false, j, d);
+      const std::vector<float> kf(k.begin(), k.end()), vf(v.begin(), v.end());
+      cpu.back().add(kf.data(), vf.data(), kh.pos[static_cast<size_t>(j)]);
+    }
+  }
+  for (int u = 1; u < every; ++u) cpu[2].held_choice();
+  // The device: the same held state.
+  const int np0 = (n0 + kPage - 1) / kPage, np1 = (n1 + kPage - 1) / kPage;
+  const int64_t pages_ld = want + 1 + (np1 - np0);  // room for a held list (kernels.h)
+  std::vector<int32_t> held_pages;
+  std::vector<float> u0(q0.size());
+  for (int g = 0; g < H; ++g) held_pages.insert(held_pages.end(), chosen.begin(), chosen.end());
+  for (int r = 0; r < n_heads; ++r) {
+    double nn = 0;
+    for (int i = 0; i < d; ++i) nn += static_cast<double>(q0[static_cast<size_t>(r * d + i)]) * q0[static_cast<size_t>(r * d + i)];
+    for (int i = 0; i < d; ++i) u0[static_cast<size_t>(r * d + i)] = static_cast<float>(q0[static_cast<size_t>(r * d + i)] / std::sqrt(nn));
+  }
+  DeviceBuffer<int32_t> uses(std::vector<int32_t>{1, 1, every}), np(std::vector<int32_t>(H, np0)), count(std::vector<int32_t>(H, 3));
+  DeviceBuffer<int32_t> hp(held_pages);
+  DeviceBuffer<float> du(u0), dq(q1);
+  RecallHold h;
+  h.uses = uses.get(), h.n_pages = np.get(), h.count = count.get(), h.pages = hp.get(), h.pages_ld = 3, h.u = du.get();
+  DeviceKvLayer dev(st.rows, 0, n1);
+  DeviceBuffer<int32_t> held(static_cast<size_t>(H)), pages(static_cast<size_t>(H * pages_ld)), n_chosen(static_cast<size_t>(H));
+  recall_hold_check(held.get(), dq.get(), n_heads, H, d, h, every, RecallStore::kHoldCos);
+  const std::vector<int32_t> got_held = held.download();
+  for (int g = 0; g < H; ++g) EXPECT_EQ(got_held[static_cast<size_t>(g)] != 0, cpu[static_cast<size_t>(g)].holds_choice(every, rows_of(q1, g).data(), group)) << "head " << g;
+  EXPECT_EQ(got_held, (std::vector<int32_t>{1, 0, 0}));
+  const int64_t ld = np1;
+  DeviceBuffer<float> score(static_cast<size_t>(n_heads * ld));
+  DeviceBuffer<uint8_t> scratch(recall_select_scratch_bytes(H, ld));
+  recall_page_scores(score.get(), ld, dq.get(), n_heads, dev.view(), kPage, -1, nullptr, held.get());
+  recall_select(pages.get(), pages_ld, n_chosen.get(), score.get(), ld, n_heads, dev.view(), kPage, want, scratch.get(), -1, 0, nullptr,
+                held.get());
+  recall_hold_update(pages.get(), pages_ld, n_chosen.get(), held.get(), h, dq.get(), n_heads, dev.view(), kPage);
+  const std::vector<float> s = score.download(), got_u = du.download();
+  const std::vector<int32_t> got = pages.download(), got_n = n_chosen.download(), got_uses = uses.download(), got_np = np.download(),
+                             got_count = count.download(), got_hp = hp.download();
+  for (int g = 0; g < H; ++g) {
+    std::vector<int> want_pages;
+    if (g == 0) {
+      want_pages = cpu[0].held_choice();
+      EXPECT_EQ(want_pages, (std::vector<int>{1, 4, 6, 7, 8, 9}));
+      EXPECT_EQ(got_uses[0], 2);
+    } else {
+      std::vector<float> sg(static_cast<size_t>(group) * np1);
+      for (int r = 0; r < group; ++r)
+        for (int p = 0; p < np1; ++p) sg[static_cast<size_t>(r * np1 + p)] = s[static_cast<size_t>((g * group + r) * ld + p)];
+      cpu[static_cast<size_t>(g)].select_scored(rows_of(q1, g).data(), sg.data(), group, want, &want_pages);
+      EXPECT_EQ(got_uses[static_cast<size_t>(g)], 1) << "head " << g;
+      EXPECT_EQ(got_np[static_cast<size_t>(g)], np1) << "head " << g;
+      ASSERT_EQ(got_count[static_cast<size_t>(g)], static_cast<int>(want_pages.size())) << "head " << g;
+      for (size_t i = 0; i < want_pages.size(); ++i) EXPECT_EQ(got_hp[static_cast<size_t>(g) * 3 + i], want_pages[i]) << "head " << g;
+      for (int r = 0; r < group; ++r) {
+        const float* q = q1.data() + static_cast<size_t>(g * group + r) * d;
+        double nn = 0;
+        for (int i = 0; i < d; ++i) nn += static_cast<double>(q[i]) * q[i];
+        for (int i = 0; i < d; ++i)
+          EXPECT_NEAR(got_u[static_cast<size_t>((g * group + r) * d + i)], q[i] / std::sqrt(nn), 1e-6) << "head " << g << " row " << r;
+      }
+    }
+    ASSERT_EQ(got_n[static_cast<size_t>(g)], static_cast<int>(want_pages.size())) << "head " << g;
+    for (size_t i = 0; i < want_pages.size(); ++i) EXPECT_EQ(got[static_cast<size_t>(g) * pages_ld + i], want_pages[i]) << "head " << g;
+  }
+  // Head 0's choice, untouched, still in the held state.
+  EXPECT_EQ(std::vector<int32_t>(got_hp.begin(), got_hp.begin() + 3), (std::vector<int32_t>{1, 4, 6}));
+  EXPECT_EQ(got_np[0], np0);
 }
 
 TEST(KernelRecall, PageChoiceIsTheCpusOnTheSameScores) {

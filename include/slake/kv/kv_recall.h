@@ -163,6 +163,9 @@ class RecallStore {
   // calling thread before a call that is not a decode step; a copy, a move and clear() start
   // without one.
   static constexpr float kHoldCos = 0.8f;
+  // The most query rows of a KV head that hold a choice: a decode step of a larger GQA group
+  // attends in blocks of this many rows, each choosing for itself (attention_decode).
+  static constexpr int kHoldRowsMost = 16;
   bool holds_choice(int every, const float* const* q, int rows) const;
   const std::vector<int>& held_choice() const;
   // `pages`: as select gives them, increasing and distinct (held_choice relies on it).
