@@ -192,22 +192,20 @@ void DeviceContext::attend_chosen(int l, float* att, const float* q, int32_t qpo
 void DeviceContext::attend_recalled(int l, float* att, const float* q, int32_t qpos, const KvLayerView& kvv, int max_held) {
   const ModelConfig& c = model_.cfg;
   const int rows = c.n_heads;
-  if (!holds()) {
-    score_pages(l, q, rows);
-    attend_chosen(l, att, q, qpos, kvv, max_held, select_pages(l, rows));
-    return;
-  }
-  // The heads whose choice holds skip the scoring and the choice, and attend it with the pages
-  // written since; the others choose and keep their choice (RecallStore::holds_choice).
-  const RecallHold h = hold(l);
-  int32_t* held = at<int32_t>("recall.held");
-  recall_hold_check(held, q, rows, c.n_kv_heads, c.head_dim, h, plan_.kv.recall_every, RecallStore::kHoldCos);
+  // With held choices, the heads whose choice holds skip the scoring and the choice, and attend it
+  // with the pages written since; the others choose and keep their choice (RecallStore::holds_choice).
+  int32_t* held = holds() ? at<int32_t>("recall.held") : nullptr;
+  const RecallHold h = held ? hold(l) : RecallHold{};
+  if (held) recall_hold_check(held, q, rows, c.n_kv_heads, c.head_dim, h, plan_.kv.recall_every, RecallStore::kHoldCos);
   score_pages(l, q, rows, held);
-  select_pages(l, rows, 0, 0, held);
-  recall_hold_update(at<int32_t>("recall.pages"), plan_.recall_pages_ld, at<int32_t>("recall.n_chosen"), held, h, q, rows, store_view(l),
-                     plan_.kv.recall_page);
-  const int stored = layers_[static_cast<size_t>(l)].stored;
-  attend_chosen(l, att, q, qpos, kvv, max_held, std::min(plan_.recall_pages_ld, (stored + plan_.kv.recall_page - 1) / plan_.kv.recall_page));
+  int max_chosen = select_pages(l, rows, 0, 0, held);
+  if (held) {
+    recall_hold_update(at<int32_t>("recall.pages"), plan_.recall_pages_ld, at<int32_t>("recall.n_chosen"), held, h, q, rows, store_view(l),
+                       plan_.kv.recall_page);
+    const int stored = layers_[static_cast<size_t>(l)].stored;
+    max_chosen = std::min(plan_.recall_pages_ld, (stored + plan_.kv.recall_page - 1) / plan_.kv.recall_page);
+  }
+  attend_chosen(l, att, q, qpos, kvv, max_held, max_chosen);
 }
 
 void DeviceContext::attend_chunk_recalled(int l, int t0, int nb, const int32_t* pos, const int32_t* pos_host, const KvLayerView& kvv,
